@@ -1,0 +1,18 @@
+//! Pure CouchDB domain logic, with no I/O: revision ids, revision trees (merge, stem,
+//! winner), document parsing rules, database-name and document-id rules, and the opaque
+//! sequence format. Everything here is a function over values so it can be property-tested.
+
+mod doc;
+mod error;
+mod names;
+mod rev;
+mod revtree;
+mod seq;
+pub mod varint;
+
+pub use doc::{parse_doc, DocJson, ParsedDoc, MAX_DOCUMENT_SIZE};
+pub use error::Error;
+pub use names::{validate_db_name, validate_doc_id, DocKind};
+pub use rev::{new_rev_id, Rev, RevId};
+pub use revtree::{Leaf, NodeStatus, RevTree};
+pub use seq::{format_seq, parse_seq, SeqArg};

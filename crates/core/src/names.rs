@@ -1,0 +1,108 @@
+//! Database-name and document-id rules, as CouchDB 3 enforces them.
+
+use crate::Error;
+
+/// Longest database name CouchDB accepts.
+pub const MAX_DB_NAME_LEN: usize = 238;
+const SYSTEM_DBS: &[&str] = &["_users", "_replicator", "_global_changes"];
+
+pub fn validate_db_name(name: &str) -> Result<(), Error> {
+    let illegal = || {
+        Error::IllegalDbName(format!(
+            "Name: '{name}'. Only lowercase characters (a-z), digits (0-9), and any of the \
+             characters _, $, (, ), +, -, and / are allowed. Must begin with a letter."
+        ))
+    };
+    if SYSTEM_DBS.contains(&name) {
+        return Ok(());
+    }
+    let mut bytes = name.bytes();
+    match bytes.next() {
+        Some(b'a'..=b'z') => {}
+        _ => return Err(illegal()),
+    }
+    let ok = |b: u8| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'$' | b'(' | b')' | b'+' | b'-' | b'/');
+    if !bytes.all(ok) || name.len() > MAX_DB_NAME_LEN {
+        return Err(illegal());
+    }
+    Ok(())
+}
+
+/// Which namespace a document id lives in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocKind {
+    Normal,
+    Design,
+    Local,
+}
+
+impl DocKind {
+    pub fn of(id: &str) -> DocKind {
+        if id.starts_with("_design/") {
+            DocKind::Design
+        } else if id.starts_with("_local/") {
+            DocKind::Local
+        } else {
+            DocKind::Normal
+        }
+    }
+}
+
+pub fn validate_doc_id(id: &str) -> Result<DocKind, Error> {
+    let illegal = |r: &str| Err(Error::IllegalDocId(r.to_string()));
+    match id {
+        "" => return illegal("Document id must not be empty"),
+        "_design/" => return illegal("Illegal document id `_design/`"),
+        "_local/" => return illegal("Illegal document id `_local/`"),
+        _ => {}
+    }
+    let kind = DocKind::of(id);
+    if kind == DocKind::Normal && id.starts_with('_') {
+        return illegal("Only reserved document ids may start with underscore.");
+    }
+    Ok(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn db_names() {
+        for ok in ["a", "abc", "a-b_c$d(e)f+g/h", "_users", "_replicator", "a0"] {
+            assert!(validate_db_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "A", "0abc", "_foo", "abc!", "aBc", "a b", "é"] {
+            assert!(validate_db_name(bad).is_err(), "{bad}");
+        }
+        assert!(validate_db_name(&"a".repeat(238)).is_ok());
+        assert!(validate_db_name(&"a".repeat(239)).is_err());
+    }
+
+    #[test]
+    fn doc_ids() {
+        assert_eq!(validate_doc_id("x"), Ok(DocKind::Normal));
+        assert_eq!(validate_doc_id("_design/x"), Ok(DocKind::Design));
+        assert_eq!(validate_doc_id("_local/x"), Ok(DocKind::Local));
+        for bad in ["", "_design/", "_local/", "_foo", "_"] {
+            assert!(validate_doc_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn db_name_rule_matches_regex(name in "[a-z0-9_$()+/A-Z!-]{0,12}") {
+            let expect = name.len() <= MAX_DB_NAME_LEN
+                && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+                && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_$()+-/".contains(c));
+            let system = SYSTEM_DBS.contains(&name.as_str());
+            prop_assert_eq!(validate_db_name(&name).is_ok(), expect || system);
+        }
+
+        #[test]
+        fn doc_ids_not_starting_with_underscore_are_valid(id in "[^_].*") {
+            prop_assert_eq!(validate_doc_id(&id), Ok(DocKind::Normal));
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! Revision trees. CouchDB keeps, per document, a tree of revisions whose leaves are the
+//! live branches. Here the tree is a flat map from revision to node, each node naming its
+//! parent id (its parent sits at `pos - 1`); a node whose parent was stemmed away, or never
+//! seen, is a root. The flat shape makes merge a set union, which is why merge is trivially
+//! idempotent and never loses a leaf.
+//!
+//! Only leaves keep a body pointer: when a leaf gains a child its body is released (CouchDB
+//! keeps such bodies until compaction; Settee drops them at once, as if always compacted).
+
+use crate::rev::{Rev, RevId};
+use crate::varint;
+use std::collections::{BTreeMap, HashSet};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Node {
+    parent: Option<RevId>,
+    deleted: bool,
+    body: Option<u64>,
+}
+
+/// A leaf: a live branch head.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leaf {
+    pub rev: Rev,
+    pub deleted: bool,
+    pub body: Option<u64>,
+}
+
+/// What `revs_info` reports for a revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeStatus {
+    Available,
+    Deleted,
+    Missing,
+}
+
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Available => "available",
+            NodeStatus::Deleted => "deleted",
+            NodeStatus::Missing => "missing",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevTree {
+    nodes: BTreeMap<Rev, Node>,
+}
+
+const FORMAT_V1: u8 = 1;
+const F_DELETED: u8 = 1;
+const F_PARENT: u8 = 2;
+const F_BODY: u8 = 4;
+
+impl RevTree {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn contains(&self, rev: &Rev) -> bool {
+        self.nodes.contains_key(rev)
+    }
+
+    /// Every (pos, id) that some node names as its parent, i.e. every non-leaf.
+    fn parents(&self) -> HashSet<(u64, &RevId)> {
+        self.nodes
+            .iter()
+            .filter_map(|(r, n)| n.parent.as_ref().map(|p| (r.pos - 1, p)))
+            .collect()
+    }
+
+    /// Leaves in CouchDB's winner order: live before deleted, then higher pos, then higher id.
+    pub fn leaves(&self) -> Vec<Leaf> {
+        let parents = self.parents();
+        let mut leaves: Vec<Leaf> = self
+            .nodes
+            .iter()
+            .filter(|(r, _)| !parents.contains(&(r.pos, &r.id)))
+            .map(|(r, n)| Leaf { rev: r.clone(), deleted: n.deleted, body: n.body })
+            .collect();
+        leaves.sort_by(|a, b| (!b.deleted, &b.rev).cmp(&(!a.deleted, &a.rev)));
+        leaves
+    }
+
+    pub fn winner(&self) -> Option<Leaf> {
+        self.leaves().into_iter().next()
+    }
+
+    pub fn leaf(&self, rev: &Rev) -> Option<Leaf> {
+        self.leaves().into_iter().find(|l| &l.rev == rev)
+    }
+
+    pub fn status(&self, rev: &Rev) -> Option<NodeStatus> {
+        self.nodes.get(rev).map(|n| match (n.deleted, n.body) {
+            (true, _) => NodeStatus::Deleted,
+            (false, Some(_)) => NodeStatus::Available,
+            (false, None) => NodeStatus::Missing,
+        })
+    }
+
+    /// Body pointer of a revision, if that revision still has its body.
+    pub fn body(&self, rev: &Rev) -> Option<(u64, bool)> {
+        self.nodes.get(rev).and_then(|n| n.body.map(|b| (b, n.deleted)))
+    }
+
+    /// Ids from `rev` back to the oldest known ancestor (newest first).
+    pub fn ancestry(&self, rev: &Rev) -> Vec<RevId> {
+        let mut out = Vec::new();
+        let mut cur = Some(rev.clone());
+        while let Some(r) = cur {
+            let Some(node) = self.nodes.get(&r) else { break };
+            cur = node.parent.as_ref().map(|p| Rev::new(r.pos - 1, p.clone()));
+            out.push(r.id);
+        }
+        out
+    }
+
+    /// Merges a path into the tree: `path[0]` is the new leaf at `pos`, each next id its
+    /// parent. Returns false (and changes nothing but missing ancestry) if the leaf was
+    /// already known. Callers must ensure `pos >= path.len()`.
+    pub fn add_path(&mut self, pos: u64, path: &[RevId], deleted: bool, body: Option<u64>) -> bool {
+        debug_assert!(!path.is_empty() && pos as usize >= path.len());
+        let mut leaf_is_new = false;
+        for (i, id) in path.iter().enumerate() {
+            let rev = Rev::new(pos - i as u64, id.clone());
+            let parent = path.get(i + 1).cloned();
+            match self.nodes.get_mut(&rev) {
+                Some(node) => {
+                    if node.parent.is_none() {
+                        node.parent = parent;
+                    }
+                }
+                None => {
+                    let leaf = i == 0;
+                    leaf_is_new |= leaf;
+                    let node = Node {
+                        parent,
+                        deleted: leaf && deleted,
+                        body: if leaf { body } else { None },
+                    };
+                    self.nodes.insert(rev, node);
+                }
+            }
+        }
+        leaf_is_new
+    }
+
+    /// Releases the bodies of revisions that are no longer leaves; returns their pointers.
+    pub fn prune_bodies(&mut self) -> Vec<u64> {
+        let inner: HashSet<Rev> =
+            self.parents().into_iter().map(|(pos, id)| Rev::new(pos, id.clone())).collect();
+        let mut freed = Vec::new();
+        for (rev, node) in self.nodes.iter_mut() {
+            if inner.contains(rev) {
+                freed.extend(node.body.take());
+            }
+        }
+        freed
+    }
+
+    /// Keeps at most `limit` revisions on each leaf's path (CouchDB's `_revs_limit`);
+    /// returns body pointers of removed nodes. Leaves are never removed.
+    pub fn stem(&mut self, limit: usize) -> Vec<u64> {
+        let limit = limit.max(1);
+        let mut keep: HashSet<Rev> = HashSet::new();
+        for leaf in self.leaves() {
+            let mut cur = Some(leaf.rev);
+            for _ in 0..limit {
+                let Some(r) = cur else { break };
+                let parent = self.nodes[&r].parent.as_ref().map(|p| Rev::new(r.pos - 1, p.clone()));
+                keep.insert(r);
+                cur = parent.filter(|p| self.nodes.contains_key(p));
+            }
+        }
+        let mut freed = Vec::new();
+        self.nodes.retain(|r, n| {
+            let kept = keep.contains(r);
+            if !kept {
+                freed.extend(n.body);
+            }
+            kept
+        });
+        let orphans: Vec<Rev> = self
+            .nodes
+            .iter()
+            .filter(|(r, n)| {
+                n.parent.as_ref().is_some_and(|p| !keep.contains(&Rev::new(r.pos - 1, p.clone())))
+            })
+            .map(|(r, _)| r.clone())
+            .collect();
+        for r in orphans {
+            if let Some(n) = self.nodes.get_mut(&r) {
+                n.parent = None;
+            }
+        }
+        freed
+    }
+
+    /// Revisions from `revs` that the tree does not know.
+    pub fn missing<'a>(&self, revs: impl IntoIterator<Item = &'a Rev>) -> Vec<Rev> {
+        revs.into_iter().filter(|r| !self.nodes.contains_key(r)).cloned().collect()
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(FORMAT_V1);
+        varint::put(out, self.nodes.len() as u64);
+        for (rev, node) in &self.nodes {
+            varint::put(out, rev.pos);
+            varint::put_bytes(out, rev.id.as_bytes());
+            let flags = (if node.deleted { F_DELETED } else { 0 })
+                | (if node.parent.is_some() { F_PARENT } else { 0 })
+                | (if node.body.is_some() { F_BODY } else { 0 });
+            out.push(flags);
+            if let Some(p) = &node.parent {
+                varint::put_bytes(out, p.as_bytes());
+            }
+            if let Some(b) = node.body {
+                varint::put(out, b);
+            }
+        }
+    }
+
+    /// Decodes from the front of `buf`, advancing it. `None` on corrupt input.
+    pub fn decode(buf: &mut &[u8]) -> Option<Self> {
+        let (&version, rest) = buf.split_first()?;
+        if version != FORMAT_V1 {
+            return None;
+        }
+        *buf = rest;
+        let count = varint::get(buf)?;
+        let mut nodes = BTreeMap::new();
+        for _ in 0..count {
+            let pos = varint::get(buf)?;
+            let id = RevId::from_bytes(varint::get_bytes(buf)?);
+            let (&flags, rest) = buf.split_first()?;
+            *buf = rest;
+            let parent = if flags & F_PARENT != 0 {
+                Some(RevId::from_bytes(varint::get_bytes(buf)?))
+            } else {
+                None
+            };
+            let body = if flags & F_BODY != 0 { Some(varint::get(buf)?) } else { None };
+            nodes.insert(Rev::new(pos, id), Node { parent, deleted: flags & F_DELETED != 0, body });
+        }
+        Some(RevTree { nodes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id(s: &str) -> RevId {
+        RevId::parse(s).unwrap()
+    }
+    fn rev(s: &str) -> Rev {
+        Rev::parse(s).unwrap()
+    }
+
+    #[test]
+    fn linear_history_and_winner() {
+        let mut t = RevTree::new();
+        assert!(t.add_path(1, &[id("a")], false, Some(1)));
+        assert!(t.add_path(2, &[id("b"), id("a")], false, Some(2)));
+        assert_eq!(t.prune_bodies(), vec![1]);
+        let w = t.winner().unwrap();
+        assert_eq!(w.rev, rev("2-b"));
+        assert_eq!(t.leaves().len(), 1);
+        assert_eq!(t.ancestry(&rev("2-b")), vec![id("b"), id("a")]);
+        assert_eq!(t.status(&rev("1-a")), Some(NodeStatus::Missing));
+        assert_eq!(t.status(&rev("2-b")), Some(NodeStatus::Available));
+    }
+
+    #[test]
+    fn winner_prefers_live_then_pos_then_id() {
+        let mut t = RevTree::new();
+        t.add_path(1, &[id("a")], false, Some(1));
+        t.add_path(2, &[id("x"), id("a")], false, Some(2));
+        t.add_path(2, &[id("y"), id("a")], false, Some(3));
+        assert_eq!(t.winner().unwrap().rev, rev("2-y"));
+        t.add_path(3, &[id("z"), id("y"), id("a")], true, Some(4));
+        assert_eq!(t.winner().unwrap().rev, rev("2-x"), "a deleted leaf never beats a live one");
+        t.add_path(3, &[id("w"), id("x"), id("a")], true, Some(5));
+        assert_eq!(t.winner().unwrap().rev, rev("3-z"), "all deleted: highest wins");
+    }
+
+    #[test]
+    fn stemming_keeps_leaves_and_makes_roots() {
+        let mut t = RevTree::new();
+        let path: Vec<RevId> = (1..=10).rev().map(|i| id(&format!("r{i}"))).collect();
+        t.add_path(10, &path, false, Some(10));
+        t.stem(3);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.ancestry(&rev("10-r10")), vec![id("r10"), id("r9"), id("r8")]);
+        assert_eq!(t.leaves().len(), 1);
+    }
+
+    #[test]
+    fn encode_roundtrip() {
+        let mut t = RevTree::new();
+        t.add_path(2, &[id("0123456789abcdef0123456789abcdef"), id("b")], true, Some(7));
+        t.add_path(1, &[id("c")], false, Some(3));
+        let mut out = Vec::new();
+        t.encode(&mut out);
+        let mut s = &out[..];
+        assert_eq!(RevTree::decode(&mut s), Some(t));
+        assert!(s.is_empty());
+    }
+
+    /// A random path: a window of a lineage drawn from a small alphabet, so paths overlap
+    /// and branch. The id at pos k spells the lineage's first k choices, so an id determines
+    /// its ancestry, as a real revision hash does.
+    fn arb_path() -> impl Strategy<Value = (u64, Vec<RevId>, bool)> {
+        (prop::collection::vec(0u8..3, 1..8), any::<prop::sample::Index>(), any::<bool>()).prop_map(
+            |(choices, skip, del)| {
+                let n = choices.len();
+                let first = skip.index(n); // oldest pos kept in this window is first+1
+                let path = (first..n)
+                    .rev()
+                    .map(|k| {
+                        let s: String = choices[..=k].iter().map(|c| char::from(b'a' + c)).collect();
+                        RevId::from_bytes(s.as_bytes())
+                    })
+                    .collect();
+                (n as u64, path, del)
+            },
+        )
+    }
+
+    fn leaf_set(t: &RevTree) -> Vec<Rev> {
+        let mut v: Vec<Rev> = t.leaves().into_iter().map(|l| l.rev).collect();
+        v.sort();
+        v
+    }
+
+    proptest! {
+        #[test]
+        fn merge_is_idempotent_and_order_free(paths in prop::collection::vec(arb_path(), 1..10)) {
+            let mut a = RevTree::new();
+            for (pos, p, d) in &paths { a.add_path(*pos, p, *d, Some(*pos)); }
+            let once = a.clone();
+            for (pos, p, d) in &paths { prop_assert!(!a.add_path(*pos, p, *d, Some(*pos))); }
+            prop_assert_eq!(leaf_set(&a), leaf_set(&once));
+            let mut b = RevTree::new();
+            for (pos, p, d) in paths.iter().rev() { b.add_path(*pos, p, *d, Some(*pos)); }
+            prop_assert_eq!(leaf_set(&a), leaf_set(&b));
+        }
+
+        #[test]
+        fn merge_loses_no_leaf(paths in prop::collection::vec(arb_path(), 1..10)) {
+            let mut t = RevTree::new();
+            for (pos, p, d) in &paths {
+                t.add_path(*pos, p, *d, Some(*pos));
+                let leaf = Rev::new(*pos, p[0].clone());
+                prop_assert!(t.contains(&leaf));
+            }
+            // every added leaf is either still a leaf or an ancestor of one
+            let leaves = t.leaves();
+            for (pos, p, _) in &paths {
+                let r = Rev::new(*pos, p[0].clone());
+                let covered = leaves.iter().any(|l| {
+                    l.rev.pos >= r.pos && t.ancestry(&l.rev).get((l.rev.pos - r.pos) as usize) == Some(&r.id)
+                });
+                prop_assert!(covered, "{:?} lost", r);
+            }
+        }
+
+        #[test]
+        fn stemming_keeps_all_leaves_and_winner(paths in prop::collection::vec(arb_path(), 1..10), limit in 1usize..5) {
+            let mut t = RevTree::new();
+            for (pos, p, d) in &paths { t.add_path(*pos, p, *d, Some(*pos)); }
+            let leaves = leaf_set(&t);
+            let winner = t.winner();
+            t.stem(limit);
+            prop_assert_eq!(leaf_set(&t), leaves);
+            prop_assert_eq!(t.winner(), winner);
+        }
+
+        #[test]
+        fn encoding_roundtrips(paths in prop::collection::vec(arb_path(), 0..10)) {
+            let mut t = RevTree::new();
+            for (pos, p, d) in &paths { t.add_path(*pos, p, *d, Some(*pos)); }
+            let mut out = Vec::new();
+            t.encode(&mut out);
+            let mut s = &out[..];
+            prop_assert_eq!(RevTree::decode(&mut s), Some(t));
+        }
+    }
+}
