@@ -206,6 +206,31 @@ impl RevTree {
         freed
     }
 
+    /// Removes leaves (CouchDB's `_purge`) together with every ancestor no other leaf needs.
+    /// Returns the leaves actually removed and the body pointers freed.
+    pub fn purge(&mut self, revs: &[Rev]) -> (Vec<Rev>, Vec<u64>) {
+        let leaves = self.leaves();
+        let (gone, remaining): (Vec<Leaf>, Vec<Leaf>) = leaves.into_iter().partition(|l| revs.contains(&l.rev));
+        let mut keep: HashSet<Rev> = HashSet::new();
+        for leaf in remaining {
+            let mut cur = Some(leaf.rev);
+            while let Some(r) = cur {
+                cur = self.nodes[&r].parent.as_ref().map(|p| Rev::new(r.pos - 1, p.clone()));
+                cur = cur.filter(|p| self.nodes.contains_key(p));
+                keep.insert(r);
+            }
+        }
+        let mut freed = Vec::new();
+        self.nodes.retain(|r, n| {
+            let kept = keep.contains(r);
+            if !kept {
+                freed.extend(n.body);
+            }
+            kept
+        });
+        (gone.into_iter().map(|l| l.rev).collect(), freed)
+    }
+
     /// Revisions from `revs` that the tree does not know.
     pub fn missing<'a>(&self, revs: impl IntoIterator<Item = &'a Rev>) -> Vec<Rev> {
         revs.into_iter().filter(|r| !self.nodes.contains_key(r)).cloned().collect()
@@ -316,6 +341,20 @@ mod tests {
         let mut s = &out[..];
         assert_eq!(RevTree::decode(&mut s), Some(t));
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn purge_removes_branch_up_to_fork() {
+        let mut t = RevTree::new();
+        t.add_path(2, &[id("x"), id("a")], false, Some(2));
+        t.add_path(3, &[id("z"), id("y"), id("a")], false, Some(3));
+        let (gone, freed) = t.purge(&[rev("3-z"), rev("9-nope")]);
+        assert_eq!(gone, vec![rev("3-z")]);
+        assert_eq!(freed, vec![3]);
+        assert_eq!(t.len(), 2, "2-y goes with 3-z; 1-a stays for 2-x");
+        let (gone, _) = t.purge(&[rev("2-x")]);
+        assert_eq!(gone.len(), 1);
+        assert!(t.is_empty());
     }
 
     /// A random path: a window of a lineage drawn from a small alphabet, so paths overlap

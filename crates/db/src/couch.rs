@@ -1,0 +1,244 @@
+//! The registry of databases in one data directory.
+
+use crate::database::{Database, Props};
+use crate::docinfo::Stats;
+use crate::meta;
+use crate::{Error, Result};
+use settee_core::validate_db_name;
+use settee_storage::{db_range, Cf, Read, Store, StoreOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Settings of the document store (CouchDB's `[couchdb]` section).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub max_document_size: usize,
+    /// Largest number of documents one commit gathers from waiting requests.
+    pub max_batch_docs: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { max_document_size: settee_core::MAX_DOCUMENT_SIZE, max_batch_docs: 10_000 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbEventKind {
+    Created,
+    Updated,
+    Deleted,
+}
+
+impl DbEventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DbEventKind::Created => "created",
+            DbEventKind::Updated => "updated",
+            DbEventKind::Deleted => "deleted",
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            b'c' => Some(DbEventKind::Created),
+            b'u' => Some(DbEventKind::Updated),
+            b'd' => Some(DbEventKind::Deleted),
+            _ => None,
+        }
+    }
+
+    fn byte(self) -> u8 {
+        self.as_str().as_bytes()[0]
+    }
+}
+
+/// One entry of `_db_updates`: the latest event of a database.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbEvent {
+    pub seq: u64,
+    pub db: String,
+    pub kind: DbEventKind,
+}
+
+/// Server-wide event log for `_db_updates`: the newest event per database, persisted in
+/// the same batch as the change that caused it.
+pub(crate) struct Events {
+    state: Mutex<EventState>,
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+struct EventState {
+    seq: u64,
+    latest: BTreeMap<String, u64>,
+}
+
+impl Events {
+    fn load(store: &Store) -> Result<Events> {
+        let mut latest = BTreeMap::new();
+        let mut seq = 0;
+        for item in store.range(Cf::Meta, meta::EVENT_PREFIX, meta::EVENT_END, false) {
+            let (k, v) = item?;
+            let s = u64::from_be_bytes(k[1..9].try_into().map_err(|_| corrupt("event key"))?);
+            let name = String::from_utf8(v[1..].to_vec()).map_err(|_| corrupt("event"))?;
+            seq = seq.max(s);
+            latest.insert(name, s);
+        }
+        Ok(Events { state: Mutex::new(EventState { seq, latest }), notify: tokio::sync::watch::channel(seq).0 })
+    }
+
+    /// Adds the event to `batch`; call [`Events::published`] after the batch commits.
+    pub(crate) fn record(&self, batch: &mut settee_storage::Batch<'_>, db: &str, kind: DbEventKind) -> u64 {
+        let mut st = self.state.lock().unwrap();
+        st.seq += 1;
+        let seq = st.seq;
+        if let Some(old) = st.latest.insert(db.to_string(), seq) {
+            batch.delete(Cf::Meta, &meta::event_key(old));
+        }
+        let mut v = vec![kind.byte()];
+        v.extend_from_slice(db.as_bytes());
+        batch.put(Cf::Meta, &meta::event_key(seq), &v);
+        seq
+    }
+
+    pub(crate) fn published(&self, seq: u64) {
+        self.notify.send_if_modified(|cur| {
+            let newer = seq > *cur;
+            *cur = (*cur).max(seq);
+            newer
+        });
+    }
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::Storage(settee_storage::Error::Corrupted(what.into()))
+}
+
+pub struct Couch {
+    store: Arc<Store>,
+    config: Config,
+    dbs: RwLock<BTreeMap<String, Arc<Database>>>,
+    /// Serializes creation and deletion of databases.
+    lifecycle: Mutex<()>,
+    events: Arc<Events>,
+}
+
+impl Couch {
+    pub fn open(dir: &Path, config: Config, store_opts: &StoreOptions) -> Result<Arc<Couch>> {
+        let store = Arc::new(Store::open(dir, store_opts)?);
+        let events = Arc::new(Events::load(&store)?);
+        let mut dbs = BTreeMap::new();
+        for item in store.range(Cf::Meta, meta::NAME_PREFIX, meta::NAME_END, false) {
+            let (k, v) = item?;
+            let name = String::from_utf8(k[1..].to_vec()).map_err(|_| corrupt("database name"))?;
+            let id = meta::decode_db_record(&v).ok_or_else(|| corrupt("database record"))?;
+            let stats = match store.get(Cf::Meta, &meta::stats_key(id))? {
+                Some(v) => Stats::decode(&v)?,
+                None => Stats::default(),
+            };
+            let props = Props::load(&store, id)?;
+            let db = Database::new(name.clone(), id, store.clone(), stats, props, config.clone(), events.clone());
+            dbs.insert(name, db);
+        }
+        Ok(Arc::new(Couch { store, config, dbs: RwLock::new(dbs), lifecycle: Mutex::new(()), events }))
+    }
+
+    pub fn get(&self, name: &str) -> Result<Arc<Database>> {
+        self.dbs.read().unwrap().get(name).cloned().ok_or(Error::DbNotFound)
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.dbs.read().unwrap().contains_key(name)
+    }
+
+    /// All database names in order.
+    pub fn names(&self) -> Vec<String> {
+        self.dbs.read().unwrap().keys().cloned().collect()
+    }
+
+    pub fn create(&self, name: &str) -> Result<Arc<Database>> {
+        validate_db_name(name)?;
+        let _guard = self.lifecycle.lock().unwrap();
+        if self.exists(name) {
+            return Err(Error::DbExists);
+        }
+        let next = match self.store.get(Cf::Meta, meta::NEXT_DB_ID)? {
+            Some(v) => u64::from_be_bytes(v.as_slice().try_into().map_err(|_| corrupt("next db id"))?),
+            None => 0,
+        };
+        let id = next + 1;
+        let props = Props::default();
+        let stats = Stats::default();
+        let mut batch = self.store.batch();
+        batch.put(Cf::Meta, meta::NEXT_DB_ID, &id.to_be_bytes());
+        batch.put(Cf::Meta, &meta::db_name_key(name), &meta::encode_db_record(id));
+        batch.put(Cf::Meta, &meta::stats_key(id), &stats.encode());
+        batch.put(Cf::Meta, &meta::props_key(id), &props.encode());
+        let seq = self.events.record(&mut batch, name, DbEventKind::Created);
+        self.store.write(batch, true)?;
+        self.events.published(seq);
+        let db = Database::new(name.to_string(), id, self.store.clone(), stats, props, self.config.clone(), self.events.clone());
+        self.dbs.write().unwrap().insert(name.to_string(), db.clone());
+        Ok(db)
+    }
+
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let _guard = self.lifecycle.lock().unwrap();
+        let db = self.get(name)?;
+        let id = db.id;
+        db.retire(|| {
+            let mut batch = self.store.batch();
+            batch.delete(Cf::Meta, &meta::db_name_key(name));
+            batch.delete(Cf::Meta, &meta::stats_key(id));
+            batch.delete(Cf::Meta, &meta::props_key(id));
+            let (lo, hi) = db_range(id);
+            for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
+                batch.delete_range(cf, &lo, &hi);
+            }
+            let seq = self.events.record(&mut batch, name, DbEventKind::Deleted);
+            self.store.write(batch, true)?;
+            self.events.published(seq);
+            Ok(())
+        })?;
+        self.dbs.write().unwrap().remove(name);
+        // Reclaim the space in the background; the data is already invisible.
+        let store = self.store.clone();
+        std::thread::spawn(move || {
+            let (lo, hi) = db_range(id);
+            for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
+                store.compact_range(cf, &lo, &hi);
+            }
+        });
+        Ok(())
+    }
+
+    /// Events with `seq > since`, oldest first.
+    pub fn db_events_since(&self, since: u64) -> Result<Vec<DbEvent>> {
+        let mut out = Vec::new();
+        for item in self.store.range(Cf::Meta, &meta::event_key(since + 1), meta::EVENT_END, false) {
+            let (k, v) = item?;
+            let seq = u64::from_be_bytes(k[1..9].try_into().map_err(|_| corrupt("event key"))?);
+            let kind = DbEventKind::from_byte(v[0]).ok_or_else(|| corrupt("event"))?;
+            let db = String::from_utf8(v[1..].to_vec()).map_err(|_| corrupt("event"))?;
+            out.push(DbEvent { seq, db, kind });
+        }
+        Ok(out)
+    }
+
+    pub fn db_events_seq(&self) -> u64 {
+        *self.events.notify.borrow()
+    }
+
+    /// A receiver that changes whenever a database event is published.
+    pub fn watch_db_events(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.events.notify.subscribe()
+    }
+
+    /// Makes everything acknowledged so far durable (all writes are already fsynced; this
+    /// exists for `_ensure_full_commit`).
+    pub fn sync(&self) -> Result<()> {
+        self.store.sync_wal()?;
+        Ok(())
+    }
+}

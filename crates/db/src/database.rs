@@ -1,0 +1,471 @@
+//! One database: its reads, its info, and the handle to its writer.
+
+use crate::couch::{Config, Events};
+use crate::docinfo::{DocInfo, Stats};
+use crate::meta;
+use crate::writer::{self, Job, LocalUpdate, UpdateResult};
+use crate::{Error, Result};
+use serde_json::{json, Value};
+use settee_core::{ParsedDoc, Rev};
+use settee_storage::{key_in_db, seq_key, Cf, DbId, Read, Store};
+use std::ops::ControlFlow;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, RwLock};
+use tokio::sync::{oneshot, watch};
+
+/// Per-database properties CouchDB lets clients set.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Props {
+    pub revs_limit: u64,
+    pub purged_infos_limit: u64,
+    pub security: Value,
+}
+
+impl Default for Props {
+    fn default() -> Self {
+        Props { revs_limit: 1000, purged_infos_limit: 1000, security: json!({}) }
+    }
+}
+
+impl Props {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let v = json!({"v": 1, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
+        serde_json::to_vec(&v).expect("props serialize")
+    }
+
+    pub(crate) fn load(store: &Store, id: DbId) -> Result<Props> {
+        let Some(raw) = store.get(Cf::Meta, &meta::props_key(id))? else { return Ok(Props::default()) };
+        let v: Value = serde_json::from_slice(&raw)
+            .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("database properties".into())))?;
+        let d = Props::default();
+        Ok(Props {
+            revs_limit: v["revs_limit"].as_u64().unwrap_or(d.revs_limit),
+            purged_infos_limit: v["purged_infos_limit"].as_u64().unwrap_or(d.purged_infos_limit),
+            security: v.get("security").cloned().unwrap_or(d.security),
+        })
+    }
+}
+
+/// A document revision read from the store.
+#[derive(Clone, Debug)]
+pub struct OpenDoc {
+    pub id: String,
+    pub rev: Rev,
+    pub deleted: bool,
+    pub body: Vec<u8>,
+    pub info: DocInfo,
+}
+
+/// A row of `_all_docs`: the id and, if the document exists, its info and (when asked)
+/// its winning body.
+#[derive(Clone, Debug)]
+pub struct AllDocsRow {
+    pub id: String,
+    pub info: Option<DocInfo>,
+    pub body: Option<Vec<u8>>,
+}
+
+/// A row of `_changes`.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub seq: u64,
+    pub id: String,
+    pub info: DocInfo,
+    pub body: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LocalDoc {
+    pub id: String,
+    pub rev: u64,
+    pub body: Vec<u8>,
+}
+
+#[derive(Clone, Debug)]
+pub struct DbInfo {
+    pub stats: Stats,
+    pub file_size: u64,
+}
+
+pub struct Database {
+    pub name: String,
+    pub id: DbId,
+    pub(crate) store: Arc<Store>,
+    pub(crate) config: Config,
+    pub(crate) events: Arc<Events>,
+    pub(crate) stats: Mutex<Stats>,
+    props: RwLock<Props>,
+    pub(crate) seq_tx: watch::Sender<u64>,
+    /// `true` while the database exists. The writer holds a read lock across each commit;
+    /// deletion takes the write lock, so no commit lands after the range delete.
+    pub(crate) alive: RwLock<bool>,
+    writer: Mutex<Option<SyncSender<Job>>>,
+}
+
+impl Database {
+    pub(crate) fn new(
+        name: String,
+        id: DbId,
+        store: Arc<Store>,
+        stats: Stats,
+        props: Props,
+        config: Config,
+        events: Arc<Events>,
+    ) -> Arc<Database> {
+        Arc::new(Database {
+            name,
+            id,
+            store,
+            config,
+            events,
+            seq_tx: watch::channel(stats.update_seq).0,
+            stats: Mutex::new(stats),
+            props: RwLock::new(props),
+            alive: RwLock::new(true),
+            writer: Mutex::new(None),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn props(&self) -> Props {
+        self.props.read().unwrap().clone()
+    }
+
+    /// Changes properties and persists them durably.
+    pub fn set_props(&self, f: impl FnOnce(&mut Props)) -> Result<()> {
+        let mut props = self.props.write().unwrap();
+        let mut next = props.clone();
+        f(&mut next);
+        let mut batch = self.store.batch();
+        batch.put(Cf::Meta, &meta::props_key(self.id), &next.encode());
+        self.store.write(batch, true)?;
+        *props = next;
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Stats {
+        *self.stats.lock().unwrap()
+    }
+
+    pub fn update_seq(&self) -> u64 {
+        self.stats().update_seq
+    }
+
+    /// A receiver whose value is the committed update_seq; it changes after each commit.
+    pub fn watch_seq(&self) -> watch::Receiver<u64> {
+        self.seq_tx.subscribe()
+    }
+
+    pub fn info(&self) -> DbInfo {
+        let (lo, hi) = settee_storage::db_range(self.id);
+        let on_disk: u64 = [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local]
+            .iter()
+            .map(|&cf| self.store.approximate_size(cf, &lo, &hi))
+            .sum();
+        let stats = self.stats();
+        // Data not yet flushed from memtables (it is in the WAL, uncompressed) is not
+        // counted by `approximate_size`. Count it as the memtables' size, bounded by this
+        // database's own live bytes.
+        let unflushed = self.store.memtable_bytes().min(stats.active);
+        DbInfo { stats, file_size: on_disk + unflushed }
+    }
+
+    /// Compacts every range of this database (reclaims deleted and overwritten data).
+    pub fn compact(&self) {
+        let (lo, hi) = settee_storage::db_range(self.id);
+        for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
+            self.store.compact_range(cf, &lo, &hi);
+        }
+    }
+
+    // ---- writes -------------------------------------------------------------------------
+
+    fn submit(self: &Arc<Self>, job: Job) -> Result<()> {
+        let mut guard = self.writer.lock().unwrap();
+        if !*self.alive.read().unwrap() {
+            return Err(Error::DbNotFound);
+        }
+        let tx = guard.get_or_insert_with(|| writer::spawn(self.clone()));
+        tx.send(job).map_err(|_| Error::Internal("database writer stopped".into()))
+    }
+
+    /// Queues document updates; the reply arrives after the batch holding them is fsynced.
+    pub fn update_docs(
+        self: &Arc<Self>,
+        docs: Vec<ParsedDoc>,
+        new_edits: bool,
+    ) -> Result<oneshot::Receiver<Result<Vec<UpdateResult>>>> {
+        for d in &docs {
+            if d.body.len() > self.config.max_document_size {
+                return Err(Error::DocTooLarge(d.id.clone().unwrap_or_default()));
+            }
+        }
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Docs { docs, new_edits, reply })?;
+        Ok(rx)
+    }
+
+    pub fn update_local(self: &Arc<Self>, update: LocalUpdate) -> Result<oneshot::Receiver<Result<u64>>> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Local { update, reply })?;
+        Ok(rx)
+    }
+
+    /// Removes revisions entirely (`_purge`); replies with the purged revisions per id.
+    pub fn purge(
+        self: &Arc<Self>,
+        revs: Vec<(String, Vec<Rev>)>,
+    ) -> Result<oneshot::Receiver<Result<Vec<(String, Vec<Rev>)>>>> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::Purge { revs, reply })?;
+        Ok(rx)
+    }
+
+    pub(crate) fn retire(&self, delete: impl FnOnce() -> Result<()>) -> Result<()> {
+        let mut alive = self.alive.write().unwrap();
+        delete()?;
+        *alive = false;
+        self.writer.lock().unwrap().take();
+        Ok(())
+    }
+
+    // ---- reads --------------------------------------------------------------------------
+
+    fn doc_key(&self, id: &str) -> Vec<u8> {
+        key_in_db(self.id, id.as_bytes())
+    }
+
+    pub(crate) fn read_info(&self, r: &impl Read, id: &str) -> Result<Option<DocInfo>> {
+        match r.get(Cf::Docs, &self.doc_key(id))? {
+            Some(v) => Ok(Some(DocInfo::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn read_body(&self, r: &impl Read, body_id: u64) -> Result<Vec<u8>> {
+        r.get(Cf::Bodies, &seq_key(self.id, body_id))?
+            .ok_or_else(|| Error::Storage(settee_storage::Error::Corrupted(format!("missing body {body_id}"))))
+    }
+
+    fn winner_body(&self, r: &impl Read, info: &DocInfo) -> Result<Option<Vec<u8>>> {
+        match info.tree.winner().and_then(|w| w.body) {
+            Some(b) => Ok(Some(self.read_body(r, b)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn doc_info(&self, id: &str) -> Result<Option<DocInfo>> {
+        self.read_info(self.store.as_ref(), id)
+    }
+
+    /// Opens the winning revision, or `rev` when given. CouchDB's errors: `missing` for an
+    /// unknown doc or revision, `deleted` for a deleted winner.
+    pub fn open_doc(&self, id: &str, rev: Option<&Rev>) -> Result<OpenDoc> {
+        let snap = self.store.snapshot();
+        let info = self.read_info(&snap, id)?.ok_or(Error::NotFound("missing"))?;
+        self.open_rev(&snap, id, info, rev)
+    }
+
+    fn open_rev(&self, r: &impl Read, id: &str, info: DocInfo, rev: Option<&Rev>) -> Result<OpenDoc> {
+        let (rev, body_id, deleted) = match rev {
+            Some(rev) => {
+                let (b, deleted) = info.tree.body(rev).ok_or(Error::NotFound("missing"))?;
+                (rev.clone(), b, deleted)
+            }
+            None => {
+                let w = info.tree.winner().ok_or(Error::NotFound("missing"))?;
+                if w.deleted {
+                    return Err(Error::NotFound("deleted"));
+                }
+                (w.rev, w.body.ok_or(Error::NotFound("missing"))?, false)
+            }
+        };
+        let body = self.read_body(r, body_id)?;
+        Ok(OpenDoc { id: id.to_string(), rev, deleted, body, info })
+    }
+
+    /// Opens several revisions of one document from one snapshot; `None` = all leaves.
+    /// Each entry is the revision asked for and what was found.
+    pub fn open_revs(&self, id: &str, revs: Option<&[Rev]>) -> Result<Vec<(Rev, Option<OpenDoc>)>> {
+        let snap = self.store.snapshot();
+        let info = self.read_info(&snap, id)?;
+        let wanted: Vec<Rev> = match (revs, &info) {
+            (Some(r), _) => r.to_vec(),
+            (None, Some(info)) => info.tree.leaves().into_iter().map(|l| l.rev).collect(),
+            (None, None) => return Err(Error::NotFound("missing")),
+        };
+        wanted
+            .into_iter()
+            .map(|rev| {
+                let found = match &info {
+                    Some(info) if info.tree.body(&rev).is_some() => {
+                        Some(self.open_rev(&snap, id, info.clone(), Some(&rev))?)
+                    }
+                    _ => None,
+                };
+                Ok((rev, found))
+            })
+            .collect()
+    }
+
+    /// Bodies of several revisions (for `_bulk_get`), read from one snapshot.
+    pub fn body_of(&self, info: &DocInfo, rev: &Rev) -> Result<Option<Vec<u8>>> {
+        match info.tree.body(rev) {
+            Some((b, _)) => Ok(Some(self.read_body(self.store.as_ref(), b)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Walks documents with `lower <= id < upper` (byte order), ascending or descending.
+    pub fn scan_docs(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        descending: bool,
+        include_docs: bool,
+        mut f: impl FnMut(AllDocsRow) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let snap = self.store.snapshot();
+        let lo = key_in_db(self.id, lower);
+        let hi = match upper {
+            Some(u) => key_in_db(self.id, u),
+            None => (self.id + 1).to_be_bytes().to_vec(),
+        };
+        for item in snap.range(Cf::Docs, &lo, &hi, descending) {
+            let (k, v) = item?;
+            let id = String::from_utf8(k[8..].to_vec())
+                .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
+            let info = DocInfo::decode(&v)?;
+            if info.is_deleted() {
+                continue;
+            }
+            let body = if include_docs { self.winner_body(&snap, &info)? } else { None };
+            if f(AllDocsRow { id, info: Some(info), body }).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks documents up by id from one snapshot (`_all_docs?keys=`).
+    pub fn lookup_docs(&self, ids: &[String], include_docs: bool) -> Result<Vec<AllDocsRow>> {
+        let snap = self.store.snapshot();
+        let keys: Vec<Vec<u8>> = ids.iter().map(|id| self.doc_key(id)).collect();
+        let values = snap.multi_get(Cf::Docs, &keys)?;
+        ids.iter()
+            .zip(values)
+            .map(|(id, v)| {
+                let info = v.map(|v| DocInfo::decode(&v)).transpose()?;
+                let body = match (&info, include_docs) {
+                    (Some(i), true) if !i.is_deleted() => self.winner_body(&snap, i)?,
+                    _ => None,
+                };
+                Ok(AllDocsRow { id: id.clone(), info, body })
+            })
+            .collect()
+    }
+
+    /// Walks changes after `since` (or before the end, descending) in sequence order.
+    pub fn changes(
+        &self,
+        since: u64,
+        descending: bool,
+        include_docs: bool,
+        mut f: impl FnMut(Change) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let snap = self.store.snapshot();
+        let (lo, hi) = if descending {
+            (seq_key(self.id, 0).to_vec(), seq_key(self.id, since.saturating_add(1)).to_vec())
+        } else {
+            (seq_key(self.id, since.saturating_add(1)).to_vec(), (self.id + 1).to_be_bytes().to_vec())
+        };
+        for item in snap.range(Cf::Seqs, &lo, &hi, descending) {
+            let (k, v) = item?;
+            let seq = u64::from_be_bytes(k[8..16].try_into().expect("seq keys are 16 bytes"));
+            let id = String::from_utf8(v.to_vec())
+                .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
+            let Some(info) = self.read_info(&snap, &id)? else { continue };
+            let body = if include_docs { self.winner_body(&snap, &info)? } else { None };
+            if f(Change { seq, id, info, body }).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of changes with a sequence above `seq`.
+    pub fn count_changes_after(&self, seq: u64) -> Result<u64> {
+        let lo = seq_key(self.id, seq.saturating_add(1));
+        let hi = (self.id + 1).to_be_bytes();
+        let mut n = 0;
+        for item in self.store.range(Cf::Seqs, &lo, &hi, false) {
+            item?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    // ---- local documents --------------------------------------------------------------
+
+    pub fn local_doc(&self, id: &str) -> Result<Option<LocalDoc>> {
+        match self.store.get(Cf::Local, &self.doc_key(id))? {
+            Some(v) => Ok(Some(writer::decode_local(id, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn scan_local(
+        &self,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        descending: bool,
+        mut f: impl FnMut(LocalDoc) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let snap = self.store.snapshot();
+        let lo = key_in_db(self.id, lower);
+        let hi = match upper {
+            Some(u) => key_in_db(self.id, u),
+            None => (self.id + 1).to_be_bytes().to_vec(),
+        };
+        for item in snap.range(Cf::Local, &lo, &hi, descending) {
+            let (k, v) = item?;
+            let id = String::from_utf8(k[8..].to_vec())
+                .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
+            if f(writer::decode_local(&id, &v)?).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// `_revs_diff`: for each id, the revisions the database lacks and the leaves that could
+    /// be their ancestors.
+    pub fn revs_diff(&self, asked: Vec<(String, Vec<Rev>)>) -> Result<Vec<(String, Vec<Rev>, Vec<Rev>)>> {
+        let snap = self.store.snapshot();
+        let mut out = Vec::new();
+        for (id, revs) in asked {
+            let info = self.read_info(&snap, &id)?;
+            let (missing, ancestors) = match info {
+                None => (revs, Vec::new()),
+                Some(info) => {
+                    let missing = info.tree.missing(&revs);
+                    let anc = info
+                        .tree
+                        .leaves()
+                        .into_iter()
+                        .map(|l| l.rev)
+                        .filter(|l| missing.iter().any(|m| l.pos < m.pos))
+                        .collect();
+                    (missing, anc)
+                }
+            };
+            if !missing.is_empty() {
+                out.push((id, missing, ancestors));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,102 @@
+//! Value formats stored by the document store (see docs/design.md, "Values").
+
+use settee_core::{varint, RevTree};
+use settee_storage::Error as StorageError;
+
+const DOCINFO_V1: u8 = 1;
+const STATS_V1: u8 = 1;
+
+/// What the `docs` family holds per document.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DocInfo {
+    /// The document's latest update sequence (its key in the `seqs` family).
+    pub seq: u64,
+    /// Bytes of the latest body written (the document's share of CouchDB's "external" size).
+    pub body_bytes: u64,
+    pub tree: RevTree,
+}
+
+impl DocInfo {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + 24 * self.tree.len());
+        out.push(DOCINFO_V1);
+        varint::put(&mut out, self.seq);
+        varint::put(&mut out, self.body_bytes);
+        self.tree.encode(&mut out);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
+        let corrupt = || StorageError::Corrupted("document info".into());
+        let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
+        if v != DOCINFO_V1 {
+            return Err(corrupt());
+        }
+        let seq = varint::get(&mut rest).ok_or_else(corrupt)?;
+        let body_bytes = varint::get(&mut rest).ok_or_else(corrupt)?;
+        let tree = RevTree::decode(&mut rest).ok_or_else(corrupt)?;
+        Ok(DocInfo { seq, body_bytes, tree })
+    }
+
+    /// Whether the winning revision is deleted (a document with no live leaf).
+    pub fn is_deleted(&self) -> bool {
+        self.tree.winner().is_none_or(|w| w.deleted)
+    }
+}
+
+/// Per-database counters, rewritten in the same batch as every write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub update_seq: u64,
+    pub doc_count: u64,
+    pub doc_del_count: u64,
+    pub purge_seq: u64,
+    /// Uncompressed bytes of all leaf bodies.
+    pub external: u64,
+    /// Uncompressed bytes of every live key and value of the database.
+    pub active: u64,
+}
+
+impl Stats {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![STATS_V1];
+        for v in [self.update_seq, self.doc_count, self.doc_del_count, self.purge_seq, self.external, self.active] {
+            varint::put(&mut out, v);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
+        let corrupt = || StorageError::Corrupted("database stats".into());
+        let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
+        if v != STATS_V1 {
+            return Err(corrupt());
+        }
+        let mut next = || varint::get(&mut rest).ok_or_else(corrupt);
+        Ok(Stats {
+            update_seq: next()?,
+            doc_count: next()?,
+            doc_del_count: next()?,
+            purge_seq: next()?,
+            external: next()?,
+            active: next()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use settee_core::RevId;
+
+    #[test]
+    fn roundtrips() {
+        let mut tree = RevTree::new();
+        tree.add_path(1, &[RevId::from_bytes(b"x")], false, Some(3));
+        let d = DocInfo { seq: 9, body_bytes: 12, tree };
+        assert_eq!(DocInfo::decode(&d.encode()).unwrap(), d);
+        let s = Stats { update_seq: 1, doc_count: 2, doc_del_count: 3, purge_seq: 4, external: 5, active: 6 };
+        assert_eq!(Stats::decode(&s.encode()).unwrap(), s);
+        assert!(DocInfo::decode(&[9]).is_err());
+    }
+}

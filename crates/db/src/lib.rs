@@ -1,0 +1,19 @@
+//! The document store: the set of databases, one writer per database that coalesces
+//! concurrent updates into one fsynced batch (group commit), and consistent reads
+//! (documents, `_all_docs`, `_changes`, `_revs_diff`, local documents).
+//!
+//! Everything here is blocking: callers on an async runtime run reads on a blocking thread
+//! and await writes through the oneshot reply each write carries.
+
+mod couch;
+mod database;
+mod docinfo;
+mod error;
+mod meta;
+mod writer;
+
+pub use couch::{Config, Couch, DbEvent, DbEventKind};
+pub use database::{AllDocsRow, Change, Database, DbInfo, LocalDoc, OpenDoc, Props};
+pub use docinfo::{DocInfo, Stats};
+pub use error::{Error, Result};
+pub use writer::{LocalUpdate, UpdateResult};

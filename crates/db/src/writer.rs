@@ -1,0 +1,345 @@
+//! The per-database writer. One thread per database drains its queue, applies every
+//! waiting request against an in-memory overlay (so two requests touching one document in
+//! one commit see each other), writes one batch with the WAL fsynced, then acknowledges
+//! all of them. Derived data (the `seqs` entry, counts, sizes, the `_db_updates` event)
+//! is written in the same batch; watchers are notified only after the commit.
+
+use crate::couch::DbEventKind;
+use crate::database::{Database, LocalDoc};
+use crate::docinfo::{DocInfo, Stats};
+use crate::{Error, Result};
+use settee_core::{new_rev_id, varint, ParsedDoc, Rev};
+use settee_storage::{key_in_db, seq_key, Cf, Read};
+use std::collections::HashMap;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// Queue depth per database; a full queue makes submitters wait (backpressure).
+const QUEUE_DEPTH: usize = 256;
+
+pub(crate) enum Job {
+    Docs { docs: Vec<ParsedDoc>, new_edits: bool, reply: oneshot::Sender<Result<Vec<UpdateResult>>> },
+    Local { update: LocalUpdate, reply: oneshot::Sender<Result<u64>> },
+    Purge { revs: Vec<(String, Vec<Rev>)>, reply: oneshot::Sender<Result<Vec<(String, Vec<Rev>)>>> },
+}
+
+impl Job {
+    fn weight(&self) -> usize {
+        match self {
+            Job::Docs { docs, .. } => docs.len(),
+            Job::Local { .. } => 1,
+            Job::Purge { revs, .. } => revs.len(),
+        }
+    }
+}
+
+/// Outcome of one document in an update request. With `new_edits=false` a success has no
+/// `rev` (CouchDB reports only failures then).
+#[derive(Debug)]
+pub enum UpdateResult {
+    Ok { id: String, rev: Option<Rev> },
+    Err { id: String, error: Error },
+}
+
+/// A write to a local document. `rev` is the `N` of `0-N` the client claims to replace.
+#[derive(Clone, Debug)]
+pub struct LocalUpdate {
+    pub id: String,
+    pub rev: Option<u64>,
+    pub deleted: bool,
+    pub body: Vec<u8>,
+}
+
+pub(crate) fn spawn(db: Arc<Database>) -> SyncSender<Job> {
+    let (tx, rx) = sync_channel(QUEUE_DEPTH);
+    std::thread::Builder::new()
+        .name(format!("writer-{}", db.id))
+        .spawn(move || run(db, rx))
+        .expect("spawn writer thread");
+    tx
+}
+
+fn run(db: Arc<Database>, rx: Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut weight = first.weight();
+        let mut jobs = vec![first];
+        while weight < db.config.max_batch_docs {
+            match rx.try_recv() {
+                Ok(job) => {
+                    weight += job.weight();
+                    jobs.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        commit(&db, jobs);
+    }
+}
+
+/// A reply waiting for the commit.
+enum Pending {
+    Docs(oneshot::Sender<Result<Vec<UpdateResult>>>, Vec<UpdateResult>),
+    Local(oneshot::Sender<Result<u64>>, Result<u64>),
+    Purge(oneshot::Sender<Result<Vec<(String, Vec<Rev>)>>>, Vec<(String, Vec<Rev>)>),
+}
+
+impl Pending {
+    fn fail(self, e: &Error) {
+        let err = || Error::Internal(e.to_string());
+        let _ = match self {
+            Pending::Docs(tx, _) => tx.send(Err(err())).map_err(drop),
+            Pending::Local(tx, _) => tx.send(Err(err())).map_err(drop),
+            Pending::Purge(tx, _) => tx.send(Err(err())).map_err(drop),
+        };
+    }
+
+    fn succeed(self) {
+        let _ = match self {
+            Pending::Docs(tx, r) => tx.send(Ok(r)).map_err(drop),
+            Pending::Local(tx, r) => tx.send(r).map_err(drop),
+            Pending::Purge(tx, r) => tx.send(Ok(r)).map_err(drop),
+        };
+    }
+}
+
+fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
+    let alive = db.alive.read().unwrap();
+    let mut pending = Vec::with_capacity(jobs.len());
+    let mut tx = Txn::new(db);
+    for job in jobs {
+        pending.push(match job {
+            Job::Docs { docs, new_edits, reply } => {
+                let results = docs.into_iter().map(|d| tx.update(d, new_edits)).collect();
+                Pending::Docs(reply, results)
+            }
+            Job::Local { update, reply } => Pending::Local(reply, tx.local(update)),
+            Job::Purge { revs, reply } => Pending::Purge(reply, tx.purge(revs)),
+        });
+    }
+    let outcome = if *alive { tx.write() } else { Err(Error::DbNotFound) };
+    match outcome {
+        Ok(()) => pending.into_iter().for_each(Pending::succeed),
+        Err(e) => {
+            tracing::error!(db = %db.name, error = %e, "commit failed");
+            pending.into_iter().for_each(|p| p.fail(&e));
+        }
+    }
+}
+
+/// A document as it was before this commit, and as it is now.
+struct Touched {
+    before: Option<(DocInfo, usize)>,
+    now: Option<DocInfo>,
+}
+
+/// One commit in the making.
+struct Txn<'a> {
+    db: &'a Database,
+    batch: settee_storage::Batch<'a>,
+    stats: Stats,
+    revs_limit: usize,
+    docs: HashMap<String, Touched>,
+    dirty: bool,
+}
+
+fn stored_bytes(id: &str, info: &DocInfo, encoded_len: usize) -> u64 {
+    let id = id.len() as u64;
+    (8 + id + encoded_len as u64) + (16 + id) + (16 + info.body_bytes)
+}
+
+impl<'a> Txn<'a> {
+    fn new(db: &'a Database) -> Self {
+        Txn {
+            db,
+            batch: db.store.batch(),
+            stats: db.stats(),
+            revs_limit: db.props().revs_limit as usize,
+            docs: HashMap::new(),
+            dirty: false,
+        }
+    }
+
+    fn load(&mut self, id: &str) -> Result<Option<DocInfo>> {
+        if let Some(t) = self.docs.get(id) {
+            return Ok(t.now.clone());
+        }
+        let raw = self.db.store.get(Cf::Docs, &key_in_db(self.db.id, id.as_bytes()))?;
+        let before = raw.map(|v| DocInfo::decode(&v).map(|i| (i, v.len()))).transpose()?;
+        let now = before.as_ref().map(|(i, _)| i.clone());
+        self.docs.insert(id.to_string(), Touched { before, now: now.clone() });
+        Ok(now)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.stats.update_seq += 1;
+        self.dirty = true;
+        self.stats.update_seq
+    }
+
+    fn store_body(&mut self, seq: u64, body: &[u8]) {
+        self.batch.put(Cf::Bodies, &seq_key(self.db.id, seq), body);
+    }
+
+    fn free_bodies(&mut self, freed: Vec<u64>) {
+        for b in freed {
+            self.batch.delete(Cf::Bodies, &seq_key(self.db.id, b));
+        }
+    }
+
+    fn update(&mut self, doc: ParsedDoc, new_edits: bool) -> UpdateResult {
+        let id = doc.id.clone().unwrap_or_default();
+        let result = if new_edits { self.edit(&id, doc).map(Some) } else { self.replicate(&id, doc).map(|_| None) };
+        match result {
+            Ok(rev) => UpdateResult::Ok { id, rev },
+            Err(error) => UpdateResult::Err { id, error },
+        }
+    }
+
+    /// An interactive edit: `_rev` must name a leaf (or be absent for a new or deleted doc).
+    fn edit(&mut self, id: &str, doc: ParsedDoc) -> Result<Rev> {
+        let mut info = self.load(id)?.unwrap_or_default();
+        let parent = match (doc.rev(), info.tree.winner()) {
+            (Some(r), Some(_)) if info.tree.leaf(&r).is_some() => Some(r),
+            (Some(_), _) => return Err(Error::Conflict),
+            (None, Some(w)) if w.deleted => Some(w.rev),
+            (None, Some(_)) => return Err(Error::Conflict),
+            (None, None) => None,
+        };
+        let rev = Rev::new(parent.as_ref().map_or(1, |p| p.pos + 1), new_rev_id(parent.as_ref(), doc.deleted, &doc.body));
+        let mut path = vec![rev.id.clone()];
+        path.extend(parent.map(|p| p.id));
+        let seq = self.next_seq();
+        info.tree.add_path(rev.pos, &path, doc.deleted, Some(seq));
+        self.finish_doc(id, info, seq, &doc.body);
+        Ok(rev)
+    }
+
+    /// A replicated revision (`new_edits=false`): merged as given; known revisions are no-ops.
+    fn replicate(&mut self, id: &str, doc: ParsedDoc) -> Result<()> {
+        let (pos, ids) = doc.revs.clone().ok_or_else(|| Error::bad_request("Document is missing _rev or _revisions"))?;
+        let mut info = self.load(id)?.unwrap_or_default();
+        if info.tree.contains(&Rev::new(pos, ids[0].clone())) {
+            return Ok(());
+        }
+        let seq = self.next_seq();
+        info.tree.add_path(pos, &ids, doc.deleted, Some(seq));
+        self.finish_doc(id, info, seq, &doc.body);
+        Ok(())
+    }
+
+    fn finish_doc(&mut self, id: &str, mut info: DocInfo, seq: u64, body: &[u8]) {
+        self.store_body(seq, body);
+        let mut freed = info.tree.prune_bodies();
+        freed.extend(info.tree.stem(self.revs_limit));
+        self.free_bodies(freed);
+        info.seq = seq;
+        info.body_bytes = body.len() as u64;
+        self.docs.get_mut(id).expect("loaded before change").now = Some(info);
+    }
+
+    fn purge(&mut self, revs: Vec<(String, Vec<Rev>)>) -> Vec<(String, Vec<Rev>)> {
+        let mut out = Vec::new();
+        for (id, revs) in revs {
+            let Ok(Some(mut info)) = self.load(&id) else {
+                out.push((id, Vec::new()));
+                continue;
+            };
+            let (gone, freed) = info.tree.purge(&revs);
+            self.free_bodies(freed);
+            if !gone.is_empty() {
+                self.stats.purge_seq += 1;
+                let seq = self.next_seq();
+                info.seq = seq;
+                self.docs.get_mut(&id).expect("loaded").now = (!info.tree.is_empty()).then_some(info);
+            }
+            out.push((id, gone));
+        }
+        out
+    }
+
+    fn local(&mut self, u: LocalUpdate) -> Result<u64> {
+        let key = key_in_db(self.db.id, u.id.as_bytes());
+        let current = self.db.store.get(Cf::Local, &key)?.map(|v| decode_local(&u.id, &v)).transpose()?;
+        let current_rev = current.as_ref().map(|d| d.rev);
+        if u.rev != current_rev && !(u.rev.is_none() && current.is_none()) {
+            return Err(if u.deleted && current.is_none() { Error::NotFound("missing") } else { Error::Conflict });
+        }
+        if u.deleted {
+            self.batch.delete(Cf::Local, &key);
+            return Ok(0);
+        }
+        let rev = current_rev.unwrap_or(0) + 1;
+        let mut v = vec![LOCAL_V1];
+        varint::put(&mut v, rev);
+        v.extend_from_slice(&u.body);
+        self.batch.put(Cf::Local, &key, &v);
+        Ok(rev)
+    }
+
+    fn write(mut self) -> Result<()> {
+        if self.batch.is_empty() && !self.dirty {
+            return Ok(());
+        }
+        let dbid = self.db.id;
+        let mut stats = self.stats;
+        for (id, t) in &self.docs {
+            let before = t.before.as_ref();
+            if before.map(|(b, _)| b) == t.now.as_ref() {
+                continue;
+            }
+            if let Some((b, len)) = before {
+                remove_counts(&mut stats, id, b, *len);
+                if t.now.as_ref().map(|n| n.seq) != Some(b.seq) {
+                    self.batch.delete(Cf::Seqs, &seq_key(dbid, b.seq));
+                }
+            }
+            let key = key_in_db(dbid, id.as_bytes());
+            let Some(now) = &t.now else {
+                self.batch.delete(Cf::Docs, &key);
+                continue;
+            };
+            let encoded = now.encode();
+            if now.is_deleted() {
+                stats.doc_del_count += 1;
+            } else {
+                stats.doc_count += 1;
+            }
+            stats.external += now.body_bytes;
+            stats.active += stored_bytes(id, now, encoded.len());
+            self.batch.put(Cf::Docs, &key, &encoded);
+            self.batch.put(Cf::Seqs, &seq_key(dbid, now.seq), id.as_bytes());
+        }
+        self.batch.put(Cf::Meta, &crate::meta::stats_key(dbid), &stats.encode());
+        let event = self.dirty.then(|| self.db.events.record(&mut self.batch, &self.db.name, DbEventKind::Updated));
+        self.db.store.write(self.batch, true)?;
+        *self.db.stats.lock().unwrap() = stats;
+        self.db.seq_tx.send_replace(stats.update_seq);
+        if let Some(seq) = event {
+            self.db.events.published(seq);
+        }
+        Ok(())
+    }
+}
+
+fn remove_counts(stats: &mut Stats, id: &str, before: &DocInfo, encoded_len: usize) {
+    if before.is_deleted() {
+        stats.doc_del_count -= 1;
+    } else {
+        stats.doc_count -= 1;
+    }
+    stats.external = stats.external.saturating_sub(before.body_bytes);
+    stats.active = stats.active.saturating_sub(stored_bytes(id, before, encoded_len));
+}
+
+const LOCAL_V1: u8 = 1;
+
+pub(crate) fn decode_local(id: &str, v: &[u8]) -> Result<LocalDoc> {
+    let corrupt = || Error::Storage(settee_storage::Error::Corrupted("local document".into()));
+    let (&ver, mut rest) = v.split_first().ok_or_else(corrupt)?;
+    if ver != LOCAL_V1 {
+        return Err(corrupt());
+    }
+    let rev = varint::get(&mut rest).ok_or_else(corrupt)?;
+    Ok(LocalDoc { id: id.to_string(), rev, body: rest.to_vec() })
+}

@@ -1,0 +1,219 @@
+use crate::{Cf, Error, Result};
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IteratorMode, Options, ReadOptions,
+    WriteBatch, WriteOptions, DB,
+};
+use std::path::Path;
+
+/// Tuning knobs; the defaults suit a 2-core, few-GiB machine.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    pub block_cache_bytes: usize,
+    pub write_buffer_bytes: usize,
+    pub background_jobs: i32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { block_cache_bytes: 256 << 20, write_buffer_bytes: 64 << 20, background_jobs: 4 }
+    }
+}
+
+pub struct Store {
+    db: DB,
+}
+
+fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
+    let mut table = BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_format_version(6);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    let mut o = Options::default();
+    match cf {
+        // Random point lookups by document id: bloom filters pay for themselves.
+        Cf::Docs | Cf::Local | Cf::Meta => {
+            table.set_bloom_filter(10.0, false);
+            table.set_block_size(16 << 10);
+        }
+        // Append-mostly, read by range or by exact sequential key: big blocks compress best.
+        Cf::Seqs | Cf::Bodies => {
+            table.set_block_size(32 << 10);
+        }
+    }
+    o.set_block_based_table_factory(&table);
+    o.set_compression_type(DBCompressionType::Zstd);
+    o.set_bottommost_compression_type(DBCompressionType::Zstd);
+    o.set_write_buffer_size(opts.write_buffer_bytes);
+    o.set_level_compaction_dynamic_level_bytes(true);
+    o
+}
+
+impl Store {
+    pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store> {
+        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(opts.background_jobs);
+        db_opts.set_bytes_per_sync(1 << 20);
+        db_opts.set_keep_log_file_num(5);
+        db_opts.set_max_total_wal_size(256 << 20);
+        let cfs = Cf::ALL.iter().map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
+        let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
+        Ok(Store { db })
+    }
+
+    fn handle(&self, cf: Cf) -> &rocksdb::ColumnFamily {
+        self.db.cf_handle(cf.name()).expect("every column family is created at open")
+    }
+
+    pub fn batch(&self) -> Batch<'_> {
+        Batch { store: self, wb: WriteBatch::default() }
+    }
+
+    /// Writes a batch atomically; with `sync` the WAL is fsynced before returning.
+    pub fn write(&self, batch: Batch<'_>, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(batch.wb, &wo)?;
+        Ok(())
+    }
+
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot { store: self, snap: self.db.snapshot() }
+    }
+
+    /// On-disk bytes (after compression) of keys in `[start, end)` of `cf`.
+    pub fn approximate_size(&self, cf: Cf, start: &[u8], end: &[u8]) -> u64 {
+        let range = rocksdb::Range::new(start, end);
+        self.db.get_approximate_sizes_cf(self.handle(cf), &[range])[0]
+    }
+
+    /// Bytes held in memtables (written, in the WAL, not yet flushed to tables).
+    pub fn memtable_bytes(&self) -> u64 {
+        Cf::ALL
+            .iter()
+            .filter_map(|&cf| self.db.property_int_value_cf(self.handle(cf), "rocksdb.cur-size-all-mem-tables").ok().flatten())
+            .sum()
+    }
+
+    /// Compacts `[start, end)` of `cf`, reclaiming space of deleted keys.
+    pub fn compact_range(&self, cf: Cf, start: &[u8], end: &[u8]) {
+        self.db.compact_range_cf(self.handle(cf), Some(start), Some(end));
+    }
+
+    /// Fsyncs the WAL (anything written without `sync` becomes durable).
+    pub fn sync_wal(&self) -> Result<()> {
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+
+    fn read_opts(upper: &[u8]) -> ReadOptions {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(upper.to_vec());
+        ro
+    }
+}
+
+/// Point and range reads, from the latest state ([`Store`]) or a fixed point ([`Snapshot`]).
+pub trait Read {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    fn multi_get(&self, cf: Cf, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>>;
+    /// Entries with `lower <= key < upper`, ascending, or descending when `reverse`
+    /// (starting from the last key below `upper`).
+    fn range(&self, cf: Cf, lower: &[u8], upper: &[u8], reverse: bool) -> RangeIter<'_>;
+}
+
+pub type RangeIter<'a> = Box<dyn Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + 'a>;
+
+fn collect_multi(results: Vec<std::result::Result<Option<Vec<u8>>, rocksdb::Error>>) -> Result<Vec<Option<Vec<u8>>>> {
+    results.into_iter().map(|r| r.map_err(Error::from)).collect()
+}
+
+fn bounded<'a>(
+    iter: rocksdb::DBIteratorWithThreadMode<'a, DB>,
+    lower: &[u8],
+    reverse: bool,
+) -> RangeIter<'a> {
+    let lower = lower.to_vec();
+    Box::new(
+        iter.map(|r| r.map_err(Error::from))
+            .take_while(move |r| !reverse || r.as_ref().map_or(true, |(k, _)| k.as_ref() >= lower.as_slice())),
+    )
+}
+
+fn mode<'a>(lower: &'a [u8], reverse: bool) -> IteratorMode<'a> {
+    if reverse {
+        IteratorMode::End
+    } else {
+        IteratorMode::From(lower, rocksdb::Direction::Forward)
+    }
+}
+
+impl Read for Store {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_pinned_cf(self.handle(cf), key)?.map(|v| v.to_vec()))
+    }
+
+    fn multi_get(&self, cf: Cf, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let h = self.handle(cf);
+        collect_multi(self.db.multi_get_cf(keys.iter().map(|k| (h, k))))
+    }
+
+    fn range(&self, cf: Cf, lower: &[u8], upper: &[u8], reverse: bool) -> RangeIter<'_> {
+        let mut ro = Store::read_opts(upper);
+        ro.set_iterate_lower_bound(lower.to_vec());
+        bounded(self.db.iterator_cf_opt(self.handle(cf), ro, mode(lower, reverse)), lower, reverse)
+    }
+}
+
+pub struct Snapshot<'a> {
+    store: &'a Store,
+    snap: rocksdb::SnapshotWithThreadMode<'a, DB>,
+}
+
+impl Read for Snapshot<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.snap.get_pinned_cf(self.store.handle(cf), key)?.map(|v| v.to_vec()))
+    }
+
+    fn multi_get(&self, cf: Cf, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let h = self.store.handle(cf);
+        collect_multi(self.snap.multi_get_cf(keys.iter().map(|k| (h, k))))
+    }
+
+    fn range(&self, cf: Cf, lower: &[u8], upper: &[u8], reverse: bool) -> RangeIter<'_> {
+        let mut ro = Store::read_opts(upper);
+        ro.set_iterate_lower_bound(lower.to_vec());
+        bounded(self.snap.iterator_cf_opt(self.store.handle(cf), ro, mode(lower, reverse)), lower, reverse)
+    }
+}
+
+/// An atomic group of writes.
+pub struct Batch<'a> {
+    store: &'a Store,
+    wb: WriteBatch,
+}
+
+impl Batch<'_> {
+    pub fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        self.wb.put_cf(self.store.handle(cf), key, value);
+    }
+
+    pub fn delete(&mut self, cf: Cf, key: &[u8]) {
+        self.wb.delete_cf(self.store.handle(cf), key);
+    }
+
+    pub fn delete_range(&mut self, cf: Cf, start: &[u8], end: &[u8]) {
+        self.wb.delete_range_cf(self.store.handle(cf), start, end);
+    }
+
+    pub fn len(&self) -> usize {
+        self.wb.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.wb.is_empty()
+    }
+}

@@ -1,0 +1,88 @@
+//! Storage conformance: what the rest of Settee relies on from the storage seam.
+
+use settee_storage::{db_range, key_in_db, seq_key, Cf, Read, Store, StoreOptions};
+
+fn open() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn batches_are_atomic_and_visible_after_write() {
+    let (_d, s) = open();
+    let mut b = s.batch();
+    b.put(Cf::Docs, &key_in_db(1, b"a"), b"1");
+    b.put(Cf::Seqs, &seq_key(1, 1), b"a");
+    assert_eq!(s.get(Cf::Docs, &key_in_db(1, b"a")).unwrap(), None);
+    s.write(b, true).unwrap();
+    assert_eq!(s.get(Cf::Docs, &key_in_db(1, b"a")).unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.get(Cf::Seqs, &seq_key(1, 1)).unwrap().as_deref(), Some(&b"a"[..]));
+}
+
+#[test]
+fn ranges_stay_inside_bounds_both_ways() {
+    let (_d, s) = open();
+    let mut b = s.batch();
+    for db in 1..=3u64 {
+        for seq in 1..=5u64 {
+            b.put(Cf::Seqs, &seq_key(db, seq), &[db as u8, seq as u8]);
+        }
+    }
+    s.write(b, false).unwrap();
+    let (lo, hi) = db_range(2);
+    let fwd: Vec<_> = s.range(Cf::Seqs, &lo, &hi, false).map(|r| r.unwrap().1.to_vec()).collect();
+    assert_eq!(fwd, (1..=5).map(|q| vec![2u8, q]).collect::<Vec<_>>());
+    let rev: Vec<_> = s.range(Cf::Seqs, &lo, &hi, true).map(|r| r.unwrap().1.to_vec()).collect();
+    assert_eq!(rev, (1..=5).rev().map(|q| vec![2u8, q]).collect::<Vec<_>>());
+    let mid: Vec<_> = s.range(Cf::Seqs, &seq_key(2, 3), &hi, false).map(|r| r.unwrap().1.to_vec()).collect();
+    assert_eq!(mid.len(), 3);
+}
+
+#[test]
+fn snapshots_do_not_see_later_writes() {
+    let (_d, s) = open();
+    let mut b = s.batch();
+    b.put(Cf::Docs, &key_in_db(1, b"a"), b"old");
+    s.write(b, false).unwrap();
+    let snap = s.snapshot();
+    let mut b = s.batch();
+    b.put(Cf::Docs, &key_in_db(1, b"a"), b"new");
+    b.put(Cf::Docs, &key_in_db(1, b"b"), b"new");
+    s.write(b, false).unwrap();
+    assert_eq!(snap.get(Cf::Docs, &key_in_db(1, b"a")).unwrap().as_deref(), Some(&b"old"[..]));
+    let (lo, hi) = db_range(1);
+    assert_eq!(snap.range(Cf::Docs, &lo, &hi, false).count(), 1);
+    assert_eq!(s.range(Cf::Docs, &lo, &hi, false).count(), 2);
+    let got = snap.multi_get(Cf::Docs, &[key_in_db(1, b"a"), key_in_db(1, b"b")]).unwrap();
+    assert_eq!(got, vec![Some(b"old".to_vec()), None]);
+}
+
+#[test]
+fn range_delete_empties_one_database_only() {
+    let (_d, s) = open();
+    let mut b = s.batch();
+    for db in 1..=2u64 {
+        b.put(Cf::Docs, &key_in_db(db, b"x"), b"v");
+    }
+    s.write(b, false).unwrap();
+    let (lo, hi) = db_range(1);
+    let mut b = s.batch();
+    b.delete_range(Cf::Docs, &lo, &hi);
+    s.write(b, true).unwrap();
+    assert_eq!(s.get(Cf::Docs, &key_in_db(1, b"x")).unwrap(), None);
+    assert!(s.get(Cf::Docs, &key_in_db(2, b"x")).unwrap().is_some());
+}
+
+#[test]
+fn data_survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut b = s.batch();
+        b.put(Cf::Meta, b"k", b"v");
+        s.write(b, true).unwrap();
+    }
+    let s = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+    assert_eq!(s.get(Cf::Meta, b"k").unwrap().as_deref(), Some(&b"v"[..]));
+}
