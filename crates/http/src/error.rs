@@ -1,0 +1,108 @@
+//! The one error table: every failure becomes CouchDB's `{"error","reason"}` here.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use settee_db::Error as DbError;
+
+#[derive(Debug)]
+pub enum ApiError {
+    Db(DbError),
+    Core(settee_core::Error),
+    BadRequest(String),
+    QueryParse(String),
+    NotFound(String),
+    Unauthorized(&'static str),
+    Forbidden(String),
+    MethodNotAllowed(&'static str),
+    BadContentType(&'static str),
+    NotAcceptable(String),
+    PreconditionFailed(String),
+    TooLarge,
+    NotImplemented(String),
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> Self {
+        ApiError::Db(e)
+    }
+}
+
+impl From<settee_core::Error> for ApiError {
+    fn from(e: settee_core::Error) -> Self {
+        ApiError::Core(e)
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn bad_request(reason: impl Into<String>) -> Self {
+        ApiError::BadRequest(reason.into())
+    }
+
+    /// `(status, error, reason)` as CouchDB 3 reports them.
+    pub fn parts(&self) -> (StatusCode, &'static str, String) {
+        use settee_core::Error as C;
+        use StatusCode as S;
+        match self {
+            ApiError::Db(e) => match e {
+                DbError::Core(c) => ApiError::Core(c.clone()).parts(),
+                DbError::NotFound(r) => (S::NOT_FOUND, "not_found", r.to_string()),
+                DbError::DbNotFound => (S::NOT_FOUND, "not_found", "Database does not exist.".into()),
+                DbError::DbExists => (
+                    S::PRECONDITION_FAILED,
+                    "file_exists",
+                    "The database could not be created, the file already exists.".into(),
+                ),
+                DbError::Conflict => (S::CONFLICT, "conflict", "Document update conflict.".into()),
+                DbError::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
+                DbError::DocTooLarge(id) => (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone()),
+                DbError::Storage(_) | DbError::Internal(_) => {
+                    (S::INTERNAL_SERVER_ERROR, "internal_server_error", "An internal error occurred.".into())
+                }
+            },
+            ApiError::Core(c) => match c {
+                C::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
+                C::IllegalDocId(r) => (S::BAD_REQUEST, "illegal_docid", r.clone()),
+                C::DocValidation(r) => (S::BAD_REQUEST, "doc_validation", r.clone()),
+                C::IllegalDbName(r) => (S::BAD_REQUEST, "illegal_database_name", r.clone()),
+                C::DocTooLarge(id) => (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone()),
+            },
+            ApiError::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
+            ApiError::QueryParse(r) => (S::BAD_REQUEST, "query_parse_error", r.clone()),
+            ApiError::NotFound(r) => (S::NOT_FOUND, "not_found", r.clone()),
+            ApiError::Unauthorized(r) => (S::UNAUTHORIZED, "unauthorized", r.to_string()),
+            ApiError::Forbidden(r) => (S::FORBIDDEN, "forbidden", r.clone()),
+            ApiError::MethodNotAllowed(allow) => {
+                (S::METHOD_NOT_ALLOWED, "method_not_allowed", format!("Only {allow} allowed"))
+            }
+            ApiError::BadContentType(r) => (S::UNSUPPORTED_MEDIA_TYPE, "bad_content_type", r.to_string()),
+            ApiError::NotAcceptable(r) => (S::NOT_ACCEPTABLE, "not_acceptable", r.clone()),
+            ApiError::PreconditionFailed(r) => (S::PRECONDITION_FAILED, "precondition_failed", r.clone()),
+            ApiError::TooLarge => (S::PAYLOAD_TOO_LARGE, "too_large", "the request entity is too large".into()),
+            ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
+        }
+    }
+
+    /// The JSON body alone, for per-item errors inside a 200/201 response.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (_, error, reason) = self.parts();
+        json!({"error": error, "reason": reason})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error, reason) = self.parts();
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = ?self, "internal error");
+        }
+        let body = serde_json::to_vec(&json!({"error": error, "reason": reason})).expect("json");
+        let mut resp = crate::reply::json_bytes(status, body);
+        if let ApiError::MethodNotAllowed(allow) = self {
+            resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        resp
+    }
+}

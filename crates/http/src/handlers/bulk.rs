@@ -1,0 +1,220 @@
+//! `_bulk_docs`, `_bulk_get`, `_purge`, `_revs_diff` and `_missing_revs`.
+
+use super::{allow, await_write, blocking};
+use crate::error::{ApiError, ApiResult};
+use crate::render::{doc_json, DocOpts};
+use crate::reply::{json, json_bytes};
+use crate::req::require_json;
+use crate::{AppState, Req};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{json, Map, Value};
+use settee_core::{parse_doc, validate_doc_id, DocKind, Rev};
+use settee_db::{Database, LocalUpdate, UpdateResult};
+use std::sync::Arc;
+
+fn error_entry(id: &str, e: ApiError) -> Value {
+    let (_, error, reason) = e.parts();
+    json!({"id": id, "error": error, "reason": reason})
+}
+
+pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    let body = req.json().await?;
+    let Value::Object(mut body) = body else {
+        return Err(ApiError::bad_request("Request body must be a JSON object"));
+    };
+    let new_edits = match body.get("new_edits") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(ApiError::bad_request("`new_edits` parameter must be a boolean.")),
+    };
+    if body.get("all_or_nothing") == Some(&Value::Bool(true)) {
+        return Err(ApiError::NotImplemented("all_or_nothing is not supported".into()));
+    }
+    let Some(Value::Array(raw)) = body.remove("docs") else {
+        return Err(ApiError::bad_request("POST body must include `docs` parameter."));
+    };
+    // Local documents are written apart; remember their places to keep results in order.
+    let mut docs = Vec::with_capacity(raw.len());
+    let mut locals = Vec::new();
+    for (i, v) in raw.into_iter().enumerate() {
+        let local_id = v.get("_id").and_then(Value::as_str).filter(|id| id.starts_with("_local/")).map(str::to_string);
+        if let Some(id) = local_id {
+            locals.push((i, id, v));
+            continue;
+        }
+        let mut d = parse_doc(v)?;
+        let id = match d.id.take() {
+            Some(id) => id,
+            None if new_edits => state.next_uuid(),
+            None => return Err(ApiError::bad_request("Document must have an _id with new_edits=false")),
+        };
+        validate_doc_id(&id)?;
+        d.id = Some(id);
+        docs.push(d);
+    }
+    let results = if docs.is_empty() { Vec::new() } else { await_write(db.update_docs(docs, new_edits)?).await? };
+    let mut out: Vec<Value> = results
+        .into_iter()
+        .filter_map(|r| match r {
+            UpdateResult::Ok { id, rev: Some(rev) } => Some(json!({"ok": true, "id": id, "rev": rev.to_string()})),
+            UpdateResult::Ok { rev: None, .. } => None,
+            UpdateResult::Err { id, error } => Some(error_entry(&id, error.into())),
+        })
+        .collect();
+    for (i, id, v) in locals {
+        let entry = match write_local(&db, &id, v).await {
+            Ok(rev) => json!({"ok": true, "id": id, "rev": format!("0-{rev}")}),
+            Err(e) => error_entry(&id, e),
+        };
+        if new_edits || entry.get("error").is_some() {
+            out.insert(i.min(out.len()), entry);
+        }
+    }
+    Ok(json(StatusCode::CREATED, &Value::Array(out)))
+}
+
+async fn write_local(db: &Arc<Database>, id: &str, mut v: Value) -> ApiResult<u64> {
+    let rev = match v.as_object_mut().and_then(|o| o.shift_remove("_rev")) {
+        Some(Value::String(s)) => Some(s.strip_prefix("0-").and_then(|n| n.parse().ok()).ok_or_else(|| ApiError::bad_request("Invalid rev format"))?),
+        Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
+        None => None,
+    };
+    let d = parse_doc(v)?;
+    let update = LocalUpdate { id: id.to_string(), rev, deleted: d.deleted, body: d.body };
+    await_write(db.update_local(update)?).await
+}
+
+pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    let opts = DocOpts { revs: req.params.flag("revs")?, ..Default::default() };
+    let latest = req.params.flag("latest")?;
+    for k in ["attachments", "att_encoding_info"] {
+        req.params.bool(k)?;
+    }
+    let body = req.json().await?;
+    let items = body
+        .get("docs")
+        .and_then(Value::as_array)
+        .cloned()
+        .ok_or_else(|| ApiError::bad_request("Missing JSON list of 'docs'."))?;
+    let out = blocking(move || {
+        let mut out = b"{\"results\":[".to_vec();
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(&bulk_get_one(&db, item, &opts, latest)?);
+        }
+        out.extend_from_slice(b"]}");
+        Ok(out)
+    })
+    .await?;
+    Ok(json_bytes(StatusCode::OK, out))
+}
+
+fn bulk_get_one(db: &Database, item: &Value, opts: &DocOpts, latest: bool) -> ApiResult<Vec<u8>> {
+    let id = item.get("id").and_then(Value::as_str);
+    let rev_str = item.get("rev").and_then(Value::as_str);
+    let err = |error: &str, reason: &str| {
+        json!({"id": id.unwrap_or(""), "docs": [{"error": {"id": id.unwrap_or(""), "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}}]})
+    };
+    let Some(id) = id else {
+        return Ok(serde_json::to_vec(&err("illegal_docid", "Document id must be a string")).expect("json"));
+    };
+    let rev = match rev_str.map(Rev::parse).transpose() {
+        Ok(r) => r,
+        Err(_) => return Ok(serde_json::to_vec(&err("bad_request", "Invalid rev format")).expect("json")),
+    };
+    let found = match &rev {
+        Some(r) if latest => db.open_doc(id, Some(r)).and_then(|d| {
+            let newest = d.info.tree.leaves().into_iter().map(|l| l.rev).filter(|l| {
+                l.pos >= r.pos && d.info.tree.ancestry(l).get((l.pos - r.pos) as usize) == Some(&r.id)
+            }).max();
+            match newest {
+                Some(n) if &n != r => db.open_doc(id, Some(&n)),
+                _ => Ok(d),
+            }
+        }),
+        r => db.open_doc(id, r.as_ref()),
+    };
+    let doc_part = match found {
+        Ok(d) => {
+            let mut v = b"{\"ok\":".to_vec();
+            v.extend_from_slice(&doc_json(&d, opts));
+            v.push(b'}');
+            v
+        }
+        Err(e) => {
+            let (_, error, reason) = ApiError::from(e).parts();
+            serde_json::to_vec(&json!({"error": {"id": id, "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}})).expect("json")
+        }
+    };
+    let mut out = serde_json::to_vec(&json!({"id": id})).expect("json");
+    out.pop();
+    out.extend_from_slice(b",\"docs\":[");
+    out.extend_from_slice(&doc_part);
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// `{"docid": ["rev", ...]}` → pairs, with CouchDB's errors for other shapes.
+fn id_revs(body: &Value) -> ApiResult<Vec<(String, Vec<Rev>)>> {
+    let obj: &Map<String, Value> = body.as_object().ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
+    obj.iter()
+        .map(|(id, revs)| {
+            let list = revs.as_array().ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
+            let revs = list
+                .iter()
+                .map(|r| r.as_str().ok_or_else(|| ApiError::bad_request("Invalid rev format")).and_then(|s| Ok(Rev::parse(s)?)))
+                .collect::<ApiResult<Vec<Rev>>>()?;
+            Ok((id.clone(), revs))
+        })
+        .collect()
+}
+
+pub async fn revs_diff(db: Arc<Database>, mut req: Req, missing_revs_shape: bool) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    let body = req.json().await?;
+    let asked = id_revs(&body)?;
+    let diff = blocking(move || Ok(db.revs_diff(asked)?)).await?;
+    let strs = |revs: &[Rev]| revs.iter().map(|r| r.to_string()).collect::<Vec<_>>();
+    let mut out = Map::new();
+    for (id, missing, ancestors) in diff {
+        let v = if missing_revs_shape {
+            json!(strs(&missing))
+        } else if ancestors.is_empty() {
+            json!({"missing": strs(&missing)})
+        } else {
+            json!({"missing": strs(&missing), "possible_ancestors": strs(&ancestors)})
+        };
+        out.insert(id, v);
+    }
+    let body = if missing_revs_shape { json!({"missing_revs": out}) } else { Value::Object(out) };
+    Ok(json(StatusCode::OK, &body))
+}
+
+pub async fn purge(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    let body = req.json().await?;
+    let asked = id_revs(&body)?;
+    if asked.len() > 100 {
+        return Err(ApiError::bad_request("Exceeded maximum number of documents."));
+    }
+    for (id, _) in &asked {
+        if DocKind::of(id) == DocKind::Local {
+            return Err(ApiError::bad_request("Local documents cannot be purged"));
+        }
+    }
+    let purged = await_write(db.purge(asked)?).await?;
+    let mut out = Map::new();
+    for (id, revs) in purged {
+        out.insert(id, json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()));
+    }
+    Ok(json(StatusCode::CREATED, &json!({"purge_seq": null, "purged": out})))
+}

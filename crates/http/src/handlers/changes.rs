@@ -1,0 +1,381 @@
+//! `_changes` (normal, longpoll, continuous, eventsource) and `_db_updates`.
+
+use super::{allow, blocking};
+use crate::error::{ApiError, ApiResult};
+use crate::render::{doc_json, seq, DocOpts};
+use crate::reply::{json_bytes, stream, stream_async, JSON};
+use crate::req::Params;
+use crate::{AppState, Req};
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use settee_core::{parse_seq, SeqArg};
+use settee_db::{Change, Database, OpenDoc};
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Feed {
+    Normal,
+    Longpoll,
+    Continuous,
+    EventSource,
+}
+
+impl Feed {
+    fn parse(p: &Params) -> ApiResult<Feed> {
+        Ok(match p.get("feed").unwrap_or("normal") {
+            "normal" => Feed::Normal,
+            "longpoll" => Feed::Longpoll,
+            "continuous" => Feed::Continuous,
+            "eventsource" => Feed::EventSource,
+            other => return Err(ApiError::bad_request(format!("Supported `feed` types: normal, continuous, live, longpoll, eventsource (got {other})"))),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Filter {
+    None,
+    DocIds(HashSet<String>),
+    Design,
+}
+
+#[derive(Clone, Debug)]
+struct Opts {
+    feed: Feed,
+    since: SeqArg,
+    limit: Option<u64>,
+    descending: bool,
+    include_docs: bool,
+    all_docs_style: bool,
+    conflicts: bool,
+    heartbeat: Option<Duration>,
+    timeout: Duration,
+    seq_interval: Option<u64>,
+    filter: Filter,
+}
+
+fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
+    Ok(p.uint(k)?.map(Duration::from_millis))
+}
+
+fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
+    let list = v.as_array().ok_or_else(|| ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids."))?;
+    list.iter()
+        .map(|i| i.as_str().map(str::to_string).ok_or_else(|| ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.")))
+        .collect()
+}
+
+impl Opts {
+    fn parse(p: &Params, body: Option<&Value>) -> ApiResult<Opts> {
+        for k in ["attachments", "att_encoding_info"] {
+            p.bool(k)?;
+        }
+        let heartbeat = match p.get("heartbeat") {
+            None => None,
+            Some("true") => Some(Duration::from_millis(60_000)),
+            Some(_) => millis(p, "heartbeat")?,
+        };
+        let style = p.get("style").unwrap_or("main_only");
+        if !["main_only", "all_docs"].contains(&style) {
+            return Err(ApiError::bad_request("Invalid `style` parameter: use main_only or all_docs"));
+        }
+        let filter = match p.get("filter") {
+            None => Filter::None,
+            Some("_doc_ids") => {
+                let from_body = body.and_then(|b| b.get("doc_ids"));
+                let ids = match (from_body, p.json("doc_ids")?) {
+                    (Some(v), _) => doc_ids(v)?,
+                    (None, Some(v)) => doc_ids(&v)?,
+                    (None, None) => return Err(ApiError::bad_request("filter=_doc_ids needs a `doc_ids` list")),
+                };
+                Filter::DocIds(ids)
+            }
+            Some("_design") => Filter::Design,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "filter `{other}` is not supported by this Settee version (only _doc_ids and _design are)"
+                )))
+            }
+        };
+        Ok(Opts {
+            feed: Feed::parse(p)?,
+            since: match p.get("since") {
+                Some(s) => parse_seq(s)?,
+                None => SeqArg::Seq(0),
+            },
+            limit: p.uint("limit")?,
+            descending: p.flag("descending")?,
+            include_docs: p.flag("include_docs")?,
+            all_docs_style: style == "all_docs",
+            conflicts: p.flag("conflicts")?,
+            heartbeat,
+            timeout: millis(p, "timeout")?.unwrap_or(Duration::from_millis(60_000)),
+            seq_interval: p.uint("seq_interval")?.filter(|n| *n > 0),
+            filter,
+        })
+    }
+
+    fn keep(&self, c: &Change) -> bool {
+        match &self.filter {
+            Filter::None => true,
+            Filter::DocIds(ids) => ids.contains(&c.id),
+            Filter::Design => c.id.starts_with("_design/"),
+        }
+    }
+}
+
+fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
+    let winner = c.info.tree.winner().expect("stored docs have a winner");
+    let revs: Vec<Value> = if o.all_docs_style {
+        c.info.tree.leaves().iter().map(|l| json!({"rev": l.rev.to_string()})).collect()
+    } else {
+        vec![json!({"rev": winner.rev.to_string()})]
+    };
+    let mut row = json!({"seq": if show_seq { seq(c.seq) } else { Value::Null }, "id": c.id, "changes": revs});
+    if winner.deleted {
+        row["deleted"] = json!(true);
+    }
+    let mut out = serde_json::to_vec(&row).expect("json");
+    if o.include_docs {
+        out.pop();
+        out.extend_from_slice(b",\"doc\":");
+        match &c.body {
+            Some(body) => {
+                let doc = OpenDoc { id: c.id.clone(), rev: winner.rev, deleted: winner.deleted, body: body.clone(), info: c.info.clone() };
+                out.extend_from_slice(&doc_json(&doc, &DocOpts { conflicts: o.conflicts, ..Default::default() }));
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        out.push(b'}');
+    }
+    out
+}
+
+/// Reads matching changes after `since`, calling `row` for each until it breaks or `limit`
+/// is reached. Returns the last sequence seen and the number of rows sent.
+fn scan(db: &Database, o: &Opts, since: u64, limit: u64, row: &mut dyn FnMut(u64, Vec<u8>) -> bool) -> ApiResult<(u64, u64)> {
+    let mut last = since;
+    let mut sent = 0u64;
+    db.changes(since, o.descending, o.include_docs, |c| {
+        if sent >= limit {
+            return ControlFlow::Break(());
+        }
+        last = c.seq;
+        if !o.keep(&c) {
+            return ControlFlow::Continue(());
+        }
+        sent += 1;
+        let show = o.seq_interval.is_none_or(|n| sent % n == 0);
+        if row(c.seq, render_change(&c, o, show)) { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }
+    })?;
+    Ok((last, sent))
+}
+
+fn start_seq(db: &Database, o: &Opts) -> u64 {
+    match o.since {
+        SeqArg::Now => db.update_seq(),
+        SeqArg::Seq(_) if o.descending => u64::MAX - 1,
+        SeqArg::Seq(n) => n,
+    }
+}
+
+/// A whole normal/longpoll response body from `since`.
+fn normal_body(db: &Database, o: &Opts, since: u64, out: &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> {
+    out(b"{\"results\":[\n");
+    let mut first = true;
+    let (mut last, _) = scan(db, o, since, o.limit.unwrap_or(u64::MAX), &mut |_, row| {
+        let ok = out(if first { b"" } else { b",\n" }) && out(&row);
+        first = false;
+        ok
+    })?;
+    if o.descending && first {
+        last = db.update_seq();
+    }
+    let pending = if o.descending { 0 } else { db.count_changes_after(last)? };
+    let tail = format!("\n],\n\"last_seq\":{},\"pending\":{pending}}}\n", seq(last.min(db.update_seq())));
+    out(tail.as_bytes());
+    Ok(())
+}
+
+pub async fn changes(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD,POST")?;
+    let body = if req.method == "POST" {
+        let b = req.bytes().await?;
+        if b.is_empty() { None } else { Some(crate::req::parse_json(&b)?) }
+    } else {
+        None
+    };
+    if body.as_ref().is_some_and(|b| b.get("selector").is_some()) {
+        return Err(ApiError::bad_request("selector filters are not supported by this Settee version"));
+    }
+    let o = Opts::parse(&req.params, body.as_ref())?;
+    match o.feed {
+        Feed::Normal => {
+            let since = start_seq(&db, &o);
+            Ok(stream(JSON, move |sink| normal_body(&db, &o, since, &mut |b| sink.write(b))).await)
+        }
+        Feed::Longpoll => longpoll(db, o).await,
+        Feed::Continuous | Feed::EventSource => Ok(continuous(db, o)),
+    }
+}
+
+/// Waits for the sequence to move past `seen`, up to `wait`. False on timeout.
+async fn wait_past(rx: &mut watch::Receiver<u64>, seen: u64, wait: Duration) -> bool {
+    let moved = rx.wait_for(|s| *s > seen);
+    matches!(tokio::time::timeout(wait, moved).await, Ok(Ok(_)))
+}
+
+async fn has_match(db: &Arc<Database>, o: &Opts, since: u64) -> ApiResult<bool> {
+    let (db, o) = (db.clone(), o.clone());
+    blocking(move || Ok(scan(&db, &o, since, 1, &mut |_, _| true)?.1 > 0)).await
+}
+
+async fn longpoll(db: Arc<Database>, o: Opts) -> ApiResult<Response> {
+    let mut rx = db.watch_seq();
+    let since = start_seq(&db, &o);
+    let deadline = tokio::time::Instant::now() + o.timeout;
+    if !o.descending {
+        loop {
+            let seen = *rx.borrow_and_update();
+            if has_match(&db, &o, since).await? {
+                break;
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !wait_past(&mut rx, seen, left).await {
+                break;
+            }
+        }
+    }
+    let body = blocking(move || {
+        let mut out = Vec::new();
+        normal_body(&db, &o, since, &mut |b| {
+            out.extend_from_slice(b);
+            true
+        })?;
+        Ok(out)
+    })
+    .await?;
+    Ok(json_bytes(StatusCode::OK, body))
+}
+
+fn continuous(db: Arc<Database>, o: Opts) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let eventsource = o.feed == Feed::EventSource;
+    tokio::spawn(async move {
+        let mut seen_rx = db.watch_seq();
+        let mut since = start_seq(&db, &o);
+        let mut left = o.limit.unwrap_or(u64::MAX);
+        let idle = o.heartbeat.unwrap_or(o.timeout);
+        loop {
+            let (db2, o2) = (db.clone(), o.clone());
+            let batch = blocking(move || {
+                let mut rows = Vec::new();
+                let (last, _) = scan(&db2, &o2, since, left, &mut |s, row| {
+                    rows.push((s, row));
+                    true
+                })?;
+                Ok((rows, last))
+            })
+            .await;
+            let Ok((rows, last)) = batch else { break };
+            since = last;
+            for (s, row) in rows {
+                left -= 1;
+                let chunk = if eventsource {
+                    let mut c = b"data: ".to_vec();
+                    c.extend_from_slice(&row);
+                    c.extend_from_slice(format!("\nid: {}\n\n", settee_core::format_seq(s)).as_bytes());
+                    c
+                } else {
+                    let mut c = row;
+                    c.push(b'\n');
+                    c
+                };
+                if tx.send(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+            }
+            if left == 0 {
+                break;
+            }
+            if !wait_past(&mut seen_rx, since, idle).await {
+                if o.heartbeat.is_none() {
+                    break;
+                }
+                let beat: &[u8] = if eventsource { b"event: heartbeat\ndata: \n\n" } else { b"\n" };
+                if tx.send(Bytes::from_static(beat)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        if !eventsource {
+            let tail = format!("{{\"last_seq\":{},\"pending\":0}}\n", seq(since.min(db.update_seq())));
+            let _ = tx.send(Bytes::from(tail)).await;
+        }
+    });
+    stream_async(if eventsource { "text/event-stream" } else { JSON }, rx)
+}
+
+// ---- _db_updates ------------------------------------------------------------------------
+
+pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD,POST")?;
+    let p = &req.params;
+    let feed = Feed::parse(p)?;
+    let couch = state.couch.clone();
+    let mut since = match p.get("since") {
+        Some(s) => match parse_seq(s)? {
+            SeqArg::Now => couch.db_events_seq(),
+            SeqArg::Seq(n) => n,
+        },
+        None => 0,
+    };
+    let timeout = millis(p, "timeout")?.unwrap_or(Duration::from_millis(60_000));
+    let heartbeat = match p.get("heartbeat") {
+        None => None,
+        Some("true") => Some(Duration::from_millis(60_000)),
+        Some(_) => millis(p, "heartbeat")?,
+    };
+    let row = |e: &settee_db::DbEvent| json!({"db_name": e.db, "type": e.kind.as_str(), "seq": seq(e.seq)});
+    let mut rx = couch.watch_db_events();
+    if matches!(feed, Feed::Normal | Feed::Longpoll) {
+        let mut events = couch.db_events_since(since)?;
+        if events.is_empty() && feed == Feed::Longpoll && wait_past(&mut rx, since, timeout).await {
+            events = couch.db_events_since(since)?;
+        }
+        let last = events.last().map_or(since.max(couch.db_events_seq().min(since)), |e| e.seq);
+        let results: Vec<Value> = events.iter().map(row).collect();
+        return Ok(crate::reply::json(StatusCode::OK, &json!({"results": results, "last_seq": seq(last)})));
+    }
+    let eventsource = feed == Feed::EventSource;
+    let (tx, out) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        loop {
+            let Ok(events) = couch.db_events_since(since) else { break };
+            for e in &events {
+                since = e.seq;
+                let line = serde_json::to_string(&row(e)).expect("json");
+                let chunk = if eventsource { format!("data: {line}\nid: {}\n\n", seq(e.seq)) } else { format!("{line}\n") };
+                if tx.send(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+            }
+            if !wait_past(&mut rx, since, heartbeat.unwrap_or(timeout)).await {
+                if heartbeat.is_none() {
+                    break;
+                }
+                if tx.send(Bytes::from_static(b"\n")).await.is_err() {
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(Bytes::from(format!("{{\"last_seq\":{}}}\n", seq(since)))).await;
+    });
+    Ok(stream_async(if eventsource { "text/event-stream" } else { JSON }, out))
+}

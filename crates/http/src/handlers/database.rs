@@ -1,0 +1,241 @@
+//! Database endpoints: create, info, delete, `POST /db`, `_compact`, `_revs_limit`,
+//! `_purged_infos_limit`, `_security`, `_ensure_full_commit`, `_view_cleanup`.
+
+use super::{allow, blocking};
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::doc::{self, created};
+use crate::render::seq;
+use crate::reply::{json, ok_true};
+use crate::req::require_json;
+use crate::{AppState, Req};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{json, Value};
+use settee_db::Database;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub fn db_info_json(state: &AppState, db: &Database) -> Value {
+    let info = db.info();
+    let s = info.stats;
+    json!({
+        "instance_start_time": "0",
+        "db_name": db.name,
+        "purge_seq": seq(s.purge_seq),
+        "update_seq": seq(s.update_seq),
+        "sizes": {"file": info.file_size, "external": s.external, "active": s.active.min(info.file_size.max(s.external))},
+        "props": {},
+        "doc_del_count": s.doc_del_count,
+        "doc_count": s.doc_count,
+        "disk_format_version": 8,
+        "compact_running": state.tasks.compacting(&db.name),
+        "cluster": {"q": 1, "n": 1, "w": 1, "r": 1},
+    })
+}
+
+pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Response> {
+    match req.method.as_str() {
+        "GET" | "HEAD" => {
+            let db = state.couch.get(name)?;
+            let state2 = state.clone();
+            let v = blocking(move || Ok(db_info_json(&state2, &db))).await?;
+            Ok(json(StatusCode::OK, &v))
+        }
+        "PUT" => {
+            if req.params.flag("partitioned")? {
+                return Err(ApiError::bad_request("Partitioned databases are not supported by this Settee version"));
+            }
+            for k in ["q", "n"] {
+                if let Some(v) = req.params.uint(k)? {
+                    if v == 0 {
+                        return Err(ApiError::bad_request(format!("`{k}` must be a positive integer")));
+                    }
+                }
+            }
+            let couch = state.couch.clone();
+            let name2 = name.to_string();
+            blocking(move || Ok(couch.create(&name2)?)).await?;
+            let mut resp = ok_true(StatusCode::CREATED);
+            if let Some(loc) = location(&req, &[name]) {
+                resp.headers_mut().insert("location", loc);
+            }
+            Ok(resp)
+        }
+        "DELETE" => {
+            if req.params.get("rev").is_some() {
+                return Err(ApiError::bad_request(
+                    "You tried to DELETE a database with a ?rev= parameter. Did you mean to DELETE a document instead?",
+                ));
+            }
+            let couch = state.couch.clone();
+            let name2 = name.to_string();
+            blocking(move || Ok(couch.delete(&name2)?)).await?;
+            Ok(ok_true(StatusCode::OK))
+        }
+        "POST" => {
+            let db = state.couch.get(name)?;
+            require_json(&req.headers)?;
+            let body = req.json().await?;
+            if let Some(local) = body.get("_id").and_then(Value::as_str).filter(|i| i.starts_with("_local/")) {
+                let local = local.to_string();
+                return doc::put_local(db, local, body, &req).await;
+            }
+            let mut parsed = settee_core::parse_doc(body)?;
+            let id = match parsed.id.take() {
+                Some(id) => id,
+                None => state.next_uuid(),
+            };
+            settee_core::validate_doc_id(&id)?;
+            parsed.id = Some(id.clone());
+            let batch = doc::batch_ok(&req)?;
+            doc::write_one(db, parsed, true, batch).await.map(|rev| created(&req, &id, rev.as_ref(), batch))
+        }
+        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE,POST")),
+    }
+}
+
+/// `Location` for a created resource: the request's scheme and host plus the path.
+pub fn location(req: &Req, segments: &[&str]) -> Option<axum::http::HeaderValue> {
+    let host = req.header("host")?;
+    let path: Vec<String> = segments
+        .iter()
+        .map(|s| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string())
+        .collect();
+    axum::http::HeaderValue::from_str(&format!("http://{host}/{}", path.join("/"))).ok()
+}
+
+/// Background tasks shown by `_active_tasks`.
+#[derive(Default)]
+pub struct Tasks(Mutex<Vec<Task>>);
+
+struct Task {
+    kind: &'static str,
+    database: String,
+    started_on: u64,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Tasks {
+    pub fn compacting(&self, db: &str) -> bool {
+        self.0.lock().unwrap().iter().any(|t| t.kind == "database_compaction" && t.database == db)
+    }
+
+    fn start(&self, kind: &'static str, database: &str) -> bool {
+        let mut tasks = self.0.lock().unwrap();
+        if tasks.iter().any(|t| t.kind == kind && t.database == database) {
+            return false;
+        }
+        tasks.push(Task { kind, database: database.to_string(), started_on: now_secs() });
+        true
+    }
+
+    fn finish(&self, kind: &'static str, database: &str) {
+        self.0.lock().unwrap().retain(|t| !(t.kind == kind && t.database == database));
+    }
+
+    pub fn list(&self) -> Value {
+        let now = now_secs();
+        Value::Array(
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    json!({"type": t.kind, "database": t.database, "node": "settee@127.0.0.1", "pid": "<0.0.0>",
+                        "started_on": t.started_on, "updated_on": now, "progress": 0})
+                })
+                .collect(),
+        )
+    }
+}
+
+pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    if state.tasks.start("database_compaction", &db.name) {
+        let state = state.clone();
+        std::thread::spawn(move || {
+            db.compact();
+            state.tasks.finish("database_compaction", &db.name);
+        });
+    }
+    Ok(ok_true(StatusCode::ACCEPTED))
+}
+
+pub fn ensure_full_commit(state: &AppState, req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    state.couch.sync()?;
+    Ok(json(StatusCode::CREATED, &json!({"ok": true, "instance_start_time": "0"})))
+}
+
+pub fn view_cleanup(req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    require_json(&req.headers)?;
+    // No view indexes exist in this version, so there is nothing to remove.
+    Ok(ok_true(StatusCode::ACCEPTED))
+}
+
+#[derive(Clone, Copy)]
+pub enum Limit {
+    Revs,
+    PurgedInfos,
+}
+
+pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD,PUT")?;
+    if req.method == "PUT" {
+        let v = req.json().await?;
+        let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
+            ApiError::bad_request(match which {
+                Limit::Revs => "Rev limit has to be an integer greater than 0",
+                Limit::PurgedInfos => "`purged_infos_limit` must be positive integer",
+            })
+        })?;
+        blocking(move || {
+            Ok(db.set_props(|p| match which {
+                Limit::Revs => p.revs_limit = n,
+                Limit::PurgedInfos => p.purged_infos_limit = n,
+            })?)
+        })
+        .await?;
+        return Ok(ok_true(StatusCode::OK));
+    }
+    let p = db.props();
+    Ok(json(StatusCode::OK, &json!(match which {
+        Limit::Revs => p.revs_limit,
+        Limit::PurgedInfos => p.purged_infos_limit,
+    })))
+}
+
+fn validate_security(v: &Value) -> ApiResult<()> {
+    let obj = v.as_object().ok_or_else(|| ApiError::bad_request("Security object must be a JSON object"))?;
+    for section in ["admins", "members"] {
+        let Some(s) = obj.get(section) else { continue };
+        let s = s.as_object().ok_or_else(|| ApiError::bad_request(format!("{section} must be a JSON object")))?;
+        for field in ["names", "roles"] {
+            if let Some(list) = s.get(field) {
+                let ok = list.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+                if !ok {
+                    return Err(ApiError::bad_request(format!("{section}.{field} must be a JSON list of strings")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn security(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD,PUT")?;
+    if req.method == "PUT" {
+        let v = req.json().await?;
+        validate_security(&v)?;
+        blocking(move || Ok(db.set_props(|p| p.security = v)?)).await?;
+        return Ok(ok_true(StatusCode::OK));
+    }
+    Ok(json(StatusCode::OK, &db.props().security))
+}
+

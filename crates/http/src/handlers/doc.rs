@@ -1,0 +1,347 @@
+//! Document endpoints: `GET/HEAD/PUT/DELETE/COPY /{db}/{docid}`, including `_design/` and
+//! `_local/` documents.
+
+use super::{await_write, blocking};
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::database::location;
+use crate::render::{doc_json, DocOpts};
+use crate::reply::{json, json_bytes, with_type};
+use crate::req::etag_value;
+use crate::Req;
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Value};
+use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
+use settee_db::{Database, LocalUpdate, OpenDoc, UpdateResult};
+use std::sync::Arc;
+
+pub async fn doc(state: &crate::AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+    let _ = state;
+    if id.starts_with("_local/") {
+        return local(db, id, req).await;
+    }
+    match req.method.as_str() {
+        "GET" | "HEAD" => get(db, id, req).await,
+        "PUT" => put(db, id, req).await,
+        "DELETE" => delete(db, id, req).await,
+        "COPY" => copy(db, id, req).await,
+        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE,COPY")),
+    }
+}
+
+fn etag(rev: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII")
+}
+
+/// Latest leaves descending from `rev` (itself if it is a leaf).
+fn latest_leaves(info: &settee_db::DocInfo, rev: &Rev) -> Vec<Rev> {
+    info.tree
+        .leaves()
+        .into_iter()
+        .map(|l| l.rev)
+        .filter(|l| l.pos >= rev.pos && info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id))
+        .collect()
+}
+
+fn parse_rev_param(req: &Req) -> ApiResult<Option<Rev>> {
+    Ok(req.params.get("rev").map(Rev::parse).transpose()?)
+}
+
+async fn get(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+    let opts = DocOpts::from_params(&req.params)?;
+    // No attachments can exist yet, so these only confirm what the document already says.
+    for k in ["attachments", "att_encoding_info"] {
+        req.params.bool(k)?;
+    }
+    if req.params.get("open_revs").is_some() {
+        return open_revs(db, id, req, opts).await;
+    }
+    let rev = parse_rev_param(&req)?;
+    let latest = req.params.flag("latest")?;
+    let doc = blocking(move || {
+        let mut doc = db.open_doc(&id, rev.as_ref())?;
+        if latest {
+            if let Some(r) = &rev {
+                if let Some(newest) = latest_leaves(&doc.info, r).into_iter().max() {
+                    doc = db.open_doc(&id, Some(&newest))?;
+                }
+            }
+        }
+        Ok(doc)
+    })
+    .await?;
+    let tag = doc.rev.to_string();
+    if etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str()) {
+        let mut resp = with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
+        resp.headers_mut().insert(header::ETAG, etag(&tag));
+        return Ok(resp);
+    }
+    let mut resp = json_bytes(StatusCode::OK, doc_json(&doc, &opts));
+    resp.headers_mut().insert(header::ETAG, etag(&tag));
+    Ok(resp)
+}
+
+async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> ApiResult<Response> {
+    let raw = req.params.get("open_revs").unwrap_or_default();
+    let wanted: Option<Vec<Rev>> = if raw == "all" {
+        None
+    } else {
+        let v: Value = serde_json::from_str(raw).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))?;
+        let list = v.as_array().ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
+        Some(
+            list.iter()
+                .map(|r| r.as_str().ok_or_else(|| ApiError::bad_request("Invalid rev format")).and_then(|s| Ok(Rev::parse(s)?)))
+                .collect::<ApiResult<_>>()?,
+        )
+    };
+    let latest = req.params.flag("latest")?;
+    let found = blocking(move || {
+        let wanted = match (wanted, latest) {
+            (Some(revs), true) => match db.doc_info(&id)? {
+                Some(info) => {
+                    let mut out: Vec<Rev> = Vec::new();
+                    for r in revs {
+                        let leaves = latest_leaves(&info, &r);
+                        if leaves.is_empty() {
+                            out.push(r);
+                        }
+                        out.extend(leaves.into_iter().filter(|l| !out.contains(l)).collect::<Vec<_>>());
+                    }
+                    Some(out)
+                }
+                None => Some(revs),
+            },
+            (w, _) => w,
+        };
+        Ok(db.open_revs(&id, wanted.as_deref())?)
+    })
+    .await?;
+    let parts: Vec<(bool, Vec<u8>)> = found
+        .iter()
+        .map(|(rev, doc)| match doc {
+            Some(d) => (true, doc_json(d, &opts)),
+            None => (false, serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json")),
+        })
+        .collect();
+    let wants_multipart = req.header("accept").is_some_and(|a| a.contains("multipart/mixed"));
+    if wants_multipart {
+        return Ok(multipart_mixed(parts));
+    }
+    let mut out = b"[".to_vec();
+    for (i, (ok, body)) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(if *ok { b"{\"ok\":" } else { b"" });
+        out.extend_from_slice(body);
+        if *ok {
+            out.push(b'}');
+        }
+    }
+    out.push(b']');
+    Ok(json_bytes(StatusCode::OK, out))
+}
+
+fn multipart_mixed(parts: Vec<(bool, Vec<u8>)>) -> Response {
+    let boundary = hex::encode(rand::random::<[u8; 16]>());
+    let mut out = Vec::new();
+    for (ok, body) in parts {
+        out.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+        let ct = if ok { "application/json" } else { "application/json; error=\"true\"" };
+        out.extend_from_slice(format!("Content-Type: {ct}\r\n\r\n").as_bytes());
+        out.extend_from_slice(&body);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("--{boundary}--").as_bytes());
+    let ct = format!("multipart/mixed; boundary=\"{boundary}\"");
+    let mut resp = with_type(StatusCode::OK, "multipart/mixed", Body::from(out));
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
+    resp
+}
+
+/// `batch=ok`: acknowledge with 202 before the commit.
+pub fn batch_ok(req: &Req) -> ApiResult<bool> {
+    match req.params.get("batch") {
+        None => Ok(false),
+        Some("ok") => Ok(true),
+        Some(v) => Err(ApiError::QueryParse(format!("Invalid value for `batch`: \"{v}\" (only \"ok\" is valid)"))),
+    }
+}
+
+/// Writes one document; `Ok(None)` when acknowledged early (`batch=ok`) or when a
+/// replicated revision needs no new rev.
+pub async fn write_one(db: Arc<Database>, doc: ParsedDoc, new_edits: bool, batch: bool) -> ApiResult<Option<Rev>> {
+    let given = doc.rev();
+    let rx = db.update_docs(vec![doc], new_edits)?;
+    if batch {
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = rx.await {
+                tracing::warn!(error = %e, "batch=ok write failed");
+            }
+        });
+        return Ok(None);
+    }
+    match await_write(rx).await?.pop() {
+        Some(UpdateResult::Ok { rev, .. }) => Ok(rev.or(given)),
+        Some(UpdateResult::Err { error, .. }) => Err(error.into()),
+        None => Err(ApiError::Db(settee_db::Error::Internal("no result for write".into()))),
+    }
+}
+
+/// 201 `{"ok":true,"id","rev"}` with `ETag` and `Location`, or 202 for `batch=ok`.
+pub fn created(req: &Req, id: &str, rev: Option<&Rev>, batch: bool) -> Response {
+    if batch {
+        return json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}));
+    }
+    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+    let mut resp = json(StatusCode::CREATED, &json!({"ok": true, "id": id, "rev": rev}));
+    resp.headers_mut().insert(header::ETAG, etag(&rev));
+    let db = req.uri.path().trim_start_matches('/').split('/').next().unwrap_or("");
+    let db = percent_encoding::percent_decode_str(db).decode_utf8_lossy().into_owned();
+    if let Some(loc) = location(req, &[&db, id]) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    resp
+}
+
+/// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.
+fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
+    let query = parse_rev_param(req)?;
+    let if_match = etag_value(&req.headers, header::IF_MATCH).map(|s| Rev::parse(&s)).transpose()?;
+    if let (Some(q), Some(b)) = (&query, &body_rev) {
+        if q != b {
+            return Err(ApiError::bad_request("Document rev from request body and query string have different values"));
+        }
+    }
+    let explicit = body_rev.or(query);
+    if let (Some(m), Some(e)) = (&if_match, &explicit) {
+        if m != e {
+            return Err(ApiError::bad_request("Document rev and etag have different values"));
+        }
+    }
+    Ok(explicit.or(if_match))
+}
+
+async fn put(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
+    if req.header("content-type").is_some_and(|c| c.starts_with("multipart/related")) {
+        return Err(ApiError::NotImplemented("multipart document uploads (attachments) are not supported by this Settee version".into()));
+    }
+    validate_doc_id(&id)?;
+    let new_edits = req.params.bool("new_edits")?.unwrap_or(true);
+    let batch = batch_ok(&req)?;
+    let body = req.json().await?;
+    let mut doc = parse_doc(body)?;
+    doc.id = Some(id.clone());
+    if doc.revs.is_none() || new_edits {
+        if let Some(rev) = reconcile_rev(&req, doc.rev())? {
+            if doc.revs.is_none() {
+                doc.revs = Some((rev.pos, vec![rev.id]));
+            }
+        }
+    }
+    if !new_edits && doc.revs.is_none() {
+        return Err(ApiError::bad_request("new_edits=false requires a _rev or _revisions"));
+    }
+    let rev = write_one(db, doc, new_edits, batch).await?;
+    Ok(created(&req, &id, rev.as_ref(), batch))
+}
+
+async fn delete(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+    let rev = reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
+    let batch = batch_ok(&req)?;
+    let doc = ParsedDoc { id: Some(id.clone()), revs: Some((rev.pos, vec![rev.id])), deleted: true, body: b"{}".to_vec() };
+    let rev = write_one(db, doc, true, batch).await?;
+    if batch {
+        return Ok(json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id})));
+    }
+    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+    let mut resp = json(StatusCode::OK, &json!({"ok": true, "id": id, "rev": rev}));
+    resp.headers_mut().insert(header::ETAG, etag(&rev));
+    Ok(resp)
+}
+
+async fn copy(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+    let dest = req
+        .header("destination")
+        .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?
+        .to_string();
+    let (dest_id, dest_rev) = match dest.split_once("?rev=") {
+        Some((d, r)) => (d.to_string(), Some(Rev::parse(r)?)),
+        None => (dest.clone(), None),
+    };
+    let dest_id = percent_encoding::percent_decode_str(&dest_id).decode_utf8_lossy().into_owned();
+    validate_doc_id(&dest_id)?;
+    let rev = parse_rev_param(&req)?;
+    let db2 = db.clone();
+    let src_id = id.clone();
+    let source: OpenDoc = blocking(move || Ok(db2.open_doc(&src_id, rev.as_ref())?)).await?;
+    let doc = ParsedDoc {
+        id: Some(dest_id.clone()),
+        revs: dest_rev.map(|r| (r.pos, vec![r.id])),
+        deleted: false,
+        body: source.body,
+    };
+    let rev = write_one(db, doc, true, false).await?;
+    Ok(created(&req, &dest_id, rev.as_ref(), false))
+}
+
+// ---- local documents ------------------------------------------------------------------
+
+fn parse_local_rev(s: &str) -> ApiResult<u64> {
+    s.strip_prefix("0-").and_then(|n| n.parse().ok()).ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+}
+
+pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
+    let mut j = DocJson::raw(b"{}");
+    j.member("_id", &json!(d.id)).member("_rev", &json!(format!("0-{}", d.rev)));
+    let mut head = j.finish();
+    head.pop();
+    let inner = d.body.strip_prefix(b"{").and_then(|b| b.strip_suffix(b"}")).unwrap_or(b"");
+    if !inner.is_empty() {
+        head.push(b',');
+        head.extend_from_slice(inner);
+    }
+    head.push(b'}');
+    head
+}
+
+async fn local(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
+    match req.method.as_str() {
+        "GET" | "HEAD" => {
+            let d = blocking(move || db.local_doc(&id)?.ok_or(ApiError::NotFound("missing".into()))).await?;
+            Ok(json_bytes(StatusCode::OK, local_json(&d)))
+        }
+        "PUT" => {
+            let body = req.json().await?;
+            put_local(db, id, body, &req).await
+        }
+        "DELETE" => {
+            let rev = match (req.params.get("rev"), etag_value(&req.headers, header::IF_MATCH)) {
+                (Some(r), _) => parse_local_rev(r)?,
+                (None, Some(r)) => parse_local_rev(&r)?,
+                (None, None) => return Err(ApiError::Db(settee_db::Error::Conflict)),
+            };
+            let update = LocalUpdate { id: id.clone(), rev: Some(rev), deleted: true, body: Vec::new() };
+            await_write(db.update_local(update)?).await?;
+            Ok(json(StatusCode::OK, &json!({"ok": true, "id": id, "rev": "0-0"})))
+        }
+        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
+    }
+}
+
+/// Writes a local document from a request body; its `_rev` (or `?rev=`) is `0-N`.
+pub async fn put_local(db: Arc<Database>, id: String, mut body: Value, req: &Req) -> ApiResult<Response> {
+    validate_doc_id(&id)?;
+    let body_rev = body.as_object_mut().and_then(|o| o.shift_remove("_rev"));
+    let doc = parse_doc(body)?;
+    let rev = match (body_rev, req.params.get("rev")) {
+        (Some(Value::String(s)), _) => Some(parse_local_rev(&s)?),
+        (Some(_), _) => return Err(ApiError::bad_request("Invalid rev format")),
+        (None, Some(q)) => Some(parse_local_rev(q)?),
+        (None, None) => None,
+    };
+    let update = LocalUpdate { id: id.clone(), rev, deleted: doc.deleted, body: doc.body };
+    let n = await_write(db.update_local(update)?).await?;
+    Ok(json(StatusCode::CREATED, &json!({"ok": true, "id": id, "rev": format!("0-{n}")})))
+}

@@ -1,0 +1,34 @@
+//! Handlers by resource. Each parses its request, makes one call into the store, renders.
+
+pub mod all_docs;
+pub mod bulk;
+pub mod changes;
+pub mod database;
+pub mod doc;
+pub mod server;
+
+use crate::error::{ApiError, ApiResult};
+use axum::http::Method;
+
+/// `Ok(())` if `method` is one of `allowed`; else CouchDB's 405 with an `Allow` header.
+pub fn allow(method: &Method, allowed: &'static str) -> ApiResult<()> {
+    let m = method.as_str();
+    let head_ok = m == "HEAD" && allowed.split(',').any(|a| a == "GET");
+    if head_ok || allowed.split(',').any(|a| a == m) {
+        Ok(())
+    } else {
+        Err(ApiError::MethodNotAllowed(allowed))
+    }
+}
+
+/// Awaits a writer reply.
+pub async fn await_write<T>(rx: tokio::sync::oneshot::Receiver<settee_db::Result<T>>) -> ApiResult<T> {
+    rx.await.map_err(|_| ApiError::Db(settee_db::Error::Internal("writer dropped the request".into())))?.map_err(Into::into)
+}
+
+/// Runs blocking store work off the async runtime.
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Db(settee_db::Error::Internal(format!("blocking task failed: {e}"))))?
+}

@@ -1,0 +1,88 @@
+//! Documents, rows and sequences as CouchDB renders them.
+
+use crate::error::ApiResult;
+use crate::req::Params;
+use serde_json::{json, Value};
+use settee_core::{format_seq, DocJson, Rev, RevTree};
+use settee_db::OpenDoc;
+
+/// What a document read should include besides the body.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DocOpts {
+    pub revs: bool,
+    pub revs_info: bool,
+    pub conflicts: bool,
+    pub deleted_conflicts: bool,
+    pub local_seq: bool,
+}
+
+impl DocOpts {
+    pub fn from_params(p: &Params) -> ApiResult<DocOpts> {
+        let meta = p.flag("meta")?;
+        Ok(DocOpts {
+            revs: p.flag("revs")?,
+            revs_info: p.flag("revs_info")? || meta,
+            conflicts: p.flag("conflicts")? || meta,
+            deleted_conflicts: p.flag("deleted_conflicts")? || meta,
+            local_seq: p.flag("local_seq")?,
+        })
+    }
+}
+
+pub fn revs_json(rev: &Rev, tree: &RevTree) -> Value {
+    let ids: Vec<String> = tree.ancestry(rev).iter().map(|i| i.to_string()).collect();
+    json!({"start": rev.pos, "ids": ids})
+}
+
+fn revs_info_json(rev: &Rev, tree: &RevTree) -> Value {
+    let list: Vec<Value> = tree
+        .ancestry(rev)
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let r = Rev::new(rev.pos - i as u64, id);
+            let status = tree.status(&r).map_or("missing", |s| s.as_str());
+            json!({"rev": r.to_string(), "status": status})
+        })
+        .collect();
+    Value::Array(list)
+}
+
+/// Non-winning leaves: live ones (`deleted == false`) or deleted ones.
+pub fn other_leaves(tree: &RevTree, except: &Rev, deleted: bool) -> Vec<String> {
+    tree.leaves().into_iter().filter(|l| l.deleted == deleted && &l.rev != except).map(|l| l.rev.to_string()).collect()
+}
+
+pub fn doc_json(doc: &OpenDoc, opts: &DocOpts) -> Vec<u8> {
+    let mut j = DocJson::new(&doc.id, Some(&doc.rev), &doc.body);
+    if doc.deleted {
+        j.member("_deleted", &Value::Bool(true));
+    }
+    let tree = &doc.info.tree;
+    if opts.revs {
+        j.member("_revisions", &revs_json(&doc.rev, tree));
+    }
+    if opts.revs_info {
+        j.member("_revs_info", &revs_info_json(&doc.rev, tree));
+    }
+    if opts.local_seq {
+        j.member("_local_seq", &json!(doc.info.seq));
+    }
+    if opts.conflicts {
+        let c = other_leaves(tree, &doc.rev, false);
+        if !c.is_empty() {
+            j.member("_conflicts", &json!(c));
+        }
+    }
+    if opts.deleted_conflicts {
+        let c = other_leaves(tree, &doc.rev, true);
+        if !c.is_empty() {
+            j.member("_deleted_conflicts", &json!(c));
+        }
+    }
+    j.finish()
+}
+
+pub fn seq(n: u64) -> Value {
+    Value::String(format_seq(n))
+}

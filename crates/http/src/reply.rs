@@ -1,0 +1,107 @@
+//! Building responses: JSON bodies, and streamed bodies produced on a blocking thread.
+
+use crate::error::{ApiError, ApiResult};
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use futures_util::StreamExt;
+
+pub const JSON: &str = "application/json";
+
+pub fn json_bytes(status: StatusCode, body: Vec<u8>) -> Response {
+    with_type(status, JSON, Body::from(body))
+}
+
+pub fn with_type(status: StatusCode, content_type: &str, body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).expect("valid content type"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("must-revalidate"));
+    resp
+}
+
+pub fn json(status: StatusCode, v: &Value) -> Response {
+    json_bytes(status, serde_json::to_vec(v).expect("json"))
+}
+
+pub fn ok_true(status: StatusCode) -> Response {
+    json_bytes(status, br#"{"ok":true}"#.to_vec())
+}
+
+/// A sink for a streamed body, used from a blocking thread. Bytes are sent in chunks;
+/// `write` reports `false` once the client has gone away.
+pub struct Chunks {
+    tx: mpsc::Sender<ApiResult<Bytes>>,
+    buf: Vec<u8>,
+    open: bool,
+}
+
+const CHUNK: usize = 32 << 10;
+
+impl Chunks {
+    pub fn write(&mut self, b: &[u8]) -> bool {
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK {
+            self.flush();
+        }
+        self.open
+    }
+
+    /// Sends what is buffered now (for feeds, where latency matters).
+    pub fn flush(&mut self) -> bool {
+        if !self.buf.is_empty() && self.open {
+            let chunk = Bytes::from(std::mem::take(&mut self.buf));
+            self.open = self.tx.blocking_send(Ok(chunk)).is_ok();
+        }
+        self.open
+    }
+}
+
+/// Runs `produce` on a blocking thread and streams what it writes. If it fails before the
+/// first chunk has been sent, the client gets a proper error response instead.
+pub async fn stream(
+    content_type: &'static str,
+    produce: impl FnOnce(&mut Chunks) -> ApiResult<()> + Send + 'static,
+) -> Response {
+    let (tx, mut rx) = mpsc::channel::<ApiResult<Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        let mut sink = Chunks { tx: tx.clone(), buf: Vec::with_capacity(CHUNK), open: true };
+        match produce(&mut sink) {
+            Ok(()) => {
+                sink.flush();
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+            }
+        }
+    });
+    let first = match rx.recv().await {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return axum::response::IntoResponse::into_response(e),
+        None => Bytes::new(),
+    };
+    let rest = ReceiverStream::new(rx).map(|item| match item {
+        Ok(b) => Ok(b),
+        Err(e) => {
+            tracing::warn!(error = ?e, "error after the response started; closing the stream");
+            Err(std::io::Error::other("stream aborted"))
+        }
+    });
+    let body = futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(rest);
+    with_type(StatusCode::OK, content_type, Body::from_stream(body))
+}
+
+/// Streams from an async producer (feeds that wait for changes).
+pub fn stream_async(content_type: &'static str, rx: mpsc::Receiver<Bytes>) -> Response {
+    let body = ReceiverStream::new(rx).map(Ok::<_, std::io::Error>);
+    with_type(StatusCode::OK, content_type, Body::from_stream(body))
+}
+
+pub fn err_to_response(e: ApiError) -> Response {
+    axum::response::IntoResponse::into_response(e)
+}

@@ -1,0 +1,182 @@
+//! Every route Settee serves. CouchDB's path grammar (`_design/`, `_local/`, `%2F` in
+//! database names, attachment names containing `/`) is parsed into [`Endpoint`] and
+//! dispatched by one exhaustive `match`.
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{all_docs, bulk, changes, database, doc, server};
+use crate::{AppState, Req};
+use axum::response::Response;
+use percent_encoding::percent_decode_str;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Root,
+    Up,
+    Uuids,
+    AllDbs,
+    DbsInfo,
+    DbUpdates,
+    ActiveTasks,
+    Session,
+    Db(String),
+    DbOp(String, DbOp),
+    Doc(String, String),
+    /// Attachments and design-document functions are later work; answered with 501.
+    Unimplemented(&'static str),
+    UnknownServer(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbOp {
+    AllDocs,
+    AllDocsQueries,
+    DesignDocs,
+    LocalDocs,
+    BulkDocs,
+    BulkGet,
+    Changes,
+    Compact,
+    EnsureFullCommit,
+    RevsLimit,
+    Purge,
+    PurgedInfosLimit,
+    RevsDiff,
+    MissingRevs,
+    Security,
+    ViewCleanup,
+}
+
+const SYSTEM_DBS: &[&str] = &["_users", "_replicator", "_global_changes"];
+
+fn decode(seg: &str) -> ApiResult<String> {
+    percent_decode_str(seg)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| ApiError::bad_request("invalid UTF-8 in path"))
+}
+
+pub fn parse(path: &str) -> ApiResult<Endpoint> {
+    let raw: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let segs = raw.iter().map(|s| decode(s)).collect::<ApiResult<Vec<String>>>()?;
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    Ok(match segs.as_slice() {
+        [""] => Endpoint::Root,
+        ["_up"] => Endpoint::Up,
+        ["_uuids"] => Endpoint::Uuids,
+        ["_all_dbs"] => Endpoint::AllDbs,
+        ["_dbs_info"] => Endpoint::DbsInfo,
+        ["_db_updates"] => Endpoint::DbUpdates,
+        ["_active_tasks"] => Endpoint::ActiveTasks,
+        ["_session"] => Endpoint::Session,
+        [s, ..] if s.starts_with('_') && !SYSTEM_DBS.contains(s) => Endpoint::UnknownServer(s.to_string()),
+        [db] | [db, ""] => Endpoint::Db(db.to_string()),
+        [db, rest @ ..] => parse_in_db(db, rest),
+        [] => Endpoint::Root,
+    })
+}
+
+fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
+    let db = db.to_string();
+    let op = |op| Endpoint::DbOp(db.clone(), op);
+    match rest {
+        ["_all_docs"] => op(DbOp::AllDocs),
+        ["_all_docs", "queries"] => op(DbOp::AllDocsQueries),
+        ["_design_docs"] => op(DbOp::DesignDocs),
+        ["_local_docs"] => op(DbOp::LocalDocs),
+        ["_bulk_docs"] => op(DbOp::BulkDocs),
+        ["_bulk_get"] => op(DbOp::BulkGet),
+        ["_changes"] => op(DbOp::Changes),
+        ["_compact"] => op(DbOp::Compact),
+        ["_compact", _ddoc] => Endpoint::Unimplemented("view index compaction (views are not available yet)"),
+        ["_ensure_full_commit"] => op(DbOp::EnsureFullCommit),
+        ["_revs_limit"] => op(DbOp::RevsLimit),
+        ["_purge"] => op(DbOp::Purge),
+        ["_purged_infos_limit"] => op(DbOp::PurgedInfosLimit),
+        ["_revs_diff"] => op(DbOp::RevsDiff),
+        ["_missing_revs"] => op(DbOp::MissingRevs),
+        ["_security"] => op(DbOp::Security),
+        ["_view_cleanup"] => op(DbOp::ViewCleanup),
+        ["_find"] | ["_index", ..] | ["_explain"] => Endpoint::Unimplemented("Mango queries"),
+        ["_temp_view"] => Endpoint::Unimplemented("temporary views"),
+        ["_design", ddoc] => Endpoint::Doc(db, format!("_design/{ddoc}")),
+        ["_design", _ddoc, ..] => Endpoint::Unimplemented("design document functions and attachments"),
+        ["_local", id] => Endpoint::Doc(db, format!("_local/{id}")),
+        ["_local", _, ..] => Endpoint::Unimplemented("attachments on local documents"),
+        [id] => Endpoint::Doc(db, id.to_string()),
+        [_, _att, ..] => Endpoint::Unimplemented("attachments"),
+        [] => Endpoint::Db(db),
+    }
+}
+
+impl Endpoint {
+    /// Endpoints anyone may call; everything else needs a server admin until per-database
+    /// security lands (CouchDB 3's `admin_only` default for new databases).
+    pub fn is_public(&self) -> bool {
+        matches!(self, Endpoint::Root | Endpoint::Up | Endpoint::Uuids | Endpoint::Session)
+    }
+
+    pub fn is_db_scoped(&self) -> bool {
+        matches!(self, Endpoint::Db(_) | Endpoint::DbOp(..) | Endpoint::Doc(..))
+    }
+}
+
+pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<Response, ApiError> {
+    match endpoint {
+        Endpoint::Root => server::root(&state, &req),
+        Endpoint::Up => server::up(&req),
+        Endpoint::Uuids => server::uuids(&state, &req),
+        Endpoint::AllDbs => server::all_dbs(&state, &req),
+        Endpoint::DbsInfo => server::dbs_info(&state, req).await,
+        Endpoint::DbUpdates => changes::db_updates(&state, req).await,
+        Endpoint::ActiveTasks => server::active_tasks(&state, &req),
+        Endpoint::Session => server::session(&req),
+        Endpoint::Db(db) => database::db(&state, &db, req).await,
+        Endpoint::DbOp(db, op) => {
+            let handle = state.couch.get(&db)?;
+            match op {
+                DbOp::AllDocs => all_docs::all_docs(handle, req, all_docs::Namespace::All).await,
+                DbOp::DesignDocs => all_docs::all_docs(handle, req, all_docs::Namespace::Design).await,
+                DbOp::LocalDocs => all_docs::all_docs(handle, req, all_docs::Namespace::Local).await,
+                DbOp::AllDocsQueries => all_docs::queries(handle, req).await,
+                DbOp::BulkDocs => bulk::bulk_docs(&state, handle, req).await,
+                DbOp::BulkGet => bulk::bulk_get(handle, req).await,
+                DbOp::Changes => changes::changes(handle, req).await,
+                DbOp::Compact => database::compact(&state, handle, &req),
+                DbOp::EnsureFullCommit => database::ensure_full_commit(&state, &req),
+                DbOp::RevsLimit => database::revs_limit(handle, req, database::Limit::Revs).await,
+                DbOp::PurgedInfosLimit => database::revs_limit(handle, req, database::Limit::PurgedInfos).await,
+                DbOp::Purge => bulk::purge(handle, req).await,
+                DbOp::RevsDiff => bulk::revs_diff(handle, req, false).await,
+                DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
+                DbOp::Security => database::security(handle, req).await,
+                DbOp::ViewCleanup => database::view_cleanup(&req),
+            }
+        }
+        Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
+        Endpoint::Unimplemented(what) => {
+            Err(ApiError::NotImplemented(format!("{what} are not supported by this Settee version")))
+        }
+        Endpoint::UnknownServer(name) => {
+            settee_core::validate_db_name(&name)?;
+            Err(ApiError::NotFound("Database does not exist.".into()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(parse("/").unwrap(), Endpoint::Root);
+        assert_eq!(parse("/a%2Fb").unwrap(), Endpoint::Db("a/b".into()));
+        assert_eq!(parse("/db/_design/x").unwrap(), Endpoint::Doc("db".into(), "_design/x".into()));
+        assert_eq!(parse("/db/_design%2Fx").unwrap(), Endpoint::Doc("db".into(), "_design/x".into()));
+        assert_eq!(parse("/db/_local/x").unwrap(), Endpoint::Doc("db".into(), "_local/x".into()));
+        assert_eq!(parse("/db/a%20b").unwrap(), Endpoint::Doc("db".into(), "a b".into()));
+        assert_eq!(parse("/_users/_all_docs").unwrap(), Endpoint::DbOp("_users".into(), DbOp::AllDocs));
+        assert!(matches!(parse("/db/doc/att").unwrap(), Endpoint::Unimplemented(_)));
+        assert!(matches!(parse("/_foo").unwrap(), Endpoint::UnknownServer(_)));
+    }
+}
