@@ -227,12 +227,7 @@ test('put / get / update / remove a document', async () => {
   assert.deepEqual(withRevs._revisions.ids,
     [r2.rev.split('-')[1], r1.rev.split('-')[1]]);
 
-  // old revision is still readable by rev (not compacted)
-  const old = await db.get('doc1', { rev: r1.rev });
-  assert.equal(old.n, 1);
-  assert.equal(old._rev, r1.rev);
-
-  // revs_info
+  // revs_info lists the whole branch, newest first
   const ri = await db.get('doc1', { revs_info: true });
   assert.deepEqual(ri._revs_info.map((x) => x.rev), [r2.rev, r1.rev]);
   assert.equal(ri._revs_info[0].status, 'available');
@@ -277,6 +272,23 @@ test('put / get / update / remove a document', async () => {
   const info = await db.info();
   assert.equal(info.doc_count, 3);       // doc1, posted, weird
   assert.equal(info.doc_del_count, 0);
+  await db.destroy();
+});
+
+test('old revision bodies stay readable until compaction', async () => {
+  // CouchDB keeps the body of a non-leaf revision until the database is
+  // compacted: GET ?rev=<old> returns it and revs_info says "available".
+  const db = remoteDb(uniqueName('pouch-oldrev'));
+  const r1 = await db.put({ _id: 'doc', n: 1 });
+  const r2 = await db.put({ _id: 'doc', _rev: r1.rev, n: 2 });
+  const ri = await db.get('doc', { revs_info: true });
+  assert.deepEqual(ri._revs_info, [
+    { rev: r2.rev, status: 'available' },
+    { rev: r1.rev, status: 'available' },
+  ]);
+  const old = await db.get('doc', { rev: r1.rev });
+  assert.equal(old._rev, r1.rev);
+  assert.equal(old.n, 1);
   await db.destroy();
 });
 
@@ -438,12 +450,16 @@ test('changes feed: normal, since, include_docs, doc_ids, live (longpoll)', asyn
   });
   await sleep(500); // let the longpoll request reach the server
   await remoteDb(name).put({ _id: 'live-doc', hot: true });
-  const timeout = sleep(10000).then(() => { throw new Error('live change did not arrive within 10s'); });
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error('live change did not arrive within 10s')), 10000);
+  });
   try {
     const change = await Promise.race([arrived, timeout]);
     assert.equal(change.doc.hot, true);
     assert.ok(!seen.some((c) => ['a', 'b', 'c'].includes(c.id)), 'since=now excludes old changes');
   } finally {
+    clearTimeout(timer);
     live.cancel();
   }
   await db.destroy();
@@ -646,7 +662,8 @@ test('replication: memory -> server -> memory, idempotent re-runs, conflicts tra
   assert.equal(push.docs_written, 27);
   // the push must not have hit any unexpected HTTP error
   const pushFailures = failedRequestsSince(mark, (r) =>
-    r.status === 404 && /\/_local\//.test(r.url)); // first checkpoint lookup
+    r.status === 404 && (/\/_local\//.test(r.url) ||       // first checkpoint lookup
+      (r.method === 'GET' && r.url === `${baseUrl}/${remoteName}/`))); // setup: db not there yet
   assert.deepEqual(pushFailures, []);
   assert.ok(requestLog.slice(mark).some((r) => /\/_revs_diff/.test(r.url) && r.status === 200));
   assert.ok(requestLog.slice(mark).some((r) => /\/_bulk_docs/.test(r.url) && r.status === 201));
@@ -721,7 +738,60 @@ test('replication: memory -> server -> memory, idempotent re-runs, conflicts tra
   assert.ok(requestLog.some((r) => r.method === 'PUT' && r.url.includes(`/${remoteName}/_local/`) &&
     r.status === 201), 'replication checkpoint PUT /db/_local/... -> 201');
 
+  // filtered replication by doc_ids (POST _changes?filter=_doc_ids)
+  const picked = memoryDb('local-picked');
+  const pr = await PouchDB.replicate(remote, picked, { doc_ids: ['r-001', 's-1', 'nope'] });
+  assert.equal(pr.ok, true);
+  assert.deepEqual((await picked.allDocs()).rows.map((r) => r.id), ['r-001', 's-1']);
+  assert.deepEqual(await picked.get('r-001'), await remote.get('r-001'));
+
   await local.destroy();
   await fresh.destroy();
+  await picked.destroy();
+  await remote.destroy();
+});
+
+async function waitFor(what, check, timeoutMs = 10000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs}ms waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+const exists = (db, id, pred = () => true) =>
+  db.get(id).then(pred, () => false);
+
+test('live sync: PouchDB.sync({live:true}) propagates changes both ways', async () => {
+  const remote = remoteDb(uniqueName('pouch-sync'));
+  await remote.info(); // create
+  await remote.put({ _id: 'pre-existing', v: 0 });
+  const local = memoryDb('local-sync');
+  const sync = PouchDB.sync(local, remote, { live: true, retry: false, heartbeat: 2000 });
+  const errors = [];
+  sync.on('error', (e) => errors.push(e));
+  sync.on('denied', (e) => errors.push(e));
+  const completed = new Promise((r) => sync.on('complete', r));
+  try {
+    await waitFor('initial pull', () => exists(local, 'pre-existing'));
+    await local.put({ _id: 'from-local', v: 1 });
+    await waitFor('local -> server', () => exists(remote, 'from-local'));
+    const r = await remote.put({ _id: 'from-remote', v: 2 });
+    await waitFor('server -> local', () => exists(local, 'from-remote'));
+    await remote.put({ _id: 'from-remote', _rev: r.rev, v: 3 });
+    await waitFor('server update -> local', () => exists(local, 'from-remote', (d) => d.v === 3));
+    const fl = await local.get('from-local');
+    await local.remove(fl);
+    await waitFor('local delete -> server', () =>
+      remote.get('from-local').then(() => false, (e) => e.status === 404));
+    assert.deepEqual(errors, []);
+  } finally {
+    sync.cancel();
+  }
+  await completed;
+  assert.deepEqual((await local.allDocs()).rows.map((x) => x.id), ['from-remote', 'pre-existing']);
+  assert.deepEqual((await remote.allDocs()).rows.map((x) => x.id), ['from-remote', 'pre-existing']);
+  await local.destroy();
   await remote.destroy();
 });

@@ -173,12 +173,23 @@ impl Database {
         DbInfo { stats, file_size: on_disk + unflushed }
     }
 
-    /// Compacts every range of this database (reclaims deleted and overwritten data).
-    pub fn compact(&self) {
+    /// Compaction: drops the bodies of superseded revisions (through the writer, a slice
+    /// at a time), then compacts the database's key ranges to reclaim the space.
+    pub fn compact(self: &Arc<Self>) -> Result<()> {
+        let mut from = Vec::new();
+        loop {
+            let (reply, rx) = oneshot::channel();
+            self.submit(Job::Prune { from, limit: 1000, reply })?;
+            match rx.blocking_recv().map_err(|_| Error::Internal("writer dropped compaction".into()))?? {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
         let (lo, hi) = settee_storage::db_range(self.id);
         for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
             self.store.compact_range(cf, &lo, &hi);
         }
+        Ok(())
     }
 
     // ---- writes -------------------------------------------------------------------------

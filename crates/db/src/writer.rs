@@ -22,6 +22,9 @@ pub(crate) enum Job {
     Docs { docs: Vec<ParsedDoc>, new_edits: bool, reply: oneshot::Sender<Result<Vec<UpdateResult>>> },
     Local { update: LocalUpdate, reply: oneshot::Sender<Result<u64>> },
     Purge { revs: Vec<(String, Vec<Rev>)>, reply: oneshot::Sender<Result<Vec<(String, Vec<Rev>)>>> },
+    /// Compaction step: drop bodies of non-leaf revisions for up to `limit` documents
+    /// starting at id `from`; replies with where to continue (`None` when done).
+    Prune { from: Vec<u8>, limit: usize, reply: oneshot::Sender<Result<Option<Vec<u8>>>> },
 }
 
 impl Job {
@@ -30,6 +33,7 @@ impl Job {
             Job::Docs { docs, .. } => docs.len(),
             Job::Local { .. } => 1,
             Job::Purge { revs, .. } => revs.len(),
+            Job::Prune { limit, .. } => *limit,
         }
     }
 }
@@ -82,6 +86,7 @@ enum Pending {
     Docs(oneshot::Sender<Result<Vec<UpdateResult>>>, Vec<UpdateResult>),
     Local(oneshot::Sender<Result<u64>>, Result<u64>),
     Purge(oneshot::Sender<Result<Vec<(String, Vec<Rev>)>>>, Vec<(String, Vec<Rev>)>),
+    Prune(oneshot::Sender<Result<Option<Vec<u8>>>>, Result<Option<Vec<u8>>>),
 }
 
 impl Pending {
@@ -91,6 +96,7 @@ impl Pending {
             Pending::Docs(tx, _) => tx.send(Err(err())).map_err(drop),
             Pending::Local(tx, _) => tx.send(Err(err())).map_err(drop),
             Pending::Purge(tx, _) => tx.send(Err(err())).map_err(drop),
+            Pending::Prune(tx, _) => tx.send(Err(err())).map_err(drop),
         };
     }
 
@@ -99,6 +105,7 @@ impl Pending {
             Pending::Docs(tx, r) => tx.send(Ok(r)).map_err(drop),
             Pending::Local(tx, r) => tx.send(r).map_err(drop),
             Pending::Purge(tx, r) => tx.send(Ok(r)).map_err(drop),
+            Pending::Prune(tx, r) => tx.send(r).map_err(drop),
         };
     }
 }
@@ -115,6 +122,7 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
             }
             Job::Local { update, reply } => Pending::Local(reply, tx.local(update)),
             Job::Purge { revs, reply } => Pending::Purge(reply, tx.purge(revs)),
+            Job::Prune { from, limit, reply } => Pending::Prune(reply, tx.prune(&from, limit)),
         });
     }
     let outcome = if *alive { tx.write() } else { Err(Error::DbNotFound) };
@@ -228,10 +236,11 @@ impl<'a> Txn<'a> {
         Ok(())
     }
 
+    /// Bodies of superseded revisions stay readable (`?rev=`) until compaction, as in
+    /// CouchDB; only stemming drops them at once.
     fn finish_doc(&mut self, id: &str, mut info: DocInfo, seq: u64, body: &[u8]) {
         self.store_body(seq, body);
-        let mut freed = info.tree.prune_bodies();
-        freed.extend(info.tree.stem(self.revs_limit));
+        let freed = info.tree.stem(self.revs_limit);
         self.free_bodies(freed);
         info.seq = seq;
         info.body_bytes = body.len() as u64;
@@ -256,6 +265,31 @@ impl<'a> Txn<'a> {
             out.push((id, gone));
         }
         out
+    }
+
+    fn prune(&mut self, from: &[u8], limit: usize) -> Result<Option<Vec<u8>>> {
+        let dbid = self.db.id;
+        let lo = key_in_db(dbid, from);
+        let hi = (dbid + 1).to_be_bytes();
+        let mut ids = Vec::with_capacity(limit);
+        let mut next = None;
+        for item in self.db.store.range(Cf::Docs, &lo, &hi, false) {
+            let (k, _) = item?;
+            if ids.len() == limit {
+                next = Some(k[8..].to_vec());
+                break;
+            }
+            ids.push(String::from_utf8_lossy(&k[8..]).into_owned());
+        }
+        for id in ids {
+            let Some(mut info) = self.load(&id)? else { continue };
+            let freed = info.tree.prune_bodies();
+            if !freed.is_empty() {
+                self.free_bodies(freed);
+                self.docs.get_mut(&id).expect("loaded").now = Some(info);
+            }
+        }
+        Ok(next)
     }
 
     fn local(&mut self, u: LocalUpdate) -> Result<u64> {

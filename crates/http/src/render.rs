@@ -29,6 +29,13 @@ impl DocOpts {
     }
 }
 
+impl DocOpts {
+    /// Whether the body carries fields that can change while the revision does not.
+    pub fn has_meta(&self) -> bool {
+        self.revs_info || self.conflicts || self.deleted_conflicts || self.local_seq
+    }
+}
+
 pub fn revs_json(rev: &Rev, tree: &RevTree) -> Value {
     let ids: Vec<String> = tree.ancestry(rev).iter().map(|i| i.to_string()).collect();
     json!({"start": rev.pos, "ids": ids})

@@ -158,7 +158,9 @@ pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Resp
     if state.tasks.start("database_compaction", &db.name) {
         let state = state.clone();
         std::thread::spawn(move || {
-            db.compact();
+            if let Err(e) = db.compact() {
+                tracing::error!(db = %db.name, error = %e, "compaction failed");
+            }
             state.tasks.finish("database_compaction", &db.name);
         });
     }

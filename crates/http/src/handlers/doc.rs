@@ -72,13 +72,17 @@ async fn get(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     })
     .await?;
     let tag = doc.rev.to_string();
-    if etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str()) {
+    if !opts.has_meta() && etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str()) {
         let mut resp = with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
         resp.headers_mut().insert(header::ETAG, etag(&tag));
         return Ok(resp);
     }
     let mut resp = json_bytes(StatusCode::OK, doc_json(&doc, &opts));
-    resp.headers_mut().insert(header::ETAG, etag(&tag));
+    // As CouchDB: a body carrying meta fields (conflicts, revs_info, local_seq) has no ETag,
+    // since those change without the revision changing.
+    if !opts.has_meta() {
+        resp.headers_mut().insert(header::ETAG, etag(&tag));
+    }
     Ok(resp)
 }
 

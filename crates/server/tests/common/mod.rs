@@ -1,0 +1,178 @@
+//! Test harness: starts the real `settee` binary on a temporary data directory and a free
+//! port, and speaks HTTP to it.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const ADMIN: (&str, &str) = ("admin", "secret");
+
+pub struct Server {
+    pub url: String,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    child: std::sync::Mutex<Option<Child>>,
+    agent: ureq::Agent,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub text: String,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let mut s = Server::start_in(&dir);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts on an existing data directory (for restart tests).
+    pub fn start_in(dir: &Path) -> Server {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_settee"))
+            .args(["serve", "--data-dir"])
+            .arg(dir)
+            .args(["--bind", &format!("127.0.0.1:{port}"), "--admin", &format!("{}:{}", ADMIN.0, ADMIN.1)])
+            .env("SETTEE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start settee");
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        let s = Server { url: format!("http://127.0.0.1:{port}"), dir: dir.to_path_buf(), _tmp: None, child: std::sync::Mutex::new(Some(child)), agent };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if s.agent.get(format!("{}/_up", s.url)).call().is_ok() {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("settee did not start");
+    }
+
+    /// SIGKILL: no shutdown, no flush.
+    pub fn kill9(&self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Takes the temp dir so the data outlives this server (for restarts).
+    pub fn take_dir(&mut self) -> tempfile::TempDir {
+        self._tmp.take().expect("owns its dir")
+    }
+
+    /// A request as admin. `body` is sent as JSON when given.
+    pub fn req(&self, method: &str, path: &str, body: Option<&str>) -> Resp {
+        self.req_with(method, path, body, &[("content-type", "application/json")], true)
+    }
+
+    pub fn req_with(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)], admin: bool) -> Resp {
+        self.try_req_with(method, path, body, headers, admin).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// A request as admin that may fail at the transport level (the server was killed).
+    pub fn try_req(&self, method: &str, path: &str, body: &str) -> Result<Resp, ureq::Error> {
+        self.try_req_with(method, path, Some(body), &[("content-type", "application/json")], true)
+    }
+
+    fn try_req_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+        admin: bool,
+    ) -> Result<Resp, ureq::Error> {
+        let mut b = ureq::http::Request::builder().method(method).uri(format!("{}{}", self.url, path));
+        if admin {
+            use base64::Engine;
+            let creds = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
+            b = b.header("authorization", format!("Basic {creds}"));
+        }
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let req = b.body(body.unwrap_or("").as_bytes().to_vec()).unwrap();
+        let mut resp = self.agent.run(req)?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string())).collect();
+        let mut text = String::new();
+        resp.body_mut().as_reader().read_to_string(&mut text)?;
+        Ok(Resp { status, headers, text })
+    }
+
+    /// A request written by hand on a TCP socket, for methods HTTP clients refuse (COPY).
+    pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+        use base64::Engine;
+        use std::io::Write;
+        let creds = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
+        let host = self.url.trim_start_matches("http://");
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {creds}\r\nConnection: close\r\nContent-Length: 0\r\n");
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut sock = std::net::TcpStream::connect(host).unwrap();
+        sock.write_all(head.as_bytes()).unwrap();
+        let mut all = String::new();
+        sock.read_to_string(&mut all).unwrap();
+        let (head, text) = all.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.lines();
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let headers = lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_lowercase(), v.to_string())).collect();
+        Resp { status, headers, text: text.to_string() }
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.req("GET", path, None)
+    }
+    pub fn put(&self, path: &str, body: &str) -> Resp {
+        self.req("PUT", path, Some(body))
+    }
+    pub fn post(&self, path: &str, body: &str) -> Resp {
+        self.req("POST", path, Some(body))
+    }
+    pub fn delete(&self, path: &str) -> Resp {
+        self.req("DELETE", path, None)
+    }
+
+    /// Creates a database and asserts it worked.
+    pub fn create_db(&self, name: &str) {
+        let r = self.put(&format!("/{name}"), "");
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
