@@ -22,12 +22,19 @@ pub struct ParsedDoc {
 impl ParsedDoc {
     /// The revision the client says it edits (`_rev`, or the head of `_revisions`).
     pub fn rev(&self) -> Option<Rev> {
-        self.revs.as_ref().map(|(pos, ids)| Rev::new(*pos, ids[0].clone()))
+        self.revs
+            .as_ref()
+            .map(|(pos, ids)| Rev::new(*pos, ids[0].clone()))
     }
 }
 
 /// Members CouchDB accepts on write and drops (they are computed on read).
-const IGNORED: &[&str] = &["_revs_info", "_local_seq", "_conflicts", "_deleted_conflicts"];
+const IGNORED: &[&str] = &[
+    "_revs_info",
+    "_local_seq",
+    "_conflicts",
+    "_deleted_conflicts",
+];
 /// Members CouchDB keeps in the body although they start with `_`.
 const KEPT: &[&str] = &[
     "_replication_state",
@@ -41,7 +48,12 @@ pub fn parse_doc(value: Value) -> Result<ParsedDoc, Error> {
     let Value::Object(map) = value else {
         return Err(Error::bad_request("Document must be a JSON object"));
     };
-    let mut doc = ParsedDoc { id: None, revs: None, deleted: false, body: Vec::new() };
+    let mut doc = ParsedDoc {
+        id: None,
+        revs: None,
+        deleted: false,
+        body: Vec::new(),
+    };
     let mut body = Map::new();
     let mut rev_field = None;
     for (k, v) in map {
@@ -65,13 +77,17 @@ pub fn parse_doc(value: Value) -> Result<ParsedDoc, Error> {
                 body.insert(k.to_string(), v);
             }
             k => {
-                return Err(Error::DocValidation(format!("Bad special document member: {k}")));
+                return Err(Error::DocValidation(format!(
+                    "Bad special document member: {k}"
+                )));
             }
         }
     }
     if doc.revs.is_none() {
         if let Some(v) = rev_field {
-            let s = v.as_str().ok_or_else(|| Error::bad_request("Invalid rev format"))?;
+            let s = v
+                .as_str()
+                .ok_or_else(|| Error::bad_request("Invalid rev format"))?;
             let rev = Rev::parse(s)?;
             doc.revs = Some((rev.pos, vec![rev.id]));
         }
@@ -116,7 +132,10 @@ impl DocJson {
             out.extend_from_slice(rev.to_string().as_bytes());
             out.push(b'"');
         }
-        let inner = body.strip_prefix(b"{").and_then(|b| b.strip_suffix(b"}")).unwrap_or(b"");
+        let inner = body
+            .strip_prefix(b"{")
+            .and_then(|b| b.strip_suffix(b"}"))
+            .unwrap_or(b"");
         if !inner.is_empty() {
             out.push(b',');
             out.extend_from_slice(inner);
@@ -126,11 +145,17 @@ impl DocJson {
 
     /// A bare object with no `_id`, for local documents and other bodies.
     pub fn raw(body: &[u8]) -> Self {
-        let inner = body.strip_prefix(b"{").and_then(|b| b.strip_suffix(b"}")).unwrap_or(b"");
+        let inner = body
+            .strip_prefix(b"{")
+            .and_then(|b| b.strip_suffix(b"}"))
+            .unwrap_or(b"");
         let mut out = Vec::with_capacity(body.len() + 32);
         out.push(b'{');
         out.extend_from_slice(inner);
-        DocJson { empty: inner.is_empty(), out }
+        DocJson {
+            empty: inner.is_empty(),
+            out,
+        }
     }
 
     pub fn member(&mut self, key: &str, value: &Value) -> &mut Self {
@@ -157,16 +182,24 @@ mod tests {
 
     #[test]
     fn splits_special_members_and_keeps_order() {
-        let v = serde_json::from_str(r#"{"z":1,"_id":"x","a":[1.50,2],"_rev":"1-abc","_conflicts":[]}"#).unwrap();
+        let v = serde_json::from_str(
+            r#"{"z":1,"_id":"x","a":[1.50,2],"_rev":"1-abc","_conflicts":[]}"#,
+        )
+        .unwrap();
         let d = parse_doc(v).unwrap();
         assert_eq!(d.id.as_deref(), Some("x"));
         assert_eq!(d.rev().unwrap().to_string(), "1-abc");
-        assert_eq!(String::from_utf8(d.body).unwrap(), r#"{"z":1,"a":[1.50,2]}"#);
+        assert_eq!(
+            String::from_utf8(d.body).unwrap(),
+            r#"{"z":1,"a":[1.50,2]}"#
+        );
     }
 
     #[test]
     fn revisions_win_over_rev() {
-        let d = parse_doc(json!({"_rev": "1-x", "_revisions": {"start": 3, "ids": ["c", "b", "a"]}})).unwrap();
+        let d =
+            parse_doc(json!({"_rev": "1-x", "_revisions": {"start": 3, "ids": ["c", "b", "a"]}}))
+                .unwrap();
         assert_eq!(d.rev().unwrap().to_string(), "3-c");
         assert_eq!(d.revs.unwrap().1.len(), 3);
     }
@@ -174,10 +207,22 @@ mod tests {
     #[test]
     fn rejects_bad_members() {
         assert!(matches!(parse_doc(json!([])), Err(Error::BadRequest(_))));
-        assert!(matches!(parse_doc(json!({"_foo": 1})), Err(Error::DocValidation(_))));
-        assert!(matches!(parse_doc(json!({"_deleted": "yes"})), Err(Error::DocValidation(_))));
-        assert!(matches!(parse_doc(json!({"_id": 5})), Err(Error::IllegalDocId(_))));
-        assert!(matches!(parse_doc(json!({"_rev": "nope"})), Err(Error::BadRequest(_))));
+        assert!(matches!(
+            parse_doc(json!({"_foo": 1})),
+            Err(Error::DocValidation(_))
+        ));
+        assert!(matches!(
+            parse_doc(json!({"_deleted": "yes"})),
+            Err(Error::DocValidation(_))
+        ));
+        assert!(matches!(
+            parse_doc(json!({"_id": 5})),
+            Err(Error::IllegalDocId(_))
+        ));
+        assert!(matches!(
+            parse_doc(json!({"_rev": "nope"})),
+            Err(Error::BadRequest(_))
+        ));
     }
 
     #[test]
@@ -185,7 +230,10 @@ mod tests {
         let rev = Rev::parse("1-abc").unwrap();
         let mut j = DocJson::new("x", Some(&rev), br#"{"n":1.0e3}"#);
         j.member("_deleted", &json!(true));
-        assert_eq!(String::from_utf8(j.finish()).unwrap(), r#"{"_id":"x","_rev":"1-abc","n":1.0e3,"_deleted":true}"#);
+        assert_eq!(
+            String::from_utf8(j.finish()).unwrap(),
+            r#"{"_id":"x","_rev":"1-abc","n":1.0e3,"_deleted":true}"#
+        );
         assert_eq!(DocJson::new("y", None, b"{}").finish(), br#"{"_id":"y"}"#);
         let mut r = DocJson::raw(b"{}");
         r.member("a", &json!(1));

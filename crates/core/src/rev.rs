@@ -69,7 +69,10 @@ impl Rev {
         if pos == 0 {
             return Err(invalid());
         }
-        Ok(Rev { pos, id: RevId::parse(id).ok_or_else(invalid)? })
+        Ok(Rev {
+            pos,
+            id: RevId::parse(id).ok_or_else(invalid)?,
+        })
     }
 }
 
@@ -111,7 +114,15 @@ mod tests {
         assert_eq!(r.to_string(), "3-0123456789abcdef0123456789abcdef");
         let odd = Rev::parse("1-abc").unwrap();
         assert_eq!(odd.to_string(), "1-abc");
-        for bad in ["", "1", "-abc", "x-abc", "0-abc", "1-", "1-zz23456789abcdef0123456789abcdef"] {
+        for bad in [
+            "",
+            "1",
+            "-abc",
+            "x-abc",
+            "0-abc",
+            "1-",
+            "1-zz23456789abcdef0123456789abcdef",
+        ] {
             assert!(Rev::parse(bad).is_err(), "{bad}");
         }
     }
@@ -119,8 +130,17 @@ mod tests {
     #[test]
     fn rev_ids_are_deterministic() {
         let p = Rev::parse("1-abc").unwrap();
-        assert_eq!(new_rev_id(Some(&p), false, b"{}"), new_rev_id(Some(&p), false, b"{}"));
-        assert_ne!(new_rev_id(Some(&p), false, b"{}"), new_rev_id(Some(&p), true, b"{}"));
-        assert_ne!(new_rev_id(None, false, b"{}"), new_rev_id(Some(&p), false, b"{}"));
+        assert_eq!(
+            new_rev_id(Some(&p), false, b"{}"),
+            new_rev_id(Some(&p), false, b"{}")
+        );
+        assert_ne!(
+            new_rev_id(Some(&p), false, b"{}"),
+            new_rev_id(Some(&p), true, b"{}")
+        );
+        assert_ne!(
+            new_rev_id(None, false, b"{}"),
+            new_rev_id(Some(&p), false, b"{}")
+        );
     }
 }

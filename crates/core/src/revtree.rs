@@ -86,7 +86,11 @@ impl RevTree {
             .nodes
             .iter()
             .filter(|(r, _)| !parents.contains(&(r.pos, &r.id)))
-            .map(|(r, n)| Leaf { rev: r.clone(), deleted: n.deleted, body: n.body })
+            .map(|(r, n)| Leaf {
+                rev: r.clone(),
+                deleted: n.deleted,
+                body: n.body,
+            })
             .collect();
         leaves.sort_by(|a, b| (!b.deleted, &b.rev).cmp(&(!a.deleted, &a.rev)));
         leaves
@@ -110,7 +114,9 @@ impl RevTree {
 
     /// Body pointer of a revision, if that revision still has its body.
     pub fn body(&self, rev: &Rev) -> Option<(u64, bool)> {
-        self.nodes.get(rev).and_then(|n| n.body.map(|b| (b, n.deleted)))
+        self.nodes
+            .get(rev)
+            .and_then(|n| n.body.map(|b| (b, n.deleted)))
     }
 
     /// Ids from `rev` back to the oldest known ancestor (newest first).
@@ -118,7 +124,9 @@ impl RevTree {
         let mut out = Vec::new();
         let mut cur = Some(rev.clone());
         while let Some(r) = cur {
-            let Some(node) = self.nodes.get(&r) else { break };
+            let Some(node) = self.nodes.get(&r) else {
+                break;
+            };
             cur = node.parent.as_ref().map(|p| Rev::new(r.pos - 1, p.clone()));
             out.push(r.id);
         }
@@ -157,8 +165,11 @@ impl RevTree {
 
     /// Releases the bodies of revisions that are no longer leaves; returns their pointers.
     pub fn prune_bodies(&mut self) -> Vec<u64> {
-        let inner: HashSet<Rev> =
-            self.parents().into_iter().map(|(pos, id)| Rev::new(pos, id.clone())).collect();
+        let inner: HashSet<Rev> = self
+            .parents()
+            .into_iter()
+            .map(|(pos, id)| Rev::new(pos, id.clone()))
+            .collect();
         let mut freed = Vec::new();
         for (rev, node) in self.nodes.iter_mut() {
             if inner.contains(rev) {
@@ -177,7 +188,10 @@ impl RevTree {
             let mut cur = Some(leaf.rev);
             for _ in 0..limit {
                 let Some(r) = cur else { break };
-                let parent = self.nodes[&r].parent.as_ref().map(|p| Rev::new(r.pos - 1, p.clone()));
+                let parent = self.nodes[&r]
+                    .parent
+                    .as_ref()
+                    .map(|p| Rev::new(r.pos - 1, p.clone()));
                 keep.insert(r);
                 cur = parent.filter(|p| self.nodes.contains_key(p));
             }
@@ -194,7 +208,9 @@ impl RevTree {
             .nodes
             .iter()
             .filter(|(r, n)| {
-                n.parent.as_ref().is_some_and(|p| !keep.contains(&Rev::new(r.pos - 1, p.clone())))
+                n.parent
+                    .as_ref()
+                    .is_some_and(|p| !keep.contains(&Rev::new(r.pos - 1, p.clone())))
             })
             .map(|(r, _)| r.clone())
             .collect();
@@ -210,12 +226,16 @@ impl RevTree {
     /// Returns the leaves actually removed and the body pointers freed.
     pub fn purge(&mut self, revs: &[Rev]) -> (Vec<Rev>, Vec<u64>) {
         let leaves = self.leaves();
-        let (gone, remaining): (Vec<Leaf>, Vec<Leaf>) = leaves.into_iter().partition(|l| revs.contains(&l.rev));
+        let (gone, remaining): (Vec<Leaf>, Vec<Leaf>) =
+            leaves.into_iter().partition(|l| revs.contains(&l.rev));
         let mut keep: HashSet<Rev> = HashSet::new();
         for leaf in remaining {
             let mut cur = Some(leaf.rev);
             while let Some(r) = cur {
-                cur = self.nodes[&r].parent.as_ref().map(|p| Rev::new(r.pos - 1, p.clone()));
+                cur = self.nodes[&r]
+                    .parent
+                    .as_ref()
+                    .map(|p| Rev::new(r.pos - 1, p.clone()));
                 cur = cur.filter(|p| self.nodes.contains_key(p));
                 keep.insert(r);
             }
@@ -233,7 +253,10 @@ impl RevTree {
 
     /// Revisions from `revs` that the tree does not know.
     pub fn missing<'a>(&self, revs: impl IntoIterator<Item = &'a Rev>) -> Vec<Rev> {
-        revs.into_iter().filter(|r| !self.nodes.contains_key(r)).cloned().collect()
+        revs.into_iter()
+            .filter(|r| !self.nodes.contains_key(r))
+            .cloned()
+            .collect()
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
@@ -274,8 +297,19 @@ impl RevTree {
             } else {
                 None
             };
-            let body = if flags & F_BODY != 0 { Some(varint::get(buf)?) } else { None };
-            nodes.insert(Rev::new(pos, id), Node { parent, deleted: flags & F_DELETED != 0, body });
+            let body = if flags & F_BODY != 0 {
+                Some(varint::get(buf)?)
+            } else {
+                None
+            };
+            nodes.insert(
+                Rev::new(pos, id),
+                Node {
+                    parent,
+                    deleted: flags & F_DELETED != 0,
+                    body,
+                },
+            );
         }
         Some(RevTree { nodes })
     }
@@ -315,9 +349,17 @@ mod tests {
         t.add_path(2, &[id("y"), id("a")], false, Some(3));
         assert_eq!(t.winner().unwrap().rev, rev("2-y"));
         t.add_path(3, &[id("z"), id("y"), id("a")], true, Some(4));
-        assert_eq!(t.winner().unwrap().rev, rev("2-x"), "a deleted leaf never beats a live one");
+        assert_eq!(
+            t.winner().unwrap().rev,
+            rev("2-x"),
+            "a deleted leaf never beats a live one"
+        );
         t.add_path(3, &[id("w"), id("x"), id("a")], true, Some(5));
-        assert_eq!(t.winner().unwrap().rev, rev("3-z"), "all deleted: highest wins");
+        assert_eq!(
+            t.winner().unwrap().rev,
+            rev("3-z"),
+            "all deleted: highest wins"
+        );
     }
 
     #[test]
@@ -327,14 +369,22 @@ mod tests {
         t.add_path(10, &path, false, Some(10));
         t.stem(3);
         assert_eq!(t.len(), 3);
-        assert_eq!(t.ancestry(&rev("10-r10")), vec![id("r10"), id("r9"), id("r8")]);
+        assert_eq!(
+            t.ancestry(&rev("10-r10")),
+            vec![id("r10"), id("r9"), id("r8")]
+        );
         assert_eq!(t.leaves().len(), 1);
     }
 
     #[test]
     fn encode_roundtrip() {
         let mut t = RevTree::new();
-        t.add_path(2, &[id("0123456789abcdef0123456789abcdef"), id("b")], true, Some(7));
+        t.add_path(
+            2,
+            &[id("0123456789abcdef0123456789abcdef"), id("b")],
+            true,
+            Some(7),
+        );
         t.add_path(1, &[id("c")], false, Some(3));
         let mut out = Vec::new();
         t.encode(&mut out);
@@ -361,20 +411,24 @@ mod tests {
     /// and branch. The id at pos k spells the lineage's first k choices, so an id determines
     /// its ancestry, as a real revision hash does.
     fn arb_path() -> impl Strategy<Value = (u64, Vec<RevId>, bool)> {
-        (prop::collection::vec(0u8..3, 1..8), any::<prop::sample::Index>(), any::<bool>()).prop_map(
-            |(choices, skip, del)| {
+        (
+            prop::collection::vec(0u8..3, 1..8),
+            any::<prop::sample::Index>(),
+            any::<bool>(),
+        )
+            .prop_map(|(choices, skip, del)| {
                 let n = choices.len();
                 let first = skip.index(n); // oldest pos kept in this window is first+1
                 let path = (first..n)
                     .rev()
                     .map(|k| {
-                        let s: String = choices[..=k].iter().map(|c| char::from(b'a' + c)).collect();
+                        let s: String =
+                            choices[..=k].iter().map(|c| char::from(b'a' + c)).collect();
                         RevId::from_bytes(s.as_bytes())
                     })
                     .collect();
                 (n as u64, path, del)
-            },
-        )
+            })
     }
 
     fn leaf_set(t: &RevTree) -> Vec<Rev> {

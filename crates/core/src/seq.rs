@@ -21,14 +21,17 @@ pub enum SeqArg {
 
 pub fn parse_seq(s: &str) -> Result<SeqArg, Error> {
     let s = s.trim();
-    let s = s.strip_prefix('"').and_then(|x| x.strip_suffix('"')).unwrap_or(s);
+    let s = s
+        .strip_prefix('"')
+        .and_then(|x| x.strip_suffix('"'))
+        .unwrap_or(s);
     if s == "now" {
         return Ok(SeqArg::Now);
     }
     let head = s.split_once('-').map_or(s, |(n, _)| n);
     head.parse::<u64>()
         .map(SeqArg::Seq)
-        .map_err(|_| Error::bad_request(format!("Malformed sequence supplied in 'since' parameter.")))
+        .map_err(|_| Error::bad_request("Malformed sequence supplied in 'since' parameter."))
 }
 
 #[cfg(test)]

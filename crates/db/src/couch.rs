@@ -20,7 +20,10 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { max_document_size: settee_core::MAX_DOCUMENT_SIZE, max_batch_docs: 10_000 }
+        Config {
+            max_document_size: settee_core::MAX_DOCUMENT_SIZE,
+            max_batch_docs: 10_000,
+        }
     }
 }
 
@@ -85,11 +88,19 @@ impl Events {
             seq = seq.max(s);
             latest.insert(name, s);
         }
-        Ok(Events { state: Mutex::new(EventState { seq, latest }), notify: tokio::sync::watch::channel(seq).0 })
+        Ok(Events {
+            state: Mutex::new(EventState { seq, latest }),
+            notify: tokio::sync::watch::channel(seq).0,
+        })
     }
 
     /// Adds the event to `batch`; call [`Events::published`] after the batch commits.
-    pub(crate) fn record(&self, batch: &mut settee_storage::Batch<'_>, db: &str, kind: DbEventKind) -> u64 {
+    pub(crate) fn record(
+        &self,
+        batch: &mut settee_storage::Batch<'_>,
+        db: &str,
+        kind: DbEventKind,
+    ) -> u64 {
         let mut st = self.state.lock().unwrap();
         st.seq += 1;
         let seq = st.seq;
@@ -138,14 +149,33 @@ impl Couch {
                 None => Stats::default(),
             };
             let props = Props::load(&store, id)?;
-            let db = Database::new(name.clone(), id, store.clone(), stats, props, config.clone(), events.clone());
+            let db = Database::new(
+                name.clone(),
+                id,
+                store.clone(),
+                stats,
+                props,
+                config.clone(),
+                events.clone(),
+            );
             dbs.insert(name, db);
         }
-        Ok(Arc::new(Couch { store, config, dbs: RwLock::new(dbs), lifecycle: Mutex::new(()), events }))
+        Ok(Arc::new(Couch {
+            store,
+            config,
+            dbs: RwLock::new(dbs),
+            lifecycle: Mutex::new(()),
+            events,
+        }))
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<Database>> {
-        self.dbs.read().unwrap().get(name).cloned().ok_or(Error::DbNotFound)
+        self.dbs
+            .read()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or(Error::DbNotFound)
     }
 
     pub fn exists(&self, name: &str) -> bool {
@@ -164,7 +194,9 @@ impl Couch {
             return Err(Error::DbExists);
         }
         let next = match self.store.get(Cf::Meta, meta::NEXT_DB_ID)? {
-            Some(v) => u64::from_be_bytes(v.as_slice().try_into().map_err(|_| corrupt("next db id"))?),
+            Some(v) => {
+                u64::from_be_bytes(v.as_slice().try_into().map_err(|_| corrupt("next db id"))?)
+            }
             None => 0,
         };
         let id = next + 1;
@@ -172,14 +204,29 @@ impl Couch {
         let stats = Stats::default();
         let mut batch = self.store.batch();
         batch.put(Cf::Meta, meta::NEXT_DB_ID, &id.to_be_bytes());
-        batch.put(Cf::Meta, &meta::db_name_key(name), &meta::encode_db_record(id));
+        batch.put(
+            Cf::Meta,
+            &meta::db_name_key(name),
+            &meta::encode_db_record(id),
+        );
         batch.put(Cf::Meta, &meta::stats_key(id), &stats.encode());
         batch.put(Cf::Meta, &meta::props_key(id), &props.encode());
         let seq = self.events.record(&mut batch, name, DbEventKind::Created);
         self.store.write(batch, true)?;
         self.events.published(seq);
-        let db = Database::new(name.to_string(), id, self.store.clone(), stats, props, self.config.clone(), self.events.clone());
-        self.dbs.write().unwrap().insert(name.to_string(), db.clone());
+        let db = Database::new(
+            name.to_string(),
+            id,
+            self.store.clone(),
+            stats,
+            props,
+            self.config.clone(),
+            self.events.clone(),
+        );
+        self.dbs
+            .write()
+            .unwrap()
+            .insert(name.to_string(), db.clone());
         Ok(db)
     }
 
@@ -216,7 +263,12 @@ impl Couch {
     /// Events with `seq > since`, oldest first.
     pub fn db_events_since(&self, since: u64) -> Result<Vec<DbEvent>> {
         let mut out = Vec::new();
-        for item in self.store.range(Cf::Meta, &meta::event_key(since + 1), meta::EVENT_END, false) {
+        for item in self.store.range(
+            Cf::Meta,
+            &meta::event_key(since + 1),
+            meta::EVENT_END,
+            false,
+        ) {
             let (k, v) = item?;
             let seq = u64::from_be_bytes(k[1..9].try_into().map_err(|_| corrupt("event key"))?);
             let kind = DbEventKind::from_byte(v[0]).ok_or_else(|| corrupt("event"))?;

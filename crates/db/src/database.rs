@@ -23,7 +23,11 @@ pub struct Props {
 
 impl Default for Props {
     fn default() -> Self {
-        Props { revs_limit: 1000, purged_infos_limit: 1000, security: json!({}) }
+        Props {
+            revs_limit: 1000,
+            purged_infos_limit: 1000,
+            security: json!({}),
+        }
     }
 }
 
@@ -34,17 +38,30 @@ impl Props {
     }
 
     pub(crate) fn load(store: &Store, id: DbId) -> Result<Props> {
-        let Some(raw) = store.get(Cf::Meta, &meta::props_key(id))? else { return Ok(Props::default()) };
-        let v: Value = serde_json::from_slice(&raw)
-            .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("database properties".into())))?;
+        let Some(raw) = store.get(Cf::Meta, &meta::props_key(id))? else {
+            return Ok(Props::default());
+        };
+        let v: Value = serde_json::from_slice(&raw).map_err(|_| {
+            Error::Storage(settee_storage::Error::Corrupted(
+                "database properties".into(),
+            ))
+        })?;
         let d = Props::default();
         Ok(Props {
             revs_limit: v["revs_limit"].as_u64().unwrap_or(d.revs_limit),
-            purged_infos_limit: v["purged_infos_limit"].as_u64().unwrap_or(d.purged_infos_limit),
+            purged_infos_limit: v["purged_infos_limit"]
+                .as_u64()
+                .unwrap_or(d.purged_infos_limit),
             security: v.get("security").cloned().unwrap_or(d.security),
         })
     }
 }
+
+/// Revisions per document id, as `_purge` and `_revs_diff` take them.
+pub type IdRevs = Vec<(String, Vec<Rev>)>;
+
+/// `_revs_diff`'s answer: per id, the missing revisions and their possible ancestors.
+pub type RevsDiff = Vec<(String, Vec<Rev>, Vec<Rev>)>;
 
 /// A document revision read from the store.
 #[derive(Clone, Debug)]
@@ -170,7 +187,10 @@ impl Database {
         // counted by `approximate_size`. Count it as the memtables' size, bounded by this
         // database's own live bytes.
         let unflushed = self.store.memtable_bytes().min(stats.active);
-        DbInfo { stats, file_size: on_disk + unflushed }
+        DbInfo {
+            stats,
+            file_size: on_disk + unflushed,
+        }
     }
 
     /// Compaction: drops the bodies of superseded revisions (through the writer, a slice
@@ -179,8 +199,15 @@ impl Database {
         let mut from = Vec::new();
         loop {
             let (reply, rx) = oneshot::channel();
-            self.submit(Job::Prune { from, limit: 1000, reply })?;
-            match rx.blocking_recv().map_err(|_| Error::Internal("writer dropped compaction".into()))?? {
+            self.submit(Job::Prune {
+                from,
+                limit: 1000,
+                reply,
+            })?;
+            match rx
+                .blocking_recv()
+                .map_err(|_| Error::Internal("writer dropped compaction".into()))??
+            {
                 Some(next) => from = next,
                 None => break,
             }
@@ -200,7 +227,8 @@ impl Database {
             return Err(Error::DbNotFound);
         }
         let tx = guard.get_or_insert_with(|| writer::spawn(self.clone()));
-        tx.send(job).map_err(|_| Error::Internal("database writer stopped".into()))
+        tx.send(job)
+            .map_err(|_| Error::Internal("database writer stopped".into()))
     }
 
     /// Queues document updates; the reply arrives after the batch holding them is fsynced.
@@ -215,21 +243,25 @@ impl Database {
             }
         }
         let (reply, rx) = oneshot::channel();
-        self.submit(Job::Docs { docs, new_edits, reply })?;
+        self.submit(Job::Docs {
+            docs,
+            new_edits,
+            reply,
+        })?;
         Ok(rx)
     }
 
-    pub fn update_local(self: &Arc<Self>, update: LocalUpdate) -> Result<oneshot::Receiver<Result<u64>>> {
+    pub fn update_local(
+        self: &Arc<Self>,
+        update: LocalUpdate,
+    ) -> Result<oneshot::Receiver<Result<u64>>> {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Local { update, reply })?;
         Ok(rx)
     }
 
     /// Removes revisions entirely (`_purge`); replies with the purged revisions per id.
-    pub fn purge(
-        self: &Arc<Self>,
-        revs: Vec<(String, Vec<Rev>)>,
-    ) -> Result<oneshot::Receiver<Result<Vec<(String, Vec<Rev>)>>>> {
+    pub fn purge(self: &Arc<Self>, revs: IdRevs) -> Result<oneshot::Receiver<Result<IdRevs>>> {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Purge { revs, reply })?;
         Ok(rx)
@@ -258,7 +290,11 @@ impl Database {
 
     fn read_body(&self, r: &impl Read, body_id: u64) -> Result<Vec<u8>> {
         r.get(Cf::Bodies, &seq_key(self.id, body_id))?
-            .ok_or_else(|| Error::Storage(settee_storage::Error::Corrupted(format!("missing body {body_id}"))))
+            .ok_or_else(|| {
+                Error::Storage(settee_storage::Error::Corrupted(format!(
+                    "missing body {body_id}"
+                )))
+            })
     }
 
     fn winner_body(&self, r: &impl Read, info: &DocInfo) -> Result<Option<Vec<u8>>> {
@@ -276,11 +312,19 @@ impl Database {
     /// unknown doc or revision, `deleted` for a deleted winner.
     pub fn open_doc(&self, id: &str, rev: Option<&Rev>) -> Result<OpenDoc> {
         let snap = self.store.snapshot();
-        let info = self.read_info(&snap, id)?.ok_or(Error::NotFound("missing"))?;
+        let info = self
+            .read_info(&snap, id)?
+            .ok_or(Error::NotFound("missing"))?;
         self.open_rev(&snap, id, info, rev)
     }
 
-    fn open_rev(&self, r: &impl Read, id: &str, info: DocInfo, rev: Option<&Rev>) -> Result<OpenDoc> {
+    fn open_rev(
+        &self,
+        r: &impl Read,
+        id: &str,
+        info: DocInfo,
+        rev: Option<&Rev>,
+    ) -> Result<OpenDoc> {
         let (rev, body_id, deleted) = match rev {
             Some(rev) => {
                 let (b, deleted) = info.tree.body(rev).ok_or(Error::NotFound("missing"))?;
@@ -295,7 +339,13 @@ impl Database {
             }
         };
         let body = self.read_body(r, body_id)?;
-        Ok(OpenDoc { id: id.to_string(), rev, deleted, body, info })
+        Ok(OpenDoc {
+            id: id.to_string(),
+            rev,
+            deleted,
+            body,
+            info,
+        })
     }
 
     /// Opens several revisions of one document from one snapshot; `None` = all leaves.
@@ -353,8 +403,18 @@ impl Database {
             if info.is_deleted() {
                 continue;
             }
-            let body = if include_docs { self.winner_body(&snap, &info)? } else { None };
-            if f(AllDocsRow { id, info: Some(info), body }).is_break() {
+            let body = if include_docs {
+                self.winner_body(&snap, &info)?
+            } else {
+                None
+            };
+            if f(AllDocsRow {
+                id,
+                info: Some(info),
+                body,
+            })
+            .is_break()
+            {
                 break;
             }
         }
@@ -374,7 +434,11 @@ impl Database {
                     (Some(i), true) if !i.is_deleted() => self.winner_body(&snap, i)?,
                     _ => None,
                 };
-                Ok(AllDocsRow { id: id.clone(), info, body })
+                Ok(AllDocsRow {
+                    id: id.clone(),
+                    info,
+                    body,
+                })
             })
             .collect()
     }
@@ -389,18 +453,37 @@ impl Database {
     ) -> Result<()> {
         let snap = self.store.snapshot();
         let (lo, hi) = if descending {
-            (seq_key(self.id, 0).to_vec(), seq_key(self.id, since.saturating_add(1)).to_vec())
+            (
+                seq_key(self.id, 0).to_vec(),
+                seq_key(self.id, since.saturating_add(1)).to_vec(),
+            )
         } else {
-            (seq_key(self.id, since.saturating_add(1)).to_vec(), (self.id + 1).to_be_bytes().to_vec())
+            (
+                seq_key(self.id, since.saturating_add(1)).to_vec(),
+                (self.id + 1).to_be_bytes().to_vec(),
+            )
         };
         for item in snap.range(Cf::Seqs, &lo, &hi, descending) {
             let (k, v) = item?;
             let seq = u64::from_be_bytes(k[8..16].try_into().expect("seq keys are 16 bytes"));
             let id = String::from_utf8(v.to_vec())
                 .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
-            let Some(info) = self.read_info(&snap, &id)? else { continue };
-            let body = if include_docs { self.winner_body(&snap, &info)? } else { None };
-            if f(Change { seq, id, info, body }).is_break() {
+            let Some(info) = self.read_info(&snap, &id)? else {
+                continue;
+            };
+            let body = if include_docs {
+                self.winner_body(&snap, &info)?
+            } else {
+                None
+            };
+            if f(Change {
+                seq,
+                id,
+                info,
+                body,
+            })
+            .is_break()
+            {
                 break;
             }
         }
@@ -454,7 +537,7 @@ impl Database {
 
     /// `_revs_diff`: for each id, the revisions the database lacks and the leaves that could
     /// be their ancestors.
-    pub fn revs_diff(&self, asked: Vec<(String, Vec<Rev>)>) -> Result<Vec<(String, Vec<Rev>, Vec<Rev>)>> {
+    pub fn revs_diff(&self, asked: IdRevs) -> Result<RevsDiff> {
         let snap = self.store.snapshot();
         let mut out = Vec::new();
         for (id, revs) in asked {

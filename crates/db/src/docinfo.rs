@@ -35,7 +35,11 @@ impl DocInfo {
         let seq = varint::get(&mut rest).ok_or_else(corrupt)?;
         let body_bytes = varint::get(&mut rest).ok_or_else(corrupt)?;
         let tree = RevTree::decode(&mut rest).ok_or_else(corrupt)?;
-        Ok(DocInfo { seq, body_bytes, tree })
+        Ok(DocInfo {
+            seq,
+            body_bytes,
+            tree,
+        })
     }
 
     /// Whether the winning revision is deleted (a document with no live leaf).
@@ -60,7 +64,14 @@ pub struct Stats {
 impl Stats {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![STATS_V1];
-        for v in [self.update_seq, self.doc_count, self.doc_del_count, self.purge_seq, self.external, self.active] {
+        for v in [
+            self.update_seq,
+            self.doc_count,
+            self.doc_del_count,
+            self.purge_seq,
+            self.external,
+            self.active,
+        ] {
             varint::put(&mut out, v);
         }
         out
@@ -93,9 +104,20 @@ mod tests {
     fn roundtrips() {
         let mut tree = RevTree::new();
         tree.add_path(1, &[RevId::from_bytes(b"x")], false, Some(3));
-        let d = DocInfo { seq: 9, body_bytes: 12, tree };
+        let d = DocInfo {
+            seq: 9,
+            body_bytes: 12,
+            tree,
+        };
         assert_eq!(DocInfo::decode(&d.encode()).unwrap(), d);
-        let s = Stats { update_seq: 1, doc_count: 2, doc_del_count: 3, purge_seq: 4, external: 5, active: 6 };
+        let s = Stats {
+            update_seq: 1,
+            doc_count: 2,
+            doc_del_count: 3,
+            purge_seq: 4,
+            external: 5,
+            active: 6,
+        };
         assert_eq!(Stats::decode(&s.encode()).unwrap(), s);
         assert!(DocInfo::decode(&[9]).is_err());
     }

@@ -13,7 +13,9 @@ mod meta;
 mod writer;
 
 pub use couch::{Config, Couch, DbEvent, DbEventKind};
-pub use database::{AllDocsRow, Change, Database, DbInfo, LocalDoc, OpenDoc, Props};
+pub use database::{
+    AllDocsRow, Change, Database, DbInfo, IdRevs, LocalDoc, OpenDoc, Props, RevsDiff,
+};
 pub use docinfo::{DocInfo, Stats};
 pub use error::{Error, Result};
 pub use writer::{LocalUpdate, UpdateResult};

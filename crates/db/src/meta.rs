@@ -49,7 +49,9 @@ pub fn encode_db_record(id: DbId) -> Vec<u8> {
 
 pub fn decode_db_record(v: &[u8]) -> Option<DbId> {
     match v {
-        [DB_RECORD_V1, rest @ ..] if rest.len() == 8 => Some(u64::from_be_bytes(rest.try_into().ok()?)),
+        [DB_RECORD_V1, rest @ ..] if rest.len() == 8 => {
+            Some(u64::from_be_bytes(rest.try_into().ok()?))
+        }
         _ => None,
     }
 }

@@ -5,7 +5,7 @@
 //! is written in the same batch; watchers are notified only after the commit.
 
 use crate::couch::DbEventKind;
-use crate::database::{Database, LocalDoc};
+use crate::database::{Database, IdRevs, LocalDoc};
 use crate::docinfo::{DocInfo, Stats};
 use crate::{Error, Result};
 use settee_core::{new_rev_id, varint, ParsedDoc, Rev};
@@ -19,12 +19,26 @@ use tokio::sync::oneshot;
 const QUEUE_DEPTH: usize = 256;
 
 pub(crate) enum Job {
-    Docs { docs: Vec<ParsedDoc>, new_edits: bool, reply: oneshot::Sender<Result<Vec<UpdateResult>>> },
-    Local { update: LocalUpdate, reply: oneshot::Sender<Result<u64>> },
-    Purge { revs: Vec<(String, Vec<Rev>)>, reply: oneshot::Sender<Result<Vec<(String, Vec<Rev>)>>> },
+    Docs {
+        docs: Vec<ParsedDoc>,
+        new_edits: bool,
+        reply: oneshot::Sender<Result<Vec<UpdateResult>>>,
+    },
+    Local {
+        update: LocalUpdate,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    Purge {
+        revs: IdRevs,
+        reply: oneshot::Sender<Result<IdRevs>>,
+    },
     /// Compaction step: drop bodies of non-leaf revisions for up to `limit` documents
     /// starting at id `from`; replies with where to continue (`None` when done).
-    Prune { from: Vec<u8>, limit: usize, reply: oneshot::Sender<Result<Option<Vec<u8>>>> },
+    Prune {
+        from: Vec<u8>,
+        limit: usize,
+        reply: oneshot::Sender<Result<Option<Vec<u8>>>>,
+    },
 }
 
 impl Job {
@@ -83,10 +97,16 @@ fn run(db: Arc<Database>, rx: Receiver<Job>) {
 
 /// A reply waiting for the commit.
 enum Pending {
-    Docs(oneshot::Sender<Result<Vec<UpdateResult>>>, Vec<UpdateResult>),
+    Docs(
+        oneshot::Sender<Result<Vec<UpdateResult>>>,
+        Vec<UpdateResult>,
+    ),
     Local(oneshot::Sender<Result<u64>>, Result<u64>),
-    Purge(oneshot::Sender<Result<Vec<(String, Vec<Rev>)>>>, Vec<(String, Vec<Rev>)>),
-    Prune(oneshot::Sender<Result<Option<Vec<u8>>>>, Result<Option<Vec<u8>>>),
+    Purge(oneshot::Sender<Result<IdRevs>>, IdRevs),
+    Prune(
+        oneshot::Sender<Result<Option<Vec<u8>>>>,
+        Result<Option<Vec<u8>>>,
+    ),
 }
 
 impl Pending {
@@ -116,7 +136,11 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
     let mut tx = Txn::new(db);
     for job in jobs {
         pending.push(match job {
-            Job::Docs { docs, new_edits, reply } => {
+            Job::Docs {
+                docs,
+                new_edits,
+                reply,
+            } => {
                 let results = docs.into_iter().map(|d| tx.update(d, new_edits)).collect();
                 Pending::Docs(reply, results)
             }
@@ -125,7 +149,11 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
             Job::Prune { from, limit, reply } => Pending::Prune(reply, tx.prune(&from, limit)),
         });
     }
-    let outcome = if *alive { tx.write() } else { Err(Error::DbNotFound) };
+    let outcome = if *alive {
+        tx.write()
+    } else {
+        Err(Error::DbNotFound)
+    };
     match outcome {
         Ok(()) => pending.into_iter().for_each(Pending::succeed),
         Err(e) => {
@@ -172,10 +200,21 @@ impl<'a> Txn<'a> {
         if let Some(t) = self.docs.get(id) {
             return Ok(t.now.clone());
         }
-        let raw = self.db.store.get(Cf::Docs, &key_in_db(self.db.id, id.as_bytes()))?;
-        let before = raw.map(|v| DocInfo::decode(&v).map(|i| (i, v.len()))).transpose()?;
+        let raw = self
+            .db
+            .store
+            .get(Cf::Docs, &key_in_db(self.db.id, id.as_bytes()))?;
+        let before = raw
+            .map(|v| DocInfo::decode(&v).map(|i| (i, v.len())))
+            .transpose()?;
         let now = before.as_ref().map(|(i, _)| i.clone());
-        self.docs.insert(id.to_string(), Touched { before, now: now.clone() });
+        self.docs.insert(
+            id.to_string(),
+            Touched {
+                before,
+                now: now.clone(),
+            },
+        );
         Ok(now)
     }
 
@@ -197,7 +236,11 @@ impl<'a> Txn<'a> {
 
     fn update(&mut self, doc: ParsedDoc, new_edits: bool) -> UpdateResult {
         let id = doc.id.clone().unwrap_or_default();
-        let result = if new_edits { self.edit(&id, doc).map(Some) } else { self.replicate(&id, doc).map(|_| None) };
+        let result = if new_edits {
+            self.edit(&id, doc).map(Some)
+        } else {
+            self.replicate(&id, doc).map(|_| None)
+        };
         match result {
             Ok(rev) => UpdateResult::Ok { id, rev },
             Err(error) => UpdateResult::Err { id, error },
@@ -214,7 +257,10 @@ impl<'a> Txn<'a> {
             (None, Some(_)) => return Err(Error::Conflict),
             (None, None) => None,
         };
-        let rev = Rev::new(parent.as_ref().map_or(1, |p| p.pos + 1), new_rev_id(parent.as_ref(), doc.deleted, &doc.body));
+        let rev = Rev::new(
+            parent.as_ref().map_or(1, |p| p.pos + 1),
+            new_rev_id(parent.as_ref(), doc.deleted, &doc.body),
+        );
         let mut path = vec![rev.id.clone()];
         path.extend(parent.map(|p| p.id));
         let seq = self.next_seq();
@@ -225,7 +271,10 @@ impl<'a> Txn<'a> {
 
     /// A replicated revision (`new_edits=false`): merged as given; known revisions are no-ops.
     fn replicate(&mut self, id: &str, doc: ParsedDoc) -> Result<()> {
-        let (pos, ids) = doc.revs.clone().ok_or_else(|| Error::bad_request("Document is missing _rev or _revisions"))?;
+        let (pos, ids) = doc
+            .revs
+            .clone()
+            .ok_or_else(|| Error::bad_request("Document is missing _rev or _revisions"))?;
         let mut info = self.load(id)?.unwrap_or_default();
         if info.tree.contains(&Rev::new(pos, ids[0].clone())) {
             return Ok(());
@@ -247,7 +296,7 @@ impl<'a> Txn<'a> {
         self.docs.get_mut(id).expect("loaded before change").now = Some(info);
     }
 
-    fn purge(&mut self, revs: Vec<(String, Vec<Rev>)>) -> Vec<(String, Vec<Rev>)> {
+    fn purge(&mut self, revs: IdRevs) -> IdRevs {
         let mut out = Vec::new();
         for (id, revs) in revs {
             let Ok(Some(mut info)) = self.load(&id) else {
@@ -260,7 +309,8 @@ impl<'a> Txn<'a> {
                 self.stats.purge_seq += 1;
                 let seq = self.next_seq();
                 info.seq = seq;
-                self.docs.get_mut(&id).expect("loaded").now = (!info.tree.is_empty()).then_some(info);
+                self.docs.get_mut(&id).expect("loaded").now =
+                    (!info.tree.is_empty()).then_some(info);
             }
             out.push((id, gone));
         }
@@ -282,7 +332,9 @@ impl<'a> Txn<'a> {
             ids.push(String::from_utf8_lossy(&k[8..]).into_owned());
         }
         for id in ids {
-            let Some(mut info) = self.load(&id)? else { continue };
+            let Some(mut info) = self.load(&id)? else {
+                continue;
+            };
             let freed = info.tree.prune_bodies();
             if !freed.is_empty() {
                 self.free_bodies(freed);
@@ -294,10 +346,19 @@ impl<'a> Txn<'a> {
 
     fn local(&mut self, u: LocalUpdate) -> Result<u64> {
         let key = key_in_db(self.db.id, u.id.as_bytes());
-        let current = self.db.store.get(Cf::Local, &key)?.map(|v| decode_local(&u.id, &v)).transpose()?;
+        let current = self
+            .db
+            .store
+            .get(Cf::Local, &key)?
+            .map(|v| decode_local(&u.id, &v))
+            .transpose()?;
         let current_rev = current.as_ref().map(|d| d.rev);
         if u.rev != current_rev && !(u.rev.is_none() && current.is_none()) {
-            return Err(if u.deleted && current.is_none() { Error::NotFound("missing") } else { Error::Conflict });
+            return Err(if u.deleted && current.is_none() {
+                Error::NotFound("missing")
+            } else {
+                Error::Conflict
+            });
         }
         if u.deleted {
             self.batch.delete(Cf::Local, &key);
@@ -342,10 +403,16 @@ impl<'a> Txn<'a> {
             stats.external += now.body_bytes;
             stats.active += stored_bytes(id, now, encoded.len());
             self.batch.put(Cf::Docs, &key, &encoded);
-            self.batch.put(Cf::Seqs, &seq_key(dbid, now.seq), id.as_bytes());
+            self.batch
+                .put(Cf::Seqs, &seq_key(dbid, now.seq), id.as_bytes());
         }
-        self.batch.put(Cf::Meta, &crate::meta::stats_key(dbid), &stats.encode());
-        let event = self.dirty.then(|| self.db.events.record(&mut self.batch, &self.db.name, DbEventKind::Updated));
+        self.batch
+            .put(Cf::Meta, &crate::meta::stats_key(dbid), &stats.encode());
+        let event = self.dirty.then(|| {
+            self.db
+                .events
+                .record(&mut self.batch, &self.db.name, DbEventKind::Updated)
+        });
         self.db.store.write(self.batch, true)?;
         *self.db.stats.lock().unwrap() = stats;
         self.db.seq_tx.send_replace(stats.update_seq);
@@ -363,7 +430,9 @@ fn remove_counts(stats: &mut Stats, id: &str, before: &DocInfo, encoded_len: usi
         stats.doc_count -= 1;
     }
     stats.external = stats.external.saturating_sub(before.body_bytes);
-    stats.active = stats.active.saturating_sub(stored_bytes(id, before, encoded_len));
+    stats.active = stats
+        .active
+        .saturating_sub(stored_bytes(id, before, encoded_len));
 }
 
 const LOCAL_V1: u8 = 1;
@@ -375,5 +444,9 @@ pub(crate) fn decode_local(id: &str, v: &[u8]) -> Result<LocalDoc> {
         return Err(corrupt());
     }
     let rev = varint::get(&mut rest).ok_or_else(corrupt)?;
-    Ok(LocalDoc { id: id.to_string(), rev, body: rest.to_vec() })
+    Ok(LocalDoc {
+        id: id.to_string(),
+        rev,
+        body: rest.to_vec(),
+    })
 }

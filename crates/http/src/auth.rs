@@ -25,29 +25,45 @@ impl PasswordHash {
     pub fn parse(stored: &str) -> Option<PasswordHash> {
         let rest = stored.strip_prefix("-pbkdf2:sha256-")?;
         let mut parts = rest.split(',');
-        let (derived_hex, salt, iterations) = (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
+        let (derived_hex, salt, iterations) =
+            (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
         if parts.next().is_some() || hex::decode(derived_hex).map_or(true, |d| d.len() != 32) {
             return None;
         }
-        Some(PasswordHash { derived_hex: derived_hex.to_ascii_lowercase(), salt: salt.to_string(), iterations })
+        Some(PasswordHash {
+            derived_hex: derived_hex.to_ascii_lowercase(),
+            salt: salt.to_string(),
+            iterations,
+        })
     }
 
     pub fn new(password: &str, iterations: u32) -> PasswordHash {
         let mut salt = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut salt);
         let salt = hex::encode(salt);
-        PasswordHash { derived_hex: derive(password, &salt, iterations), salt, iterations }
+        PasswordHash {
+            derived_hex: derive(password, &salt, iterations),
+            salt,
+            iterations,
+        }
     }
 
     pub fn verify(&self, password: &str) -> bool {
         let got = derive(password, &self.salt, self.iterations);
         // constant-time comparison
         got.len() == self.derived_hex.len()
-            && got.bytes().zip(self.derived_hex.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+            && got
+                .bytes()
+                .zip(self.derived_hex.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
     }
 
     pub fn stored(&self) -> String {
-        format!("-pbkdf2:sha256-{},{},{}", self.derived_hex, self.salt, self.iterations)
+        format!(
+            "-pbkdf2:sha256-{},{},{}",
+            self.derived_hex, self.salt, self.iterations
+        )
     }
 }
 
@@ -65,17 +81,26 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(admins: HashMap<String, PasswordHash>) -> Auth {
-        Auth { admins, verified: Mutex::new(HashSet::new()) }
+        Auth {
+            admins,
+            verified: Mutex::new(HashSet::new()),
+        }
     }
 
     /// `Ok(None)` for an anonymous request, `Ok(Some(name))` for an admin; bad credentials
     /// are an error whatever the endpoint.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-        let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        let Some(value) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        else {
             return Ok(None);
         };
         let bad = || ApiError::Unauthorized("Name or password is incorrect.");
-        let Some(encoded) = value.strip_prefix("Basic ").or_else(|| value.strip_prefix("basic ")) else {
+        let Some(encoded) = value
+            .strip_prefix("Basic ")
+            .or_else(|| value.strip_prefix("basic "))
+        else {
             return Err(bad());
         };
         let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;

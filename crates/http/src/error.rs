@@ -49,7 +49,9 @@ impl ApiError {
             ApiError::Db(e) => match e {
                 DbError::Core(c) => ApiError::Core(c.clone()).parts(),
                 DbError::NotFound(r) => (S::NOT_FOUND, "not_found", r.to_string()),
-                DbError::DbNotFound => (S::NOT_FOUND, "not_found", "Database does not exist.".into()),
+                DbError::DbNotFound => {
+                    (S::NOT_FOUND, "not_found", "Database does not exist.".into())
+                }
                 DbError::DbExists => (
                     S::PRECONDITION_FAILED,
                     "file_exists",
@@ -57,10 +59,14 @@ impl ApiError {
                 ),
                 DbError::Conflict => (S::CONFLICT, "conflict", "Document update conflict.".into()),
                 DbError::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
-                DbError::DocTooLarge(id) => (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone()),
-                DbError::Storage(_) | DbError::Internal(_) => {
-                    (S::INTERNAL_SERVER_ERROR, "internal_server_error", "An internal error occurred.".into())
+                DbError::DocTooLarge(id) => {
+                    (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone())
                 }
+                DbError::Storage(_) | DbError::Internal(_) => (
+                    S::INTERNAL_SERVER_ERROR,
+                    "internal_server_error",
+                    "An internal error occurred.".into(),
+                ),
             },
             ApiError::Core(c) => match c {
                 C::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
@@ -74,13 +80,23 @@ impl ApiError {
             ApiError::NotFound(r) => (S::NOT_FOUND, "not_found", r.clone()),
             ApiError::Unauthorized(r) => (S::UNAUTHORIZED, "unauthorized", r.to_string()),
             ApiError::Forbidden(r) => (S::FORBIDDEN, "forbidden", r.clone()),
-            ApiError::MethodNotAllowed(allow) => {
-                (S::METHOD_NOT_ALLOWED, "method_not_allowed", format!("Only {allow} allowed"))
+            ApiError::MethodNotAllowed(allow) => (
+                S::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("Only {allow} allowed"),
+            ),
+            ApiError::BadContentType(r) => {
+                (S::UNSUPPORTED_MEDIA_TYPE, "bad_content_type", r.to_string())
             }
-            ApiError::BadContentType(r) => (S::UNSUPPORTED_MEDIA_TYPE, "bad_content_type", r.to_string()),
             ApiError::NotAcceptable(r) => (S::NOT_ACCEPTABLE, "not_acceptable", r.clone()),
-            ApiError::PreconditionFailed(r) => (S::PRECONDITION_FAILED, "precondition_failed", r.clone()),
-            ApiError::TooLarge => (S::PAYLOAD_TOO_LARGE, "too_large", "the request entity is too large".into()),
+            ApiError::PreconditionFailed(r) => {
+                (S::PRECONDITION_FAILED, "precondition_failed", r.clone())
+            }
+            ApiError::TooLarge => (
+                S::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "the request entity is too large".into(),
+            ),
             ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
         }
     }
@@ -101,7 +117,8 @@ impl IntoResponse for ApiError {
         let body = serde_json::to_vec(&json!({"error": error, "reason": reason})).expect("json");
         let mut resp = crate::reply::json_bytes(status, body);
         if let ApiError::MethodNotAllowed(allow) = self {
-            resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
         resp
     }

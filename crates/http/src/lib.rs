@@ -30,7 +30,11 @@ pub struct HttpConfig {
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        HttpConfig { max_http_request_size: 256 << 20, max_uuid_count: 1000, server_uuid: String::new() }
+        HttpConfig {
+            max_http_request_size: 256 << 20,
+            max_uuid_count: 1000,
+            server_uuid: String::new(),
+        }
     }
 }
 
@@ -113,11 +117,18 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let h = resp.headers_mut();
     h.insert("server", HeaderValue::from_static(SERVER_HEADER));
     let id = format!("{:010x}", rand::random::<u64>() & 0xff_ffff_ffff);
-    h.insert("x-couch-request-id", HeaderValue::from_str(&id).expect("hex"));
+    h.insert(
+        "x-couch-request-id",
+        HeaderValue::from_str(&id).expect("hex"),
+    );
     resp
 }
 
-async fn route(state: AppState, parts: axum::http::request::Parts, body: Body) -> ApiResult<Response> {
+async fn route(
+    state: AppState,
+    parts: axum::http::request::Parts,
+    body: Body,
+) -> ApiResult<Response> {
     let endpoint = router::parse(parts.uri.path())?;
     let user = state.auth.authenticate(&parts.headers)?;
     if user.is_none() && !endpoint.is_public() {
@@ -139,4 +150,3 @@ async fn route(state: AppState, parts: axum::http::request::Parts, body: Body) -
     };
     router::dispatch(state, endpoint, req).await
 }
-

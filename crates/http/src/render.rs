@@ -57,7 +57,11 @@ fn revs_info_json(rev: &Rev, tree: &RevTree) -> Value {
 
 /// Non-winning leaves: live ones (`deleted == false`) or deleted ones.
 pub fn other_leaves(tree: &RevTree, except: &Rev, deleted: bool) -> Vec<String> {
-    tree.leaves().into_iter().filter(|l| l.deleted == deleted && &l.rev != except).map(|l| l.rev.to_string()).collect()
+    tree.leaves()
+        .into_iter()
+        .filter(|l| l.deleted == deleted && &l.rev != except)
+        .map(|l| l.rev.to_string())
+        .collect()
 }
 
 pub fn doc_json(doc: &OpenDoc, opts: &DocOpts) -> Vec<u8> {

@@ -5,10 +5,10 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use futures_util::StreamExt;
 
 pub const JSON: &str = "application/json";
 
@@ -20,8 +20,14 @@ pub fn with_type(status: StatusCode, content_type: &str, body: Body) -> Response
     let mut resp = Response::new(body);
     *resp.status_mut() = status;
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).expect("valid content type"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("must-revalidate"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(content_type).expect("valid content type"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("must-revalidate"),
+    );
     resp
 }
 
@@ -70,7 +76,11 @@ pub async fn stream(
 ) -> Response {
     let (tx, mut rx) = mpsc::channel::<ApiResult<Bytes>>(4);
     tokio::task::spawn_blocking(move || {
-        let mut sink = Chunks { tx: tx.clone(), buf: Vec::with_capacity(CHUNK), open: true };
+        let mut sink = Chunks {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(CHUNK),
+            open: true,
+        };
         match produce(&mut sink) {
             Ok(()) => {
                 sink.flush();
@@ -92,7 +102,8 @@ pub async fn stream(
             Err(std::io::Error::other("stream aborted"))
         }
     });
-    let body = futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(rest);
+    let body =
+        futures_util::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(rest);
     with_type(StatusCode::OK, content_type, Body::from_stream(body))
 }
 

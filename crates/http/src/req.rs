@@ -12,7 +12,11 @@ pub struct Params(Vec<(String, String)>);
 
 impl Params {
     pub fn parse(query: Option<&str>) -> Params {
-        Params(form_urlencoded::parse(query.unwrap_or("").as_bytes()).into_owned().collect())
+        Params(
+            form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .into_owned()
+                .collect(),
+        )
     }
 
     /// These parameters with `first` taking precedence (a POST body over the query string).
@@ -36,7 +40,9 @@ impl Params {
             None => Ok(None),
             Some("true") => Ok(Some(true)),
             Some("false") => Ok(Some(false)),
-            Some(v) => Err(ApiError::QueryParse(format!("Invalid boolean parameter: \"{v}\""))),
+            Some(v) => Err(ApiError::QueryParse(format!(
+                "Invalid boolean parameter: \"{v}\""
+            ))),
         }
     }
 
@@ -47,10 +53,9 @@ impl Params {
     pub fn uint(&self, k: &str) -> ApiResult<Option<u64>> {
         match self.get(k) {
             None => Ok(None),
-            Some(v) => v
-                .parse::<u64>()
-                .map(Some)
-                .map_err(|_| ApiError::QueryParse(format!("Invalid value for positive integer: \"{v}\""))),
+            Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
+                ApiError::QueryParse(format!("Invalid value for positive integer: \"{v}\""))
+            }),
         }
     }
 
@@ -59,14 +64,18 @@ impl Params {
     }
 
     pub fn json_any(&self, ks: &[&str]) -> ApiResult<Option<Value>> {
-        self.get_any(ks).map(|(k, v)| parse_param_json(k, v)).transpose()
+        self.get_any(ks)
+            .map(|(k, v)| parse_param_json(k, v))
+            .transpose()
     }
 
     /// Rejects parameters Settee knows but does not implement on this route.
     pub fn reject(&self, names: &[&str], context: &str) -> ApiResult<()> {
         for n in names {
             if self.get(n).is_some() {
-                return Err(ApiError::bad_request(format!("`{n}` is not supported {context} by this Settee version")));
+                return Err(ApiError::bad_request(format!(
+                    "`{n}` is not supported {context} by this Settee version"
+                )));
             }
         }
         Ok(())
@@ -74,7 +83,8 @@ impl Params {
 }
 
 fn parse_param_json(k: &str, v: &str) -> ApiResult<Value> {
-    serde_json::from_str(v).map_err(|_| ApiError::QueryParse(format!("Invalid JSON value for `{k}`: {v}")))
+    serde_json::from_str(v)
+        .map_err(|_| ApiError::QueryParse(format!("Invalid JSON value for `{k}`: {v}")))
 }
 
 pub async fn body_bytes(body: Body, limit: usize) -> ApiResult<Bytes> {
@@ -96,11 +106,22 @@ pub fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
 
 /// CouchDB's check for endpoints that take only JSON.
 pub fn require_json(headers: &HeaderMap) -> ApiResult<()> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if ct.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case("application/json") {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case("application/json")
+    {
         Ok(())
     } else {
-        Err(ApiError::BadContentType("Content-Type must be application/json"))
+        Err(ApiError::BadContentType(
+            "Content-Type must be application/json",
+        ))
     }
 }
 
@@ -110,5 +131,8 @@ pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// The value of an `If-Match`/`If-None-Match` style header without quotes.
 pub fn etag_value(headers: &HeaderMap, name: axum::http::HeaderName) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(|s| s.trim().trim_matches('"').to_string())
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().trim_matches('"').to_string())
 }

@@ -57,7 +57,10 @@ fn decode(seg: &str) -> ApiResult<String> {
 
 pub fn parse(path: &str) -> ApiResult<Endpoint> {
     let raw: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let segs = raw.iter().map(|s| decode(s)).collect::<ApiResult<Vec<String>>>()?;
+    let segs = raw
+        .iter()
+        .map(|s| decode(s))
+        .collect::<ApiResult<Vec<String>>>()?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     Ok(match segs.as_slice() {
         [""] => Endpoint::Root,
@@ -68,7 +71,9 @@ pub fn parse(path: &str) -> ApiResult<Endpoint> {
         ["_db_updates"] => Endpoint::DbUpdates,
         ["_active_tasks"] => Endpoint::ActiveTasks,
         ["_session"] => Endpoint::Session,
-        [s, ..] if s.starts_with('_') && !SYSTEM_DBS.contains(s) => Endpoint::UnknownServer(s.to_string()),
+        [s, ..] if s.starts_with('_') && !SYSTEM_DBS.contains(s) => {
+            Endpoint::UnknownServer(s.to_string())
+        }
         [db] | [db, ""] => Endpoint::Db(db.to_string()),
         [db, rest @ ..] => parse_in_db(db, rest),
         [] => Endpoint::Root,
@@ -87,7 +92,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_bulk_get"] => op(DbOp::BulkGet),
         ["_changes"] => op(DbOp::Changes),
         ["_compact"] => op(DbOp::Compact),
-        ["_compact", _ddoc] => Endpoint::Unimplemented("view index compaction (views are not available yet)"),
+        ["_compact", _ddoc] => {
+            Endpoint::Unimplemented("view index compaction (views are not available yet)")
+        }
         ["_ensure_full_commit"] => op(DbOp::EnsureFullCommit),
         ["_revs_limit"] => op(DbOp::RevsLimit),
         ["_purge"] => op(DbOp::Purge),
@@ -99,7 +106,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_find"] | ["_index", ..] | ["_explain"] => Endpoint::Unimplemented("Mango queries"),
         ["_temp_view"] => Endpoint::Unimplemented("temporary views"),
         ["_design", ddoc] => Endpoint::Doc(db, format!("_design/{ddoc}")),
-        ["_design", _ddoc, ..] => Endpoint::Unimplemented("design document functions and attachments"),
+        ["_design", _ddoc, ..] => {
+            Endpoint::Unimplemented("design document functions and attachments")
+        }
         ["_local", id] => Endpoint::Doc(db, format!("_local/{id}")),
         ["_local", _, ..] => Endpoint::Unimplemented("attachments on local documents"),
         [id] => Endpoint::Doc(db, id.to_string()),
@@ -112,11 +121,17 @@ impl Endpoint {
     /// Endpoints anyone may call; everything else needs a server admin until per-database
     /// security lands (CouchDB 3's `admin_only` default for new databases).
     pub fn is_public(&self) -> bool {
-        matches!(self, Endpoint::Root | Endpoint::Up | Endpoint::Uuids | Endpoint::Session)
+        matches!(
+            self,
+            Endpoint::Root | Endpoint::Up | Endpoint::Uuids | Endpoint::Session
+        )
     }
 
     pub fn is_db_scoped(&self) -> bool {
-        matches!(self, Endpoint::Db(_) | Endpoint::DbOp(..) | Endpoint::Doc(..))
+        matches!(
+            self,
+            Endpoint::Db(_) | Endpoint::DbOp(..) | Endpoint::Doc(..)
+        )
     }
 }
 
@@ -135,8 +150,12 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
             let handle = state.couch.get(&db)?;
             match op {
                 DbOp::AllDocs => all_docs::all_docs(handle, req, all_docs::Namespace::All).await,
-                DbOp::DesignDocs => all_docs::all_docs(handle, req, all_docs::Namespace::Design).await,
-                DbOp::LocalDocs => all_docs::all_docs(handle, req, all_docs::Namespace::Local).await,
+                DbOp::DesignDocs => {
+                    all_docs::all_docs(handle, req, all_docs::Namespace::Design).await
+                }
+                DbOp::LocalDocs => {
+                    all_docs::all_docs(handle, req, all_docs::Namespace::Local).await
+                }
                 DbOp::AllDocsQueries => all_docs::queries(handle, req).await,
                 DbOp::BulkDocs => bulk::bulk_docs(&state, handle, req).await,
                 DbOp::BulkGet => bulk::bulk_get(handle, req).await,
@@ -144,7 +163,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Compact => database::compact(&state, handle, &req),
                 DbOp::EnsureFullCommit => database::ensure_full_commit(&state, &req),
                 DbOp::RevsLimit => database::revs_limit(handle, req, database::Limit::Revs).await,
-                DbOp::PurgedInfosLimit => database::revs_limit(handle, req, database::Limit::PurgedInfos).await,
+                DbOp::PurgedInfosLimit => {
+                    database::revs_limit(handle, req, database::Limit::PurgedInfos).await
+                }
                 DbOp::Purge => bulk::purge(handle, req).await,
                 DbOp::RevsDiff => bulk::revs_diff(handle, req, false).await,
                 DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
@@ -153,9 +174,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
-        Endpoint::Unimplemented(what) => {
-            Err(ApiError::NotImplemented(format!("{what} are not supported by this Settee version")))
-        }
+        Endpoint::Unimplemented(what) => Err(ApiError::NotImplemented(format!(
+            "{what} are not supported by this Settee version"
+        ))),
         Endpoint::UnknownServer(name) => {
             settee_core::validate_db_name(&name)?;
             Err(ApiError::NotFound("Database does not exist.".into()))
@@ -171,12 +192,33 @@ mod tests {
     fn paths() {
         assert_eq!(parse("/").unwrap(), Endpoint::Root);
         assert_eq!(parse("/a%2Fb").unwrap(), Endpoint::Db("a/b".into()));
-        assert_eq!(parse("/db/_design/x").unwrap(), Endpoint::Doc("db".into(), "_design/x".into()));
-        assert_eq!(parse("/db/_design%2Fx").unwrap(), Endpoint::Doc("db".into(), "_design/x".into()));
-        assert_eq!(parse("/db/_local/x").unwrap(), Endpoint::Doc("db".into(), "_local/x".into()));
-        assert_eq!(parse("/db/a%20b").unwrap(), Endpoint::Doc("db".into(), "a b".into()));
-        assert_eq!(parse("/_users/_all_docs").unwrap(), Endpoint::DbOp("_users".into(), DbOp::AllDocs));
-        assert!(matches!(parse("/db/doc/att").unwrap(), Endpoint::Unimplemented(_)));
-        assert!(matches!(parse("/_foo").unwrap(), Endpoint::UnknownServer(_)));
+        assert_eq!(
+            parse("/db/_design/x").unwrap(),
+            Endpoint::Doc("db".into(), "_design/x".into())
+        );
+        assert_eq!(
+            parse("/db/_design%2Fx").unwrap(),
+            Endpoint::Doc("db".into(), "_design/x".into())
+        );
+        assert_eq!(
+            parse("/db/_local/x").unwrap(),
+            Endpoint::Doc("db".into(), "_local/x".into())
+        );
+        assert_eq!(
+            parse("/db/a%20b").unwrap(),
+            Endpoint::Doc("db".into(), "a b".into())
+        );
+        assert_eq!(
+            parse("/_users/_all_docs").unwrap(),
+            Endpoint::DbOp("_users".into(), DbOp::AllDocs)
+        );
+        assert!(matches!(
+            parse("/db/doc/att").unwrap(),
+            Endpoint::Unimplemented(_)
+        ));
+        assert!(matches!(
+            parse("/_foo").unwrap(),
+            Endpoint::UnknownServer(_)
+        ));
     }
 }

@@ -39,7 +39,9 @@ pub struct Settings {
 }
 
 fn get<'a>(inis: &'a [Ini], section: &str, key: &str) -> Option<&'a str> {
-    inis.iter().rev().find_map(|i| i.get_from(Some(section), key))
+    inis.iter()
+        .rev()
+        .find_map(|i| i.get_from(Some(section), key))
 }
 
 fn load(path: &Path) -> Result<Ini, String> {
@@ -56,18 +58,30 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         .clone()
         .or_else(|| get(&inis, "couchdb", "database_dir").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("./settee-data"));
-    std::fs::create_dir_all(&data_dir).map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let local_path = data_dir.join("local.ini");
-    let mut local = if local_path.exists() { load(&local_path)? } else { Ini::new() };
+    let mut local = if local_path.exists() {
+        load(&local_path)?
+    } else {
+        Ini::new()
+    };
     let mut dirty = false;
 
     // Hash any plaintext admin passwords in local.ini in place.
     let plain: Vec<(String, String)> = local
         .section(Some("admins"))
-        .map(|s| s.iter().filter(|(_, v)| PasswordHash::parse(v).is_none()).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        .map(|s| {
+            s.iter()
+                .filter(|(_, v)| PasswordHash::parse(v).is_none())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
         .unwrap_or_default();
     for (name, pw) in plain {
-        local.with_section(Some("admins")).set(name, PasswordHash::new(&pw, DEFAULT_ITERATIONS).stored());
+        local
+            .with_section(Some("admins"))
+            .set(name, PasswordHash::new(&pw, DEFAULT_ITERATIONS).stored());
         dirty = true;
     }
     inis.push(local.clone());
@@ -76,7 +90,8 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
     for ini in &inis {
         if let Some(section) = ini.section(Some("admins")) {
             for (name, value) in section.iter() {
-                let hash = PasswordHash::parse(value).unwrap_or_else(|| PasswordHash::new(value, DEFAULT_ITERATIONS));
+                let hash = PasswordHash::parse(value)
+                    .unwrap_or_else(|| PasswordHash::new(value, DEFAULT_ITERATIONS));
                 admins.insert(name.to_string(), hash);
             }
         }
@@ -89,7 +104,9 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
     if admins.is_empty() {
         let pw = hex::encode(rand::random::<[u8; 16]>());
         let hash = PasswordHash::new(&pw, DEFAULT_ITERATIONS);
-        local.with_section(Some("admins")).set("admin", hash.stored());
+        local
+            .with_section(Some("admins"))
+            .set("admin", hash.stored());
         admins.insert("admin".into(), hash);
         generated_password = Some(("admin".to_string(), pw));
         dirty = true;
@@ -104,7 +121,9 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         }
     };
     if dirty {
-        local.write_to_file(&local_path).map_err(|e| format!("cannot write {}: {e}", local_path.display()))?;
+        local
+            .write_to_file(&local_path)
+            .map_err(|e| format!("cannot write {}: {e}", local_path.display()))?;
     }
 
     let bind = match args.bind {
@@ -112,19 +131,32 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         None => {
             let addr = get(&inis, "chttpd", "bind_address").unwrap_or("127.0.0.1");
             let port = get(&inis, "chttpd", "port").unwrap_or("5984");
-            format!("{addr}:{port}").parse().map_err(|e| format!("bad bind address {addr}:{port}: {e}"))?
+            format!("{addr}:{port}")
+                .parse()
+                .map_err(|e| format!("bad bind address {addr}:{port}: {e}"))?
         }
     };
     let int = |section: &str, key: &str, default: usize| -> Result<usize, String> {
-        get(&inis, section, key).map_or(Ok(default), |v| v.parse().map_err(|_| format!("[{section}] {key} must be an integer")))
+        get(&inis, section, key).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| format!("[{section}] {key} must be an integer"))
+        })
     };
     Ok(Settings {
         data_dir,
         bind,
         admins,
         server_uuid,
-        max_document_size: int("couchdb", "max_document_size", settee_db::Config::default().max_document_size)?,
-        max_http_request_size: int("chttpd", "max_http_request_size", settee_http::HttpConfig::default().max_http_request_size)?,
+        max_document_size: int(
+            "couchdb",
+            "max_document_size",
+            settee_db::Config::default().max_document_size,
+        )?,
+        max_http_request_size: int(
+            "chttpd",
+            "max_http_request_size",
+            settee_http::HttpConfig::default().max_http_request_size,
+        )?,
         generated_password,
     })
 }

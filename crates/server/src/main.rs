@@ -8,7 +8,11 @@ use settee_http::{app, auth::Auth, AppState, HttpConfig};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "settee", version, about = "A CouchDB-compatible document database")]
+#[command(
+    name = "settee",
+    version,
+    about = "A CouchDB-compatible document database"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,7 +28,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SETTEE_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SETTEE_LOG")
+                .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -41,9 +46,16 @@ fn main() -> ExitCode {
 
 fn serve(args: config::ServeArgs) -> Result<(), String> {
     let settings = config::resolve(&args)?;
-    let db_config = settee_db::Config { max_document_size: settings.max_document_size, ..Default::default() };
-    let couch = Couch::open(&settings.data_dir.join("store"), db_config, &settee_storage::StoreOptions::default())
-        .map_err(|e| format!("cannot open the data directory: {e}"))?;
+    let db_config = settee_db::Config {
+        max_document_size: settings.max_document_size,
+        ..Default::default()
+    };
+    let couch = Couch::open(
+        &settings.data_dir.join("store"),
+        db_config,
+        &settee_storage::StoreOptions::default(),
+    )
+    .map_err(|e| format!("cannot open the data directory: {e}"))?;
     let http_config = HttpConfig {
         max_http_request_size: settings.max_http_request_size,
         server_uuid: settings.server_uuid.clone(),
@@ -52,19 +64,32 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     let state = AppState::new(couch, Auth::new(settings.admins.clone()), http_config);
     if let Some((name, pw)) = &settings.generated_password {
         eprintln!("No admin was configured: created server admin `{name}` with password `{pw}`.");
-        eprintln!("Only its hash is stored (in {}); this is the only time it is shown.", settings.data_dir.join("local.ini").display());
+        eprintln!(
+            "Only its hash is stored (in {}); this is the only time it is shown.",
+            settings.data_dir.join("local.ini").display()
+        );
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(settings.bind).await.map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
-        eprintln!("Settee {} listening on http://{}", env!("CARGO_PKG_VERSION"), settings.bind);
-        axum::serve(listener, app(state)).with_graceful_shutdown(shutdown()).await.map_err(|e| e.to_string())
+        let listener = tokio::net::TcpListener::bind(settings.bind)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
+        eprintln!(
+            "Settee {} listening on http://{}",
+            env!("CARGO_PKG_VERSION"),
+            settings.bind
+        );
+        axum::serve(listener, app(state))
+            .with_graceful_shutdown(shutdown())
+            .await
+            .map_err(|e| e.to_string())
     })
 }
 
 async fn shutdown() {
     let ctrl_c = tokio::signal::ctrl_c();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("signal handler");
     tokio::select! {
         _ = ctrl_c => {},
         _ = term.recv() => {},

@@ -19,14 +19,27 @@ fn create_read_update_delete() {
     assert_eq!(r.header("etag"), Some(format!("\"{rev1}\"").as_str()));
     assert!(r.header("location").unwrap().ends_with("/db/doc"));
     let got = s.get("/db/doc");
-    assert_eq!(got.text, format!(r#"{{"_id":"doc","_rev":"{rev1}","z":1,"a":{{"b":[1,2.50,"x"]}}}}"#), "field order and number text kept");
+    assert_eq!(
+        got.text,
+        format!(r#"{{"_id":"doc","_rev":"{rev1}","z":1,"a":{{"b":[1,2.50,"x"]}}}}"#),
+        "field order and number text kept"
+    );
     // 304 with If-None-Match
-    let nm = s.req_with("GET", "/db/doc", None, &[("if-none-match", &format!("\"{rev1}\""))], true);
+    let nm = s.req_with(
+        "GET",
+        "/db/doc",
+        None,
+        &[("if-none-match", &format!("\"{rev1}\""))],
+        true,
+    );
     assert_eq!(nm.status, 304);
     // update needs the current rev
     let c = s.put("/db/doc", r#"{"z":2}"#);
     assert_eq!(c.status, 409);
-    assert_eq!(c.json(), json!({"error": "conflict", "reason": "Document update conflict."}));
+    assert_eq!(
+        c.json(),
+        json!({"error": "conflict", "reason": "Document update conflict."})
+    );
     let r2 = s.put("/db/doc", &format!(r#"{{"_rev":"{rev1}","z":2}}"#));
     assert_eq!(r2.status, 201);
     let rev2 = rev_of(&r2.json());
@@ -35,15 +48,28 @@ fn create_read_update_delete() {
     let r3 = s.put(&format!("/db/doc?rev={rev2}"), r#"{"z":3}"#);
     assert_eq!(r3.status, 201);
     let rev3 = rev_of(&r3.json());
-    let mismatch = s.put(&format!("/db/doc?rev={rev2}"), &format!(r#"{{"_rev":"{rev3}"}}"#));
+    let mismatch = s.put(
+        &format!("/db/doc?rev={rev2}"),
+        &format!(r#"{{"_rev":"{rev3}"}}"#),
+    );
     assert_eq!(mismatch.status, 400);
     // old revisions stay readable until compaction
     assert_eq!(s.get(&format!("/db/doc?rev={rev1}")).json()["z"], 1);
     let info = s.get("/db/doc?revs_info=true");
-    assert_eq!(info.header("etag"), None, "no ETag on bodies with meta fields");
+    assert_eq!(
+        info.header("etag"),
+        None,
+        "no ETag on bodies with meta fields"
+    );
     let info = info.json();
-    assert_eq!(info["_revs_info"][0], json!({"rev": rev3, "status": "available"}));
-    assert_eq!(info["_revs_info"][2], json!({"rev": rev1, "status": "available"}));
+    assert_eq!(
+        info["_revs_info"][0],
+        json!({"rev": rev3, "status": "available"})
+    );
+    assert_eq!(
+        info["_revs_info"][2],
+        json!({"rev": rev1, "status": "available"})
+    );
     let revs = s.get("/db/doc?revs=true").json();
     assert_eq!(revs["_revisions"]["start"], 3);
     assert_eq!(revs["_revisions"]["ids"].as_array().unwrap().len(), 3);
@@ -54,10 +80,16 @@ fn create_read_update_delete() {
     let rev4 = rev_of(&d.json());
     let gone = s.get("/db/doc");
     assert_eq!(gone.status, 404);
-    assert_eq!(gone.json(), json!({"error": "not_found", "reason": "deleted"}));
+    assert_eq!(
+        gone.json(),
+        json!({"error": "not_found", "reason": "deleted"})
+    );
     let old = s.get(&format!("/db/doc?rev={rev4}")).json();
     assert_eq!(old["_deleted"], true);
-    assert_eq!(s.get("/db/missing").json(), json!({"error": "not_found", "reason": "missing"}));
+    assert_eq!(
+        s.get("/db/missing").json(),
+        json!({"error": "not_found", "reason": "missing"})
+    );
     // recreate after delete extends the deleted branch
     let again = s.put("/db/doc", r#"{"back":true}"#);
     assert_eq!(again.status, 201);
@@ -85,11 +117,23 @@ fn ids_and_bodies_are_validated() {
     s.create_db("db");
     let r = s.put("/db/_bad", "{}");
     assert_eq!(r.status, 400);
-    assert_eq!(r.json(), json!({"error": "illegal_docid", "reason": "Only reserved document ids may start with underscore."}));
+    assert_eq!(
+        r.json(),
+        json!({"error": "illegal_docid", "reason": "Only reserved document ids may start with underscore."})
+    );
     assert_eq!(s.put("/db/x", "[1]").json()["error"], "bad_request");
-    assert_eq!(s.put("/db/x", r#"{"_foo":1}"#).json()["error"], "doc_validation");
-    assert_eq!(s.put("/db/x", r#"{"_rev":"bogus"}"#).json()["reason"], "Invalid rev format");
-    assert_eq!(s.put("/db/x", "{\"a\":").json()["reason"], "invalid UTF-8 JSON");
+    assert_eq!(
+        s.put("/db/x", r#"{"_foo":1}"#).json()["error"],
+        "doc_validation"
+    );
+    assert_eq!(
+        s.put("/db/x", r#"{"_rev":"bogus"}"#).json()["reason"],
+        "Invalid rev format"
+    );
+    assert_eq!(
+        s.put("/db/x", "{\"a\":").json()["reason"],
+        "invalid UTF-8 JSON"
+    );
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(8_000_100));
     let r = s.put("/db/big", &big);
     assert_eq!(r.status, 413);
@@ -143,9 +187,15 @@ fn replicated_conflicts_and_the_winner() {
     assert_eq!(r.status, 201);
     assert_eq!(r.json(), json!([]), "new_edits=false reports only failures");
     let d = s.get("/db/d?conflicts=true").json();
-    assert_eq!(d["_rev"], "2-cccccccccccccccccccccccccccccccc", "higher rev id wins at equal depth");
+    assert_eq!(
+        d["_rev"], "2-cccccccccccccccccccccccccccccccc",
+        "higher rev id wins at equal depth"
+    );
     assert_eq!(d["v"], "c");
-    assert_eq!(d["_conflicts"], json!(["2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"]));
+    assert_eq!(
+        d["_conflicts"],
+        json!(["2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"])
+    );
     // replaying the same revisions changes nothing
     let seq_before = s.get("/db").json()["update_seq"].clone();
     s.post("/db/_bulk_docs", &docs.to_string());
@@ -155,12 +205,26 @@ fn replicated_conflicts_and_the_winner() {
     assert_eq!(all.as_array().unwrap().len(), 2);
     let some = s.get("/db/d?open_revs=%5B%222-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb%22,%223-dddddddddddddddddddddddddddddddd%22%5D").json();
     assert_eq!(some[0]["ok"]["v"], "b");
-    assert_eq!(some[1], json!({"missing": "3-dddddddddddddddddddddddddddddddd"}));
-    let mp = s.req_with("GET", "/db/d?open_revs=all", None, &[("accept", "multipart/mixed")], true);
-    assert!(mp.header("content-type").unwrap().starts_with("multipart/mixed; boundary="));
+    assert_eq!(
+        some[1],
+        json!({"missing": "3-dddddddddddddddddddddddddddddddd"})
+    );
+    let mp = s.req_with(
+        "GET",
+        "/db/d?open_revs=all",
+        None,
+        &[("accept", "multipart/mixed")],
+        true,
+    );
+    assert!(mp
+        .header("content-type")
+        .unwrap()
+        .starts_with("multipart/mixed; boundary="));
     assert_eq!(mp.text.matches("Content-Type: application/json").count(), 2);
     // deleting the winner makes the other branch win
-    let del = s.delete("/db/d?rev=2-cccccccccccccccccccccccccccccccc").json();
+    let del = s
+        .delete("/db/d?rev=2-cccccccccccccccccccccccccccccccc")
+        .json();
     assert!(rev_of(&del).starts_with("3-"));
     let d = s.get("/db/d?deleted_conflicts=true&meta=true").json();
     assert_eq!(d["_rev"], "2-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
@@ -169,9 +233,15 @@ fn replicated_conflicts_and_the_winner() {
     let r = s.put("/db/d", &format!(r#"{{"_rev":"{a}"}}"#));
     assert_eq!(r.status, 409);
     // new_edits=false on PUT
-    let r = s.put("/db/e?new_edits=false", r#"{"_rev":"7-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","x":1}"#);
+    let r = s.put(
+        "/db/e?new_edits=false",
+        r#"{"_rev":"7-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","x":1}"#,
+    );
     assert_eq!(r.status, 201);
-    assert_eq!(s.get("/db/e").json()["_rev"], "7-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee");
+    assert_eq!(
+        s.get("/db/e").json()["_rev"],
+        "7-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee"
+    );
 }
 
 #[test]
@@ -184,7 +254,10 @@ fn revs_limit_stems_history() {
     assert_eq!(s.get("/db/_revs_limit").json(), json!(3));
     let mut rev = rev_of(&s.put("/db/d", "{}").json());
     for i in 0..5 {
-        rev = rev_of(&s.put(&format!("/db/d?rev={rev}"), &format!(r#"{{"i":{i}}}"#)).json());
+        rev = rev_of(
+            &s.put(&format!("/db/d?rev={rev}"), &format!(r#"{{"i":{i}}}"#))
+                .json(),
+        );
     }
     let d = s.get("/db/d?revs=true").json();
     assert_eq!(d["_revisions"]["start"], 6);
@@ -197,16 +270,26 @@ fn local_documents() {
     s.create_db("db");
     let r = s.put("/db/_local/cp", r#"{"seq":1}"#);
     assert_eq!(r.status, 201);
-    assert_eq!(r.json(), json!({"ok": true, "id": "_local/cp", "rev": "0-1"}));
+    assert_eq!(
+        r.json(),
+        json!({"ok": true, "id": "_local/cp", "rev": "0-1"})
+    );
     assert_eq!(s.put("/db/_local/cp", r#"{"seq":2}"#).status, 409);
     let r = s.put("/db/_local/cp", r#"{"_rev":"0-1","seq":2}"#);
     assert_eq!(r.json()["rev"], "0-2");
-    assert_eq!(s.get("/db/_local/cp").json(), json!({"_id": "_local/cp", "_rev": "0-2", "seq": 2}));
+    assert_eq!(
+        s.get("/db/_local/cp").json(),
+        json!({"_id": "_local/cp", "_rev": "0-2", "seq": 2})
+    );
     let list = s.get("/db/_local_docs").json();
     assert_eq!(list["rows"][0]["id"], "_local/cp");
     let info = s.get("/db").json();
     assert_eq!(info["doc_count"], 0, "local docs are not counted");
-    assert_eq!(s.get("/db/_changes").json()["results"], json!([]), "nor in changes");
+    assert_eq!(
+        s.get("/db/_changes").json()["results"],
+        json!([]),
+        "nor in changes"
+    );
     assert_eq!(s.delete("/db/_local/cp?rev=0-2").status, 200);
     assert_eq!(s.get("/db/_local/cp").status, 404);
 }
@@ -216,10 +299,14 @@ fn security_and_props() {
     let s = Server::start();
     s.create_db("db");
     assert_eq!(s.get("/db/_security").json(), json!({}));
-    let sec = json!({"admins": {"names": ["a"], "roles": []}, "members": {"names": [], "roles": ["r"]}});
+    let sec =
+        json!({"admins": {"names": ["a"], "roles": []}, "members": {"names": [], "roles": ["r"]}});
     assert_eq!(s.put("/db/_security", &sec.to_string()).status, 200);
     assert_eq!(s.get("/db/_security").json(), sec);
-    assert_eq!(s.put("/db/_security", r#"{"admins":{"names":"a"}}"#).status, 400);
+    assert_eq!(
+        s.put("/db/_security", r#"{"admins":{"names":"a"}}"#).status,
+        400
+    );
     assert_eq!(s.put("/db/_purged_infos_limit", "10").status, 200);
     assert_eq!(s.get("/db/_purged_infos_limit").json(), json!(10));
     let r = s.post("/db/_ensure_full_commit", "");
@@ -239,7 +326,9 @@ fn compaction_drops_superseded_bodies() {
     assert_eq!(s.post("/db/_compact", "").status, 202);
     let mut gone = false;
     for _ in 0..200 {
-        if !s.get("/db").json()["compact_running"].as_bool().unwrap() && s.get(&format!("/db/d?rev={r1}")).status == 404 {
+        if !s.get("/db").json()["compact_running"].as_bool().unwrap()
+            && s.get(&format!("/db/d?rev={r1}")).status == 404
+        {
             gone = true;
             break;
         }

@@ -21,16 +21,30 @@ fn acknowledged_writes_survive_kill_9() {
                 while Instant::now() < stop_at {
                     if t % 2 == 0 {
                         let id = format!("t{t}-{i}");
-                        let Ok(r) = s.try_req("PUT", &format!("/db/{id}"), r#"{"v":1}"#) else { break };
+                        let Ok(r) = s.try_req("PUT", &format!("/db/{id}"), r#"{"v":1}"#) else {
+                            break;
+                        };
                         if r.status == 201 {
-                            acked.lock().unwrap().push((id, r.json()["rev"].as_str().unwrap().to_string()));
+                            acked
+                                .lock()
+                                .unwrap()
+                                .push((id, r.json()["rev"].as_str().unwrap().to_string()));
                         }
                     } else {
-                        let docs: Vec<Value> = (0..50).map(|k| json!({"_id": format!("t{t}-{i}-{k}")})).collect();
-                        let Ok(r) = s.try_req("POST", "/db/_bulk_docs", &json!({"docs": docs}).to_string()) else { break };
+                        let docs: Vec<Value> = (0..50)
+                            .map(|k| json!({"_id": format!("t{t}-{i}-{k}")}))
+                            .collect();
+                        let Ok(r) =
+                            s.try_req("POST", "/db/_bulk_docs", &json!({"docs": docs}).to_string())
+                        else {
+                            break;
+                        };
                         if r.status == 201 {
                             for row in r.json().as_array().unwrap() {
-                                acked.lock().unwrap().push((row["id"].as_str().unwrap().into(), row["rev"].as_str().unwrap().into()));
+                                acked.lock().unwrap().push((
+                                    row["id"].as_str().unwrap().into(),
+                                    row["rev"].as_str().unwrap().into(),
+                                ));
                             }
                         }
                     }
@@ -43,12 +57,18 @@ fn acknowledged_writes_survive_kill_9() {
         s_ref.kill9();
     });
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() > 100, "enough writes were acknowledged to mean something: {}", acked.len());
+    assert!(
+        acked.len() > 100,
+        "enough writes were acknowledged to mean something: {}",
+        acked.len()
+    );
     let dir = s.take_dir();
     drop(s);
     let s2 = Server::start_in(dir.path());
     let keys: Vec<&str> = acked.iter().map(|(id, _)| id.as_str()).collect();
-    let rows = s2.post("/db/_all_docs", &json!({"keys": keys}).to_string()).json();
+    let rows = s2
+        .post("/db/_all_docs", &json!({"keys": keys}).to_string())
+        .json();
     for (row, (id, rev)) in rows["rows"].as_array().unwrap().iter().zip(&acked) {
         assert_eq!(row["id"], json!(id), "acknowledged doc {id} lost: {row}");
         assert_eq!(row["value"]["rev"], json!(rev));

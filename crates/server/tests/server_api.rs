@@ -14,8 +14,13 @@ fn welcome_up_and_uuids() {
     assert_eq!(v["couchdb"], "Welcome");
     assert_eq!(v["vendor"]["name"], "Settee");
     assert!(r.header("server").unwrap().starts_with("CouchDB/"));
-    assert_eq!(s.req_with("GET", "/_up", None, &[], false).json()["status"], "ok");
-    let u = s.req_with("GET", "/_uuids?count=5", None, &[], false).json();
+    assert_eq!(
+        s.req_with("GET", "/_up", None, &[], false).json()["status"],
+        "ok"
+    );
+    let u = s
+        .req_with("GET", "/_uuids?count=5", None, &[], false)
+        .json();
     let ids = u["uuids"].as_array().unwrap();
     assert_eq!(ids.len(), 5);
     assert!(ids.iter().all(|i| i.as_str().unwrap().len() == 32));
@@ -23,7 +28,10 @@ fn welcome_up_and_uuids() {
     sorted.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
     assert_eq!(&sorted, ids, "sequential uuids sort in issue order");
     assert_eq!(s.get("/_uuids?count=1001").status, 400);
-    assert_eq!(s.get("/_uuids?count=x").json()["error"], "query_parse_error");
+    assert_eq!(
+        s.get("/_uuids?count=x").json()["error"],
+        "query_parse_error"
+    );
 }
 
 #[test]
@@ -35,12 +43,21 @@ fn no_admin_party() {
     let r = s.req_with("GET", "/_all_dbs", None, &[], false);
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["reason"], "You are not a server admin.");
-    let bad = s.req_with("GET", "/", None, &[("authorization", "Basic YWRtaW46d3Jvbmc=")], false);
+    let bad = s.req_with(
+        "GET",
+        "/",
+        None,
+        &[("authorization", "Basic YWRtaW46d3Jvbmc=")],
+        false,
+    );
     assert_eq!(bad.status, 401);
     assert_eq!(bad.json()["reason"], "Name or password is incorrect.");
     let session = s.req_with("GET", "/_session", None, &[], false).json();
     assert_eq!(session["userCtx"], json!({"name": null, "roles": []}));
-    assert_eq!(s.get("/_session").json()["userCtx"]["roles"], json!(["_admin"]));
+    assert_eq!(
+        s.get("/_session").json()["userCtx"]["roles"],
+        json!(["_admin"])
+    );
 }
 
 #[test]
@@ -56,8 +73,17 @@ fn first_start_creates_a_hashed_admin() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("created server admin `admin` with password"), "{stderr}");
-    let pw = stderr.split("with password `").nth(1).unwrap().split('`').next().unwrap();
+    assert!(
+        stderr.contains("created server admin `admin` with password"),
+        "{stderr}"
+    );
+    let pw = stderr
+        .split("with password `")
+        .nth(1)
+        .unwrap()
+        .split('`')
+        .next()
+        .unwrap();
     let ini = std::fs::read_to_string(dir.path().join("local.ini")).unwrap();
     assert!(ini.contains("-pbkdf2:sha256-"), "{ini}");
     assert!(!ini.contains(pw), "the plaintext password is never stored");
@@ -84,7 +110,10 @@ fn database_lifecycle() {
     assert_eq!(s.req("HEAD", "/nope", None).status, 404);
     let missing = s.get("/nope");
     assert_eq!(missing.status, 404);
-    assert_eq!(missing.json(), json!({"error": "not_found", "reason": "Database does not exist."}));
+    assert_eq!(
+        missing.json(),
+        json!({"error": "not_found", "reason": "Database does not exist."})
+    );
     // names with a slash, encoded
     assert_eq!(s.put("/a%2Fb", "").status, 201);
     assert_eq!(s.get("/a%2Fb").json()["db_name"], "a/b");
@@ -95,8 +124,14 @@ fn database_lifecycle() {
     }
     assert_eq!(s.put("/_users", "").status, 201);
     assert_eq!(s.get("/_all_dbs").json(), json!(["_users", "a/b", "db1"]));
-    assert_eq!(s.get("/_all_dbs?descending=true&limit=2").json(), json!(["db1", "a/b"]));
-    assert_eq!(s.get("/_all_dbs?startkey=%22a%22&endkey=%22b%22").json(), json!(["a/b"]));
+    assert_eq!(
+        s.get("/_all_dbs?descending=true&limit=2").json(),
+        json!(["db1", "a/b"])
+    );
+    assert_eq!(
+        s.get("/_all_dbs?startkey=%22a%22&endkey=%22b%22").json(),
+        json!(["a/b"])
+    );
     // delete, then recreate starts empty
     s.put("/db1/doc", "{}");
     assert_eq!(s.delete("/db1?rev=1-x").status, 400);
@@ -124,7 +159,12 @@ fn dbs_info_and_db_updates() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["db_name"].as_str().unwrap().to_string(), r["type"].as_str().unwrap().to_string()))
+        .map(|r| {
+            (
+                r["db_name"].as_str().unwrap().to_string(),
+                r["type"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     assert!(types.contains(&("a".into(), "updated".into())), "{types:?}");
     assert!(types.contains(&("b".into(), "created".into())), "{types:?}");
@@ -143,12 +183,21 @@ fn errors_have_couchdb_shape() {
     assert_eq!(r.status, 405);
     assert!(r.header("allow").is_some());
     assert_eq!(r.json()["error"], "method_not_allowed");
-    let r = s.req_with("POST", "/db/_bulk_docs", Some("{}"), &[("content-type", "text/plain")], true);
+    let r = s.req_with(
+        "POST",
+        "/db/_bulk_docs",
+        Some("{}"),
+        &[("content-type", "text/plain")],
+        true,
+    );
     assert_eq!(r.status, 415);
     assert_eq!(r.json()["error"], "bad_content_type");
     let r = s.post("/db/_bulk_docs", "{not json");
     assert_eq!(r.status, 400);
-    assert_eq!(r.json(), json!({"error": "bad_request", "reason": "invalid UTF-8 JSON"}));
+    assert_eq!(
+        r.json(),
+        json!({"error": "bad_request", "reason": "invalid UTF-8 JSON"})
+    );
     let r = s.get("/db/_design/x/_view/y");
     assert_eq!(r.status, 501, "unimplemented routes say so");
     let r = s.get("/db/_changes?filter=_selector");

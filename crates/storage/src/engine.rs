@@ -1,7 +1,7 @@
 use crate::{Cf, Error, Result};
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IteratorMode, Options, ReadOptions,
-    WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IteratorMode, Options,
+    ReadOptions, WriteBatch, WriteOptions, DB,
 };
 use std::path::Path;
 
@@ -15,7 +15,11 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { block_cache_bytes: 256 << 20, write_buffer_bytes: 64 << 20, background_jobs: 4 }
+        StoreOptions {
+            block_cache_bytes: 256 << 20,
+            write_buffer_bytes: 64 << 20,
+            background_jobs: 4,
+        }
     }
 }
 
@@ -59,17 +63,24 @@ impl Store {
         db_opts.set_bytes_per_sync(1 << 20);
         db_opts.set_keep_log_file_num(5);
         db_opts.set_max_total_wal_size(256 << 20);
-        let cfs = Cf::ALL.iter().map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
+        let cfs = Cf::ALL
+            .iter()
+            .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Store { db })
     }
 
     fn handle(&self, cf: Cf) -> &rocksdb::ColumnFamily {
-        self.db.cf_handle(cf.name()).expect("every column family is created at open")
+        self.db
+            .cf_handle(cf.name())
+            .expect("every column family is created at open")
     }
 
     pub fn batch(&self) -> Batch<'_> {
-        Batch { store: self, wb: WriteBatch::default() }
+        Batch {
+            store: self,
+            wb: WriteBatch::default(),
+        }
     }
 
     /// Writes a batch atomically; with `sync` the WAL is fsynced before returning.
@@ -81,7 +92,10 @@ impl Store {
     }
 
     pub fn snapshot(&self) -> Snapshot<'_> {
-        Snapshot { store: self, snap: self.db.snapshot() }
+        Snapshot {
+            store: self,
+            snap: self.db.snapshot(),
+        }
     }
 
     /// On-disk bytes (after compression) of keys in `[start, end)` of `cf`.
@@ -94,13 +108,19 @@ impl Store {
     pub fn memtable_bytes(&self) -> u64 {
         Cf::ALL
             .iter()
-            .filter_map(|&cf| self.db.property_int_value_cf(self.handle(cf), "rocksdb.cur-size-all-mem-tables").ok().flatten())
+            .filter_map(|&cf| {
+                self.db
+                    .property_int_value_cf(self.handle(cf), "rocksdb.cur-size-all-mem-tables")
+                    .ok()
+                    .flatten()
+            })
             .sum()
     }
 
     /// Compacts `[start, end)` of `cf`, reclaiming space of deleted keys.
     pub fn compact_range(&self, cf: Cf, start: &[u8], end: &[u8]) {
-        self.db.compact_range_cf(self.handle(cf), Some(start), Some(end));
+        self.db
+            .compact_range_cf(self.handle(cf), Some(start), Some(end));
     }
 
     /// Fsyncs the WAL (anything written without `sync` becomes durable).
@@ -127,8 +147,13 @@ pub trait Read {
 
 pub type RangeIter<'a> = Box<dyn Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + 'a>;
 
-fn collect_multi(results: Vec<std::result::Result<Option<Vec<u8>>, rocksdb::Error>>) -> Result<Vec<Option<Vec<u8>>>> {
-    results.into_iter().map(|r| r.map_err(Error::from)).collect()
+fn collect_multi(
+    results: Vec<std::result::Result<Option<Vec<u8>>, rocksdb::Error>>,
+) -> Result<Vec<Option<Vec<u8>>>> {
+    results
+        .into_iter()
+        .map(|r| r.map_err(Error::from))
+        .collect()
 }
 
 fn bounded<'a>(
@@ -137,10 +162,11 @@ fn bounded<'a>(
     reverse: bool,
 ) -> RangeIter<'a> {
     let lower = lower.to_vec();
-    Box::new(
-        iter.map(|r| r.map_err(Error::from))
-            .take_while(move |r| !reverse || r.as_ref().map_or(true, |(k, _)| k.as_ref() >= lower.as_slice())),
-    )
+    Box::new(iter.map(|r| r.map_err(Error::from)).take_while(move |r| {
+        !reverse
+            || r.as_ref()
+                .map_or(true, |(k, _)| k.as_ref() >= lower.as_slice())
+    }))
 }
 
 fn mode<'a>(lower: &'a [u8], reverse: bool) -> IteratorMode<'a> {
@@ -153,7 +179,10 @@ fn mode<'a>(lower: &'a [u8], reverse: bool) -> IteratorMode<'a> {
 
 impl Read for Store {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.db.get_pinned_cf(self.handle(cf), key)?.map(|v| v.to_vec()))
+        Ok(self
+            .db
+            .get_pinned_cf(self.handle(cf), key)?
+            .map(|v| v.to_vec()))
     }
 
     fn multi_get(&self, cf: Cf, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
@@ -164,7 +193,12 @@ impl Read for Store {
     fn range(&self, cf: Cf, lower: &[u8], upper: &[u8], reverse: bool) -> RangeIter<'_> {
         let mut ro = Store::read_opts(upper);
         ro.set_iterate_lower_bound(lower.to_vec());
-        bounded(self.db.iterator_cf_opt(self.handle(cf), ro, mode(lower, reverse)), lower, reverse)
+        bounded(
+            self.db
+                .iterator_cf_opt(self.handle(cf), ro, mode(lower, reverse)),
+            lower,
+            reverse,
+        )
     }
 }
 
@@ -175,7 +209,10 @@ pub struct Snapshot<'a> {
 
 impl Read for Snapshot<'_> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.snap.get_pinned_cf(self.store.handle(cf), key)?.map(|v| v.to_vec()))
+        Ok(self
+            .snap
+            .get_pinned_cf(self.store.handle(cf), key)?
+            .map(|v| v.to_vec()))
     }
 
     fn multi_get(&self, cf: Cf, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
@@ -186,7 +223,12 @@ impl Read for Snapshot<'_> {
     fn range(&self, cf: Cf, lower: &[u8], upper: &[u8], reverse: bool) -> RangeIter<'_> {
         let mut ro = Store::read_opts(upper);
         ro.set_iterate_lower_bound(lower.to_vec());
-        bounded(self.snap.iterator_cf_opt(self.store.handle(cf), ro, mode(lower, reverse)), lower, reverse)
+        bounded(
+            self.snap
+                .iterator_cf_opt(self.store.handle(cf), ro, mode(lower, reverse)),
+            lower,
+            reverse,
+        )
     }
 }
 

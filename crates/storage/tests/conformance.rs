@@ -16,8 +16,14 @@ fn batches_are_atomic_and_visible_after_write() {
     b.put(Cf::Seqs, &seq_key(1, 1), b"a");
     assert_eq!(s.get(Cf::Docs, &key_in_db(1, b"a")).unwrap(), None);
     s.write(b, true).unwrap();
-    assert_eq!(s.get(Cf::Docs, &key_in_db(1, b"a")).unwrap().as_deref(), Some(&b"1"[..]));
-    assert_eq!(s.get(Cf::Seqs, &seq_key(1, 1)).unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(
+        s.get(Cf::Docs, &key_in_db(1, b"a")).unwrap().as_deref(),
+        Some(&b"1"[..])
+    );
+    assert_eq!(
+        s.get(Cf::Seqs, &seq_key(1, 1)).unwrap().as_deref(),
+        Some(&b"a"[..])
+    );
 }
 
 #[test]
@@ -31,11 +37,20 @@ fn ranges_stay_inside_bounds_both_ways() {
     }
     s.write(b, false).unwrap();
     let (lo, hi) = db_range(2);
-    let fwd: Vec<_> = s.range(Cf::Seqs, &lo, &hi, false).map(|r| r.unwrap().1.to_vec()).collect();
+    let fwd: Vec<_> = s
+        .range(Cf::Seqs, &lo, &hi, false)
+        .map(|r| r.unwrap().1.to_vec())
+        .collect();
     assert_eq!(fwd, (1..=5).map(|q| vec![2u8, q]).collect::<Vec<_>>());
-    let rev: Vec<_> = s.range(Cf::Seqs, &lo, &hi, true).map(|r| r.unwrap().1.to_vec()).collect();
+    let rev: Vec<_> = s
+        .range(Cf::Seqs, &lo, &hi, true)
+        .map(|r| r.unwrap().1.to_vec())
+        .collect();
     assert_eq!(rev, (1..=5).rev().map(|q| vec![2u8, q]).collect::<Vec<_>>());
-    let mid: Vec<_> = s.range(Cf::Seqs, &seq_key(2, 3), &hi, false).map(|r| r.unwrap().1.to_vec()).collect();
+    let mid: Vec<_> = s
+        .range(Cf::Seqs, &seq_key(2, 3), &hi, false)
+        .map(|r| r.unwrap().1.to_vec())
+        .collect();
     assert_eq!(mid.len(), 3);
 }
 
@@ -50,11 +65,16 @@ fn snapshots_do_not_see_later_writes() {
     b.put(Cf::Docs, &key_in_db(1, b"a"), b"new");
     b.put(Cf::Docs, &key_in_db(1, b"b"), b"new");
     s.write(b, false).unwrap();
-    assert_eq!(snap.get(Cf::Docs, &key_in_db(1, b"a")).unwrap().as_deref(), Some(&b"old"[..]));
+    assert_eq!(
+        snap.get(Cf::Docs, &key_in_db(1, b"a")).unwrap().as_deref(),
+        Some(&b"old"[..])
+    );
     let (lo, hi) = db_range(1);
     assert_eq!(snap.range(Cf::Docs, &lo, &hi, false).count(), 1);
     assert_eq!(s.range(Cf::Docs, &lo, &hi, false).count(), 2);
-    let got = snap.multi_get(Cf::Docs, &[key_in_db(1, b"a"), key_in_db(1, b"b")]).unwrap();
+    let got = snap
+        .multi_get(Cf::Docs, &[key_in_db(1, b"a"), key_in_db(1, b"b")])
+        .unwrap();
     assert_eq!(got, vec![Some(b"old".to_vec()), None]);
 }
 

@@ -61,7 +61,9 @@ impl Query {
     fn from_params(p: &Params) -> ApiResult<Query> {
         for k in ["group", "group_level", "reduce"] {
             if p.get(k).is_some() && !(k == "reduce" && p.get(k) == Some("false")) {
-                return Err(ApiError::QueryParse(format!("`{k}` is invalid for _all_docs (it has no reduce)")));
+                return Err(ApiError::QueryParse(format!(
+                    "`{k}` is invalid for _all_docs (it has no reduce)"
+                )));
             }
         }
         for k in ["attachments", "att_encoding_info", "sorted"] {
@@ -69,12 +71,16 @@ impl Query {
         }
         if let Some(s) = p.get("stale") {
             if !["ok", "update_after", "false"].contains(&s) {
-                return Err(ApiError::QueryParse(format!("Invalid value for `stale`: {s}")));
+                return Err(ApiError::QueryParse(format!(
+                    "Invalid value for `stale`: {s}"
+                )));
             }
         }
         if let Some(u) = p.get("update") {
             if !["true", "false", "lazy"].contains(&u) {
-                return Err(ApiError::QueryParse(format!("Invalid value for `update`: {u}")));
+                return Err(ApiError::QueryParse(format!(
+                    "Invalid value for `update`: {u}"
+                )));
             }
         }
         let key = p.json("key")?;
@@ -85,39 +91,59 @@ impl Query {
         };
         let mut q = Query {
             keys,
-            start: p.json_any(&["startkey", "start_key"])?.as_ref().map(Bound::of),
+            start: p
+                .json_any(&["startkey", "start_key"])?
+                .as_ref()
+                .map(Bound::of),
             end: p.json_any(&["endkey", "end_key"])?.as_ref().map(Bound::of),
-            start_docid: p.get_any(&["startkey_docid", "start_key_docid"]).map(|(_, v)| v.to_string()),
-            end_docid: p.get_any(&["endkey_docid", "end_key_docid"]).map(|(_, v)| v.to_string()),
+            start_docid: p
+                .get_any(&["startkey_docid", "start_key_docid"])
+                .map(|(_, v)| v.to_string()),
+            end_docid: p
+                .get_any(&["endkey_docid", "end_key_docid"])
+                .map(|(_, v)| v.to_string()),
             inclusive_end: p.bool("inclusive_end")?.unwrap_or(true),
             limit: p.uint("limit")?,
             skip: p.uint("skip")?.unwrap_or(0),
             descending: p.flag("descending")?,
             include_docs: p.flag("include_docs")?,
             update_seq: p.flag("update_seq")?,
-            opts: DocOpts { conflicts: p.flag("conflicts")?, ..Default::default() },
+            opts: DocOpts {
+                conflicts: p.flag("conflicts")?,
+                ..Default::default()
+            },
         };
         if let Some(k) = key {
             if q.keys.is_some() {
-                return Err(ApiError::QueryParse("`keys` is incompatible with `key`, `start_key` and `end_key`".into()));
+                return Err(ApiError::QueryParse(
+                    "`keys` is incompatible with `key`, `start_key` and `end_key`".into(),
+                ));
             }
             q.start = Some(Bound::of(&k));
             q.end = Some(Bound::of(&k));
             q.inclusive_end = true;
         }
         if q.keys.is_some() && (q.start.is_some() || q.end.is_some()) {
-            return Err(ApiError::QueryParse("`keys` is incompatible with `key`, `start_key` and `end_key`".into()));
+            return Err(ApiError::QueryParse(
+                "`keys` is incompatible with `key`, `start_key` and `end_key`".into(),
+            ));
         }
         Ok(q)
     }
 
     /// Applies the members of a POST body (`keys` and any query parameter).
     fn from_body(body: &Value, base: &Params) -> ApiResult<Query> {
-        let obj = body.as_object().ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
+        let obj = body
+            .as_object()
+            .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
         let mut pairs: Vec<(String, String)> = Vec::new();
         for (k, v) in obj {
             let text = match (k.as_str(), v) {
-                ("startkey_docid" | "start_key_docid" | "endkey_docid" | "end_key_docid" | "stale" | "update", Value::String(s)) => s.clone(),
+                (
+                    "startkey_docid" | "start_key_docid" | "endkey_docid" | "end_key_docid"
+                    | "stale" | "update",
+                    Value::String(s),
+                ) => s.clone(),
                 (_, v) => v.to_string(),
             };
             pairs.push((k.clone(), text));
@@ -138,16 +164,28 @@ impl Query {
             None | Some(Bound::Low) => String::new(),
             Some(Bound::High) => return None,
             Some(Bound::Id(s)) => {
-                let exclusive = if self.descending { !self.inclusive_end } else { false };
+                let exclusive = if self.descending {
+                    !self.inclusive_end
+                } else {
+                    false
+                };
                 let docid_past = lo_docid.as_deref().is_some_and(|d| d > s.as_str());
-                if exclusive || docid_past { after(s) } else { s.clone() }
+                if exclusive || docid_past {
+                    after(s)
+                } else {
+                    s.clone()
+                }
             }
         };
         let mut hi = match hi_b {
             None | Some(Bound::High) => None,
             Some(Bound::Low) => return None,
             Some(Bound::Id(s)) => {
-                let inclusive = if self.descending { true } else { self.inclusive_end };
+                let inclusive = if self.descending {
+                    true
+                } else {
+                    self.inclusive_end
+                };
                 Some(if inclusive { after(s) } else { s.clone() })
             }
         };
@@ -185,14 +223,23 @@ fn render_row(row: &AllDocsRow, q: &Query) -> Vec<u8> {
         return serde_json::to_vec(&json!({"key": row.id, "error": "not_found"})).expect("json");
     };
     let deleted = info.is_deleted();
-    let mut out = serde_json::to_vec(&json!({"id": row.id, "key": row.id, "value": row_value(info, deleted)})).expect("json");
+    let mut out = serde_json::to_vec(
+        &json!({"id": row.id, "key": row.id, "value": row_value(info, deleted)}),
+    )
+    .expect("json");
     if q.include_docs {
         out.pop();
         out.extend_from_slice(b",\"doc\":");
         match &row.body {
             Some(body) if !deleted => {
                 let w = info.tree.winner().expect("winner");
-                let doc = OpenDoc { id: row.id.clone(), rev: w.rev, deleted: false, body: body.clone(), info: info.clone() };
+                let doc = OpenDoc {
+                    id: row.id.clone(),
+                    rev: w.rev,
+                    deleted: false,
+                    body: body.clone(),
+                    info: info.clone(),
+                };
                 out.extend_from_slice(&doc_json(&doc, &q.opts));
             }
             _ => out.extend_from_slice(b"null"),
@@ -203,7 +250,12 @@ fn render_row(row: &AllDocsRow, q: &Query) -> Vec<u8> {
 }
 
 /// Runs one query, writing the complete response object through `out`.
-fn run(db: &Database, q: &Query, ns: Namespace, out: &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> {
+fn run(
+    db: &Database,
+    q: &Query,
+    ns: Namespace,
+    out: &mut dyn FnMut(&[u8]) -> bool,
+) -> ApiResult<()> {
     let total: Value = match ns {
         Namespace::All => json!(db.stats().doc_count),
         Namespace::Design => {
@@ -230,7 +282,11 @@ fn run(db: &Database, q: &Query, ns: Namespace, out: &mut dyn FnMut(&[u8]) -> bo
         left -= 1;
         let sep: &[u8] = if first { b"" } else { b",\r\n" };
         first = false;
-        if out(sep) && out(row) { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }
+        if out(sep) && out(row) {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
     };
     let offset: Value = if q.keys.is_some() || ns == Namespace::Local {
         Value::Null
@@ -246,7 +302,14 @@ fn run(db: &Database, q: &Query, ns: Namespace, out: &mut dyn FnMut(&[u8]) -> bo
         return Ok(());
     }
     if let Some(keys) = &q.keys {
-        let mut ids: Vec<String> = keys.iter().map(|k| k.as_str().map(str::to_string).unwrap_or_else(|| k.to_string())).collect();
+        let mut ids: Vec<String> = keys
+            .iter()
+            .map(|k| {
+                k.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| k.to_string())
+            })
+            .collect();
         if q.descending {
             ids.reverse();
         }
@@ -254,7 +317,9 @@ fn run(db: &Database, q: &Query, ns: Namespace, out: &mut dyn FnMut(&[u8]) -> bo
             for id in ids {
                 let row = match db.local_doc(&id)? {
                     Some(d) => local_row(&d, q),
-                    None => serde_json::to_vec(&json!({"key": id, "error": "not_found"})).expect("json"),
+                    None => {
+                        serde_json::to_vec(&json!({"key": id, "error": "not_found"})).expect("json")
+                    }
                 };
                 if emit(&row, out).is_break() {
                     break;
@@ -269,11 +334,20 @@ fn run(db: &Database, q: &Query, ns: Namespace, out: &mut dyn FnMut(&[u8]) -> bo
         }
     } else if let Some((lo, hi)) = q.id_range(ns) {
         if ns == Namespace::Local {
-            db.scan_local(lo.as_bytes(), hi.as_ref().map(|h| h.as_bytes()), q.descending, |d| emit(&local_row(&d, q), out))?;
+            db.scan_local(
+                lo.as_bytes(),
+                hi.as_ref().map(|h| h.as_bytes()),
+                q.descending,
+                |d| emit(&local_row(&d, q), out),
+            )?;
         } else {
-            db.scan_docs(lo.as_bytes(), hi.as_ref().map(|h| h.as_bytes()), q.descending, q.include_docs, |row| {
-                emit(&render_row(&row, q), out)
-            })?;
+            db.scan_docs(
+                lo.as_bytes(),
+                hi.as_ref().map(|h| h.as_bytes()),
+                q.descending,
+                q.include_docs,
+                |row| emit(&render_row(&row, q), out),
+            )?;
         }
     }
     out(b"\r\n]}\n");
@@ -282,7 +356,8 @@ fn run(db: &Database, q: &Query, ns: Namespace, out: &mut dyn FnMut(&[u8]) -> bo
 
 fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
     let rev = format!("0-{}", d.rev);
-    let mut out = serde_json::to_vec(&json!({"id": d.id, "key": d.id, "value": {"rev": rev}})).expect("json");
+    let mut out =
+        serde_json::to_vec(&json!({"id": d.id, "key": d.id, "value": {"rev": rev}})).expect("json");
     if q.include_docs {
         out.pop();
         out.extend_from_slice(b",\"doc\":");
@@ -294,7 +369,9 @@ fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
 
 /// Rows that sort before the first row of the range (CouchDB's `offset`).
 fn count_before(db: &Database, q: &Query, ns: Namespace) -> ApiResult<u64> {
-    let Some((lo, hi)) = q.id_range(ns) else { return Ok(0) };
+    let Some((lo, hi)) = q.id_range(ns) else {
+        return Ok(0);
+    };
     let ns_lo: &[u8] = match ns {
         Namespace::Design => b"_design/",
         _ => b"",
@@ -305,7 +382,11 @@ fn count_before(db: &Database, q: &Query, ns: Namespace) -> ApiResult<u64> {
         ControlFlow::Continue(())
     };
     if q.descending {
-        let ns_hi: Option<&[u8]> = if ns == Namespace::Design { Some(b"_design0") } else { None };
+        let ns_hi: Option<&[u8]> = if ns == Namespace::Design {
+            Some(b"_design0")
+        } else {
+            None
+        };
         if let Some(h) = hi {
             db.scan_docs(h.as_bytes(), ns_hi, false, false, count)?;
         }
@@ -335,7 +416,10 @@ pub async fn queries(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
         .get("queries")
         .and_then(Value::as_array)
         .ok_or_else(|| ApiError::bad_request("Request body must contain a `queries` array"))?;
-    let qs = list.iter().map(|b| Query::from_body(b, &req.params)).collect::<ApiResult<Vec<_>>>()?;
+    let qs = list
+        .iter()
+        .map(|b| Query::from_body(b, &req.params))
+        .collect::<ApiResult<Vec<_>>>()?;
     let out = blocking(move || {
         let mut out = b"{\"results\":[".to_vec();
         for (i, q) in qs.iter().enumerate() {

@@ -28,19 +28,31 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     let new_edits = match body.get("new_edits") {
         None => true,
         Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(ApiError::bad_request("`new_edits` parameter must be a boolean.")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`new_edits` parameter must be a boolean.",
+            ))
+        }
     };
     if body.get("all_or_nothing") == Some(&Value::Bool(true)) {
-        return Err(ApiError::NotImplemented("all_or_nothing is not supported".into()));
+        return Err(ApiError::NotImplemented(
+            "all_or_nothing is not supported".into(),
+        ));
     }
     let Some(Value::Array(raw)) = body.remove("docs") else {
-        return Err(ApiError::bad_request("POST body must include `docs` parameter."));
+        return Err(ApiError::bad_request(
+            "POST body must include `docs` parameter.",
+        ));
     };
     // Local documents are written apart; remember their places to keep results in order.
     let mut docs = Vec::with_capacity(raw.len());
     let mut locals = Vec::new();
     for (i, v) in raw.into_iter().enumerate() {
-        let local_id = v.get("_id").and_then(Value::as_str).filter(|id| id.starts_with("_local/")).map(str::to_string);
+        let local_id = v
+            .get("_id")
+            .and_then(Value::as_str)
+            .filter(|id| id.starts_with("_local/"))
+            .map(str::to_string);
         if let Some(id) = local_id {
             locals.push((i, id, v));
             continue;
@@ -49,17 +61,27 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
         let id = match d.id.take() {
             Some(id) => id,
             None if new_edits => state.next_uuid(),
-            None => return Err(ApiError::bad_request("Document must have an _id with new_edits=false")),
+            None => {
+                return Err(ApiError::bad_request(
+                    "Document must have an _id with new_edits=false",
+                ))
+            }
         };
         validate_doc_id(&id)?;
         d.id = Some(id);
         docs.push(d);
     }
-    let results = if docs.is_empty() { Vec::new() } else { await_write(db.update_docs(docs, new_edits)?).await? };
+    let results = if docs.is_empty() {
+        Vec::new()
+    } else {
+        await_write(db.update_docs(docs, new_edits)?).await?
+    };
     let mut out: Vec<Value> = results
         .into_iter()
         .filter_map(|r| match r {
-            UpdateResult::Ok { id, rev: Some(rev) } => Some(json!({"ok": true, "id": id, "rev": rev.to_string()})),
+            UpdateResult::Ok { id, rev: Some(rev) } => {
+                Some(json!({"ok": true, "id": id, "rev": rev.to_string()}))
+            }
             UpdateResult::Ok { rev: None, .. } => None,
             UpdateResult::Err { id, error } => Some(error_entry(&id, error.into())),
         })
@@ -78,19 +100,31 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
 
 async fn write_local(db: &Arc<Database>, id: &str, mut v: Value) -> ApiResult<u64> {
     let rev = match v.as_object_mut().and_then(|o| o.shift_remove("_rev")) {
-        Some(Value::String(s)) => Some(s.strip_prefix("0-").and_then(|n| n.parse().ok()).ok_or_else(|| ApiError::bad_request("Invalid rev format"))?),
+        Some(Value::String(s)) => Some(
+            s.strip_prefix("0-")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| ApiError::bad_request("Invalid rev format"))?,
+        ),
         Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
         None => None,
     };
     let d = parse_doc(v)?;
-    let update = LocalUpdate { id: id.to_string(), rev, deleted: d.deleted, body: d.body };
+    let update = LocalUpdate {
+        id: id.to_string(),
+        rev,
+        deleted: d.deleted,
+        body: d.body,
+    };
     await_write(db.update_local(update)?).await
 }
 
 pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    let opts = DocOpts { revs: req.params.flag("revs")?, ..Default::default() };
+    let opts = DocOpts {
+        revs: req.params.flag("revs")?,
+        ..Default::default()
+    };
     let latest = req.params.flag("latest")?;
     for k in ["attachments", "att_encoding_info"] {
         req.params.bool(k)?;
@@ -119,21 +153,32 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
 fn bulk_get_one(db: &Database, item: &Value, opts: &DocOpts, latest: bool) -> ApiResult<Vec<u8>> {
     let id = item.get("id").and_then(Value::as_str);
     let rev_str = item.get("rev").and_then(Value::as_str);
-    let err = |error: &str, reason: &str| {
-        json!({"id": id.unwrap_or(""), "docs": [{"error": {"id": id.unwrap_or(""), "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}}]})
-    };
+    let err = |error: &str, reason: &str| json!({"id": id.unwrap_or(""), "docs": [{"error": {"id": id.unwrap_or(""), "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}}]});
     let Some(id) = id else {
-        return Ok(serde_json::to_vec(&err("illegal_docid", "Document id must be a string")).expect("json"));
+        return Ok(
+            serde_json::to_vec(&err("illegal_docid", "Document id must be a string"))
+                .expect("json"),
+        );
     };
     let rev = match rev_str.map(Rev::parse).transpose() {
         Ok(r) => r,
-        Err(_) => return Ok(serde_json::to_vec(&err("bad_request", "Invalid rev format")).expect("json")),
+        Err(_) => {
+            return Ok(serde_json::to_vec(&err("bad_request", "Invalid rev format")).expect("json"))
+        }
     };
     let found = match &rev {
         Some(r) if latest => db.open_doc(id, Some(r)).and_then(|d| {
-            let newest = d.info.tree.leaves().into_iter().map(|l| l.rev).filter(|l| {
-                l.pos >= r.pos && d.info.tree.ancestry(l).get((l.pos - r.pos) as usize) == Some(&r.id)
-            }).max();
+            let newest = d
+                .info
+                .tree
+                .leaves()
+                .into_iter()
+                .map(|l| l.rev)
+                .filter(|l| {
+                    l.pos >= r.pos
+                        && d.info.tree.ancestry(l).get((l.pos - r.pos) as usize) == Some(&r.id)
+                })
+                .max();
             match newest {
                 Some(n) if &n != r => db.open_doc(id, Some(&n)),
                 _ => Ok(d),
@@ -163,20 +208,32 @@ fn bulk_get_one(db: &Database, item: &Value, opts: &DocOpts, latest: bool) -> Ap
 
 /// `{"docid": ["rev", ...]}` → pairs, with CouchDB's errors for other shapes.
 fn id_revs(body: &Value) -> ApiResult<Vec<(String, Vec<Rev>)>> {
-    let obj: &Map<String, Value> = body.as_object().ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
+    let obj: &Map<String, Value> = body
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
     obj.iter()
         .map(|(id, revs)| {
-            let list = revs.as_array().ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
+            let list = revs
+                .as_array()
+                .ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
             let revs = list
                 .iter()
-                .map(|r| r.as_str().ok_or_else(|| ApiError::bad_request("Invalid rev format")).and_then(|s| Ok(Rev::parse(s)?)))
+                .map(|r| {
+                    r.as_str()
+                        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+                        .and_then(|s| Ok(Rev::parse(s)?))
+                })
                 .collect::<ApiResult<Vec<Rev>>>()?;
             Ok((id.clone(), revs))
         })
         .collect()
 }
 
-pub async fn revs_diff(db: Arc<Database>, mut req: Req, missing_revs_shape: bool) -> ApiResult<Response> {
+pub async fn revs_diff(
+    db: Arc<Database>,
+    mut req: Req,
+    missing_revs_shape: bool,
+) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let body = req.json().await?;
@@ -194,7 +251,11 @@ pub async fn revs_diff(db: Arc<Database>, mut req: Req, missing_revs_shape: bool
         };
         out.insert(id, v);
     }
-    let body = if missing_revs_shape { json!({"missing_revs": out}) } else { Value::Object(out) };
+    let body = if missing_revs_shape {
+        json!({"missing_revs": out})
+    } else {
+        Value::Object(out)
+    };
     Ok(json(StatusCode::OK, &body))
 }
 
@@ -204,7 +265,9 @@ pub async fn purge(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     let body = req.json().await?;
     let asked = id_revs(&body)?;
     if asked.len() > 100 {
-        return Err(ApiError::bad_request("Exceeded maximum number of documents."));
+        return Err(ApiError::bad_request(
+            "Exceeded maximum number of documents.",
+        ));
     }
     for (id, _) in &asked {
         if DocKind::of(id) == DocKind::Local {
@@ -214,7 +277,13 @@ pub async fn purge(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     let purged = await_write(db.purge(asked)?).await?;
     let mut out = Map::new();
     for (id, revs) in purged {
-        out.insert(id, json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()));
+        out.insert(
+            id,
+            json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
+        );
     }
-    Ok(json(StatusCode::CREATED, &json!({"purge_seq": null, "purged": out})))
+    Ok(json(
+        StatusCode::CREATED,
+        &json!({"purge_seq": null, "purged": out}),
+    ))
 }

@@ -65,9 +65,15 @@ fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
 }
 
 fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
-    let list = v.as_array().ok_or_else(|| ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids."))?;
+    let list = v.as_array().ok_or_else(|| {
+        ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.")
+    })?;
     list.iter()
-        .map(|i| i.as_str().map(str::to_string).ok_or_else(|| ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.")))
+        .map(|i| {
+            i.as_str().map(str::to_string).ok_or_else(|| {
+                ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.")
+            })
+        })
         .collect()
 }
 
@@ -83,7 +89,9 @@ impl Opts {
         };
         let style = p.get("style").unwrap_or("main_only");
         if !["main_only", "all_docs"].contains(&style) {
-            return Err(ApiError::bad_request("Invalid `style` parameter: use main_only or all_docs"));
+            return Err(ApiError::bad_request(
+                "Invalid `style` parameter: use main_only or all_docs",
+            ));
         }
         let filter = match p.get("filter") {
             None => Filter::None,
@@ -133,7 +141,12 @@ impl Opts {
 fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
     let winner = c.info.tree.winner().expect("stored docs have a winner");
     let revs: Vec<Value> = if o.all_docs_style {
-        c.info.tree.leaves().iter().map(|l| json!({"rev": l.rev.to_string()})).collect()
+        c.info
+            .tree
+            .leaves()
+            .iter()
+            .map(|l| json!({"rev": l.rev.to_string()}))
+            .collect()
     } else {
         vec![json!({"rev": winner.rev.to_string()})]
     };
@@ -147,8 +160,20 @@ fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
         out.extend_from_slice(b",\"doc\":");
         match &c.body {
             Some(body) => {
-                let doc = OpenDoc { id: c.id.clone(), rev: winner.rev, deleted: winner.deleted, body: body.clone(), info: c.info.clone() };
-                out.extend_from_slice(&doc_json(&doc, &DocOpts { conflicts: o.conflicts, ..Default::default() }));
+                let doc = OpenDoc {
+                    id: c.id.clone(),
+                    rev: winner.rev,
+                    deleted: winner.deleted,
+                    body: body.clone(),
+                    info: c.info.clone(),
+                };
+                out.extend_from_slice(&doc_json(
+                    &doc,
+                    &DocOpts {
+                        conflicts: o.conflicts,
+                        ..Default::default()
+                    },
+                ));
             }
             None => out.extend_from_slice(b"null"),
         }
@@ -159,7 +184,13 @@ fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
 
 /// Reads matching changes after `since`, calling `row` for each until it breaks or `limit`
 /// is reached. Returns the last sequence seen and the number of rows sent.
-fn scan(db: &Database, o: &Opts, since: u64, limit: u64, row: &mut dyn FnMut(u64, Vec<u8>) -> bool) -> ApiResult<(u64, u64)> {
+fn scan(
+    db: &Database,
+    o: &Opts,
+    since: u64,
+    limit: u64,
+    row: &mut dyn FnMut(u64, Vec<u8>) -> bool,
+) -> ApiResult<(u64, u64)> {
     let mut last = since;
     let mut sent = 0u64;
     db.changes(since, o.descending, o.include_docs, |c| {
@@ -171,8 +202,12 @@ fn scan(db: &Database, o: &Opts, since: u64, limit: u64, row: &mut dyn FnMut(u64
             return ControlFlow::Continue(());
         }
         sent += 1;
-        let show = o.seq_interval.is_none_or(|n| sent % n == 0);
-        if row(c.seq, render_change(&c, o, show)) { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }
+        let show = o.seq_interval.is_none_or(|n| sent.is_multiple_of(n));
+        if row(c.seq, render_change(&c, o, show)) {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
     })?;
     Ok((last, sent))
 }
@@ -186,7 +221,12 @@ fn start_seq(db: &Database, o: &Opts) -> u64 {
 }
 
 /// A whole normal/longpoll response body from `since`.
-fn normal_body(db: &Database, o: &Opts, since: u64, out: &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> {
+fn normal_body(
+    db: &Database,
+    o: &Opts,
+    since: u64,
+    out: &mut dyn FnMut(&[u8]) -> bool,
+) -> ApiResult<()> {
     out(b"{\"results\":[\n");
     let mut first = true;
     let (mut last, _) = scan(db, o, since, o.limit.unwrap_or(u64::MAX), &mut |_, row| {
@@ -197,8 +237,15 @@ fn normal_body(db: &Database, o: &Opts, since: u64, out: &mut dyn FnMut(&[u8]) -
     if o.descending && first {
         last = db.update_seq();
     }
-    let pending = if o.descending { 0 } else { db.count_changes_after(last)? };
-    let tail = format!("\n],\n\"last_seq\":{},\"pending\":{pending}}}\n", seq(last.min(db.update_seq())));
+    let pending = if o.descending {
+        0
+    } else {
+        db.count_changes_after(last)?
+    };
+    let tail = format!(
+        "\n],\n\"last_seq\":{},\"pending\":{pending}}}\n",
+        seq(last.min(db.update_seq()))
+    );
     out(tail.as_bytes());
     Ok(())
 }
@@ -207,18 +254,27 @@ pub async fn changes(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
     let body = if req.method == "POST" {
         let b = req.bytes().await?;
-        if b.is_empty() { None } else { Some(crate::req::parse_json(&b)?) }
+        if b.is_empty() {
+            None
+        } else {
+            Some(crate::req::parse_json(&b)?)
+        }
     } else {
         None
     };
     if body.as_ref().is_some_and(|b| b.get("selector").is_some()) {
-        return Err(ApiError::bad_request("selector filters are not supported by this Settee version"));
+        return Err(ApiError::bad_request(
+            "selector filters are not supported by this Settee version",
+        ));
     }
     let o = Opts::parse(&req.params, body.as_ref())?;
     match o.feed {
         Feed::Normal => {
             let since = start_seq(&db, &o);
-            Ok(stream(JSON, move |sink| normal_body(&db, &o, since, &mut |b| sink.write(b))).await)
+            Ok(stream(JSON, move |sink| {
+                normal_body(&db, &o, since, &mut |b| sink.write(b))
+            })
+            .await)
         }
         Feed::Longpoll => longpoll(db, o).await,
         Feed::Continuous | Feed::EventSource => Ok(continuous(db, o)),
@@ -290,7 +346,9 @@ fn continuous(db: Arc<Database>, o: Opts) -> Response {
                 let chunk = if eventsource {
                     let mut c = b"data: ".to_vec();
                     c.extend_from_slice(&row);
-                    c.extend_from_slice(format!("\nid: {}\n\n", settee_core::format_seq(s)).as_bytes());
+                    c.extend_from_slice(
+                        format!("\nid: {}\n\n", settee_core::format_seq(s)).as_bytes(),
+                    );
                     c
                 } else {
                     let mut c = row;
@@ -308,18 +366,32 @@ fn continuous(db: Arc<Database>, o: Opts) -> Response {
                 if o.heartbeat.is_none() {
                     break;
                 }
-                let beat: &[u8] = if eventsource { b"event: heartbeat\ndata: \n\n" } else { b"\n" };
+                let beat: &[u8] = if eventsource {
+                    b"event: heartbeat\ndata: \n\n"
+                } else {
+                    b"\n"
+                };
                 if tx.send(Bytes::from_static(beat)).await.is_err() {
                     return;
                 }
             }
         }
         if !eventsource {
-            let tail = format!("{{\"last_seq\":{},\"pending\":0}}\n", seq(since.min(db.update_seq())));
+            let tail = format!(
+                "{{\"last_seq\":{},\"pending\":0}}\n",
+                seq(since.min(db.update_seq()))
+            );
             let _ = tx.send(Bytes::from(tail)).await;
         }
     });
-    stream_async(if eventsource { "text/event-stream" } else { JSON }, rx)
+    stream_async(
+        if eventsource {
+            "text/event-stream"
+        } else {
+            JSON
+        },
+        rx,
+    )
 }
 
 // ---- _db_updates ------------------------------------------------------------------------
@@ -349,19 +421,27 @@ pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
         if events.is_empty() && feed == Feed::Longpoll && wait_past(&mut rx, since, timeout).await {
             events = couch.db_events_since(since)?;
         }
-        let last = events.last().map_or(since.max(couch.db_events_seq().min(since)), |e| e.seq);
+        let last = events
+            .last()
+            .map_or(since.max(couch.db_events_seq().min(since)), |e| e.seq);
         let results: Vec<Value> = events.iter().map(row).collect();
-        return Ok(crate::reply::json(StatusCode::OK, &json!({"results": results, "last_seq": seq(last)})));
+        return Ok(crate::reply::json(
+            StatusCode::OK,
+            &json!({"results": results, "last_seq": seq(last)}),
+        ));
     }
     let eventsource = feed == Feed::EventSource;
     let (tx, out) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
-        loop {
-            let Ok(events) = couch.db_events_since(since) else { break };
+        while let Ok(events) = couch.db_events_since(since) {
             for e in &events {
                 since = e.seq;
                 let line = serde_json::to_string(&row(e)).expect("json");
-                let chunk = if eventsource { format!("data: {line}\nid: {}\n\n", seq(e.seq)) } else { format!("{line}\n") };
+                let chunk = if eventsource {
+                    format!("data: {line}\nid: {}\n\n", seq(e.seq))
+                } else {
+                    format!("{line}\n")
+                };
                 if tx.send(Bytes::from(chunk)).await.is_err() {
                     return;
                 }
@@ -375,7 +455,16 @@ pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
                 }
             }
         }
-        let _ = tx.send(Bytes::from(format!("{{\"last_seq\":{}}}\n", seq(since)))).await;
+        let _ = tx
+            .send(Bytes::from(format!("{{\"last_seq\":{}}}\n", seq(since))))
+            .await;
     });
-    Ok(stream_async(if eventsource { "text/event-stream" } else { JSON }, out))
+    Ok(stream_async(
+        if eventsource {
+            "text/event-stream"
+        } else {
+            JSON
+        },
+        out,
+    ))
 }

@@ -43,12 +43,16 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
         }
         "PUT" => {
             if req.params.flag("partitioned")? {
-                return Err(ApiError::bad_request("Partitioned databases are not supported by this Settee version"));
+                return Err(ApiError::bad_request(
+                    "Partitioned databases are not supported by this Settee version",
+                ));
             }
             for k in ["q", "n"] {
                 if let Some(v) = req.params.uint(k)? {
                     if v == 0 {
-                        return Err(ApiError::bad_request(format!("`{k}` must be a positive integer")));
+                        return Err(ApiError::bad_request(format!(
+                            "`{k}` must be a positive integer"
+                        )));
                     }
                 }
             }
@@ -76,7 +80,11 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let db = state.couch.get(name)?;
             require_json(&req.headers)?;
             let body = req.json().await?;
-            if let Some(local) = body.get("_id").and_then(Value::as_str).filter(|i| i.starts_with("_local/")) {
+            if let Some(local) = body
+                .get("_id")
+                .and_then(Value::as_str)
+                .filter(|i| i.starts_with("_local/"))
+            {
                 let local = local.to_string();
                 return doc::put_local(db, local, body, &req).await;
             }
@@ -88,7 +96,9 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             settee_core::validate_doc_id(&id)?;
             parsed.id = Some(id.clone());
             let batch = doc::batch_ok(&req)?;
-            doc::write_one(db, parsed, true, batch).await.map(|rev| created(&req, &id, rev.as_ref(), batch))
+            doc::write_one(db, parsed, true, batch)
+                .await
+                .map(|rev| created(&req, &id, rev.as_ref(), batch))
         }
         _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE,POST")),
     }
@@ -99,7 +109,9 @@ pub fn location(req: &Req, segments: &[&str]) -> Option<axum::http::HeaderValue>
     let host = req.header("host")?;
     let path: Vec<String> = segments
         .iter()
-        .map(|s| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string())
+        .map(|s| {
+            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+        })
         .collect();
     axum::http::HeaderValue::from_str(&format!("http://{host}/{}", path.join("/"))).ok()
 }
@@ -115,25 +127,41 @@ struct Task {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 impl Tasks {
     pub fn compacting(&self, db: &str) -> bool {
-        self.0.lock().unwrap().iter().any(|t| t.kind == "database_compaction" && t.database == db)
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|t| t.kind == "database_compaction" && t.database == db)
     }
 
     fn start(&self, kind: &'static str, database: &str) -> bool {
         let mut tasks = self.0.lock().unwrap();
-        if tasks.iter().any(|t| t.kind == kind && t.database == database) {
+        if tasks
+            .iter()
+            .any(|t| t.kind == kind && t.database == database)
+        {
             return false;
         }
-        tasks.push(Task { kind, database: database.to_string(), started_on: now_secs() });
+        tasks.push(Task {
+            kind,
+            database: database.to_string(),
+            started_on: now_secs(),
+        });
         true
     }
 
     fn finish(&self, kind: &'static str, database: &str) {
-        self.0.lock().unwrap().retain(|t| !(t.kind == kind && t.database == database));
+        self.0
+            .lock()
+            .unwrap()
+            .retain(|t| !(t.kind == kind && t.database == database));
     }
 
     pub fn list(&self) -> Value {
@@ -171,7 +199,10 @@ pub fn ensure_full_commit(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     state.couch.sync()?;
-    Ok(json(StatusCode::CREATED, &json!({"ok": true, "instance_start_time": "0"})))
+    Ok(json(
+        StatusCode::CREATED,
+        &json!({"ok": true, "instance_start_time": "0"}),
+    ))
 }
 
 pub fn view_cleanup(req: &Req) -> ApiResult<Response> {
@@ -207,22 +238,33 @@ pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiRes
         return Ok(ok_true(StatusCode::OK));
     }
     let p = db.props();
-    Ok(json(StatusCode::OK, &json!(match which {
-        Limit::Revs => p.revs_limit,
-        Limit::PurgedInfos => p.purged_infos_limit,
-    })))
+    Ok(json(
+        StatusCode::OK,
+        &json!(match which {
+            Limit::Revs => p.revs_limit,
+            Limit::PurgedInfos => p.purged_infos_limit,
+        }),
+    ))
 }
 
 fn validate_security(v: &Value) -> ApiResult<()> {
-    let obj = v.as_object().ok_or_else(|| ApiError::bad_request("Security object must be a JSON object"))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("Security object must be a JSON object"))?;
     for section in ["admins", "members"] {
         let Some(s) = obj.get(section) else { continue };
-        let s = s.as_object().ok_or_else(|| ApiError::bad_request(format!("{section} must be a JSON object")))?;
+        let s = s
+            .as_object()
+            .ok_or_else(|| ApiError::bad_request(format!("{section} must be a JSON object")))?;
         for field in ["names", "roles"] {
             if let Some(list) = s.get(field) {
-                let ok = list.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+                let ok = list
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(Value::is_string));
                 if !ok {
-                    return Err(ApiError::bad_request(format!("{section}.{field} must be a JSON list of strings")));
+                    return Err(ApiError::bad_request(format!(
+                        "{section}.{field} must be a JSON list of strings"
+                    )));
                 }
             }
         }
@@ -240,4 +282,3 @@ pub async fn security(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     }
     Ok(json(StatusCode::OK, &db.props().security))
 }
-

@@ -16,7 +16,12 @@ use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc, UpdateResult};
 use std::sync::Arc;
 
-pub async fn doc(state: &crate::AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+pub async fn doc(
+    state: &crate::AppState,
+    db: Arc<Database>,
+    id: String,
+    req: Req,
+) -> ApiResult<Response> {
     let _ = state;
     if id.starts_with("_local/") {
         return local(db, id, req).await;
@@ -40,7 +45,10 @@ fn latest_leaves(info: &settee_db::DocInfo, rev: &Rev) -> Vec<Rev> {
         .leaves()
         .into_iter()
         .map(|l| l.rev)
-        .filter(|l| l.pos >= rev.pos && info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id))
+        .filter(|l| {
+            l.pos >= rev.pos
+                && info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id)
+        })
         .collect()
 }
 
@@ -72,7 +80,9 @@ async fn get(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     })
     .await?;
     let tag = doc.rev.to_string();
-    if !opts.has_meta() && etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str()) {
+    if !opts.has_meta()
+        && etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str())
+    {
         let mut resp = with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
         resp.headers_mut().insert(header::ETAG, etag(&tag));
         return Ok(resp);
@@ -91,11 +101,18 @@ async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> Ap
     let wanted: Option<Vec<Rev>> = if raw == "all" {
         None
     } else {
-        let v: Value = serde_json::from_str(raw).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))?;
-        let list = v.as_array().ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
+        let v: Value =
+            serde_json::from_str(raw).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))?;
+        let list = v
+            .as_array()
+            .ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
         Some(
             list.iter()
-                .map(|r| r.as_str().ok_or_else(|| ApiError::bad_request("Invalid rev format")).and_then(|s| Ok(Rev::parse(s)?)))
+                .map(|r| {
+                    r.as_str()
+                        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+                        .and_then(|s| Ok(Rev::parse(s)?))
+                })
                 .collect::<ApiResult<_>>()?,
         )
     };
@@ -110,7 +127,12 @@ async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> Ap
                         if leaves.is_empty() {
                             out.push(r);
                         }
-                        out.extend(leaves.into_iter().filter(|l| !out.contains(l)).collect::<Vec<_>>());
+                        out.extend(
+                            leaves
+                                .into_iter()
+                                .filter(|l| !out.contains(l))
+                                .collect::<Vec<_>>(),
+                        );
                     }
                     Some(out)
                 }
@@ -125,10 +147,15 @@ async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> Ap
         .iter()
         .map(|(rev, doc)| match doc {
             Some(d) => (true, doc_json(d, &opts)),
-            None => (false, serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json")),
+            None => (
+                false,
+                serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),
+            ),
         })
         .collect();
-    let wants_multipart = req.header("accept").is_some_and(|a| a.contains("multipart/mixed"));
+    let wants_multipart = req
+        .header("accept")
+        .is_some_and(|a| a.contains("multipart/mixed"));
     if wants_multipart {
         return Ok(multipart_mixed(parts));
     }
@@ -152,7 +179,11 @@ fn multipart_mixed(parts: Vec<(bool, Vec<u8>)>) -> Response {
     let mut out = Vec::new();
     for (ok, body) in parts {
         out.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
-        let ct = if ok { "application/json" } else { "application/json; error=\"true\"" };
+        let ct = if ok {
+            "application/json"
+        } else {
+            "application/json; error=\"true\""
+        };
         out.extend_from_slice(format!("Content-Type: {ct}\r\n\r\n").as_bytes());
         out.extend_from_slice(&body);
         out.extend_from_slice(b"\r\n");
@@ -160,7 +191,10 @@ fn multipart_mixed(parts: Vec<(bool, Vec<u8>)>) -> Response {
     out.extend_from_slice(format!("--{boundary}--").as_bytes());
     let ct = format!("multipart/mixed; boundary=\"{boundary}\"");
     let mut resp = with_type(StatusCode::OK, "multipart/mixed", Body::from(out));
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_str(&ct).expect("ascii"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&ct).expect("ascii"),
+    );
     resp
 }
 
@@ -169,13 +203,20 @@ pub fn batch_ok(req: &Req) -> ApiResult<bool> {
     match req.params.get("batch") {
         None => Ok(false),
         Some("ok") => Ok(true),
-        Some(v) => Err(ApiError::QueryParse(format!("Invalid value for `batch`: \"{v}\" (only \"ok\" is valid)"))),
+        Some(v) => Err(ApiError::QueryParse(format!(
+            "Invalid value for `batch`: \"{v}\" (only \"ok\" is valid)"
+        ))),
     }
 }
 
 /// Writes one document; `Ok(None)` when acknowledged early (`batch=ok`) or when a
 /// replicated revision needs no new rev.
-pub async fn write_one(db: Arc<Database>, doc: ParsedDoc, new_edits: bool, batch: bool) -> ApiResult<Option<Rev>> {
+pub async fn write_one(
+    db: Arc<Database>,
+    doc: ParsedDoc,
+    new_edits: bool,
+    batch: bool,
+) -> ApiResult<Option<Rev>> {
     let given = doc.rev();
     let rx = db.update_docs(vec![doc], new_edits)?;
     if batch {
@@ -189,7 +230,9 @@ pub async fn write_one(db: Arc<Database>, doc: ParsedDoc, new_edits: bool, batch
     match await_write(rx).await?.pop() {
         Some(UpdateResult::Ok { rev, .. }) => Ok(rev.or(given)),
         Some(UpdateResult::Err { error, .. }) => Err(error.into()),
-        None => Err(ApiError::Db(settee_db::Error::Internal("no result for write".into()))),
+        None => Err(ApiError::Db(settee_db::Error::Internal(
+            "no result for write".into(),
+        ))),
     }
 }
 
@@ -199,10 +242,21 @@ pub fn created(req: &Req, id: &str, rev: Option<&Rev>, batch: bool) -> Response 
         return json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}));
     }
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
-    let mut resp = json(StatusCode::CREATED, &json!({"ok": true, "id": id, "rev": rev}));
+    let mut resp = json(
+        StatusCode::CREATED,
+        &json!({"ok": true, "id": id, "rev": rev}),
+    );
     resp.headers_mut().insert(header::ETAG, etag(&rev));
-    let db = req.uri.path().trim_start_matches('/').split('/').next().unwrap_or("");
-    let db = percent_encoding::percent_decode_str(db).decode_utf8_lossy().into_owned();
+    let db = req
+        .uri
+        .path()
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let db = percent_encoding::percent_decode_str(db)
+        .decode_utf8_lossy()
+        .into_owned();
     if let Some(loc) = location(req, &[&db, id]) {
         resp.headers_mut().insert(header::LOCATION, loc);
     }
@@ -212,24 +266,36 @@ pub fn created(req: &Req, id: &str, rev: Option<&Rev>, batch: bool) -> Response 
 /// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.
 fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
     let query = parse_rev_param(req)?;
-    let if_match = etag_value(&req.headers, header::IF_MATCH).map(|s| Rev::parse(&s)).transpose()?;
+    let if_match = etag_value(&req.headers, header::IF_MATCH)
+        .map(|s| Rev::parse(&s))
+        .transpose()?;
     if let (Some(q), Some(b)) = (&query, &body_rev) {
         if q != b {
-            return Err(ApiError::bad_request("Document rev from request body and query string have different values"));
+            return Err(ApiError::bad_request(
+                "Document rev from request body and query string have different values",
+            ));
         }
     }
     let explicit = body_rev.or(query);
     if let (Some(m), Some(e)) = (&if_match, &explicit) {
         if m != e {
-            return Err(ApiError::bad_request("Document rev and etag have different values"));
+            return Err(ApiError::bad_request(
+                "Document rev and etag have different values",
+            ));
         }
     }
     Ok(explicit.or(if_match))
 }
 
 async fn put(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
-    if req.header("content-type").is_some_and(|c| c.starts_with("multipart/related")) {
-        return Err(ApiError::NotImplemented("multipart document uploads (attachments) are not supported by this Settee version".into()));
+    if req
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("multipart/related"))
+    {
+        return Err(ApiError::NotImplemented(
+            "multipart document uploads (attachments) are not supported by this Settee version"
+                .into(),
+        ));
     }
     validate_doc_id(&id)?;
     let new_edits = req.params.bool("new_edits")?.unwrap_or(true);
@@ -245,7 +311,9 @@ async fn put(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response>
         }
     }
     if !new_edits && doc.revs.is_none() {
-        return Err(ApiError::bad_request("new_edits=false requires a _rev or _revisions"));
+        return Err(ApiError::bad_request(
+            "new_edits=false requires a _rev or _revisions",
+        ));
     }
     let rev = write_one(db, doc, new_edits, batch).await?;
     Ok(created(&req, &id, rev.as_ref(), batch))
@@ -254,7 +322,12 @@ async fn put(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response>
 async fn delete(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let rev = reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
     let batch = batch_ok(&req)?;
-    let doc = ParsedDoc { id: Some(id.clone()), revs: Some((rev.pos, vec![rev.id])), deleted: true, body: b"{}".to_vec() };
+    let doc = ParsedDoc {
+        id: Some(id.clone()),
+        revs: Some((rev.pos, vec![rev.id])),
+        deleted: true,
+        body: b"{}".to_vec(),
+    };
     let rev = write_one(db, doc, true, batch).await?;
     if batch {
         return Ok(json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id})));
@@ -274,7 +347,9 @@ async fn copy(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
         Some((d, r)) => (d.to_string(), Some(Rev::parse(r)?)),
         None => (dest.clone(), None),
     };
-    let dest_id = percent_encoding::percent_decode_str(&dest_id).decode_utf8_lossy().into_owned();
+    let dest_id = percent_encoding::percent_decode_str(&dest_id)
+        .decode_utf8_lossy()
+        .into_owned();
     validate_doc_id(&dest_id)?;
     let rev = parse_rev_param(&req)?;
     let db2 = db.clone();
@@ -293,15 +368,22 @@ async fn copy(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
 // ---- local documents ------------------------------------------------------------------
 
 fn parse_local_rev(s: &str) -> ApiResult<u64> {
-    s.strip_prefix("0-").and_then(|n| n.parse().ok()).ok_or_else(|| ApiError::bad_request("Invalid rev format"))
+    s.strip_prefix("0-")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
 }
 
 pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
     let mut j = DocJson::raw(b"{}");
-    j.member("_id", &json!(d.id)).member("_rev", &json!(format!("0-{}", d.rev)));
+    j.member("_id", &json!(d.id))
+        .member("_rev", &json!(format!("0-{}", d.rev)));
     let mut head = j.finish();
     head.pop();
-    let inner = d.body.strip_prefix(b"{").and_then(|b| b.strip_suffix(b"}")).unwrap_or(b"");
+    let inner = d
+        .body
+        .strip_prefix(b"{")
+        .and_then(|b| b.strip_suffix(b"}"))
+        .unwrap_or(b"");
     if !inner.is_empty() {
         head.push(b',');
         head.extend_from_slice(inner);
@@ -313,7 +395,11 @@ pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
 async fn local(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
-            let d = blocking(move || db.local_doc(&id)?.ok_or(ApiError::NotFound("missing".into()))).await?;
+            let d = blocking(move || {
+                db.local_doc(&id)?
+                    .ok_or(ApiError::NotFound("missing".into()))
+            })
+            .await?;
             Ok(json_bytes(StatusCode::OK, local_json(&d)))
         }
         "PUT" => {
@@ -321,21 +407,37 @@ async fn local(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Respons
             put_local(db, id, body, &req).await
         }
         "DELETE" => {
-            let rev = match (req.params.get("rev"), etag_value(&req.headers, header::IF_MATCH)) {
+            let rev = match (
+                req.params.get("rev"),
+                etag_value(&req.headers, header::IF_MATCH),
+            ) {
                 (Some(r), _) => parse_local_rev(r)?,
                 (None, Some(r)) => parse_local_rev(&r)?,
                 (None, None) => return Err(ApiError::Db(settee_db::Error::Conflict)),
             };
-            let update = LocalUpdate { id: id.clone(), rev: Some(rev), deleted: true, body: Vec::new() };
+            let update = LocalUpdate {
+                id: id.clone(),
+                rev: Some(rev),
+                deleted: true,
+                body: Vec::new(),
+            };
             await_write(db.update_local(update)?).await?;
-            Ok(json(StatusCode::OK, &json!({"ok": true, "id": id, "rev": "0-0"})))
+            Ok(json(
+                StatusCode::OK,
+                &json!({"ok": true, "id": id, "rev": "0-0"}),
+            ))
         }
         _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
     }
 }
 
 /// Writes a local document from a request body; its `_rev` (or `?rev=`) is `0-N`.
-pub async fn put_local(db: Arc<Database>, id: String, mut body: Value, req: &Req) -> ApiResult<Response> {
+pub async fn put_local(
+    db: Arc<Database>,
+    id: String,
+    mut body: Value,
+    req: &Req,
+) -> ApiResult<Response> {
     validate_doc_id(&id)?;
     let body_rev = body.as_object_mut().and_then(|o| o.shift_remove("_rev"));
     let doc = parse_doc(body)?;
@@ -345,7 +447,15 @@ pub async fn put_local(db: Arc<Database>, id: String, mut body: Value, req: &Req
         (None, Some(q)) => Some(parse_local_rev(q)?),
         (None, None) => None,
     };
-    let update = LocalUpdate { id: id.clone(), rev, deleted: doc.deleted, body: doc.body };
+    let update = LocalUpdate {
+        id: id.clone(),
+        rev,
+        deleted: doc.deleted,
+        body: doc.body,
+    };
     let n = await_write(db.update_local(update)?).await?;
-    Ok(json(StatusCode::CREATED, &json!({"ok": true, "id": id, "rev": format!("0-{n}")})))
+    Ok(json(
+        StatusCode::CREATED,
+        &json!({"ok": true, "id": id, "rev": format!("0-{n}")}),
+    ))
 }

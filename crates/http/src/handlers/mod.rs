@@ -22,13 +22,25 @@ pub fn allow(method: &Method, allowed: &'static str) -> ApiResult<()> {
 }
 
 /// Awaits a writer reply.
-pub async fn await_write<T>(rx: tokio::sync::oneshot::Receiver<settee_db::Result<T>>) -> ApiResult<T> {
-    rx.await.map_err(|_| ApiError::Db(settee_db::Error::Internal("writer dropped the request".into())))?.map_err(Into::into)
+pub async fn await_write<T>(
+    rx: tokio::sync::oneshot::Receiver<settee_db::Result<T>>,
+) -> ApiResult<T> {
+    rx.await
+        .map_err(|_| {
+            ApiError::Db(settee_db::Error::Internal(
+                "writer dropped the request".into(),
+            ))
+        })?
+        .map_err(Into::into)
 }
 
 /// Runs blocking store work off the async runtime.
-pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> ApiResult<T> + Send + 'static) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Db(settee_db::Error::Internal(format!("blocking task failed: {e}"))))?
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::Db(settee_db::Error::Internal(format!(
+            "blocking task failed: {e}"
+        )))
+    })?
 }

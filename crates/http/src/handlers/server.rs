@@ -39,7 +39,10 @@ pub struct UuidGen {
 
 impl UuidGen {
     pub fn new() -> UuidGen {
-        UuidGen { prefix: new_prefix(), suffix: rand::thread_rng().gen_range(0..0x1000) }
+        UuidGen {
+            prefix: new_prefix(),
+            suffix: rand::thread_rng().gen_range(0..0x1000),
+        }
     }
 
     pub fn next(&mut self) -> String {
@@ -77,7 +80,10 @@ fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
         match p.json_any(ks)? {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(ApiError::QueryParse(format!("`{}` must be a string", ks[0]))),
+            Some(_) => Err(ApiError::QueryParse(format!(
+                "`{}` must be a string",
+                ks[0]
+            ))),
         }
     };
     let start = str_param(&["startkey", "start_key"])?;
@@ -97,10 +103,28 @@ fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
     };
     let before_end = |n: &String| match &end {
         None => true,
-        Some(e) if descending => if inclusive_end { n >= e } else { n > e },
-        Some(e) => if inclusive_end { n <= e } else { n < e },
+        Some(e) if descending => {
+            if inclusive_end {
+                n >= e
+            } else {
+                n > e
+            }
+        }
+        Some(e) => {
+            if inclusive_end {
+                n <= e
+            } else {
+                n < e
+            }
+        }
     };
-    Ok(names.into_iter().filter(after_start).take_while(before_end).skip(skip).take(limit).collect())
+    Ok(names
+        .into_iter()
+        .filter(after_start)
+        .take_while(before_end)
+        .skip(skip)
+        .take(limit)
+        .collect())
 }
 
 pub fn all_dbs(state: &AppState, req: &Req) -> ApiResult<Response> {
@@ -114,12 +138,21 @@ pub async fn dbs_info(state: &AppState, mut req: Req) -> ApiResult<Response> {
     let names = if req.method == Method::POST {
         crate::req::require_json(&req.headers)?;
         let body = req.json().await?;
-        let keys = body.get("keys").and_then(Value::as_array).ok_or_else(|| ApiError::bad_request("`keys` member must exist."))?;
+        let keys = body
+            .get("keys")
+            .and_then(Value::as_array)
+            .ok_or_else(|| ApiError::bad_request("`keys` member must exist."))?;
         if keys.len() > 100 {
-            return Err(ApiError::bad_request("`keys` member must be less than or equal to 100"));
+            return Err(ApiError::bad_request(
+                "`keys` member must be less than or equal to 100",
+            ));
         }
         keys.iter()
-            .map(|k| k.as_str().map(str::to_string).ok_or_else(|| ApiError::bad_request("`keys` must be strings")))
+            .map(|k| {
+                k.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ApiError::bad_request("`keys` must be strings"))
+            })
             .collect::<ApiResult<Vec<String>>>()?
     } else {
         select_names(&req, state.couch.names())?

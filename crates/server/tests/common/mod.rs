@@ -30,12 +30,19 @@ impl Resp {
         serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
     }
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Server {
@@ -53,7 +60,12 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(["serve", "--data-dir"])
             .arg(dir)
-            .args(["--bind", &format!("127.0.0.1:{port}"), "--admin", &format!("{}:{}", ADMIN.0, ADMIN.1)])
+            .args([
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--admin",
+                &format!("{}:{}", ADMIN.0, ADMIN.1),
+            ])
             .env("SETTEE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -64,7 +76,13 @@ impl Server {
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
-        let s = Server { url: format!("http://127.0.0.1:{port}"), dir: dir.to_path_buf(), _tmp: None, child: std::sync::Mutex::new(Some(child)), agent };
+        let s = Server {
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            _tmp: None,
+            child: std::sync::Mutex::new(Some(child)),
+            agent,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if s.agent.get(format!("{}/_up", s.url)).call().is_ok() {
@@ -90,16 +108,36 @@ impl Server {
 
     /// A request as admin. `body` is sent as JSON when given.
     pub fn req(&self, method: &str, path: &str, body: Option<&str>) -> Resp {
-        self.req_with(method, path, body, &[("content-type", "application/json")], true)
+        self.req_with(
+            method,
+            path,
+            body,
+            &[("content-type", "application/json")],
+            true,
+        )
     }
 
-    pub fn req_with(&self, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)], admin: bool) -> Resp {
-        self.try_req_with(method, path, body, headers, admin).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    pub fn req_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+        admin: bool,
+    ) -> Resp {
+        self.try_req_with(method, path, body, headers, admin)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
     /// A request as admin that may fail at the transport level (the server was killed).
     pub fn try_req(&self, method: &str, path: &str, body: &str) -> Result<Resp, ureq::Error> {
-        self.try_req_with(method, path, Some(body), &[("content-type", "application/json")], true)
+        self.try_req_with(
+            method,
+            path,
+            Some(body),
+            &[("content-type", "application/json")],
+            true,
+        )
     }
 
     fn try_req_with(
@@ -110,10 +148,13 @@ impl Server {
         headers: &[(&str, &str)],
         admin: bool,
     ) -> Result<Resp, ureq::Error> {
-        let mut b = ureq::http::Request::builder().method(method).uri(format!("{}{}", self.url, path));
+        let mut b = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.url, path));
         if admin {
             use base64::Engine;
-            let creds = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
+            let creds = base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", ADMIN.0, ADMIN.1));
             b = b.header("authorization", format!("Basic {creds}"));
         }
         for (k, v) in headers {
@@ -122,17 +163,26 @@ impl Server {
         let req = b.body(body.unwrap_or("").as_bytes().to_vec()).unwrap();
         let mut resp = self.agent.run(req)?;
         let status = resp.status().as_u16();
-        let headers = resp.headers().iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string())).collect();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
         let mut text = String::new();
         resp.body_mut().as_reader().read_to_string(&mut text)?;
-        Ok(Resp { status, headers, text })
+        Ok(Resp {
+            status,
+            headers,
+            text,
+        })
     }
 
     /// A request written by hand on a TCP socket, for methods HTTP clients refuse (COPY).
     pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
         use base64::Engine;
         use std::io::Write;
-        let creds = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
+        let creds =
+            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
         let host = self.url.trim_start_matches("http://");
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {creds}\r\nConnection: close\r\nContent-Length: 0\r\n");
         for (k, v) in headers {
@@ -145,9 +195,23 @@ impl Server {
         sock.read_to_string(&mut all).unwrap();
         let (head, text) = all.split_once("\r\n\r\n").unwrap();
         let mut lines = head.lines();
-        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
-        let headers = lines.filter_map(|l| l.split_once(": ")).map(|(k, v)| (k.to_lowercase(), v.to_string())).collect();
-        Resp { status, headers, text: text.to_string() }
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_lowercase(), v.to_string()))
+            .collect();
+        Resp {
+            status,
+            headers,
+            text: text.to_string(),
+        }
     }
 
     pub fn get(&self, path: &str) -> Resp {
@@ -175,4 +239,3 @@ impl Drop for Server {
         self.kill9();
     }
 }
-
