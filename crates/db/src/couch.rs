@@ -138,6 +138,7 @@ pub struct Couch {
 impl Couch {
     pub fn open(dir: &Path, config: Config, store_opts: &StoreOptions) -> Result<Arc<Couch>> {
         let store = Arc::new(Store::open(dir, store_opts)?);
+        store.spawn_idle_flusher(std::time::Duration::from_secs(2));
         let events = Arc::new(Events::load(&store)?);
         let mut dbs = BTreeMap::new();
         for item in store.range(Cf::Meta, meta::NAME_PREFIX, meta::NAME_END, false) {

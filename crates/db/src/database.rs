@@ -183,10 +183,10 @@ impl Database {
             .map(|&cf| self.store.approximate_size(cf, &lo, &hi))
             .sum();
         let stats = self.stats();
-        // Data not yet flushed from memtables (it is in the WAL, uncompressed) is not
-        // counted by `approximate_size`. Count it as the memtables' size, bounded by this
-        // database's own live bytes.
-        let unflushed = self.store.memtable_bytes().min(stats.active);
+        // Data not yet flushed from memtables is on disk only in the WAL, which
+        // `approximate_size` does not see: count the WAL files, bounded by this database's
+        // own live bytes (the WAL is shared by all databases).
+        let unflushed = self.store.wal_bytes().min(stats.active);
         DbInfo {
             stats,
             file_size: on_disk + unflushed,

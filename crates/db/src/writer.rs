@@ -134,6 +134,17 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
     let alive = db.alive.read().unwrap();
     let mut pending = Vec::with_capacity(jobs.len());
     let mut tx = Txn::new(db);
+    let ids: Vec<&str> = jobs
+        .iter()
+        .filter_map(|j| match j {
+            Job::Docs { docs, .. } => Some(docs.iter().filter_map(|d| d.id.as_deref())),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if let Err(e) = tx.prefetch(&ids) {
+        tracing::warn!(db = %db.name, error = %e, "prefetch failed; reading one by one");
+    }
     for job in jobs {
         pending.push(match job {
             Job::Docs {
@@ -194,6 +205,26 @@ impl<'a> Txn<'a> {
             docs: HashMap::new(),
             dirty: false,
         }
+    }
+
+    /// Reads the documents a commit will touch with one batched lookup.
+    fn prefetch(&mut self, ids: &[&str]) -> Result<()> {
+        let keys: Vec<Vec<u8>> = ids
+            .iter()
+            .map(|id| key_in_db(self.db.id, id.as_bytes()))
+            .collect();
+        let values = self.db.store.multi_get(Cf::Docs, &keys)?;
+        for (id, raw) in ids.iter().zip(values) {
+            if self.docs.contains_key(*id) {
+                continue;
+            }
+            let before = raw
+                .map(|v| DocInfo::decode(&v).map(|i| (i, v.len())))
+                .transpose()?;
+            let now = before.as_ref().map(|(i, _)| i.clone());
+            self.docs.insert(id.to_string(), Touched { before, now });
+        }
+        Ok(())
     }
 
     fn load(&mut self, id: &str) -> Result<Option<DocInfo>> {

@@ -4,6 +4,9 @@ use rocksdb::{
     ReadOptions, WriteBatch, WriteOptions, DB,
 };
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 /// Tuning knobs; the defaults suit a 2-core, few-GiB machine.
 #[derive(Clone, Debug)]
@@ -25,6 +28,9 @@ impl Default for StoreOptions {
 
 pub struct Store {
     db: DB,
+    /// Writes since the last flush, and when the last one happened (for the idle flusher).
+    unflushed_writes: AtomicU64,
+    last_write: Mutex<Instant>,
 }
 
 fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
@@ -39,6 +45,10 @@ fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
         Cf::Docs | Cf::Local | Cf::Meta => {
             table.set_bloom_filter(10.0, false);
             table.set_block_size(16 << 10);
+            // Most writes are of new ids: a memtable bloom filter answers "absent" without
+            // walking the skiplist.
+            o.set_memtable_whole_key_filtering(true);
+            o.set_memtable_prefix_bloom_ratio(0.05);
         }
         // Append-mostly, read by range or by exact sequential key: big blocks compress best.
         Cf::Seqs | Cf::Bodies => {
@@ -62,12 +72,17 @@ impl Store {
         db_opts.set_max_background_jobs(opts.background_jobs);
         db_opts.set_bytes_per_sync(1 << 20);
         db_opts.set_keep_log_file_num(5);
-        db_opts.set_max_total_wal_size(256 << 20);
+        db_opts.set_max_total_wal_size(128 << 20);
+        db_opts.set_wal_compression_type(DBCompressionType::Zstd);
         let cfs = Cf::ALL
             .iter()
             .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
-        Ok(Store { db })
+        Ok(Store {
+            db,
+            unflushed_writes: AtomicU64::new(0),
+            last_write: Mutex::new(Instant::now()),
+        })
     }
 
     fn handle(&self, cf: Cf) -> &rocksdb::ColumnFamily {
@@ -88,6 +103,8 @@ impl Store {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
         self.db.write_opt(batch.wb, &wo)?;
+        self.unflushed_writes.fetch_add(1, Ordering::Relaxed);
+        *self.last_write.lock().unwrap() = Instant::now();
         Ok(())
     }
 
@@ -104,17 +121,46 @@ impl Store {
         self.db.get_approximate_sizes_cf(self.handle(cf), &[range])[0]
     }
 
-    /// Bytes held in memtables (written, in the WAL, not yet flushed to tables).
-    pub fn memtable_bytes(&self) -> u64 {
-        Cf::ALL
-            .iter()
-            .filter_map(|&cf| {
-                self.db
-                    .property_int_value_cf(self.handle(cf), "rocksdb.cur-size-all-mem-tables")
-                    .ok()
-                    .flatten()
-            })
+    /// Bytes of write-ahead log files on disk (data not yet flushed to tables).
+    pub fn wal_bytes(&self) -> u64 {
+        let Ok(entries) = std::fs::read_dir(self.db.path()) else {
+            return 0;
+        };
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.len())
             .sum()
+    }
+
+    /// Flushes every memtable to table files (and lets RocksDB drop the WAL they needed).
+    pub fn flush(&self) -> Result<()> {
+        self.unflushed_writes.store(0, Ordering::Relaxed);
+        for cf in Cf::ALL {
+            self.db.flush_cf(self.handle(cf))?;
+        }
+        Ok(())
+    }
+
+    /// Starts a thread that flushes memtables once writes have paused for `idle`, so a
+    /// quiet store keeps its data compressed in tables rather than raw in the WAL (and
+    /// restarts replay little). The thread ends when the store is dropped.
+    pub fn spawn_idle_flusher(self: &Arc<Self>, idle: Duration) {
+        let weak: Weak<Store> = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("idle-flush".into())
+            .spawn(move || loop {
+                std::thread::sleep(idle / 2);
+                let Some(store) = weak.upgrade() else { return };
+                let quiet = store.last_write.lock().unwrap().elapsed() >= idle;
+                if quiet && store.unflushed_writes.load(Ordering::Relaxed) > 0 {
+                    if let Err(e) = store.flush() {
+                        eprintln!("settee: idle flush failed: {e}");
+                    }
+                }
+            })
+            .expect("spawn idle flusher");
     }
 
     /// Compacts `[start, end)` of `cf`, reclaiming space of deleted keys.
