@@ -212,6 +212,9 @@ impl Database {
                 None => break,
             }
         }
+        // Flush every family (not only this database's) so no WAL file stays alive holding
+        // data that compaction has already written to tables.
+        self.store.flush()?;
         let (lo, hi) = settee_storage::db_range(self.id);
         for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
             self.store.compact_range(cf, &lo, &hi);
