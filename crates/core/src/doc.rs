@@ -116,21 +116,20 @@ fn parse_revisions(v: &Value) -> Result<(u64, Vec<RevId>), Error> {
 }
 
 /// Builds a document's JSON text: `_id`, `_rev`, the stored body's members in their stored
-/// order, then any extra members in the order they are added.
+/// order, then any extra members in the order they are added. The body is copied as stored,
+/// never re-encoded. `rev` is text because local documents have `0-N` revisions.
 pub struct DocJson {
     out: Vec<u8>,
-    empty: bool,
 }
 
 impl DocJson {
-    pub fn new(id: &str, rev: Option<&Rev>, body: &[u8]) -> Self {
+    pub fn new(id: &str, rev: Option<&str>, body: &[u8]) -> Self {
         let mut out = Vec::with_capacity(body.len() + id.len() + 64);
         out.extend_from_slice(b"{\"_id\":");
         serde_json::to_writer(&mut out, id).expect("string serializes");
         if let Some(rev) = rev {
-            out.extend_from_slice(b",\"_rev\":\"");
-            out.extend_from_slice(rev.to_string().as_bytes());
-            out.push(b'"');
+            out.extend_from_slice(b",\"_rev\":");
+            serde_json::to_writer(&mut out, rev).expect("string serializes");
         }
         let inner = body
             .strip_prefix(b"{")
@@ -140,29 +139,11 @@ impl DocJson {
             out.push(b',');
             out.extend_from_slice(inner);
         }
-        DocJson { out, empty: false }
-    }
-
-    /// A bare object with no `_id`, for local documents and other bodies.
-    pub fn raw(body: &[u8]) -> Self {
-        let inner = body
-            .strip_prefix(b"{")
-            .and_then(|b| b.strip_suffix(b"}"))
-            .unwrap_or(b"");
-        let mut out = Vec::with_capacity(body.len() + 32);
-        out.push(b'{');
-        out.extend_from_slice(inner);
-        DocJson {
-            empty: inner.is_empty(),
-            out,
-        }
+        DocJson { out }
     }
 
     pub fn member(&mut self, key: &str, value: &Value) -> &mut Self {
-        if !self.empty {
-            self.out.push(b',');
-        }
-        self.empty = false;
+        self.out.push(b',');
         serde_json::to_writer(&mut self.out, key).expect("string serializes");
         self.out.push(b':');
         serde_json::to_writer(&mut self.out, value).expect("value serializes");
@@ -227,16 +208,12 @@ mod tests {
 
     #[test]
     fn renders_without_reencoding() {
-        let rev = Rev::parse("1-abc").unwrap();
-        let mut j = DocJson::new("x", Some(&rev), br#"{"n":1.0e3}"#);
+        let mut j = DocJson::new("x", Some("1-abc"), br#"{"n":1.0e3}"#);
         j.member("_deleted", &json!(true));
         assert_eq!(
             String::from_utf8(j.finish()).unwrap(),
             r#"{"_id":"x","_rev":"1-abc","n":1.0e3,"_deleted":true}"#
         );
         assert_eq!(DocJson::new("y", None, b"{}").finish(), br#"{"_id":"y"}"#);
-        let mut r = DocJson::raw(b"{}");
-        r.member("a", &json!(1));
-        assert_eq!(r.finish(), br#"{"a":1}"#);
     }
 }

@@ -179,23 +179,16 @@ impl RevTree {
         freed
     }
 
-    /// Keeps at most `limit` revisions on each leaf's path (CouchDB's `_revs_limit`);
-    /// returns body pointers of removed nodes. Leaves are never removed.
-    pub fn stem(&mut self, limit: usize) -> Vec<u64> {
-        let limit = limit.max(1);
-        let mut keep: HashSet<Rev> = HashSet::new();
-        for leaf in self.leaves() {
-            let mut cur = Some(leaf.rev);
-            for _ in 0..limit {
-                let Some(r) = cur else { break };
-                let parent = self.nodes[&r]
-                    .parent
-                    .as_ref()
-                    .map(|p| Rev::new(r.pos - 1, p.clone()));
-                keep.insert(r);
-                cur = parent.filter(|p| self.nodes.contains_key(p));
-            }
-        }
+    /// The parent of `rev`, if it is still in the tree.
+    fn parent(&self, rev: &Rev) -> Option<Rev> {
+        let p = self.nodes.get(rev)?.parent.as_ref()?;
+        let p = Rev::new(rev.pos - 1, p.clone());
+        self.nodes.contains_key(&p).then_some(p)
+    }
+
+    /// Drops every node not in `keep`; kept nodes whose parent went become roots.
+    /// Returns the body pointers of dropped nodes.
+    fn retain_only(&mut self, keep: &HashSet<Rev>) -> Vec<u64> {
         let mut freed = Vec::new();
         self.nodes.retain(|r, n| {
             let kept = keep.contains(r);
@@ -204,50 +197,48 @@ impl RevTree {
             }
             kept
         });
-        let orphans: Vec<Rev> = self
-            .nodes
-            .iter()
-            .filter(|(r, n)| {
-                n.parent
-                    .as_ref()
-                    .is_some_and(|p| !keep.contains(&Rev::new(r.pos - 1, p.clone())))
-            })
-            .map(|(r, _)| r.clone())
-            .collect();
-        for r in orphans {
-            if let Some(n) = self.nodes.get_mut(&r) {
+        for (r, n) in self.nodes.iter_mut() {
+            if n.parent
+                .as_ref()
+                .is_some_and(|p| !keep.contains(&Rev::new(r.pos - 1, p.clone())))
+            {
                 n.parent = None;
             }
         }
         freed
     }
 
+    /// Keeps at most `limit` revisions on each leaf's path (CouchDB's `_revs_limit`);
+    /// returns body pointers of removed nodes. Leaves are never removed.
+    pub fn stem(&mut self, limit: usize) -> Vec<u64> {
+        let mut keep: HashSet<Rev> = HashSet::new();
+        for leaf in self.leaves() {
+            let mut cur = Some(leaf.rev);
+            for _ in 0..limit.max(1) {
+                let Some(r) = cur else { break };
+                cur = self.parent(&r);
+                keep.insert(r);
+            }
+        }
+        self.retain_only(&keep)
+    }
+
     /// Removes leaves (CouchDB's `_purge`) together with every ancestor no other leaf needs.
     /// Returns the leaves actually removed and the body pointers freed.
     pub fn purge(&mut self, revs: &[Rev]) -> (Vec<Rev>, Vec<u64>) {
-        let leaves = self.leaves();
-        let (gone, remaining): (Vec<Leaf>, Vec<Leaf>) =
-            leaves.into_iter().partition(|l| revs.contains(&l.rev));
+        let (gone, remaining): (Vec<Leaf>, Vec<Leaf>) = self
+            .leaves()
+            .into_iter()
+            .partition(|l| revs.contains(&l.rev));
         let mut keep: HashSet<Rev> = HashSet::new();
         for leaf in remaining {
             let mut cur = Some(leaf.rev);
             while let Some(r) = cur {
-                cur = self.nodes[&r]
-                    .parent
-                    .as_ref()
-                    .map(|p| Rev::new(r.pos - 1, p.clone()));
-                cur = cur.filter(|p| self.nodes.contains_key(p));
+                cur = self.parent(&r);
                 keep.insert(r);
             }
         }
-        let mut freed = Vec::new();
-        self.nodes.retain(|r, n| {
-            let kept = keep.contains(r);
-            if !kept {
-                freed.extend(n.body);
-            }
-            kept
-        });
+        let freed = self.retain_only(&keep);
         (gone.into_iter().map(|l| l.rev).collect(), freed)
     }
 

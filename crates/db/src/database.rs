@@ -383,6 +383,15 @@ impl Database {
         }
     }
 
+    /// Keys of this database for ids in `[lower, upper)`; no `upper` = to the end.
+    fn id_bounds(&self, lower: &[u8], upper: Option<&[u8]>) -> (Vec<u8>, Vec<u8>) {
+        let hi = match upper {
+            Some(u) => key_in_db(self.id, u),
+            None => (self.id + 1).to_be_bytes().to_vec(),
+        };
+        (key_in_db(self.id, lower), hi)
+    }
+
     /// Walks documents with `lower <= id < upper` (byte order), ascending or descending.
     pub fn scan_docs(
         &self,
@@ -393,15 +402,10 @@ impl Database {
         mut f: impl FnMut(AllDocsRow) -> ControlFlow<()>,
     ) -> Result<()> {
         let snap = self.store.snapshot();
-        let lo = key_in_db(self.id, lower);
-        let hi = match upper {
-            Some(u) => key_in_db(self.id, u),
-            None => (self.id + 1).to_be_bytes().to_vec(),
-        };
+        let (lo, hi) = self.id_bounds(lower, upper);
         for item in snap.range(Cf::Docs, &lo, &hi, descending) {
             let (k, v) = item?;
-            let id = String::from_utf8(k[8..].to_vec())
-                .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
+            let id = decode_id(&k[8..])?;
             let info = DocInfo::decode(&v)?;
             if info.is_deleted() {
                 continue;
@@ -522,15 +526,10 @@ impl Database {
         mut f: impl FnMut(LocalDoc) -> ControlFlow<()>,
     ) -> Result<()> {
         let snap = self.store.snapshot();
-        let lo = key_in_db(self.id, lower);
-        let hi = match upper {
-            Some(u) => key_in_db(self.id, u),
-            None => (self.id + 1).to_be_bytes().to_vec(),
-        };
+        let (lo, hi) = self.id_bounds(lower, upper);
         for item in snap.range(Cf::Local, &lo, &hi, descending) {
             let (k, v) = item?;
-            let id = String::from_utf8(k[8..].to_vec())
-                .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
+            let id = decode_id(&k[8..])?;
             if f(writer::decode_local(&id, &v)?).is_break() {
                 break;
             }
@@ -565,4 +564,9 @@ impl Database {
         }
         Ok(out)
     }
+}
+
+fn decode_id(raw: &[u8]) -> Result<String> {
+    String::from_utf8(raw.to_vec())
+        .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))
 }

@@ -65,7 +65,7 @@ pub fn other_leaves(tree: &RevTree, except: &Rev, deleted: bool) -> Vec<String> 
 }
 
 pub fn doc_json(doc: &OpenDoc, opts: &DocOpts) -> Vec<u8> {
-    let mut j = DocJson::new(&doc.id, Some(&doc.rev), &doc.body);
+    let mut j = DocJson::new(&doc.id, Some(&doc.rev.to_string()), &doc.body);
     if doc.deleted {
         j.member("_deleted", &Value::Bool(true));
     }

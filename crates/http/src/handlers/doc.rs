@@ -374,22 +374,7 @@ fn parse_local_rev(s: &str) -> ApiResult<u64> {
 }
 
 pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
-    let mut j = DocJson::raw(b"{}");
-    j.member("_id", &json!(d.id))
-        .member("_rev", &json!(format!("0-{}", d.rev)));
-    let mut head = j.finish();
-    head.pop();
-    let inner = d
-        .body
-        .strip_prefix(b"{")
-        .and_then(|b| b.strip_suffix(b"}"))
-        .unwrap_or(b"");
-    if !inner.is_empty() {
-        head.push(b',');
-        head.extend_from_slice(inner);
-    }
-    head.push(b'}');
-    head
+    DocJson::new(&d.id, Some(&format!("0-{}", d.rev)), &d.body).finish()
 }
 
 async fn local(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
