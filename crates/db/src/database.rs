@@ -224,12 +224,18 @@ impl Database {
 
     // ---- writes -------------------------------------------------------------------------
 
+    /// Hands a job to the writer, starting it on first use. No lock is held while sending,
+    /// so a full queue (backpressure) never blocks deletion or the writer itself.
     fn submit(self: &Arc<Self>, job: Job) -> Result<()> {
-        let mut guard = self.writer.lock().unwrap();
         if !*self.alive.read().unwrap() {
             return Err(Error::DbNotFound);
         }
-        let tx = guard.get_or_insert_with(|| writer::spawn(self.clone()));
+        let tx = self
+            .writer
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| writer::spawn(self.clone()))
+            .clone();
         tx.send(job)
             .map_err(|_| Error::Internal("database writer stopped".into()))
     }
@@ -270,10 +276,14 @@ impl Database {
         Ok(rx)
     }
 
+    /// Runs `delete` while no commit is in flight, then stops accepting work. Commits queued
+    /// behind it find the database gone and fail with `not_found`.
     pub(crate) fn retire(&self, delete: impl FnOnce() -> Result<()>) -> Result<()> {
-        let mut alive = self.alive.write().unwrap();
-        delete()?;
-        *alive = false;
+        {
+            let mut alive = self.alive.write().unwrap();
+            delete()?;
+            *alive = false;
+        }
         self.writer.lock().unwrap().take();
         Ok(())
     }

@@ -173,7 +173,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::ViewCleanup => database::view_cleanup(&req),
             }
         }
-        Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
+        Endpoint::Doc(db, id) => doc::doc(state.couch.get(&db)?, id, req).await,
         Endpoint::Unimplemented(what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),

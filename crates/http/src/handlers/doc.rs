@@ -16,13 +16,7 @@ use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc, UpdateResult};
 use std::sync::Arc;
 
-pub async fn doc(
-    state: &crate::AppState,
-    db: Arc<Database>,
-    id: String,
-    req: Req,
-) -> ApiResult<Response> {
-    let _ = state;
+pub async fn doc(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     if id.starts_with("_local/") {
         return local(db, id, req).await;
     }
