@@ -111,7 +111,11 @@ enum Pending {
 
 impl Pending {
     fn fail(self, e: &Error) {
-        let err = || Error::Internal(e.to_string());
+        // Every waiting request gets the failure; only "the database is gone" keeps its kind.
+        let err = || match e {
+            Error::DbNotFound => Error::DbNotFound,
+            other => Error::Internal(other.to_string()),
+        };
         let _ = match self {
             Pending::Docs(tx, _) => tx.send(Err(err())).map_err(drop),
             Pending::Local(tx, _) => tx.send(Err(err())).map_err(drop),

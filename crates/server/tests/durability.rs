@@ -76,3 +76,40 @@ fn acknowledged_writes_survive_kill_9() {
     let info = s2.get("/db").json();
     assert!(info["doc_count"].as_u64().unwrap() >= acked.len() as u64);
 }
+
+#[test]
+fn deleting_a_database_under_write_load() {
+    let s = Server::start();
+    s.create_db("db");
+    let statuses = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for t in 0..3 {
+            let (s, statuses) = (&s, &statuses);
+            scope.spawn(move || {
+                for i in 0..40 {
+                    let docs: Vec<Value> = (0..200)
+                        .map(|k| json!({"_id": format!("{t}-{i}-{k}")}))
+                        .collect();
+                    let r = s.post("/db/_bulk_docs", &json!({"docs": docs}).to_string());
+                    statuses.lock().unwrap().push(r.status);
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(s.delete("/db").status, 200);
+    });
+    let statuses = statuses.into_inner().unwrap();
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 404),
+        "{statuses:?}"
+    );
+    assert!(statuses.contains(&404), "some writes came after the delete");
+    assert_eq!(s.get("/db").status, 404);
+    s.create_db("db");
+    assert_eq!(
+        s.get("/db").json()["doc_count"],
+        0,
+        "a re-created database starts empty"
+    );
+    assert_eq!(s.get("/db/_all_docs").json()["rows"], json!([]));
+}
