@@ -207,3 +207,32 @@ fn errors_have_couchdb_shape() {
     let r = s.req_with("GET", "/db", None, &[("accept", "text/html")], true);
     assert_eq!(r.header("content-type"), Some("application/json"));
 }
+
+#[test]
+fn ini_config_limits_request_and_document_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ini = dir.path().join("settee.ini");
+    std::fs::write(
+        &ini,
+        "[chttpd]\nmax_http_request_size = 2000\n[couchdb]\nmax_document_size = 500\n",
+    )
+    .unwrap();
+    let s = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", ini.to_str().unwrap()],
+    );
+    s.create_db("db");
+    let r = s.put("/db/big", &format!(r#"{{"a":"{}"}}"#, "x".repeat(5000)));
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.json(),
+        json!({"error": "too_large", "reason": "the request entity is too large"})
+    );
+    let r = s.put("/db/doc", &format!(r#"{{"a":"{}"}}"#, "x".repeat(1000)));
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.json(),
+        json!({"error": "document_too_large", "reason": "doc"})
+    );
+    assert_eq!(s.put("/db/small", r#"{"a":1}"#).status, 201);
+}

@@ -56,10 +56,16 @@ impl Server {
 
     /// Starts on an existing data directory (for restart tests).
     pub fn start_in(dir: &Path) -> Server {
+        Server::start_with(dir, &[])
+    }
+
+    /// Starts with extra command-line arguments (e.g. `--config`).
+    pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(["serve", "--data-dir"])
             .arg(dir)
+            .args(extra)
             .args([
                 "--bind",
                 &format!("127.0.0.1:{port}"),
