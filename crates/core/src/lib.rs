@@ -2,6 +2,7 @@
 //! winner), document parsing rules, database-name and document-id rules, and the opaque
 //! sequence format. Everything here is a function over values so it can be property-tested.
 
+pub mod collate;
 mod doc;
 mod error;
 mod names;
