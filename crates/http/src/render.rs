@@ -4,7 +4,7 @@ use crate::error::ApiResult;
 use crate::req::Params;
 use serde_json::{json, Value};
 use settee_core::{format_seq, DocJson, Rev, RevTree};
-use settee_db::OpenDoc;
+use settee_db::{DocInfo, OpenDoc};
 
 /// What a document read should include besides the body.
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,6 +92,28 @@ pub fn doc_json(doc: &OpenDoc, opts: &DocOpts) -> Vec<u8> {
         }
     }
     j.finish()
+}
+
+/// The winning revision of a stored document (for `include_docs` rows).
+pub fn winner_json(id: &str, info: &DocInfo, body: &[u8], opts: &DocOpts) -> Vec<u8> {
+    let w = info.tree.winner().expect("stored docs have a winner");
+    let doc = OpenDoc {
+        id: id.to_string(),
+        rev: w.rev,
+        deleted: w.deleted,
+        body: body.to_vec(),
+        info: info.clone(),
+    };
+    doc_json(&doc, opts)
+}
+
+/// Appends `,"doc":<doc>` (or `null`) to a rendered JSON object.
+pub fn with_doc(mut row: Vec<u8>, doc: Option<Vec<u8>>) -> Vec<u8> {
+    row.pop();
+    row.extend_from_slice(b",\"doc\":");
+    row.extend_from_slice(doc.as_deref().unwrap_or(b"null"));
+    row.push(b'}');
+    row
 }
 
 pub fn seq(n: u64) -> Value {

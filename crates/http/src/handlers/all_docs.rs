@@ -3,14 +3,14 @@
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::doc::local_json;
-use crate::render::{doc_json, seq, DocOpts};
+use crate::render::{seq, winner_json, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, JSON};
 use crate::req::{require_json, Params};
 use crate::Req;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
-use settee_db::{AllDocsRow, Database, OpenDoc};
+use settee_db::{AllDocsRow, Database};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -228,23 +228,12 @@ fn render_row(row: &AllDocsRow, q: &Query) -> Vec<u8> {
     )
     .expect("json");
     if q.include_docs {
-        out.pop();
-        out.extend_from_slice(b",\"doc\":");
-        match &row.body {
-            Some(body) if !deleted => {
-                let w = info.tree.winner().expect("winner");
-                let doc = OpenDoc {
-                    id: row.id.clone(),
-                    rev: w.rev,
-                    deleted: false,
-                    body: body.clone(),
-                    info: info.clone(),
-                };
-                out.extend_from_slice(&doc_json(&doc, &q.opts));
-            }
-            _ => out.extend_from_slice(b"null"),
-        }
-        out.push(b'}');
+        let doc = row
+            .body
+            .as_deref()
+            .filter(|_| !deleted)
+            .map(|b| winner_json(&row.id, info, b, &q.opts));
+        out = with_doc(out, doc);
     }
     out
 }
@@ -359,10 +348,7 @@ fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
     let mut out =
         serde_json::to_vec(&json!({"id": d.id, "key": d.id, "value": {"rev": rev}})).expect("json");
     if q.include_docs {
-        out.pop();
-        out.extend_from_slice(b",\"doc\":");
-        out.extend_from_slice(&local_json(d));
-        out.push(b'}');
+        out = with_doc(out, Some(local_json(d)));
     }
     out
 }

@@ -2,7 +2,7 @@
 
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{doc_json, seq, DocOpts};
+use crate::render::{seq, winner_json, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, stream_async, JSON};
 use crate::req::Params;
 use crate::{AppState, Req};
@@ -11,7 +11,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use settee_core::{parse_seq, SeqArg};
-use settee_db::{Change, Database, OpenDoc};
+use settee_db::{Change, Database};
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -156,28 +156,16 @@ fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
     }
     let mut out = serde_json::to_vec(&row).expect("json");
     if o.include_docs {
-        out.pop();
-        out.extend_from_slice(b",\"doc\":");
-        match &c.body {
-            Some(body) => {
-                let doc = OpenDoc {
-                    id: c.id.clone(),
-                    rev: winner.rev,
-                    deleted: winner.deleted,
-                    body: body.clone(),
-                    info: c.info.clone(),
-                };
-                out.extend_from_slice(&doc_json(
-                    &doc,
-                    &DocOpts {
-                        conflicts: o.conflicts,
-                        ..Default::default()
-                    },
-                ));
-            }
-            None => out.extend_from_slice(b"null"),
-        }
-        out.push(b'}');
+        let opts = DocOpts {
+            conflicts: o.conflicts,
+            ..Default::default()
+        };
+        out = with_doc(
+            out,
+            c.body
+                .as_deref()
+                .map(|b| winner_json(&c.id, &c.info, b, &opts)),
+        );
     }
     out
 }

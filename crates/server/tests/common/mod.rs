@@ -37,6 +37,15 @@ impl Resp {
     }
 }
 
+/// `Basic …` for the test admin.
+fn basic_auth() -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1))
+    )
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -158,10 +167,7 @@ impl Server {
             .method(method)
             .uri(format!("{}{}", self.url, path));
         if admin {
-            use base64::Engine;
-            let creds = base64::engine::general_purpose::STANDARD
-                .encode(format!("{}:{}", ADMIN.0, ADMIN.1));
-            b = b.header("authorization", format!("Basic {creds}"));
+            b = b.header("authorization", basic_auth());
         }
         for (k, v) in headers {
             b = b.header(*k, *v);
@@ -185,12 +191,10 @@ impl Server {
 
     /// A request written by hand on a TCP socket, for methods HTTP clients refuse (COPY).
     pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
-        use base64::Engine;
         use std::io::Write;
-        let creds =
-            base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1));
         let host = self.url.trim_start_matches("http://");
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {creds}\r\nConnection: close\r\nContent-Length: 0\r\n");
+        let auth = basic_auth();
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nConnection: close\r\nContent-Length: 0\r\n");
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
