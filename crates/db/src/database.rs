@@ -483,8 +483,7 @@ impl Database {
         for item in snap.range(Cf::Seqs, &lo, &hi, descending) {
             let (k, v) = item?;
             let seq = u64::from_be_bytes(k[8..16].try_into().expect("seq keys are 16 bytes"));
-            let id = String::from_utf8(v.to_vec())
-                .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))?;
+            let id = decode_id(&v)?;
             let Some(info) = self.read_info(&snap, &id)? else {
                 continue;
             };

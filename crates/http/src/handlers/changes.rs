@@ -64,6 +64,17 @@ fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
     Ok(p.uint(k)?.map(Duration::from_millis))
 }
 
+/// `heartbeat` (ms, or `true` for 60 s) and `timeout` (ms, default 60 s) of a feed.
+fn feed_timing(p: &Params) -> ApiResult<(Option<Duration>, Duration)> {
+    const DEFAULT: Duration = Duration::from_millis(60_000);
+    let heartbeat = match p.get("heartbeat") {
+        None => None,
+        Some("true") => Some(DEFAULT),
+        Some(_) => millis(p, "heartbeat")?,
+    };
+    Ok((heartbeat, millis(p, "timeout")?.unwrap_or(DEFAULT)))
+}
+
 fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
     let list = v.as_array().ok_or_else(|| {
         ApiError::bad_request("`doc_ids` filter parameter is not a list of doc ids.")
@@ -82,11 +93,7 @@ impl Opts {
         for k in ["attachments", "att_encoding_info"] {
             p.bool(k)?;
         }
-        let heartbeat = match p.get("heartbeat") {
-            None => None,
-            Some("true") => Some(Duration::from_millis(60_000)),
-            Some(_) => millis(p, "heartbeat")?,
-        };
+        let (heartbeat, timeout) = feed_timing(p)?;
         let style = p.get("style").unwrap_or("main_only");
         if !["main_only", "all_docs"].contains(&style) {
             return Err(ApiError::bad_request(
@@ -123,7 +130,7 @@ impl Opts {
             all_docs_style: style == "all_docs",
             conflicts: p.flag("conflicts")?,
             heartbeat,
-            timeout: millis(p, "timeout")?.unwrap_or(Duration::from_millis(60_000)),
+            timeout,
             seq_interval: p.uint("seq_interval")?.filter(|n| *n > 0),
             filter,
         })
@@ -396,12 +403,7 @@ pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
         },
         None => 0,
     };
-    let timeout = millis(p, "timeout")?.unwrap_or(Duration::from_millis(60_000));
-    let heartbeat = match p.get("heartbeat") {
-        None => None,
-        Some("true") => Some(Duration::from_millis(60_000)),
-        Some(_) => millis(p, "heartbeat")?,
-    };
+    let (heartbeat, timeout) = feed_timing(p)?;
     let row = |e: &settee_db::DbEvent| json!({"db_name": e.db, "type": e.kind.as_str(), "seq": seq(e.seq)});
     let mut rx = couch.watch_db_events();
     if matches!(feed, Feed::Normal | Feed::Longpoll) {
@@ -409,9 +411,7 @@ pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
         if events.is_empty() && feed == Feed::Longpoll && wait_past(&mut rx, since, timeout).await {
             events = couch.db_events_since(since)?;
         }
-        let last = events
-            .last()
-            .map_or(since.max(couch.db_events_seq().min(since)), |e| e.seq);
+        let last = events.last().map_or(since, |e| e.seq);
         let results: Vec<Value> = events.iter().map(row).collect();
         return Ok(crate::reply::json(
             StatusCode::OK,
