@@ -396,6 +396,91 @@ fn decimal_to_limbs(digits: &str) -> Vec<u64> {
     limbs
 }
 
+/// Length of the first encoded value in `enc` (output of [`encode_key`] or
+/// [`encode_key_raw`], possibly followed by other bytes). Encodings are self-delimiting
+/// and prefix-free, so a key's bytes can be followed by a tie-breaker such as a document id
+/// (anything that does not start with `0xFF`, which no UTF-8 text does).
+/// `None` if `enc` does not start with a whole encoded value.
+pub fn encoded_len(enc: &[u8]) -> Option<usize> {
+    skip_value(enc, 0)
+}
+
+/// Length of the prefix of an encoded key that identifies its group at `group_level`:
+/// for an array key, the tag and its first `level` elements (the whole array if shorter);
+/// for any other key, the whole key. Keys of one group are exactly the keys starting with
+/// these bytes, so a group is a contiguous range in encoded order.
+pub fn group_prefix_len(enc: &[u8], level: usize) -> Option<usize> {
+    if enc.first() != Some(&TAG_ARRAY) {
+        return encoded_len(enc);
+    }
+    let mut pos = 1;
+    for _ in 0..level {
+        if *enc.get(pos)? == END {
+            return Some(pos + 1);
+        }
+        pos = skip_value(enc, pos)?;
+    }
+    Some(pos)
+}
+
+fn skip_value(enc: &[u8], pos: usize) -> Option<usize> {
+    let pos_after = pos + 1;
+    match *enc.get(pos)? {
+        TAG_NULL | TAG_FALSE | TAG_TRUE => Some(pos_after),
+        TAG_NUMBER => skip_number(enc, pos_after),
+        TAG_STRING => skip_string(enc, pos_after),
+        TAG_ARRAY => skip_items(enc, pos_after, false),
+        TAG_OBJECT => skip_items(enc, pos_after, true),
+        _ => None,
+    }
+}
+
+fn skip_items(enc: &[u8], mut pos: usize, members: bool) -> Option<usize> {
+    loop {
+        if *enc.get(pos)? == END {
+            return Some(pos + 1);
+        }
+        if members {
+            pos = skip_value(enc, pos)?; // the member name
+        }
+        pos = skip_value(enc, pos)?;
+    }
+}
+
+fn skip_string(enc: &[u8], mut pos: usize) -> Option<usize> {
+    loop {
+        if *enc.get(pos)? == STR_TERM {
+            if enc.get(pos + 1) != Some(&STR_ESCAPE) {
+                return Some(pos + 1);
+            }
+            pos += 1;
+        }
+        pos += 1;
+    }
+}
+
+fn skip_number(enc: &[u8], pos: usize) -> Option<usize> {
+    let class = *enc.get(pos)?;
+    let neg = match class {
+        NUM_NEG_INF | NUM_ZERO | NUM_POS_INF => return Some(pos + 1),
+        NUM_NEG => true,
+        NUM_POS => false,
+        _ => return None,
+    };
+    let flip = |b: u8| if neg { !b } else { b };
+    let header = flip(*enc.get(pos + 1)?);
+    let exp_bytes = if header >= 0x80 {
+        usize::from(header - 0x80)
+    } else {
+        usize::from(0x7f - header)
+    };
+    let mut p = pos + 2 + exp_bytes;
+    while flip(*enc.get(p)?) != 0x00 {
+        p += 1;
+    }
+    Some(p + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -827,6 +912,32 @@ mod tests {
             let (a, b) = (v(&x.to_string()), v(&y.to_string()));
             prop_assert_eq!(compare(&a, &b), x.cmp(&y));
             prop_assert_eq!(key(&a).cmp(&key(&b)), x.cmp(&y));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn encoded_len_finds_the_end(v in json_value(), tail in prop::collection::vec(0u8..0xFF, 0..4)) {
+            for raw in [false, true] {
+                let mut enc = if raw { key_raw(&v) } else { key(&v) };
+                let len = enc.len();
+                enc.extend_from_slice(&tail);
+                prop_assert_eq!(encoded_len(&enc), Some(len));
+            }
+        }
+
+        #[test]
+        fn group_prefix_is_the_encoded_prefix(items in prop::collection::vec(json_value(), 0..5), level in 0usize..6) {
+            let whole = key(&Value::Array(items.clone()));
+            let n = level.min(items.len());
+            let mut prefix = key(&Value::Array(items[..n].to_vec()));
+            if level > items.len() {
+                prop_assert_eq!(group_prefix_len(&whole, level), Some(whole.len()));
+            } else {
+                prefix.pop(); // the END byte of the shorter array
+                prop_assert_eq!(group_prefix_len(&whole, level), Some(prefix.len()));
+                prop_assert_eq!(&whole[..prefix.len()], &prefix[..]);
+            }
         }
     }
 }

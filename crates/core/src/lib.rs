@@ -3,9 +3,11 @@
 //! sequence format. Everything here is a function over values so it can be property-tested.
 
 pub mod collate;
+pub mod design;
 mod doc;
 mod error;
 mod names;
+pub mod reduce;
 mod rev;
 mod revtree;
 mod seq;
