@@ -795,3 +795,79 @@ test('live sync: PouchDB.sync({live:true}) propagates changes both ways', async 
   await local.destroy();
   await remote.destroy();
 });
+
+test('query(): map views, reduce, group_level, keys, include_docs, stale', async () => {
+  const db = remoteDb(uniqueName('pouch-query'));
+  const docs = [];
+  for (let i = 0; i < 20; i++) {
+    docs.push({ _id: `d${String(i).padStart(2, '0')}`, n: i, kind: i % 2 ? 'odd' : 'even', date: [2016, (i % 3) + 1, i] });
+  }
+  await db.bulkDocs(docs);
+  await db.put({
+    _id: '_design/q',
+    views: {
+      by_n: { map: 'function (doc) { if (typeof doc.n === "number") emit(doc.n, doc.kind); }' },
+      by_kind: { map: 'function (doc) { emit(doc.kind, doc.n); }', reduce: '_sum' },
+      by_date: { map: 'function (doc) { if (doc.date) emit(doc.date, 1); }', reduce: '_count' },
+      js_max: {
+        map: 'function (doc) { emit(doc.kind, doc.n); }',
+        reduce: 'function (keys, values, rereduce) { return Math.max.apply(null, values); }',
+      },
+    },
+  });
+
+  const all = await db.query('q/by_n');
+  assert.equal(all.total_rows, 20);
+  assert.equal(all.offset, 0);
+  assert.deepEqual(all.rows.map((r) => r.key), [...Array(20).keys()]);
+  assert.deepEqual(all.rows[3], { id: 'd03', key: 3, value: 'odd' });
+
+  const range = await db.query('q/by_n', { startkey: 5, endkey: 8, include_docs: true });
+  assert.deepEqual(range.rows.map((r) => r.id), ['d05', 'd06', 'd07', 'd08']);
+  assert.equal(range.offset, 5);
+  assert.equal(range.rows[0].doc.kind, 'odd');
+  assert.match(range.rows[0].doc._rev, REV_RE);
+
+  const desc = await db.query('q/by_n', { descending: true, limit: 2 });
+  assert.deepEqual(desc.rows.map((r) => r.key), [19, 18]);
+
+  const keyed = await db.query('q/by_n', { keys: [7, 3, 99] }); // POST with keys
+  assert.deepEqual(keyed.rows.map((r) => r.id), ['d07', 'd03']);
+
+  const total = await db.query('q/by_kind');
+  assert.deepEqual(total.rows, [{ key: null, value: 190 }]);
+  const grouped = await db.query('q/by_kind', { group: true });
+  assert.deepEqual(grouped.rows, [{ key: 'even', value: 90 }, { key: 'odd', value: 100 }]);
+  const noReduce = await db.query('q/by_kind', { reduce: false, key: 'odd', limit: 2 });
+  assert.deepEqual(noReduce.rows.map((r) => r.id), ['d01', 'd03']);
+
+  const months = await db.query('q/by_date', { group_level: 2 });
+  assert.deepEqual(months.rows, [
+    { key: [2016, 1], value: 7 }, { key: [2016, 2], value: 7 }, { key: [2016, 3], value: 6 },
+  ]);
+  const jsMax = await db.query('q/js_max', { group: true });
+  assert.deepEqual(jsMax.rows, [{ key: 'even', value: 18 }, { key: 'odd', value: 19 }]);
+
+  // Incremental update after an edit and a delete.
+  const d05 = await db.get('d05');
+  await db.put({ ...d05, n: 500 });
+  await db.remove(await db.get('d06'));
+  const after = await db.query('q/by_kind', { group: true });
+  assert.deepEqual(after.rows, [{ key: 'even', value: 84 }, { key: 'odd', value: 595 }]);
+
+  // A stale query does not wait for new docs.
+  await db.put({ _id: 'late', n: 1000, kind: 'odd' });
+  const stale = await db.query('q/by_n', { stale: 'ok', key: 1000 });
+  assert.equal(stale.rows.length, 0);
+  const fresh = await db.query('q/by_n', { key: 1000 });
+  assert.deepEqual(fresh.rows.map((r) => r.id), ['late']);
+
+  await rejects(db.query('q/nope'), (err) => {
+    assert.equal(err.status, 404);
+  });
+  await rejects(db.query('q/by_n', { group: true }), (err) => {
+    assert.equal(err.status, 400);
+    assert.equal(err.name, 'query_parse_error');
+  });
+  await db.destroy();
+});

@@ -442,3 +442,28 @@ def test_local_docs(db):
     assert list(db) == []
     db.delete(db["_local/cp"])
     assert db.get("_local/cp") is None
+
+
+def test_views_query_reduce_and_temp(db):
+    db.update([{"_id": "v%02d" % i, "n": i, "kind": "odd" if i % 2 else "even"}
+               for i in range(12)])
+    db["_design/py"] = {"views": {
+        "by_n": {"map": "function(doc) { emit(doc.n, doc.kind); }"},
+        "by_kind": {"map": "function(doc) { emit(doc.kind, doc.n); }", "reduce": "_sum"},
+    }}
+    rows = db.view("py/by_n")
+    assert rows.total_rows == 12
+    assert [r.key for r in rows] == list(range(12))
+    assert [r.id for r in db.view("py/by_n", startkey=3, endkey=5)] == ["v03", "v04", "v05"]
+    assert [r.key for r in db.view("py/by_n")[8:9]] == [8, 9]
+    assert [r.id for r in db.view("py/by_n", keys=[4, 1])] == ["v04", "v01"]
+    docs = db.view("py/by_n", include_docs=True, limit=1)
+    assert [r.doc["kind"] for r in docs] == ["even"]
+    assert [(r.key, r.value) for r in db.view("py/by_kind", group=True)] == \
+        [("even", 30), ("odd", 36)]
+    assert [r.value for r in db.view("py/by_kind")] == [66]
+    temp = db.query("function(doc) { if (doc.n > 9) emit(doc.n, null); }")
+    assert [r.key for r in temp] == [10, 11]
+    info = db.info("py")
+    assert info["name"] == "py"
+    assert info["view_index"]["update_seq"] == 13

@@ -241,7 +241,7 @@ impl Couch {
             batch.delete(Cf::Meta, &meta::stats_key(id));
             batch.delete(Cf::Meta, &meta::props_key(id));
             let (lo, hi) = db_range(id);
-            for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
+            for cf in Cf::PER_DB {
                 batch.delete_range(cf, &lo, &hi);
             }
             let seq = self.events.record(&mut batch, name, DbEventKind::Deleted);
@@ -254,7 +254,7 @@ impl Couch {
         let store = self.store.clone();
         std::thread::spawn(move || {
             let (lo, hi) = db_range(id);
-            for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
+            for cf in Cf::PER_DB {
                 store.compact_range(cf, &lo, &hi);
             }
         });

@@ -143,6 +143,11 @@ impl Database {
         })
     }
 
+    /// The store this database lives in (for derived indexes kept beside it).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }

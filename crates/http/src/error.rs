@@ -4,6 +4,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use settee_db::Error as DbError;
+use std::borrow::Cow;
 
 #[derive(Debug)]
 pub enum ApiError {
@@ -20,6 +21,29 @@ pub enum ApiError {
     PreconditionFailed(String),
     TooLarge,
     NotImplemented(String),
+    /// An error whose name is not fixed (from views and the JavaScript sandbox).
+    Named(StatusCode, String, String),
+}
+
+impl From<settee_views::Error> for ApiError {
+    fn from(e: settee_views::Error) -> Self {
+        use settee_views::{Error as V, JsError};
+        use StatusCode as S;
+        match e {
+            V::Db(d) => ApiError::Db(d),
+            V::Design(d) => ApiError::Named(S::BAD_REQUEST, "invalid_design_doc".into(), d.0),
+            V::Js(j) => {
+                let (error, reason) = settee_views::js_error_parts(&j);
+                let status = match j {
+                    JsError::Compile { .. } => S::BAD_REQUEST,
+                    _ => S::INTERNAL_SERVER_ERROR,
+                };
+                ApiError::Named(status, error.into(), reason)
+            }
+            V::Reduce(f) => ApiError::Named(S::INTERNAL_SERVER_ERROR, f.error, f.reason),
+            other => ApiError::Db(settee_db::Error::Internal(other.to_string())),
+        }
+    }
 }
 
 impl From<DbError> for ApiError {
@@ -42,12 +66,24 @@ impl ApiError {
     }
 
     /// `(status, error, reason)` as CouchDB 3 reports them.
-    pub fn parts(&self) -> (StatusCode, &'static str, String) {
+    pub fn parts(&self) -> (StatusCode, Cow<'static, str>, String) {
+        match self {
+            ApiError::Named(status, error, reason) => {
+                (*status, error.clone().into(), reason.clone())
+            }
+            other => {
+                let (status, error, reason) = other.fixed_parts();
+                (status, error.into(), reason)
+            }
+        }
+    }
+
+    fn fixed_parts(&self) -> (StatusCode, &'static str, String) {
         use settee_core::Error as C;
         use StatusCode as S;
         match self {
             ApiError::Db(e) => match e {
-                DbError::Core(c) => ApiError::Core(c.clone()).parts(),
+                DbError::Core(c) => ApiError::Core(c.clone()).fixed_parts(),
                 DbError::NotFound(r) => (S::NOT_FOUND, "not_found", r.to_string()),
                 DbError::DbNotFound => {
                     (S::NOT_FOUND, "not_found", "Database does not exist.".into())
@@ -98,6 +134,7 @@ impl ApiError {
                 "the request entity is too large".into(),
             ),
             ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
+            ApiError::Named(status, _, reason) => (*status, "unknown_error", reason.clone()),
         }
     }
 

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::Response;
 use axum::Router;
 use settee_db::Couch;
+use settee_views::Views;
 use std::sync::{Arc, Mutex};
 
 /// Settings of the HTTP layer (CouchDB's `[chttpd]`/`[couchdb]` sections).
@@ -40,6 +41,7 @@ impl Default for HttpConfig {
 
 pub struct Inner {
     pub couch: Arc<Couch>,
+    pub views: Arc<Views>,
     pub auth: auth::Auth,
     pub config: HttpConfig,
     uuids: Mutex<handlers::server::UuidGen>,
@@ -57,9 +59,15 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(couch: Arc<Couch>, auth: auth::Auth, config: HttpConfig) -> AppState {
+    pub fn new(
+        couch: Arc<Couch>,
+        views: Arc<Views>,
+        auth: auth::Auth,
+        config: HttpConfig,
+    ) -> AppState {
         AppState(Arc::new(Inner {
             couch,
+            views,
             auth,
             config,
             uuids: Mutex::new(handlers::server::UuidGen::new()),

@@ -3,7 +3,7 @@
 //! dispatched by one exhaustive `match`.
 
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{all_docs, bulk, changes, database, doc, server};
+use crate::handlers::{all_docs, bulk, changes, database, doc, server, views};
 use crate::{AppState, Req};
 use axum::response::Response;
 use percent_encoding::percent_decode_str;
@@ -44,6 +44,15 @@ pub enum DbOp {
     MissingRevs,
     Security,
     ViewCleanup,
+    TempView,
+    /// `_design/{ddoc}/_view/{view}`
+    View(String, String),
+    /// `_design/{ddoc}/_view/{view}/queries`
+    ViewQueries(String, String),
+    /// `_design/{ddoc}/_info`
+    DesignInfo(String),
+    /// `_compact/{ddoc}`
+    CompactDesign(String),
 }
 
 const SYSTEM_DBS: &[&str] = &["_users", "_replicator", "_global_changes"];
@@ -92,9 +101,7 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_bulk_get"] => op(DbOp::BulkGet),
         ["_changes"] => op(DbOp::Changes),
         ["_compact"] => op(DbOp::Compact),
-        ["_compact", _ddoc] => {
-            Endpoint::Unimplemented("view index compaction (views are not available yet)")
-        }
+        ["_compact", ddoc] => op(DbOp::CompactDesign(ddoc.to_string())),
         ["_ensure_full_commit"] => op(DbOp::EnsureFullCommit),
         ["_revs_limit"] => op(DbOp::RevsLimit),
         ["_purge"] => op(DbOp::Purge),
@@ -104,8 +111,13 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_security"] => op(DbOp::Security),
         ["_view_cleanup"] => op(DbOp::ViewCleanup),
         ["_find"] | ["_index", ..] | ["_explain"] => Endpoint::Unimplemented("Mango queries"),
-        ["_temp_view"] => Endpoint::Unimplemented("temporary views"),
+        ["_temp_view"] => op(DbOp::TempView),
         ["_design", ddoc] => Endpoint::Doc(db, format!("_design/{ddoc}")),
+        ["_design", ddoc, "_view", view] => op(DbOp::View(ddoc.to_string(), view.to_string())),
+        ["_design", ddoc, "_view", view, "queries"] => {
+            op(DbOp::ViewQueries(ddoc.to_string(), view.to_string()))
+        }
+        ["_design", ddoc, "_info"] => op(DbOp::DesignInfo(ddoc.to_string())),
         ["_design", _ddoc, ..] => {
             Endpoint::Unimplemented("design document functions and attachments")
         }
@@ -159,7 +171,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::AllDocsQueries => all_docs::queries(handle, req).await,
                 DbOp::BulkDocs => bulk::bulk_docs(&state, handle, req).await,
                 DbOp::BulkGet => bulk::bulk_get(handle, req).await,
-                DbOp::Changes => changes::changes(handle, req).await,
+                DbOp::Changes => changes::changes(state, handle, req).await,
                 DbOp::Compact => database::compact(&state, handle, &req),
                 DbOp::EnsureFullCommit => database::ensure_full_commit(&state, &req),
                 DbOp::RevsLimit => database::revs_limit(handle, req, database::Limit::Revs).await,
@@ -170,7 +182,14 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::RevsDiff => bulk::revs_diff(handle, req, false).await,
                 DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
                 DbOp::Security => database::security(handle, req).await,
-                DbOp::ViewCleanup => database::view_cleanup(&req),
+                DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
+                DbOp::TempView => views::temp_view(state, handle, req).await,
+                DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
+                DbOp::ViewQueries(ddoc, view) => {
+                    views::view_queries(state, handle, ddoc, view, req).await
+                }
+                DbOp::DesignInfo(ddoc) => views::design_info(state, handle, ddoc, req).await,
+                DbOp::CompactDesign(ddoc) => views::compact_design(state, handle, ddoc, req).await,
             }
         }
         Endpoint::Doc(db, id) => doc::doc(state.couch.get(&db)?, id, req).await,

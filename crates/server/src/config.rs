@@ -28,6 +28,14 @@ pub struct ServeArgs {
 }
 
 pub struct Settings {
+    /// `[couchdb] os_process_timeout`: per-call limit for JavaScript, in ms.
+    pub os_process_timeout_ms: u64,
+    /// `[settee] js_memory_limit`: bytes per JavaScript runtime.
+    pub js_memory_limit: usize,
+    /// `[settee] view_index_workers`: map workers per index update (0 = one per core).
+    pub view_workers: usize,
+    /// `[query_server_config] reduce_limit`.
+    pub reduce_limit: bool,
     pub data_dir: PathBuf,
     pub bind: SocketAddr,
     pub admins: HashMap<String, PasswordHash>,
@@ -157,6 +165,10 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
             "max_http_request_size",
             settee_http::HttpConfig::default().max_http_request_size,
         )?,
+        os_process_timeout_ms: int("couchdb", "os_process_timeout", 5000)? as u64,
+        js_memory_limit: int("settee", "js_memory_limit", 64 << 20)?,
+        view_workers: int("settee", "view_index_workers", 0)?,
+        reduce_limit: get(&inis, "query_server_config", "reduce_limit") != Some("false"),
         generated_password,
     })
 }

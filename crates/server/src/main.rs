@@ -61,7 +61,24 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         server_uuid: settings.server_uuid.clone(),
         ..Default::default()
     };
-    let state = AppState::new(couch, Auth::new(settings.admins.clone()), http_config);
+    let mut views_config = settee_views::Config {
+        limits: settee_views::Limits {
+            timeout: std::time::Duration::from_millis(settings.os_process_timeout_ms),
+            memory_limit: settings.js_memory_limit,
+        },
+        reduce_limit: settings.reduce_limit,
+        ..Default::default()
+    };
+    if settings.view_workers > 0 {
+        views_config.workers = settings.view_workers;
+    }
+    let views = settee_views::Views::new(views_config);
+    let state = AppState::new(
+        couch,
+        views,
+        Auth::new(settings.admins.clone()),
+        http_config,
+    );
     if let Some((name, pw)) = &settings.generated_password {
         eprintln!("No admin was configured: created server admin `{name}` with password `{pw}`.");
         eprintln!(

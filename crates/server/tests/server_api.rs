@@ -198,7 +198,7 @@ fn errors_have_couchdb_shape() {
         r.json(),
         json!({"error": "bad_request", "reason": "invalid UTF-8 JSON"})
     );
-    let r = s.get("/db/_design/x/_view/y");
+    let r = s.get("/db/_design/x/_show/y");
     assert_eq!(r.status, 501, "unimplemented routes say so");
     let r = s.get("/db/_changes?filter=_selector");
     assert_eq!(r.status, 400);

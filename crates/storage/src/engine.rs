@@ -54,6 +54,11 @@ fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
         Cf::Seqs | Cf::Bodies => {
             table.set_block_size(32 << 10);
         }
+        // Index tree nodes (a few KiB each, read by exact key) and the back index.
+        Cf::Views => {
+            table.set_bloom_filter(10.0, false);
+            table.set_block_size(16 << 10);
+        }
     }
     o.set_block_based_table_factory(&table);
     o.set_compression_type(DBCompressionType::Zstd);

@@ -29,10 +29,22 @@ pub enum Cf {
     Bodies,
     /// `db | docid` → local (non-replicated) document.
     Local,
+    /// `db | signature | …` → view indexes: tree nodes, the doc id → rows back index and
+    /// the checkpoint (layout in `docs/design.md`).
+    Views,
 }
 
 impl Cf {
-    pub const ALL: [Cf; 5] = [Cf::Meta, Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local];
+    pub const ALL: [Cf; 6] = [
+        Cf::Meta,
+        Cf::Docs,
+        Cf::Seqs,
+        Cf::Bodies,
+        Cf::Local,
+        Cf::Views,
+    ];
+    /// The families whose keys start with a database id.
+    pub const PER_DB: [Cf; 5] = [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local, Cf::Views];
 
     fn name(self) -> &'static str {
         match self {
@@ -41,6 +53,7 @@ impl Cf {
             Cf::Seqs => "seqs",
             Cf::Bodies => "bodies",
             Cf::Local => "local",
+            Cf::Views => "views",
         }
     }
 }

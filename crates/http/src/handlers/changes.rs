@@ -43,6 +43,61 @@ enum Filter {
     None,
     DocIds(HashSet<String>),
     Design,
+    /// `filter=_view`: changes of documents the view's map function emits rows for.
+    View(ViewFilter),
+}
+
+#[derive(Clone)]
+struct ViewFilter(Arc<settee_views::Group>, usize);
+
+impl std::fmt::Debug for ViewFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ViewFilter({}, {})", self.0.ddoc_id, self.1)
+    }
+}
+
+impl ViewFilter {
+    fn load(state: &AppState, db: &Database, spec: Option<&str>) -> ApiResult<ViewFilter> {
+        let spec =
+            spec.ok_or_else(|| ApiError::bad_request("`view` filter parameter is not provided."))?;
+        let (ddoc, view) = spec.split_once('/').ok_or_else(|| {
+            ApiError::bad_request("`view` must be of the form `designname/viewname`")
+        })?;
+        let (g, n) = super::views::load_group(state, db, ddoc, view)?;
+        Ok(ViewFilter(g, n))
+    }
+
+    fn runtime(&self, state_limits: &settee_views::Limits) -> ApiResult<settee_js::ViewRuntime> {
+        let src = &self.0.fns.views[self.1];
+        let fns = settee_js::ViewFns {
+            views: vec![settee_js::ViewSource {
+                name: src.name.clone(),
+                map: src.map.clone(),
+                reduce: None,
+            }],
+            lib: self.0.fns.lib.clone(),
+        };
+        settee_js::ViewRuntime::new(&fns, *state_limits)
+            .map_err(|e| ApiError::from(settee_views::Error::Js(e)))
+    }
+}
+
+/// Whether the view filter's map function emits anything for the change's document.
+fn view_emits(rt: &mut settee_js::ViewRuntime, c: &Change) -> ApiResult<bool> {
+    let w = c.info.tree.winner().expect("stored docs have a winner");
+    let mut j = settee_core::DocJson::new(
+        &c.id,
+        Some(&w.rev.to_string()),
+        c.body.as_deref().unwrap_or(b"{}"),
+    );
+    if w.deleted {
+        j.member("_deleted", &Value::Bool(true));
+    }
+    let text = String::from_utf8(j.finish()).map_err(|_| ApiError::bad_request("body"))?;
+    let res = rt
+        .map_doc(&text)
+        .map_err(|e| ApiError::from(settee_views::Error::Js(e)))?;
+    Ok(matches!(res.first(), Some(Ok(rows)) if !rows.is_empty()))
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +113,7 @@ struct Opts {
     timeout: Duration,
     seq_interval: Option<u64>,
     filter: Filter,
+    js_limits: settee_views::Limits,
 }
 
 fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
@@ -112,9 +168,10 @@ impl Opts {
                 Filter::DocIds(ids)
             }
             Some("_design") => Filter::Design,
+            Some("_view") => Filter::None, // resolved by the handler, which can read the ddoc
             Some(other) => {
                 return Err(ApiError::bad_request(format!(
-                    "filter `{other}` is not supported by this Settee version (only _doc_ids and _design are)"
+                    "filter `{other}` is not supported by this Settee version (only _doc_ids, _design and _view are)"
                 )))
             }
         };
@@ -133,6 +190,7 @@ impl Opts {
             timeout,
             seq_interval: p.uint("seq_interval")?.filter(|n| *n > 0),
             filter,
+            js_limits: Default::default(),
         })
     }
 
@@ -141,6 +199,7 @@ impl Opts {
             Filter::None => true,
             Filter::DocIds(ids) => ids.contains(&c.id),
             Filter::Design => c.id.starts_with("_design/"),
+            Filter::View(_) => true, // checked in `scan`, which owns a runtime
         }
     }
 }
@@ -188,13 +247,29 @@ fn scan(
 ) -> ApiResult<(u64, u64)> {
     let mut last = since;
     let mut sent = 0u64;
-    db.changes(since, o.descending, o.include_docs, |c| {
+    let mut rt = match &o.filter {
+        Filter::View(f) => Some(f.runtime(&o.js_limits)?),
+        _ => None,
+    };
+    let mut failure = None;
+    let with_bodies = o.include_docs || rt.is_some();
+    db.changes(since, o.descending, with_bodies, |c| {
         if sent >= limit {
             return ControlFlow::Break(());
         }
         last = c.seq;
         if !o.keep(&c) {
             return ControlFlow::Continue(());
+        }
+        if let Some(rt) = rt.as_mut() {
+            match view_emits(rt, &c) {
+                Ok(true) => {}
+                Ok(false) => return ControlFlow::Continue(()),
+                Err(e) => {
+                    failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
         }
         sent += 1;
         let show = o.seq_interval.is_none_or(|n| sent.is_multiple_of(n));
@@ -204,6 +279,9 @@ fn scan(
             ControlFlow::Break(())
         }
     })?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
     Ok((last, sent))
 }
 
@@ -245,7 +323,7 @@ fn normal_body(
     Ok(())
 }
 
-pub async fn changes(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
     let body = if req.method == "POST" {
         let b = req.bytes().await?;
@@ -262,7 +340,14 @@ pub async fn changes(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
             "selector filters are not supported by this Settee version",
         ));
     }
-    let o = Opts::parse(&req.params, body.as_ref())?;
+    let mut o = Opts::parse(&req.params, body.as_ref())?;
+    if req.params.get("filter") == Some("_view") {
+        let spec = req.params.get("view").map(str::to_owned);
+        let (st, d) = (state.clone(), db.clone());
+        let f = blocking(move || ViewFilter::load(&st, &d, spec.as_deref())).await?;
+        o.filter = Filter::View(f);
+        o.js_limits = state.views.limits();
+    }
     match o.feed {
         Feed::Normal => {
             let since = start_seq(&db, &o);

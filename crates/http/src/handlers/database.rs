@@ -172,7 +172,7 @@ impl Tasks {
                 .unwrap()
                 .iter()
                 .map(|t| {
-                    json!({"type": t.kind, "database": t.database, "node": "settee@127.0.0.1", "pid": "<0.0.0>",
+                    json!({"type": t.kind, "database": t.database, "node": "nonode@nohost", "pid": "<0.0.0>",
                         "started_on": t.started_on, "updated_on": now, "progress": 0})
                 })
                 .collect(),
@@ -203,13 +203,6 @@ pub fn ensure_full_commit(state: &AppState, req: &Req) -> ApiResult<Response> {
         StatusCode::CREATED,
         &json!({"ok": true, "instance_start_time": "0"}),
     ))
-}
-
-pub fn view_cleanup(req: &Req) -> ApiResult<Response> {
-    allow(&req.method, "POST")?;
-    require_json(&req.headers)?;
-    // No view indexes exist in this version, so there is nothing to remove.
-    Ok(ok_true(StatusCode::ACCEPTED))
 }
 
 #[derive(Clone, Copy)]

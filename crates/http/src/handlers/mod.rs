@@ -6,6 +6,7 @@ pub mod changes;
 pub mod database;
 pub mod doc;
 pub mod server;
+pub mod views;
 
 use crate::error::{ApiError, ApiResult};
 use axum::http::Method;

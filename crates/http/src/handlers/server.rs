@@ -173,7 +173,12 @@ pub async fn dbs_info(state: &AppState, mut req: Req) -> ApiResult<Response> {
 
 pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    Ok(json(StatusCode::OK, &state.tasks.list()))
+    let mut tasks = match state.tasks.list() {
+        Value::Array(a) => a,
+        _ => Vec::new(),
+    };
+    tasks.extend(state.views.tasks.list());
+    Ok(json(StatusCode::OK, &Value::Array(tasks)))
 }
 
 pub fn session(req: &Req) -> ApiResult<Response> {

@@ -1,0 +1,262 @@
+//! The on-disk layout of a view index in the `views` column family (format version 1; see
+//! `docs/design.md`):
+//!
+//! * `db | sig | 'M'` → the checkpoint ([`Meta`]): indexed seq, next node id, the collation
+//!   the keys were encoded with, and one root [`Entry`] per view;
+//! * `db | sig | 'N' | node id` → a tree node ([`crate::tree::Node`]);
+//! * `db | sig | 'B' | doc id` → the back index: the tree keys the document's rows have in
+//!   each view, so an update or deletion can remove them.
+//!
+//! `db` is the database's 8-byte id and `sig` the 16-byte signature of the view group.
+//! A tree key is the collated key ([`settee_core::collate`]), the doc id (escaped, with a
+//! terminator, so ids order bytewise as CouchDB orders them) and, for the second and later
+//! emits of an equal key by one document, a 4-byte ordinal.
+
+use crate::tree::Entry;
+use settee_core::{collate, varint};
+use settee_storage::{key_in_db, DbId};
+
+const META_V1: u8 = 1;
+const BACK_V1: u8 = 1;
+
+/// The byte prefix of one index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct IndexPrefix(Vec<u8>);
+
+impl IndexPrefix {
+    pub fn new(db: DbId, sig: &[u8; 16]) -> IndexPrefix {
+        IndexPrefix(key_in_db(db, sig))
+    }
+
+    fn with(&self, tag: u8, rest: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.0.len() + 1 + rest.len());
+        k.extend_from_slice(&self.0);
+        k.push(tag);
+        k.extend_from_slice(rest);
+        k
+    }
+
+    pub fn meta(&self) -> Vec<u8> {
+        self.with(b'M', &[])
+    }
+
+    pub fn node(&self, id: u64) -> Vec<u8> {
+        self.with(b'N', &id.to_be_bytes())
+    }
+
+    pub fn back(&self, doc_id: &str) -> Vec<u8> {
+        self.with(b'B', doc_id.as_bytes())
+    }
+
+    /// `[start, end)` covering every key of this index.
+    pub fn range(&self) -> (Vec<u8>, Vec<u8>) {
+        let mut end = self.0.clone();
+        increment(&mut end);
+        (self.0.clone(), end)
+    }
+}
+
+/// The smallest byte string above every string that starts with `b`'s old value.
+fn increment(b: &mut Vec<u8>) {
+    while let Some(last) = b.last_mut() {
+        if *last == 0xFF {
+            b.pop();
+        } else {
+            *last += 1;
+            return;
+        }
+    }
+}
+
+/// The collation a key encoding depends on; an index written with another is rebuilt.
+pub fn collation_tag(raw: bool) -> String {
+    if raw {
+        format!("raw/k{}", collate::KEY_FORMAT_VERSION)
+    } else {
+        format!(
+            "icu-{}/k{}",
+            collate::collator_version(),
+            collate::KEY_FORMAT_VERSION
+        )
+    }
+}
+
+/// The checkpoint of an index: everything below `seq` is in the trees under `roots`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    pub seq: u64,
+    pub next_node: u64,
+    pub collation: String,
+    pub roots: Vec<Option<Entry>>,
+}
+
+impl Meta {
+    pub fn empty(views: usize, collation: String) -> Meta {
+        Meta {
+            seq: 0,
+            next_node: 1,
+            collation,
+            roots: vec![None; views],
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![META_V1];
+        varint::put(&mut out, self.seq);
+        varint::put(&mut out, self.next_node);
+        varint::put_bytes(&mut out, self.collation.as_bytes());
+        varint::put(&mut out, self.roots.len() as u64);
+        for r in &self.roots {
+            match r {
+                None => out.push(0),
+                Some(e) => {
+                    out.push(1);
+                    e.encode(&mut out);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Meta> {
+        let (&v, mut buf) = bytes.split_first()?;
+        if v != META_V1 {
+            return None;
+        }
+        let seq = varint::get(&mut buf)?;
+        let next_node = varint::get(&mut buf)?;
+        let collation = String::from_utf8(varint::get_bytes(&mut buf)?.to_vec()).ok()?;
+        let n = varint::get(&mut buf)? as usize;
+        let mut roots = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (&tag, rest) = buf.split_first()?;
+            buf = rest;
+            roots.push(match tag {
+                0 => None,
+                _ => Some(Entry::decode(&mut buf)?),
+            });
+        }
+        Some(Meta {
+            seq,
+            next_node,
+            collation,
+            roots,
+        })
+    }
+}
+
+/// Appends the doc-id part of a tree key: `0x00` escaped as `0x00 0xFF`, then `0x00 0x01`.
+pub fn push_doc_id(out: &mut Vec<u8>, id: &str) {
+    for &b in id.as_bytes() {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0x00, 0x01]);
+}
+
+/// The tree key of a row: encoded key, doc id, and the ordinal among equal emits.
+pub fn tree_key(enc_key: &[u8], doc_id: &str, dup: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(enc_key.len() + doc_id.len() + 6);
+    k.extend_from_slice(enc_key);
+    push_doc_id(&mut k, doc_id);
+    if dup > 0 {
+        k.extend_from_slice(&dup.to_be_bytes());
+    }
+    k
+}
+
+/// A row's stored value: the doc id, the key's JSON text and the value's JSON text.
+pub fn encode_payload(doc_id: &str, key_json: &[u8], value_json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(doc_id.len() + key_json.len() + value_json.len() + 6);
+    varint::put_bytes(&mut out, doc_id.as_bytes());
+    varint::put_bytes(&mut out, key_json);
+    out.extend_from_slice(value_json);
+    out
+}
+
+pub struct Payload<'a> {
+    pub doc_id: &'a str,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+pub fn decode_payload(mut buf: &[u8]) -> Option<Payload<'_>> {
+    let doc_id = std::str::from_utf8(varint::get_bytes(&mut buf)?).ok()?;
+    let key = varint::get_bytes(&mut buf)?;
+    Some(Payload {
+        doc_id,
+        key,
+        value: buf,
+    })
+}
+
+/// The back index value: per row, its view number and tree key.
+pub fn encode_back(rows: &[(u32, Vec<u8>)]) -> Vec<u8> {
+    let mut out = vec![BACK_V1];
+    varint::put(&mut out, rows.len() as u64);
+    for (view, key) in rows {
+        varint::put(&mut out, u64::from(*view));
+        varint::put_bytes(&mut out, key);
+    }
+    out
+}
+
+pub fn decode_back(bytes: &[u8]) -> Option<Vec<(u32, Vec<u8>)>> {
+    let (&v, mut buf) = bytes.split_first()?;
+    if v != BACK_V1 {
+        return None;
+    }
+    let n = varint::get(&mut buf)? as usize;
+    let mut rows = Vec::with_capacity(n);
+    for _ in 0..n {
+        let view = u32::try_from(varint::get(&mut buf)?).ok()?;
+        rows.push((view, varint::get_bytes(&mut buf)?.to_vec()));
+    }
+    Some(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn doc_ids_order_bytewise_after_equal_keys() {
+        let ids = ["", "\0", "\0a", "a", "a\0", "a\0\0", "ab", "b"];
+        let keys: Vec<Vec<u8>> = ids.iter().map(|id| tree_key(b"\x05", id, 0)).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        // Dups follow the first emit of the same key and doc.
+        assert!(tree_key(b"\x05", "a", 0) < tree_key(b"\x05", "a", 1));
+        assert!(tree_key(b"\x05", "a", 7) < tree_key(b"\x05", "a\0", 0));
+    }
+
+    #[test]
+    fn meta_and_back_round_trip() {
+        let m = Meta {
+            seq: 9,
+            next_node: 77,
+            collation: collation_tag(false),
+            roots: vec![
+                None,
+                Some(Entry {
+                    last: vec![1, 2],
+                    child: 5,
+                    count: 3,
+                    red: b"\x01[1]".to_vec(),
+                }),
+            ],
+        };
+        assert_eq!(Meta::decode(&m.encode()), Some(m));
+        let back = vec![(0, vec![1u8, 2]), (3, vec![])];
+        assert_eq!(decode_back(&encode_back(&back)), Some(back));
+        let p = encode_payload("id", b"[1]", b"{\"a\":2}");
+        let d = decode_payload(&p).unwrap();
+        assert_eq!(
+            (d.doc_id, d.key, d.value),
+            ("id", &b"[1]"[..], &b"{\"a\":2}"[..])
+        );
+    }
+}

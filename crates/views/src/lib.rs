@@ -1,0 +1,235 @@
+//! Map/reduce view indexes: the reduce tree ([`tree`]), the on-disk layout ([`layout`]),
+//! the parallel indexer ([`updater`]) and queries ([`query`]).
+//!
+//! Threading contract: [`Views`] is shared by all request threads. Everything is blocking;
+//! callers on an async runtime call it from blocking threads. Updates of one index are
+//! serialized by a per-index lock: a query that needs the index fresh takes the lock, so
+//! concurrent queries wait for the one running update and then find the index current.
+//! Reads use a store snapshot and never block on an update.
+
+mod group;
+pub mod layout;
+mod query;
+mod reducer;
+mod tasks;
+pub mod tree;
+mod updater;
+
+pub use group::{Group, ReduceKind};
+pub use query::{Event, Grouping, ViewQuery};
+pub use reducer::{js_error_parts, ReduceFailure};
+pub use settee_js::{JsError, Limits};
+pub use tasks::{TaskHandle, Tasks};
+
+use settee_core::design::{DesignError, ViewGroupDef};
+use settee_db::Database;
+use settee_storage::{db_range, Cf, Read};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Db(#[from] settee_db::Error),
+    #[error(transparent)]
+    Store(#[from] settee_storage::Error),
+    #[error(transparent)]
+    Tree(#[from] tree::TreeError),
+    #[error(transparent)]
+    Js(JsError),
+    #[error(transparent)]
+    Design(#[from] DesignError),
+    #[error("{}: {}", .0.error, .0.reason)]
+    Reduce(ReduceFailure),
+    #[error("{0}")]
+    Internal(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// When a query brings the index up to date.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freshness {
+    /// Update first (`update=true`, the default).
+    Update,
+    /// Answer from the index as it is (`update=false`, `stale=ok`).
+    Stale,
+    /// Answer as it is, then update in the background (`update=lazy`, `stale=update_after`).
+    UpdateAfter,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub limits: Limits,
+    /// CouchDB's `[query_server_config] reduce_limit`.
+    pub reduce_limit: bool,
+    /// Map workers per index update (default: the number of cores).
+    pub workers: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limits: Limits::default(),
+            reduce_limit: true,
+            workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+pub struct Views {
+    pub(crate) limits: Limits,
+    pub(crate) reduce_limit: bool,
+    pub(crate) workers: usize,
+    pub tasks: Tasks,
+    locks: Mutex<HashMap<layout::IndexPrefix, Arc<Mutex<()>>>>,
+}
+
+/// What `GET /{db}/_design/{ddoc}/_info` reports about an index.
+#[derive(Clone, Debug)]
+pub struct IndexInfo {
+    pub signature: String,
+    pub language: String,
+    pub update_seq: u64,
+    pub updater_running: bool,
+    pub file_bytes: u64,
+    pub active_bytes: u64,
+}
+
+impl Views {
+    pub fn new(config: Config) -> Arc<Views> {
+        Arc::new(Views {
+            limits: config.limits,
+            reduce_limit: config.reduce_limit,
+            workers: config.workers,
+            tasks: Tasks::default(),
+            locks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The JavaScript limits every runtime gets.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The view group of a design document body.
+    pub fn group(
+        &self,
+        db: &Database,
+        ddoc_id: &str,
+        body: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Group> {
+        Ok(Group::new(db.id, ddoc_id, ViewGroupDef::from_ddoc(body)?))
+    }
+
+    fn lock(&self, g: &Group) -> Arc<Mutex<()>> {
+        self.locks
+            .lock()
+            .expect("index locks")
+            .entry(g.prefix.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Brings the index up to date with the database.
+    pub fn refresh(&self, db: &Database, g: &Group) -> Result<()> {
+        let lock = self.lock(g);
+        let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        updater::update(self, db, g)
+    }
+
+    /// Starts a refresh on a background thread (errors are logged).
+    pub fn refresh_later(self: &Arc<Self>, db: Arc<Database>, g: Arc<Group>) {
+        let views = self.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = views.refresh(&db, &g) {
+                tracing::warn!(db = %db.name, ddoc = %g.ddoc_id, error = %e, "background view update failed");
+            }
+        });
+    }
+
+    /// Runs a query on view number `view`, calling `out` with the head and each row.
+    pub fn query(
+        self: &Arc<Self>,
+        db: &Arc<Database>,
+        g: &Arc<Group>,
+        view: usize,
+        q: &ViewQuery,
+        fresh: Freshness,
+        out: &mut query::Out<'_>,
+    ) -> Result<()> {
+        if fresh == Freshness::Update {
+            self.refresh(db, g)?;
+        }
+        let snap = db.store().snapshot();
+        let meta = updater::load_meta(&snap, g)?;
+        let nodes = updater::SnapNodes { read: &snap, g };
+        let res = query::run(self, g, &meta, &nodes, view, q, out);
+        if fresh == Freshness::UpdateAfter {
+            self.refresh_later(db.clone(), g.clone());
+        }
+        res
+    }
+
+    pub fn info(&self, db: &Database, g: &Group) -> Result<IndexInfo> {
+        let store = db.store();
+        let meta = updater::load_meta(store.as_ref(), g)?;
+        let (lo, hi) = g.prefix.range();
+        let file_bytes = store.approximate_size(Cf::Views, &lo, &hi);
+        let updater_running = self.lock(g).try_lock().is_err();
+        Ok(IndexInfo {
+            signature: g.signature(),
+            language: g.def.language.clone(),
+            update_seq: meta.seq,
+            updater_running,
+            file_bytes,
+            active_bytes: file_bytes,
+        })
+    }
+
+    /// Reclaims the space of replaced tree nodes (RocksDB compaction of the index's keys).
+    pub fn compact(&self, db: &Database, g: &Group) -> Result<()> {
+        let (lo, hi) = g.prefix.range();
+        db.store().compact_range(Cf::Views, &lo, &hi);
+        Ok(())
+    }
+
+    /// Deletes every index of `db` whose signature is not in `keep`.
+    pub fn cleanup(&self, db: &Database, keep: &[[u8; 16]]) -> Result<usize> {
+        let store = db.store();
+        let (_, db_end) = db_range(db.id);
+        let mut from = settee_storage::key_in_db(db.id, &[]);
+        let mut removed = 0;
+        loop {
+            let next = store
+                .range(Cf::Views, &from, &db_end, false)
+                .next()
+                .transpose()?;
+            let Some((k, _)) = next else { break };
+            let Some(sig) = k.get(8..24).and_then(|s| <[u8; 16]>::try_from(s).ok()) else {
+                break;
+            };
+            let prefix = layout::IndexPrefix::new(db.id, &sig);
+            let (lo, hi) = prefix.range();
+            if !keep.contains(&sig) {
+                let mut b = store.batch();
+                b.delete_range(Cf::Views, &lo, &hi);
+                store.write(b, false)?;
+                store.compact_range(Cf::Views, &lo, &hi);
+                removed += 1;
+            }
+            from = hi;
+        }
+        Ok(removed)
+    }
+}
+
+/// Stops folding when `out` says so.
+pub fn keep_going(open: bool) -> ControlFlow<()> {
+    if open {
+        ControlFlow::Continue(())
+    } else {
+        ControlFlow::Break(())
+    }
+}

@@ -1,0 +1,425 @@
+//! View queries over a committed index: key ranges in collation order, map rows with
+//! `skip`/`limit`/`offset`, and reductions read from the tree's stored partials, grouped
+//! by exact key or `group_level`.
+
+use crate::group::{Group, ReduceKind};
+use crate::layout::{decode_payload, push_doc_id, Meta};
+use crate::reducer::{decode, JsReducers};
+use crate::tree::{self, Entry, NodeRead, Range, Row};
+use crate::{Error, Result, Views};
+use serde_json::Value;
+use settee_core::collate;
+use std::cmp::Ordering;
+use std::ops::{Bound, ControlFlow};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grouping {
+    None,
+    Exact,
+    Level(usize),
+}
+
+/// A validated view query (see the HTTP layer for parameter parsing).
+#[derive(Clone, Debug)]
+pub struct ViewQuery {
+    pub keys: Option<Vec<Value>>,
+    pub start_key: Option<Value>,
+    pub end_key: Option<Value>,
+    pub start_docid: Option<String>,
+    pub end_docid: Option<String>,
+    pub inclusive_end: bool,
+    pub descending: bool,
+    pub skip: u64,
+    pub limit: Option<u64>,
+    /// Whether to reduce (the view has a reduce and `reduce` was not `false`).
+    pub reduce: bool,
+    pub grouping: Grouping,
+}
+
+impl Default for ViewQuery {
+    fn default() -> Self {
+        ViewQuery {
+            keys: None,
+            start_key: None,
+            end_key: None,
+            start_docid: None,
+            end_docid: None,
+            inclusive_end: true,
+            descending: false,
+            skip: 0,
+            limit: None,
+            reduce: false,
+            grouping: Grouping::None,
+        }
+    }
+}
+
+/// What a query produces, in order: one `Head`, then rows.
+pub enum Event<'a> {
+    /// `offset` is `None` for reduce queries.
+    Head {
+        total_rows: u64,
+        offset: Option<u64>,
+        update_seq: u64,
+    },
+    Row {
+        id: &'a str,
+        key: &'a [u8],
+        value: &'a [u8],
+    },
+    Reduced {
+        key: &'a Value,
+        value: &'a Value,
+    },
+}
+
+pub type Out<'o> = dyn FnMut(Event<'_>) -> ControlFlow<()> + 'o;
+
+impl ViewQuery {
+    /// CouchDB's check that the range can hold rows.
+    pub fn check_range(&self, raw: bool) -> std::result::Result<(), String> {
+        let (Some(s), Some(e)) = (&self.start_key, &self.end_key) else {
+            return Ok(());
+        };
+        let ord = if raw {
+            collate::compare_raw(s, e)
+        } else {
+            collate::compare(s, e)
+        };
+        let ord = ord.then_with(|| match (&self.start_docid, &self.end_docid) {
+            (Some(a), Some(b)) => a.cmp(b),
+            _ => Ordering::Equal,
+        });
+        match (self.descending, ord) {
+            (false, Ordering::Greater) => Err("No rows can match your key range, reverse your start_key and end_key or set descending=true".into()),
+            (true, Ordering::Less) => Err("No rows can match your key range, reverse your start_key and end_key or set descending=false".into()),
+            _ => Ok(()),
+        }
+    }
+
+    fn enc(&self, v: &Value, raw: bool) -> Vec<u8> {
+        let mut out = Vec::new();
+        if raw {
+            collate::encode_key_raw(v, &mut out);
+        } else {
+            collate::encode_key(v, &mut out);
+        }
+        out
+    }
+
+    /// Tree-key range of `start..end` with this query's docids, direction and end rule.
+    fn range(&self, start: Option<&Value>, end: Option<&Value>, raw: bool) -> Range {
+        // Start of key k's rows (optionally at doc id d), or just past them.
+        let at = |k: &Value, d: Option<&String>| {
+            let mut b = self.enc(k, raw);
+            if let Some(d) = d {
+                push_doc_id(&mut b, d);
+            }
+            b
+        };
+        let past = |k: &Value, d: Option<&String>| {
+            let mut b = at(k, d);
+            if d.is_some() {
+                *b.last_mut().expect("doc id terminator") += 1;
+            } else {
+                b.push(0xFF);
+            }
+            b
+        };
+        let (sd, ed) = (self.start_docid.as_ref(), self.end_docid.as_ref());
+        if !self.descending {
+            Range {
+                lo: start.map_or(Bound::Unbounded, |k| Bound::Included(at(k, sd))),
+                hi: end.map_or(Bound::Unbounded, |k| {
+                    if self.inclusive_end {
+                        Bound::Excluded(past(k, ed))
+                    } else {
+                        Bound::Excluded(at(k, ed))
+                    }
+                }),
+            }
+        } else {
+            Range {
+                hi: start.map_or(Bound::Unbounded, |k| Bound::Excluded(past(k, sd))),
+                lo: end.map_or(Bound::Unbounded, |k| {
+                    if self.inclusive_end {
+                        Bound::Included(at(k, ed))
+                    } else {
+                        Bound::Included(past(k, ed))
+                    }
+                }),
+            }
+        }
+    }
+
+    fn ranges(&self, raw: bool) -> Vec<Range> {
+        match &self.keys {
+            Some(keys) => keys
+                .iter()
+                .map(|k| self.range(Some(k), Some(k), raw))
+                .collect(),
+            None => vec![self.range(self.start_key.as_ref(), self.end_key.as_ref(), raw)],
+        }
+    }
+}
+
+/// Skip and limit over the rows of all ranges.
+struct Window {
+    skip: u64,
+    left: u64,
+}
+
+impl Window {
+    fn new(q: &ViewQuery) -> Window {
+        Window {
+            skip: q.skip,
+            left: q.limit.unwrap_or(u64::MAX),
+        }
+    }
+
+    /// `Some(true)` to emit, `Some(false)` to skip, `None` when the limit is reached.
+    fn take(&mut self) -> Option<bool> {
+        if self.left == 0 {
+            return None;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return Some(false);
+        }
+        self.left -= 1;
+        Some(true)
+    }
+}
+
+pub(crate) fn run(
+    views: &Views,
+    g: &Group,
+    meta: &Meta,
+    nodes: &dyn NodeRead,
+    view: usize,
+    q: &ViewQuery,
+    out: &mut Out<'_>,
+) -> Result<()> {
+    let root = meta.roots[view].as_ref();
+    if q.reduce && g.reduces[view] != ReduceKind::None {
+        reduce_rows(views, g, meta, nodes, view, q, out)
+    } else {
+        map_rows(meta, nodes, root, q, g.def.raw_collation, out)
+    }
+}
+
+fn map_rows(
+    meta: &Meta,
+    nodes: &dyn NodeRead,
+    root: Option<&Entry>,
+    q: &ViewQuery,
+    raw: bool,
+    out: &mut Out<'_>,
+) -> Result<()> {
+    let total_rows = root.map_or(0, |r| r.count);
+    let mut win = Window::new(q);
+    let mut head_sent = false;
+    let mut failure = None;
+    for range in q.ranges(raw) {
+        let mut visit = |row: &Row| -> ControlFlow<()> {
+            match win.take() {
+                None => return ControlFlow::Break(()),
+                Some(false) => return ControlFlow::Continue(()),
+                Some(true) => {}
+            }
+            if !head_sent {
+                head_sent = true;
+                let at = Bound::Included(row.key.clone());
+                let offset = if q.descending {
+                    tree::rows_after(nodes, root, &at)
+                } else {
+                    tree::rows_before(nodes, root, &at)
+                };
+                let offset = match offset {
+                    Ok(n) => n,
+                    Err(e) => {
+                        failure = Some(e);
+                        return ControlFlow::Break(());
+                    }
+                };
+                let head = Event::Head {
+                    total_rows,
+                    offset: Some(offset),
+                    update_seq: meta.seq,
+                };
+                if out(head).is_break() {
+                    return ControlFlow::Break(());
+                }
+            }
+            match decode_payload(&row.value) {
+                Some(p) => out(Event::Row {
+                    id: p.doc_id,
+                    key: p.key,
+                    value: p.value,
+                }),
+                None => ControlFlow::Break(()),
+            }
+        };
+        let flow = tree::fold(nodes, root, &range, q.descending, &mut visit)?;
+        if let Some(e) = failure {
+            return Err(e.into());
+        }
+        if flow.is_break() {
+            break;
+        }
+    }
+    if !head_sent {
+        let _ = out(Event::Head {
+            total_rows,
+            offset: Some(total_rows),
+            update_seq: meta.seq,
+        });
+    }
+    Ok(())
+}
+
+fn reduce_rows(
+    views: &Views,
+    g: &Group,
+    meta: &Meta,
+    nodes: &dyn NodeRead,
+    view: usize,
+    q: &ViewQuery,
+    out: &mut Out<'_>,
+) -> Result<()> {
+    let root = meta.roots[view].as_ref();
+    let mut js = JsReducers::new(&g.fns, views.limits, views.reduce_limit);
+    let mut win = Window::new(q);
+    let mut head_sent = false;
+    let mut emit = |key: &Value, value: &Value, out: &mut Out<'_>| -> ControlFlow<()> {
+        match win.take() {
+            None => return ControlFlow::Break(()),
+            Some(false) => return ControlFlow::Continue(()),
+            Some(true) => {}
+        }
+        if !head_sent {
+            head_sent = true;
+            let head = Event::Head {
+                total_rows: 0,
+                offset: None,
+                update_seq: meta.seq,
+            };
+            if out(head).is_break() {
+                return ControlFlow::Break(());
+            }
+        }
+        out(Event::Reduced { key, value })
+    };
+    'ranges: for range in q.ranges(g.def.raw_collation) {
+        let level = match q.grouping {
+            Grouping::None => {
+                if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &range)? {
+                    if emit(&Value::Null, &v, out).is_break() {
+                        break 'ranges;
+                    }
+                }
+                continue;
+            }
+            Grouping::Exact => None,
+            Grouping::Level(n) => Some(n),
+        };
+        let mut cur = range;
+        while let Some(row) = edge_row(nodes, root, &cur, q.descending)? {
+            let len = match level {
+                None => collate::encoded_len(&row.key),
+                Some(n) => collate::group_prefix_len(&row.key, n),
+            }
+            .ok_or_else(|| Error::Internal("unreadable view key".into()))?;
+            let prefix = row.key[..len].to_vec();
+            let mut after = prefix.clone();
+            after.push(0xFF);
+            let group = intersect(&cur, &prefix, &after);
+            let key = group_key(&row, level)?;
+            if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &group)? {
+                if emit(&key, &v, out).is_break() {
+                    break 'ranges;
+                }
+            }
+            if q.descending {
+                cur.hi = Bound::Excluded(prefix);
+            } else {
+                cur.lo = Bound::Included(after);
+            }
+        }
+    }
+    if !head_sent {
+        let _ = out(Event::Head {
+            total_rows: 0,
+            offset: None,
+            update_seq: meta.seq,
+        });
+    }
+    Ok(())
+}
+
+/// The first (or, descending, last) row of `range`.
+fn edge_row(
+    nodes: &dyn NodeRead,
+    root: Option<&Entry>,
+    range: &Range,
+    descending: bool,
+) -> Result<Option<Row>> {
+    let mut found = None;
+    let _ = tree::fold(nodes, root, range, descending, &mut |r| {
+        found = Some(r.clone());
+        ControlFlow::Break(())
+    })?;
+    Ok(found)
+}
+
+/// `range` narrowed to keys in `[lo, hi)`.
+fn intersect(range: &Range, lo: &[u8], hi: &[u8]) -> Range {
+    let lo_b = match &range.lo {
+        Bound::Included(l) | Bound::Excluded(l) if l.as_slice() >= lo => range.lo.clone(),
+        _ => Bound::Included(lo.to_vec()),
+    };
+    let hi_b = match &range.hi {
+        Bound::Included(h) | Bound::Excluded(h) if h.as_slice() < hi => range.hi.clone(),
+        _ => Bound::Excluded(hi.to_vec()),
+    };
+    Range { lo: lo_b, hi: hi_b }
+}
+
+/// The key a group row shows: the row's key, cut to `level` elements if it is an array.
+fn group_key(row: &Row, level: Option<usize>) -> Result<Value> {
+    let p = decode_payload(&row.value).ok_or_else(|| Error::Internal("bad view row".into()))?;
+    let mut key: Value =
+        serde_json::from_slice(p.key).map_err(|_| Error::Internal("bad view key".into()))?;
+    if let (Some(n), Value::Array(items)) = (level, &mut key) {
+        items.truncate(n);
+    }
+    Ok(key)
+}
+
+/// The final reduction of the rows in `range`, or `None` if it holds no rows.
+fn reduce_value(
+    g: &Group,
+    view: usize,
+    js: &mut JsReducers<'_>,
+    nodes: &dyn NodeRead,
+    root: Option<&Entry>,
+    range: &Range,
+) -> Result<Option<Value>> {
+    let (parts, count) =
+        g.with_reducer(view, js, |red| tree::reduce_range(nodes, root, range, red))?;
+    if count == 0 {
+        return Ok(None);
+    }
+    let combined = match parts.len() {
+        1 => parts.into_iter().next().expect("one part"),
+        _ => {
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            g.with_reducer(view, js, |red| red.rereduce(&refs))
+        }
+    };
+    let value = decode(&combined).map_err(Error::Reduce)?;
+    Ok(Some(match g.reduces[view] {
+        ReduceKind::Builtin(b) => b.finalize(&value),
+        _ => value,
+    }))
+}

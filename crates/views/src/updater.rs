@@ -1,0 +1,553 @@
+//! Bringing an index up to date: changes → parallel map → collate → tree writes.
+//!
+//! One update runs at a time per index (the caller holds the index's lock). Work goes in
+//! rounds: a reader thread walks `_changes` from the checkpoint and sends chunks of
+//! documents to N map workers (one QuickJS runtime each, N = cores); each worker maps,
+//! encodes keys in collation order and sends rows back to the collector (the calling
+//! thread). At the end of a round the collector applies the rows to each view's tree and
+//! writes the new roots and the round's last seq in the same batch as the back index, so
+//! a crash leaves the index at its previous checkpoint.
+//!
+//! A round that starts from an empty index bulk-loads: rows are sorted in memory and the
+//! tree is built bottom-up; its nodes and back-index entries may be written before the
+//! checkpoint because nothing refers to them until it lands (an interrupted build starts
+//! over and wipes them).
+
+use crate::group::Group;
+use crate::layout::{decode_back, encode_back, encode_payload, tree_key, Meta};
+use crate::reducer::JsReducers;
+use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
+use crate::{Error, Result, TaskHandle, Views};
+use serde_json::{json, Value};
+use settee_core::{collate, DocJson};
+use settee_db::{Change, Database};
+use settee_js::{JsError, Limits, ViewRuntime};
+use settee_storage::{Cf, Read, Store};
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Mutex;
+
+/// Documents per chunk sent to a map worker.
+const CHUNK_DOCS: usize = 256;
+/// Rows a round holds in memory before it is written.
+const ROUND_ROWS: usize = 1_500_000;
+/// Pending node bytes that a bulk load writes out early.
+const EARLY_FLUSH_BYTES: usize = 8 << 20;
+
+/// A document to map (`doc: None` = deleted or not indexed: only remove its rows).
+struct Item {
+    id: String,
+    doc: Option<Vec<u8>>,
+}
+
+/// One document's rows: (view number, tree key, payload).
+struct Mapped {
+    id: String,
+    rows: Vec<(u32, Vec<u8>, Vec<u8>)>,
+}
+
+pub(crate) fn load_meta(store: &dyn Read, g: &Group) -> Result<Meta> {
+    let fresh = || Meta::empty(g.def.views.len(), g.collation());
+    Ok(match store.get(Cf::Views, &g.prefix.meta())? {
+        None => fresh(),
+        Some(b) => match Meta::decode(&b) {
+            Some(m) if m.collation == g.collation() && m.roots.len() == g.def.views.len() => m,
+            _ => fresh(),
+        },
+    })
+}
+
+/// Brings `g`'s index up to the database's current seq.
+pub(crate) fn update(views: &Views, db: &Database, g: &Group) -> Result<()> {
+    let store = db.store().as_ref();
+    let mut meta = load_meta(store, g)?;
+    let target = db.update_seq();
+    if meta.seq >= target {
+        return Ok(());
+    }
+    let total = db.count_changes_after(meta.seq)?;
+    let task = views.tasks.start(&db.name, &g.ddoc_id, total);
+    if meta.seq == 0 && meta.roots.iter().all(Option::is_none) {
+        wipe(store, g)?;
+    }
+    loop {
+        let done = round(views, db, g, &mut meta, &task)?;
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// Removes everything stored under the index's prefix.
+pub(crate) fn wipe(store: &Store, g: &Group) -> Result<()> {
+    let (lo, hi) = g.prefix.range();
+    let mut b = store.batch();
+    b.delete_range(Cf::Views, &lo, &hi);
+    store.write(b, false)?;
+    Ok(())
+}
+
+/// One round; `true` when the index caught up with the changes feed.
+fn round(
+    views: &Views,
+    db: &Database,
+    g: &Group,
+    meta: &mut Meta,
+    task: &TaskHandle,
+) -> Result<bool> {
+    let store = db.store().as_ref();
+    let fresh = meta.roots.iter().all(Option::is_none);
+    let mut collector = Collector::new(g, store, fresh);
+    let (last_seq, done) = pipeline(views, db, g, meta.seq, &mut collector, task)?;
+    let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
+    let mut js = JsReducers::new(&g.fns, views.limits, views.reduce_limit);
+    let mut batch_extra = Vec::new();
+    match collector.state {
+        State::Fresh { rows, back } => {
+            flush_back(store, g, back);
+            for (i, mut rows) in rows.into_iter().enumerate() {
+                rows.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+                meta.roots[i] = g.with_reducer(i, &mut js, |red| tree::build(&mut sink, red, rows));
+            }
+        }
+        State::Incremental { ops, back } => {
+            for (i, ops) in ops.into_iter().enumerate() {
+                let ops: Vec<Op> = ops.into_iter().collect();
+                let root = meta.roots[i].take();
+                meta.roots[i] = g.with_reducer(i, &mut js, |red| {
+                    tree::modify(&mut sink, red, root.as_ref(), &ops)
+                })?;
+            }
+            batch_extra = back;
+            batch_extra.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+    }
+    meta.seq = last_seq;
+    meta.next_node = sink.next;
+    let mut batch = store.batch();
+    sink.finish(&mut batch);
+    for (id, value) in batch_extra {
+        match value {
+            Some(v) => batch.put(Cf::Views, &g.prefix.back(&id), &v),
+            None => batch.delete(Cf::Views, &g.prefix.back(&id)),
+        }
+    }
+    batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
+    store.write(batch, false)?;
+    Ok(done)
+}
+
+/// Runs reader → workers → collector for one round; returns the last seq read and
+/// whether the feed was exhausted.
+fn pipeline(
+    views: &Views,
+    db: &Database,
+    g: &Group,
+    since: u64,
+    collector: &mut Collector<'_>,
+    task: &TaskHandle,
+) -> Result<(u64, bool)> {
+    let workers = views.workers.max(1);
+    // `abort`: a failure, queued work is dropped; `enough`: the round is full, the reader
+    // stops and queued work is still mapped.
+    let abort = AtomicBool::new(false);
+    let enough = AtomicBool::new(false);
+    let (work_tx, work_rx) = sync_channel::<Vec<Item>>(workers * 2);
+    let work_rx = Mutex::new(work_rx);
+    std::thread::scope(|s| {
+        let (res_tx, res_rx) = sync_channel::<Result<Vec<Mapped>>>(workers * 2);
+        let stop = [&abort, &enough];
+        let reader = s.spawn(move || read_changes(db, g, since, work_tx, stop));
+        for _ in 0..workers {
+            let res_tx = res_tx.clone();
+            let (work_rx, abort) = (&work_rx, &abort);
+            let limits = views.limits;
+            s.spawn(move || map_worker(g, limits, work_rx, res_tx, abort));
+        }
+        drop(res_tx);
+        let mut failure = None;
+        for msg in res_rx {
+            if failure.is_some() {
+                continue; // drain so workers never block
+            }
+            let n = match msg.and_then(|docs| collector.accept(docs)) {
+                Ok(n) => n,
+                Err(e) => {
+                    abort.store(true, Ordering::Relaxed);
+                    failure = Some(e);
+                    continue;
+                }
+            };
+            task.advance(n as u64);
+            if collector.rows >= ROUND_ROWS {
+                enough.store(true, Ordering::Relaxed);
+            }
+        }
+        let read = reader.join().expect("reader thread panicked");
+        match failure {
+            Some(e) => Err(e),
+            None => read,
+        }
+    })
+}
+
+/// Reads changes after `since` into chunks until the feed ends or `stop` is set;
+/// returns the seq of the last change sent and whether the feed ended.
+fn read_changes(
+    db: &Database,
+    g: &Group,
+    since: u64,
+    tx: SyncSender<Vec<Item>>,
+    stop: [&AtomicBool; 2],
+) -> Result<(u64, bool)> {
+    let mut last = since;
+    let mut chunk = Vec::with_capacity(CHUNK_DOCS);
+    let mut done = true;
+    db.changes(since, false, true, |c| {
+        if stop.iter().any(|f| f.load(Ordering::Relaxed)) {
+            done = false;
+            return ControlFlow::Break(());
+        }
+        chunk.push(item(g, c, &mut last));
+        if chunk.len() == CHUNK_DOCS {
+            if tx.send(std::mem::take(&mut chunk)).is_err() {
+                done = false;
+                return ControlFlow::Break(());
+            }
+            chunk.reserve(CHUNK_DOCS);
+        }
+        ControlFlow::Continue(())
+    })?;
+    if !chunk.is_empty() && tx.send(chunk).is_err() {
+        done = false;
+    }
+    Ok((last, done))
+}
+
+fn item(g: &Group, c: Change, last: &mut u64) -> Item {
+    *last = c.seq;
+    let indexed = g.def.include_design || !c.id.starts_with("_design/");
+    let doc = match (c.info.tree.winner(), c.body) {
+        (Some(w), Some(body)) if !w.deleted && indexed => {
+            let mut j = DocJson::new(&c.id, Some(&w.rev.to_string()), &body);
+            let conflicts: Vec<String> = c
+                .info
+                .tree
+                .leaves()
+                .into_iter()
+                .filter(|l| !l.deleted && l.rev != w.rev)
+                .map(|l| l.rev.to_string())
+                .collect();
+            if !conflicts.is_empty() {
+                j.member("_conflicts", &json!(conflicts));
+            }
+            if g.def.local_seq {
+                j.member("_local_seq", &json!(c.info.seq));
+            }
+            Some(j.finish())
+        }
+        _ => None,
+    };
+    Item { id: c.id, doc }
+}
+
+fn map_worker(
+    g: &Group,
+    limits: Limits,
+    rx: &Mutex<Receiver<Vec<Item>>>,
+    tx: SyncSender<Result<Vec<Mapped>>>,
+    abort: &AtomicBool,
+) {
+    let mut rt: Option<ViewRuntime> = None;
+    loop {
+        let chunk = match rx.lock().expect("work queue").recv() {
+            Ok(c) => c,
+            Err(_) => return,
+        };
+        if abort.load(Ordering::Relaxed) {
+            continue;
+        }
+        let res = map_chunk(g, &limits, &mut rt, chunk);
+        if res.is_err() {
+            abort.store(true, Ordering::Relaxed);
+            rt = None;
+        }
+        if tx.send(res).is_err() {
+            abort.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+fn map_chunk(
+    g: &Group,
+    limits: &Limits,
+    rt: &mut Option<ViewRuntime>,
+    chunk: Vec<Item>,
+) -> Result<Vec<Mapped>> {
+    let mut out = Vec::with_capacity(chunk.len());
+    for item in chunk {
+        let mut rows = Vec::new();
+        if let Some(doc) = &item.doc {
+            if rt.is_none() {
+                *rt = Some(ViewRuntime::new(&g.fns, *limits).map_err(Error::Js)?);
+            }
+            let text =
+                std::str::from_utf8(doc).map_err(|_| Error::Internal("doc not UTF-8".into()))?;
+            let per_view = rt
+                .as_mut()
+                .expect("started above")
+                .map_doc(text)
+                .map_err(|e| js_failure(e, &item.id))?;
+            for (view, emitted) in per_view.into_iter().enumerate() {
+                if let Ok(pairs) = emitted {
+                    push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw_collation);
+                }
+            }
+        }
+        out.push(Mapped { id: item.id, rows });
+    }
+    Ok(out)
+}
+
+fn js_failure(e: JsError, doc_id: &str) -> Error {
+    tracing::error!(doc = doc_id, error = %e, "map function failed; index update stopped");
+    Error::Js(e)
+}
+
+/// Encodes one view's emits of one document as rows.
+fn push_rows(
+    rows: &mut Vec<(u32, Vec<u8>, Vec<u8>)>,
+    view: u32,
+    id: &str,
+    pairs: Vec<(Value, Value)>,
+    raw: bool,
+) {
+    let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
+    for (k, v) in pairs {
+        let mut enc = Vec::with_capacity(32);
+        if raw {
+            collate::encode_key_raw(&k, &mut enc);
+        } else {
+            collate::encode_key(&k, &mut enc);
+        }
+        let dup = seen.entry(enc.clone()).or_insert(0);
+        let key = tree_key(&enc, id, *dup);
+        *dup += 1;
+        let key_json = serde_json::to_vec(&k).expect("json");
+        let value_json = serde_json::to_vec(&v).expect("json");
+        rows.push((view, key, encode_payload(id, &key_json, &value_json)));
+    }
+}
+
+enum State {
+    /// An empty index: rows per view, back-index entries not yet written.
+    Fresh {
+        rows: Vec<Vec<Row>>,
+        back: Vec<(String, Vec<u8>)>,
+    },
+    /// Changes to existing trees: ops per view (sorted), back-index puts and deletes.
+    Incremental {
+        ops: Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>>,
+        back: Vec<(String, Option<Vec<u8>>)>,
+    },
+}
+
+struct Collector<'a> {
+    g: &'a Group,
+    store: &'a Store,
+    state: State,
+    rows: usize,
+}
+
+impl<'a> Collector<'a> {
+    fn new(g: &'a Group, store: &'a Store, fresh: bool) -> Collector<'a> {
+        let n = g.def.views.len();
+        let state = if fresh {
+            State::Fresh {
+                rows: vec![Vec::new(); n],
+                back: Vec::new(),
+            }
+        } else {
+            State::Incremental {
+                ops: vec![BTreeMap::new(); n],
+                back: Vec::new(),
+            }
+        };
+        Collector {
+            g,
+            store,
+            state,
+            rows: 0,
+        }
+    }
+
+    /// Takes one chunk's rows; returns the number of documents in it.
+    fn accept(&mut self, docs: Vec<Mapped>) -> Result<usize> {
+        let n = docs.len();
+        match &mut self.state {
+            State::Fresh { rows, back } => {
+                for d in docs {
+                    if d.rows.is_empty() {
+                        continue;
+                    }
+                    let keys: Vec<(u32, Vec<u8>)> =
+                        d.rows.iter().map(|(v, k, _)| (*v, k.clone())).collect();
+                    back.push((d.id, encode_back(&keys)));
+                    self.rows += d.rows.len();
+                    for (v, key, value) in d.rows {
+                        rows[v as usize].push(Row { key, value });
+                    }
+                }
+                if back.len() >= 100_000 {
+                    flush_back(self.store, self.g, std::mem::take(back));
+                }
+            }
+            State::Incremental { ops, back } => {
+                let keys: Vec<Vec<u8>> = docs.iter().map(|d| self.g.prefix.back(&d.id)).collect();
+                let old = self.store.multi_get(Cf::Views, &keys)?;
+                for (d, old) in docs.into_iter().zip(old) {
+                    for (v, key) in old.as_deref().and_then(decode_back).unwrap_or_default() {
+                        if let Some(view_ops) = ops.get_mut(v as usize) {
+                            view_ops.insert(key, None);
+                        }
+                    }
+                    let keys: Vec<(u32, Vec<u8>)> =
+                        d.rows.iter().map(|(v, k, _)| (*v, k.clone())).collect();
+                    self.rows += d.rows.len();
+                    for (v, key, value) in d.rows {
+                        ops[v as usize].insert(key, Some(value));
+                    }
+                    match (keys.is_empty(), old.is_some()) {
+                        (false, _) => back.push((d.id, Some(encode_back(&keys)))),
+                        (true, true) => back.push((d.id, None)),
+                        (true, false) => {}
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Writes back-index entries of a bulk load (unreferenced until the checkpoint).
+fn flush_back(store: &Store, g: &Group, mut entries: Vec<(String, Vec<u8>)>) {
+    if entries.is_empty() {
+        return;
+    }
+    // Ascending keys let RocksDB's memtable reuse its insert position (much cheaper than
+    // random-order inserts of ids that arrive in seq order).
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut b = store.batch();
+    for (id, v) in entries {
+        b.put(Cf::Views, &g.prefix.back(&id), &v);
+    }
+    if let Err(e) = store.write(b, false) {
+        tracing::error!(error = %e, "writing view back index");
+    }
+}
+
+/// Tree nodes written by one round, readable before they are committed.
+struct StoreSink<'a> {
+    store: &'a Store,
+    g: &'a Group,
+    pending: HashMap<NodeId, Option<Vec<u8>>>,
+    pending_bytes: usize,
+    next: u64,
+    /// A bulk load may write nodes before the checkpoint.
+    early: bool,
+}
+
+impl<'a> StoreSink<'a> {
+    fn new(store: &'a Store, g: &'a Group, next: u64, early: bool) -> StoreSink<'a> {
+        StoreSink {
+            store,
+            g,
+            pending: HashMap::new(),
+            pending_bytes: 0,
+            next,
+            early,
+        }
+    }
+
+    /// Pending writes in ascending node order (cheap memtable inserts).
+    fn sorted(pending: &mut HashMap<NodeId, Option<Vec<u8>>>) -> Vec<(NodeId, Option<Vec<u8>>)> {
+        let mut all: Vec<_> = pending.drain().collect();
+        all.sort_unstable_by_key(|(id, _)| *id);
+        all
+    }
+
+    fn finish(mut self, batch: &mut settee_storage::Batch<'_>) {
+        for (id, v) in Self::sorted(&mut self.pending) {
+            let key = self.g.prefix.node(id);
+            match v {
+                Some(bytes) => batch.put(Cf::Views, &key, &bytes),
+                None => batch.delete(Cf::Views, &key),
+            }
+        }
+    }
+
+    fn flush_early(&mut self) {
+        let mut b = self.store.batch();
+        for (id, v) in Self::sorted(&mut self.pending) {
+            if let Some(bytes) = v {
+                b.put(Cf::Views, &self.g.prefix.node(id), &bytes);
+            }
+        }
+        self.pending_bytes = 0;
+        if let Err(e) = self.store.write(b, false) {
+            tracing::error!(error = %e, "writing view nodes");
+        }
+    }
+}
+
+impl NodeRead for StoreSink<'_> {
+    fn node(&self, id: NodeId) -> tree::Result<Node> {
+        let bytes = match self.pending.get(&id) {
+            Some(Some(b)) => b.clone(),
+            Some(None) => return Err(TreeError::Corrupted(id)),
+            None => self
+                .store
+                .get(Cf::Views, &self.g.prefix.node(id))?
+                .ok_or(TreeError::Corrupted(id))?,
+        };
+        Node::decode(&bytes).ok_or(TreeError::Corrupted(id))
+    }
+}
+
+impl NodeSink for StoreSink<'_> {
+    fn put(&mut self, id: NodeId, bytes: Vec<u8>) {
+        self.pending_bytes += bytes.len();
+        self.pending.insert(id, Some(bytes));
+        if self.early && self.pending_bytes >= EARLY_FLUSH_BYTES {
+            self.flush_early();
+        }
+    }
+
+    fn delete(&mut self, id: NodeId) {
+        self.pending.insert(id, None);
+    }
+
+    fn next_id(&mut self) -> NodeId {
+        let id = self.next;
+        self.next += 1;
+        id
+    }
+}
+
+/// Reads nodes of a committed index from a snapshot.
+pub(crate) struct SnapNodes<'s, R: Read> {
+    pub read: &'s R,
+    pub g: &'s Group,
+}
+
+impl<R: Read> NodeRead for SnapNodes<'_, R> {
+    fn node(&self, id: NodeId) -> tree::Result<Node> {
+        let bytes = self
+            .read
+            .get(Cf::Views, &self.g.prefix.node(id))?
+            .ok_or(TreeError::Corrupted(id))?;
+        Node::decode(&bytes).ok_or(TreeError::Corrupted(id))
+    }
+}
