@@ -101,6 +101,17 @@ fn map_rows_ranges_and_paging() {
         .get("/db/_design/v/_view/by_n?limit=1&update_seq=true")
         .json();
     assert!(r["update_seq"].as_str().unwrap().starts_with("11-"));
+    let r = s
+        .post(
+            "/db/_design/v/_view/by_n/queries",
+            r#"{"queries":[{"limit":1},{"keys":[4]},{"startkey":8,"skip":1}]}"#,
+        )
+        .json();
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(ids(&results[0]), vec!["d0"]);
+    assert_eq!(ids(&results[1]), vec!["d4"]);
+    assert_eq!(ids(&results[2]), vec!["d9"]);
+    assert_eq!(results[2]["offset"], 9);
     // Raw response framing as CouchDB streams it.
     let t = s.get("/db/_design/v/_view/by_n?limit=2").text;
     assert_eq!(

@@ -1,6 +1,6 @@
 //! `_all_docs`, `_design_docs`, `_local_docs` and `_all_docs/queries`. Rows stream.
 
-use super::{allow, blocking};
+use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::doc::local_json;
 use crate::render::{seq, winner_json, with_doc, DocOpts};
@@ -406,25 +406,7 @@ pub async fn queries(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
         .iter()
         .map(|b| Query::from_body(b, &req.params))
         .collect::<ApiResult<Vec<_>>>()?;
-    let out = blocking(move || {
-        let mut out = b"{\"results\":[".to_vec();
-        for (i, q) in qs.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            let mut one = Vec::new();
-            run(&db, q, Namespace::All, &mut |b| {
-                one.extend_from_slice(b);
-                true
-            })?;
-            while one.last().is_some_and(|b| b.is_ascii_whitespace()) {
-                one.pop();
-            }
-            out.extend_from_slice(&one);
-        }
-        out.extend_from_slice(b"]}");
-        Ok(out)
-    })
-    .await?;
+    let out =
+        blocking(move || query_results(&qs, |q, out| run(&db, q, Namespace::All, out))).await?;
     Ok(json_bytes(StatusCode::OK, out))
 }

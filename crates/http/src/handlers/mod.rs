@@ -45,3 +45,28 @@ pub async fn blocking<T: Send + 'static>(
         )))
     })?
 }
+
+/// The `{"results":[…]}` body of a multi-query request: `run` writes each query's whole
+/// response object (its trailing newline is dropped).
+pub fn query_results<Q>(
+    queries: &[Q],
+    mut run: impl FnMut(&Q, &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()>,
+) -> ApiResult<Vec<u8>> {
+    let mut out = b"{\"results\":[".to_vec();
+    for (i, q) in queries.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let mut one = Vec::new();
+        run(q, &mut |b| {
+            one.extend_from_slice(b);
+            true
+        })?;
+        while one.last().is_some_and(|b| b.is_ascii_whitespace()) {
+            one.pop();
+        }
+        out.extend_from_slice(&one);
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}

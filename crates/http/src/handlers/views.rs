@@ -1,7 +1,7 @@
 //! Views: `_design/{ddoc}/_view/{view}` (GET/POST, `/queries`), `_design/{ddoc}/_info`,
 //! `_compact/{ddoc}`, `_view_cleanup` and `_temp_view`. Rows stream.
 
-use super::{allow, blocking};
+use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{doc_json, seq, with_doc, DocOpts};
 use crate::reply::{json, json_bytes, ok_true, stream, JSON};
@@ -68,6 +68,15 @@ fn grouping(p: &Params) -> ApiResult<Grouping> {
 }
 
 impl ViewArgs {
+    /// Parses and validates parameters for view number `n` of `g`, key range included.
+    pub fn for_view(p: &Params, g: &Group, n: usize) -> ApiResult<ViewArgs> {
+        let args = ViewArgs::parse(p, g.reduces[n] != ReduceKind::None)?;
+        args.query
+            .check_range(g.def.raw_collation)
+            .map_err(ApiError::QueryParse)?;
+        Ok(args)
+    }
+
     /// Parses and validates parameters as CouchDB's `validate_args` does, for a view that
     /// has a reduce function (`has_reduce`) or not.
     pub fn parse(p: &Params, has_reduce: bool) -> ApiResult<ViewArgs> {
@@ -231,10 +240,7 @@ pub async fn view(
         })
         .await?
     };
-    let args = ViewArgs::parse(&params, g.reduces[n] != ReduceKind::None)?;
-    args.query
-        .check_range(g.def.raw_collation)
-        .map_err(ApiError::QueryParse)?;
+    let args = ViewArgs::for_view(&params, &g, n)?;
     let views = state.views.clone();
     Ok(stream(JSON, move |sink| {
         run(&views, &db, &g, n, &args, &mut |b| sink.write(b))
@@ -261,28 +267,11 @@ pub async fn view_queries(
     let base = req.params.clone();
     let out = blocking(move || {
         let (g, n) = load_group(&state, &db, &ddoc, &view)?;
-        let has_reduce = g.reduces[n] != ReduceKind::None;
-        let mut out = b"{\"results\":[".to_vec();
-        for (i, b) in list.iter().enumerate() {
-            let args = ViewArgs::parse(&body_params(b, &base)?, has_reduce)?;
-            args.query
-                .check_range(g.def.raw_collation)
-                .map_err(ApiError::QueryParse)?;
-            if i > 0 {
-                out.push(b',');
-            }
-            let mut one = Vec::new();
-            run(&views, &db, &g, n, &args, &mut |b| {
-                one.extend_from_slice(b);
-                true
-            })?;
-            while one.last().is_some_and(|b| b.is_ascii_whitespace()) {
-                one.pop();
-            }
-            out.extend_from_slice(&one);
-        }
-        out.extend_from_slice(b"]}");
-        Ok(out)
+        let args = list
+            .iter()
+            .map(|b| ViewArgs::for_view(&body_params(b, &base)?, &g, n))
+            .collect::<ApiResult<Vec<_>>>()?;
+        query_results(&args, |a, out| run(&views, &db, &g, n, a, out))
     })
     .await?;
     Ok(json_bytes(StatusCode::OK, out))
@@ -475,10 +464,7 @@ pub async fn temp_view(state: AppState, db: Arc<Database>, mut req: Req) -> ApiR
         ViewGroupDef::temp_view(obj).map_err(|e| ApiError::from(settee_views::Error::from(e)))?;
     check_language(&def)?;
     let g = Arc::new(Group::new(db.id, "_temp_view", def));
-    let args = ViewArgs::parse(&req.params, g.reduces[0] != ReduceKind::None)?;
-    args.query
-        .check_range(g.def.raw_collation)
-        .map_err(ApiError::QueryParse)?;
+    let args = ViewArgs::for_view(&req.params, &g, 0)?;
     let views = state.views.clone();
     Ok(stream(JSON, move |sink| {
         run(&views, &db, &g, 0, &args, &mut |b| sink.write(b))
