@@ -345,10 +345,32 @@ fn throwing_and_endless_map_functions() {
     assert_eq!(r.status, 500, "{}", r.text);
     // The server stays healthy.
     assert_eq!(s.get("/db/_design/t/_view/fine").json()["total_rows"], 3);
+    // Design documents are checked on save, as CouchDB does.
     let bad = json!({"views": {"v": {"map": "function(doc) { emit(doc._id"}}});
-    s.put("/db/_design/bad", &bad.to_string());
-    let r = s.get("/db/_design/bad/_view/v");
-    assert_eq!(r.json()["error"], "compilation_error", "{}", r.text);
+    let r = s.put("/db/_design/bad", &bad.to_string());
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.json()["error"], "compilation_error");
+    let r = s.put(
+        "/db/_design/nomap",
+        r#"{"views": {"v": {"reduce": "_sum"}}}"#,
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"], "invalid_design_doc");
+    let r = s.post(
+        "/db/_bulk_docs",
+        &json!({"docs": [{"_id": "ok1"}, {"_id": "_design/bad2", "views": {"v": {"map": "nonsense("}}}, {"_id": "ok2"}]})
+            .to_string(),
+    );
+    let results = r.json();
+    assert_eq!(results[0]["ok"], true);
+    assert_eq!(results[1]["error"], "compilation_error");
+    assert_eq!(results[2]["ok"], true);
+    let mango = r#"{"language": "query", "views": {"i": {"map": {"fields": {"a": "asc"}}, "reduce": "_count"}}}"#;
+    assert_eq!(
+        s.put("/db/_design/mango", mango).status,
+        201,
+        "other languages are stored as is"
+    );
 }
 
 #[test]

@@ -47,6 +47,8 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     // Local documents are written apart; remember their places to keep results in order.
     let mut docs = Vec::with_capacity(raw.len());
     let mut locals = Vec::new();
+    // Design documents that fail validation get an error entry in their place.
+    let mut rejected = Vec::new();
     for (i, v) in raw.into_iter().enumerate() {
         let local_id = v
             .get("_id")
@@ -68,6 +70,10 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
             }
         };
         validate_doc_id(&id)?;
+        if let Err(e) = super::views::validate_design(&id, &d) {
+            rejected.push((i, error_entry(&id, e)));
+            continue;
+        }
         d.id = Some(id);
         docs.push(d);
     }
@@ -92,8 +98,12 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
             Err(e) => error_entry(&id, e),
         };
         if new_edits || entry.get("error").is_some() {
-            out.insert(i.min(out.len()), entry);
+            rejected.push((i, entry));
         }
+    }
+    rejected.sort_by_key(|(i, _)| *i);
+    for (i, entry) in rejected {
+        out.insert(i.min(out.len()), entry);
     }
     Ok(json(StatusCode::CREATED, &Value::Array(out)))
 }

@@ -211,6 +211,9 @@ pub async fn write_one(
     new_edits: bool,
     batch: bool,
 ) -> ApiResult<Option<Rev>> {
+    if let Some(id) = &doc.id {
+        super::views::validate_design(id, &doc)?;
+    }
     let given = doc.rev();
     let rx = db.update_docs(vec![doc], new_edits)?;
     if batch {

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::design::ViewGroupDef;
-use settee_core::Rev;
+use settee_core::{ParsedDoc, Rev};
 use settee_db::Database;
 use settee_views::{Event, Freshness, Group, Grouping, ReduceKind, ViewQuery, Views};
 use std::ops::ControlFlow;
@@ -215,6 +215,32 @@ fn check_language(def: &ViewGroupDef) -> ApiResult<()> {
             def.language.clone(),
         ))
     }
+}
+
+/// CouchDB's check of a design document on save: JavaScript views must be well formed and
+/// their functions must compile (`400 invalid_design_doc` / `compilation_error`). Design
+/// docs of other languages (such as Mango's `query`) are stored as they are.
+pub fn validate_design(id: &str, doc: &ParsedDoc) -> ApiResult<()> {
+    if !id.starts_with("_design/") || doc.deleted {
+        return Ok(());
+    }
+    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(&doc.body) else {
+        return Ok(());
+    };
+    let js = matches!(body.get("language"), None | Some(Value::Null))
+        || body.get("language") == Some(&json!("javascript"));
+    if !js {
+        return Ok(());
+    }
+    let def =
+        ViewGroupDef::from_ddoc(&body).map_err(|e| ApiError::from(settee_views::Error::from(e)))?;
+    if def.views.is_empty() {
+        return Ok(());
+    }
+    let g = Group::new(0, id, def);
+    settee_js::ViewRuntime::new(&g.fns, settee_js::Limits::default())
+        .map(|_| ())
+        .map_err(|e| ApiError::from(settee_views::Error::Js(e)))
 }
 
 pub async fn view(
