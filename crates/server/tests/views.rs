@@ -435,3 +435,52 @@ fn sum_of_non_numbers_is_an_error_value_as_couchdb_shows_it() {
     let r = s.get("/db/_design/e/_view/s?reduce=false");
     assert_eq!(r.json()["total_rows"], 2, "map rows are unaffected");
 }
+
+#[test]
+fn design_options_lib_and_raw_collation() {
+    let s = Server::start();
+    s.create_db("db");
+    bulk(
+        &s,
+        "db",
+        json!([{"_id": "a", "s": "b"}, {"_id": "b", "s": "B"}, {"_id": "c", "s": "a"}]),
+    );
+    let ddoc = json!({
+        "options": {"include_design": true, "local_seq": true},
+        "views": {
+            "ids": {"map": "function(doc) { emit(doc._id, doc._local_seq); }"},
+            "libbed": {"map": "function(doc) { var m = require('views/lib/util'); emit(m.up(doc._id), null); }"},
+            "lib": {"util": "exports.up = function(s) { return s.toUpperCase(); };"}
+        }
+    });
+    assert_eq!(s.put("/db/_design/o", &ddoc.to_string()).status, 201);
+    let r = s.get("/db/_design/o/_view/ids").json();
+    assert_eq!(
+        ids(&r),
+        vec!["_design/o", "a", "b", "c"],
+        "include_design maps the ddoc too"
+    );
+    assert_eq!(
+        r["rows"][1]["value"], 1,
+        "local_seq is visible to map functions"
+    );
+    let r = s.get("/db/_design/o/_view/libbed?key=%22A%22").json();
+    assert_eq!(ids(&r), vec!["a"]);
+    let icu = json!({"views": {"v": {"map": "function(doc) { if (doc.s) emit(doc.s, null); }"}}});
+    s.put("/db/_design/icu", &icu.to_string());
+    let raw = json!({"options": {"collation": "raw"},
+                     "views": {"v": {"map": "function(doc) { if (doc.s) emit(doc.s, null); }"}}});
+    s.put("/db/_design/raw", &raw.to_string());
+    let k = keys(&s.get("/db/_design/icu/_view/v").json());
+    assert_eq!(
+        k,
+        vec![json!("a"), json!("b"), json!("B")],
+        "ICU: a < b < B"
+    );
+    let k = keys(&s.get("/db/_design/raw/_view/v").json());
+    assert_eq!(
+        k,
+        vec![json!("B"), json!("a"), json!("b")],
+        "raw: code points"
+    );
+}
