@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Settee's own benchmark: bulk inserts (1000 docs per _bulk_docs, random ids, durable) with
 throughput per segment as the database grows, disk bytes per doc after the load (as the server
-reports them and as `du` sees them), then random single-document GETs with wrk.
+reports them and as `du` sees them), a view index build (JS map, `_sum`) and the latency of
+reduce, group and range queries on it, then random single-document GETs with wrk.
 
 Standard library only. Starts its own server on a fresh data directory unless --url is given.
 """
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--wrk-seconds", type=int, default=10)
     ap.add_argument("--wrk-connections", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-views", action="store_true", help="skip the view build and queries")
     args = ap.parse_args()
 
     proc = None
@@ -93,6 +95,9 @@ def main():
         info = json.loads(request(conn, auth, "GET", db)[1])
         print(f"after 5 s idle: sizes.file {info['sizes']['file'] / args.docs:.1f} B/doc; du {du(data_dir) / args.docs:.1f} B/doc")
 
+    if not args.no_views:
+        bench_views(conn, auth, db, args.docs)
+
     if shutil.which("wrk"):
         sample = random.Random(2).sample(ids, min(len(ids), 100_000))
         with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
@@ -112,6 +117,34 @@ def main():
         proc.terminate()
         proc.wait()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def bench_views(conn, auth, db, docs):
+    """Times a first index build and then queries that read stored reductions."""
+    ddoc = {"views": {"by_prefix": {
+        "map": "function(doc) { emit([doc._id.charAt(0), doc._id.charAt(1)], 1); }",
+        "reduce": "_sum"}}}
+    assert request(conn, auth, "PUT", db + "/_design/bench", json.dumps(ddoc).encode())[0] == 201
+    view = db + "/_design/bench/_view/by_prefix"
+    start = time.perf_counter()
+    status, out = request(conn, auth, "GET", view + "?limit=1")
+    assert status == 200, out[:200]
+    built = time.perf_counter() - start
+    assert json.loads(out)["rows"][0]["value"] == docs
+    print(f"view build (JS map emitting [c0, c1], _sum) over {docs} docs: {built:.2f} s, {docs / built:,.0f} docs/s")
+    queries = [("full reduce", ""), ("group_level=1", "?group_level=1"),
+               ("group=true&limit=16", "?group=true&limit=16"),
+               ("range reduce", "?startkey=%5B%223%22%5D&endkey=%5B%227%22,%7B%7D%5D"),
+               ("map rows limit=10", "?reduce=false&limit=10&startkey=%5B%228%22%5D")]
+    for name, q in queries:
+        times = []
+        for _ in range(21):
+            t = time.perf_counter()
+            status, _ = request(conn, auth, "GET", view + q)
+            times.append(time.perf_counter() - t)
+            assert status == 200
+        times.sort()
+        print(f"  {name:<22} median {times[10] * 1000:.2f} ms, max {times[-1] * 1000:.2f} ms")
 
 
 if __name__ == "__main__":
