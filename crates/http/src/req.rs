@@ -69,6 +69,30 @@ impl Params {
             .transpose()
     }
 
+    /// A POST body's members as parameters, taking precedence over these (CouchDB accepts
+    /// `keys` and any query parameter in the body). Doc ids and `stale`/`update` are taken
+    /// as text, everything else as JSON.
+    pub fn with_body(&self, body: &Value) -> ApiResult<Params> {
+        let obj = body
+            .as_object()
+            .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
+        let pairs = obj
+            .iter()
+            .map(|(k, v)| {
+                let text = match (k.as_str(), v) {
+                    (
+                        "startkey_docid" | "start_key_docid" | "endkey_docid" | "end_key_docid"
+                        | "stale" | "update",
+                        Value::String(s),
+                    ) => s.clone(),
+                    (_, v) => v.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect();
+        Ok(self.merged(pairs))
+    }
+
     /// Rejects parameters Settee knows but does not implement on this route.
     pub fn reject(&self, names: &[&str], context: &str) -> ApiResult<()> {
         for n in names {

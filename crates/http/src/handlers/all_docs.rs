@@ -133,22 +133,7 @@ impl Query {
 
     /// Applies the members of a POST body (`keys` and any query parameter).
     fn from_body(body: &Value, base: &Params) -> ApiResult<Query> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
-        let mut pairs: Vec<(String, String)> = Vec::new();
-        for (k, v) in obj {
-            let text = match (k.as_str(), v) {
-                (
-                    "startkey_docid" | "start_key_docid" | "endkey_docid" | "end_key_docid"
-                    | "stale" | "update",
-                    Value::String(s),
-                ) => s.clone(),
-                (_, v) => v.to_string(),
-            };
-            pairs.push((k.clone(), text));
-        }
-        Query::from_params(&base.merged(pairs))
+        Query::from_params(&base.with_body(body)?)
     }
 
     /// `[lower, upper)` over ids, or `None` when the range is empty.

@@ -157,28 +157,6 @@ impl ViewArgs {
     }
 }
 
-/// A POST body's members as parameters (`keys` and any query parameter), over `base`.
-fn body_params(body: &Value, base: &Params) -> ApiResult<Params> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
-    let pairs = obj
-        .iter()
-        .map(|(k, v)| {
-            let text = match (k.as_str(), v) {
-                (
-                    "startkey_docid" | "start_key_docid" | "endkey_docid" | "end_key_docid"
-                    | "stale" | "update",
-                    Value::String(s),
-                ) => s.clone(),
-                (_, v) => v.to_string(),
-            };
-            (k.clone(), text)
-        })
-        .collect();
-    Ok(base.merged(pairs))
-}
-
 /// The view group of `_design/{ddoc}` and the number of view `view` in it.
 pub fn load_group(
     state: &AppState,
@@ -254,7 +232,7 @@ pub async fn view(
     let params = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.json().await?;
-        body_params(&body, &req.params)?
+        req.params.with_body(&body)?
     } else {
         req.params.clone()
     };
@@ -295,7 +273,7 @@ pub async fn view_queries(
         let (g, n) = load_group(&state, &db, &ddoc, &view)?;
         let args = list
             .iter()
-            .map(|b| ViewArgs::for_view(&body_params(b, &base)?, &g, n))
+            .map(|b| ViewArgs::for_view(&base.with_body(b)?, &g, n))
             .collect::<ApiResult<Vec<_>>>()?;
         query_results(&args, |a, out| run(&views, &db, &g, n, a, out))
     })
