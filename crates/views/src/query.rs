@@ -163,31 +163,58 @@ impl ViewQuery {
     }
 }
 
-/// Skip and limit over the rows of all ranges.
-struct Window {
+/// Skip and limit over the rows of all ranges, and the response head: sent just before
+/// the first row that is emitted, or at the end when none is.
+struct Rows {
     skip: u64,
     left: u64,
+    head_sent: bool,
 }
 
-impl Window {
-    fn new(q: &ViewQuery) -> Window {
-        Window {
+enum Admit {
+    Emit,
+    Skip,
+    Stop,
+}
+
+impl Rows {
+    fn new(q: &ViewQuery) -> Rows {
+        Rows {
             skip: q.skip,
             left: q.limit.unwrap_or(u64::MAX),
+            head_sent: false,
         }
     }
 
-    /// `Some(true)` to emit, `Some(false)` to skip, `None` when the limit is reached.
-    fn take(&mut self) -> Option<bool> {
+    /// Whether the next row is emitted; before the first one, sends the head `head` makes.
+    fn admit(
+        &mut self,
+        out: &mut Out<'_>,
+        head: impl FnOnce() -> Result<Event<'static>>,
+    ) -> Result<Admit> {
         if self.left == 0 {
-            return None;
+            return Ok(Admit::Stop);
         }
         if self.skip > 0 {
             self.skip -= 1;
-            return Some(false);
+            return Ok(Admit::Skip);
         }
         self.left -= 1;
-        Some(true)
+        if !self.head_sent {
+            self.head_sent = true;
+            if out(head()?).is_break() {
+                return Ok(Admit::Stop);
+            }
+        }
+        Ok(Admit::Emit)
+    }
+
+    /// Sends `head` if no row was emitted.
+    fn finish(&mut self, out: &mut Out<'_>, head: Event<'static>) {
+        if !self.head_sent {
+            self.head_sent = true;
+            let _ = out(head);
+        }
     }
 }
 
@@ -217,37 +244,31 @@ fn map_rows(
     out: &mut Out<'_>,
 ) -> Result<()> {
     let total_rows = root.map_or(0, |r| r.count);
-    let mut win = Window::new(q);
-    let mut head_sent = false;
+    let head = |offset| Event::Head {
+        total_rows,
+        offset: Some(offset),
+        update_seq: meta.seq,
+    };
+    let mut rows = Rows::new(q);
     let mut failure = None;
     for range in q.ranges(raw) {
         let mut visit = |row: &Row| -> ControlFlow<()> {
-            match win.take() {
-                None => return ControlFlow::Break(()),
-                Some(false) => return ControlFlow::Continue(()),
-                Some(true) => {}
-            }
-            if !head_sent {
-                head_sent = true;
+            // The offset is the rank of the first row emitted.
+            let offset = || -> Result<Event<'static>> {
                 let at = Bound::Included(row.key.clone());
-                let offset = if q.descending {
-                    tree::rows_after(nodes, root, &at)
+                let n = if q.descending {
+                    tree::rows_after(nodes, root, &at)?
                 } else {
-                    tree::rows_before(nodes, root, &at)
+                    tree::rows_before(nodes, root, &at)?
                 };
-                let offset = match offset {
-                    Ok(n) => n,
-                    Err(e) => {
-                        failure = Some(e);
-                        return ControlFlow::Break(());
-                    }
-                };
-                let head = Event::Head {
-                    total_rows,
-                    offset: Some(offset),
-                    update_seq: meta.seq,
-                };
-                if out(head).is_break() {
+                Ok(head(n))
+            };
+            match rows.admit(out, offset) {
+                Ok(Admit::Emit) => {}
+                Ok(Admit::Skip) => return ControlFlow::Continue(()),
+                Ok(Admit::Stop) => return ControlFlow::Break(()),
+                Err(e) => {
+                    failure = Some(e);
                     return ControlFlow::Break(());
                 }
             }
@@ -262,19 +283,13 @@ fn map_rows(
         };
         let flow = tree::fold(nodes, root, &range, q.descending, &mut visit)?;
         if let Some(e) = failure {
-            return Err(e.into());
+            return Err(e);
         }
         if flow.is_break() {
             break;
         }
     }
-    if !head_sent {
-        let _ = out(Event::Head {
-            total_rows,
-            offset: Some(total_rows),
-            update_seq: meta.seq,
-        });
-    }
+    rows.finish(out, head(total_rows));
     Ok(())
 }
 
@@ -289,32 +304,24 @@ fn reduce_rows(
 ) -> Result<()> {
     let root = meta.roots[view].as_ref();
     let mut js = JsReducers::new(&g.fns, views.limits, views.reduce_limit);
-    let mut win = Window::new(q);
-    let mut head_sent = false;
-    let mut emit = |key: &Value, value: &Value, out: &mut Out<'_>| -> ControlFlow<()> {
-        match win.take() {
-            None => return ControlFlow::Break(()),
-            Some(false) => return ControlFlow::Continue(()),
-            Some(true) => {}
-        }
-        if !head_sent {
-            head_sent = true;
-            let head = Event::Head {
-                total_rows: 0,
-                offset: None,
-                update_seq: meta.seq,
-            };
-            if out(head).is_break() {
-                return ControlFlow::Break(());
-            }
-        }
-        out(Event::Reduced { key, value })
+    let head = || Event::Head {
+        total_rows: 0,
+        offset: None,
+        update_seq: meta.seq,
+    };
+    let mut rows = Rows::new(q);
+    let mut emit = |key: &Value, value: &Value, out: &mut Out<'_>| -> Result<ControlFlow<()>> {
+        Ok(match rows.admit(out, || Ok(head()))? {
+            Admit::Emit => out(Event::Reduced { key, value }),
+            Admit::Skip => ControlFlow::Continue(()),
+            Admit::Stop => ControlFlow::Break(()),
+        })
     };
     'ranges: for range in q.ranges(g.def.raw_collation) {
         let level = match q.grouping {
             Grouping::None => {
                 if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &range)? {
-                    if emit(&Value::Null, &v, out).is_break() {
+                    if emit(&Value::Null, &v, out)?.is_break() {
                         break 'ranges;
                     }
                 }
@@ -336,7 +343,7 @@ fn reduce_rows(
             let group = intersect(&cur, &prefix, &after);
             let key = group_key(&row, level)?;
             if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &group)? {
-                if emit(&key, &v, out).is_break() {
+                if emit(&key, &v, out)?.is_break() {
                     break 'ranges;
                 }
             }
@@ -347,13 +354,7 @@ fn reduce_rows(
             }
         }
     }
-    if !head_sent {
-        let _ = out(Event::Head {
-            total_rows: 0,
-            offset: None,
-            update_seq: meta.seq,
-        });
-    }
+    rows.finish(out, head());
     Ok(())
 }
 
