@@ -2,15 +2,17 @@
 //! handlers live by resource under `handlers/`, stay thin (parse → one store call → render),
 //! and return [`ApiError`], which `error.rs` maps to CouchDB's status and body in one place.
 
-pub mod auth;
+mod auth;
 mod error;
 mod handlers;
+pub mod node_config;
 mod render;
 mod reply;
 mod req;
 mod router;
 
 pub use error::{ApiError, ApiResult};
+pub use node_config::NodeConfig;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -42,7 +44,9 @@ impl Default for HttpConfig {
 pub struct Inner {
     pub couch: Arc<Couch>,
     pub views: Arc<Views>,
-    pub auth: auth::Auth,
+    pub auth: auth::Authenticator,
+    /// The live configuration (`/_node/_local/_config`).
+    pub node: Arc<NodeConfig>,
     pub config: HttpConfig,
     uuids: Mutex<handlers::server::UuidGen>,
     tasks: handlers::database::Tasks,
@@ -62,13 +66,14 @@ impl AppState {
     pub fn new(
         couch: Arc<Couch>,
         views: Arc<Views>,
-        auth: auth::Auth,
+        node: Arc<NodeConfig>,
         config: HttpConfig,
     ) -> AppState {
         AppState(Arc::new(Inner {
             couch,
             views,
-            auth,
+            auth: auth::Authenticator::default(),
+            node,
             config,
             uuids: Mutex::new(handlers::server::UuidGen::new()),
             tasks: Default::default(),
@@ -86,8 +91,8 @@ pub struct Req {
     pub uri: Uri,
     pub headers: HeaderMap,
     pub params: req::Params,
-    /// The authenticated server admin, if any.
-    pub user: Option<String>,
+    /// Who is asking.
+    pub user: settee_auth::UserCtx,
     /// In a mutex only so that `&Req` is `Send` across awaits.
     body: Mutex<Option<Body>>,
     limit: usize,
@@ -138,8 +143,8 @@ async fn route(
     body: Body,
 ) -> ApiResult<Response> {
     let endpoint = router::parse(parts.uri.path())?;
-    let user = state.auth.authenticate(&parts.headers)?;
-    if user.is_none() && !endpoint.is_public() {
+    let user = state.auth.authenticate(&parts.headers, &state.node)?;
+    if !user.is_server_admin() && !endpoint.is_public() {
         let reason = if endpoint.is_db_scoped() {
             "You are not authorized to access this db."
         } else {

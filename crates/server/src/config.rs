@@ -6,7 +6,7 @@
 //! their hash, as CouchDB does.
 
 use ini::Ini;
-use settee_http::auth::{PasswordHash, DEFAULT_ITERATIONS};
+use settee_auth::password::{PasswordHash, DEFAULT_ITERATIONS};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,8 @@ pub struct Settings {
     pub reduce_limit: bool,
     pub data_dir: PathBuf,
     pub bind: SocketAddr,
-    pub admins: HashMap<String, PasswordHash>,
+    /// The live configuration: the `--config` file, then `local.ini`, plus `--admin`.
+    pub node: settee_http::NodeConfig,
     pub server_uuid: String,
     pub max_document_size: usize,
     pub max_http_request_size: usize,
@@ -104,9 +105,12 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
             }
         }
     }
+    let mut cli_admin = None;
     if let Some(spec) = &args.admin {
         let (name, pw) = spec.split_once(':').ok_or("--admin takes NAME:PASSWORD")?;
-        admins.insert(name.to_string(), PasswordHash::new(pw, 10_000));
+        let hash = PasswordHash::new(pw, 10_000);
+        admins.insert(name.to_string(), hash.clone());
+        cli_admin = Some((name.to_string(), hash));
     }
     let mut generated_password = None;
     if admins.is_empty() {
@@ -150,10 +154,25 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
                 .map_err(|_| format!("[{section}] {key} must be an integer"))
         })
     };
+    let node = settee_http::NodeConfig::load(
+        &args.config.iter().cloned().collect::<Vec<_>>(),
+        local_path,
+    )?;
+    for (name, hash) in admins {
+        if node
+            .get("admins", &name)
+            .is_none_or(|v| PasswordHash::parse(&v).is_none())
+        {
+            node.set_transient("admins", &name, &hash.stored());
+        }
+    }
+    if let Some((name, hash)) = cli_admin {
+        node.set_transient("admins", &name, &hash.stored());
+    }
     Ok(Settings {
         data_dir,
         bind,
-        admins,
+        node,
         server_uuid,
         max_document_size: int(
             "couchdb",

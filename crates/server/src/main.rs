@@ -4,7 +4,7 @@ mod config;
 
 use clap::{Parser, Subcommand};
 use settee_db::Couch;
-use settee_http::{app, auth::Auth, AppState, HttpConfig};
+use settee_http::{app, AppState, HttpConfig};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -76,7 +76,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     let state = AppState::new(
         couch,
         views,
-        Auth::new(settings.admins.clone()),
+        std::sync::Arc::new(settings.node),
         http_config,
     );
     if let Some((name, pw)) = &settings.generated_password {

@@ -184,12 +184,9 @@ pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
 pub fn session(req: &Req) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
-            let (name, roles) = match &req.user {
-                Some(u) => (json!(u), json!(["_admin"])),
-                None => (Value::Null, json!([])),
-            };
+            let (name, roles) = (json!(req.user.name), json!(req.user.roles));
             let mut info = json!({"authentication_handlers": ["default"]});
-            if req.user.is_some() {
+            if req.user.name.is_some() {
                 info["authenticated"] = json!("default");
             }
             Ok(json(StatusCode::OK, &json!({"ok": true, "userCtx": {"name": name, "roles": roles}, "info": info})))

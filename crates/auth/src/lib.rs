@@ -1,0 +1,65 @@
+//! Who is asking, and what they may do — pure functions over values, no I/O and no HTTP.
+//!
+//! - [`password`]: CouchDB's PBKDF2 password hashes (config `[admins]` and `_users` docs).
+//! - [`cookie`]: `AuthSession` cookies (HMAC-signed, time-limited, renewed).
+//! - [`jwt`]: `Authorization: Bearer` JSON Web Tokens checked against `[jwt_keys]`.
+//! - [`proxy`]: proxy authentication headers and their HMAC token.
+//! - [`lockout`]: temporary lockout after repeated failed logins of a user from a peer.
+//! - [`security`]: database security objects (`admins`/`members`) and who they admit.
+//! - [`users`]: the rules of the `_users` database (validation, password hashing on write,
+//!   who may read which user document).
+//!
+//! The HTTP layer extracts credentials, looks up users and config, calls in here, and turns
+//! the outcome into CouchDB's 401/403 responses.
+
+pub mod cookie;
+pub mod jwt;
+pub mod lockout;
+pub mod password;
+pub mod proxy;
+pub mod security;
+pub mod users;
+
+use serde_json::{json, Value};
+
+/// The authenticated identity of a request (CouchDB's `userCtx`); anonymous requests have
+/// no name and no roles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserCtx {
+    pub name: Option<String>,
+    pub roles: Vec<String>,
+}
+
+/// The role of server admins.
+pub const ADMIN_ROLE: &str = "_admin";
+
+impl UserCtx {
+    pub fn anonymous() -> UserCtx {
+        UserCtx::default()
+    }
+
+    pub fn named(name: &str, roles: Vec<String>) -> UserCtx {
+        UserCtx {
+            name: Some(name.to_string()),
+            roles,
+        }
+    }
+
+    pub fn is_server_admin(&self) -> bool {
+        self.roles.iter().any(|r| r == ADMIN_ROLE)
+    }
+
+    /// `{"db": …, "name": …, "roles": […]}` as `validate_doc_update` functions see it.
+    pub fn to_json(&self, db: Option<&str>) -> Value {
+        json!({"db": db, "name": self.name, "roles": self.roles})
+    }
+}
+
+/// Why a request is refused: 401 `unauthorized` or 403 `forbidden`, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+}
