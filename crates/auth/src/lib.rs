@@ -13,6 +13,7 @@
 //! the outcome into CouchDB's 401/403 responses.
 
 pub mod cookie;
+mod ini;
 pub mod jwt;
 pub mod lockout;
 pub mod password;
@@ -55,9 +56,13 @@ impl UserCtx {
     }
 }
 
-/// Why a request is refused: 401 `unauthorized` or 403 `forbidden`, with the reason.
+/// Why a request is refused: 400 `bad_request` (malformed credentials, such as an
+/// undecodable `AuthSession` cookie or JWT), 401 `unauthorized` or 403 `forbidden`, with
+/// the reason CouchDB sends.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denied {
+    #[error("bad_request: {0}")]
+    BadRequest(String),
     #[error("unauthorized: {0}")]
     Unauthorized(String),
     #[error("forbidden: {0}")]

@@ -132,9 +132,9 @@ impl PasswordHash {
         let v = json!({
             "password_scheme": "pbkdf2",
             "pbkdf2_prf": self.prf.name(),
-            "salt": self.salt,
             "iterations": self.iterations,
             "derived_key": self.derived_hex,
+            "salt": self.salt,
         });
         match v {
             Value::Object(m) => m,

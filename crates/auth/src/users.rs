@@ -1,1 +1,369 @@
-//! (to be written)
+//! The rules of the authentication database (`_users`), as CouchDB applies them through
+//! `couch_users_db` (password hashing before a write, who may read which document) and the
+//! validation function of its `_design/_auth` document. Settee applies them natively, with
+//! CouchDB's reasons, on every write to `_users`, before any design document's own
+//! `validate_doc_update`.
+
+use crate::password::PasswordHash;
+use crate::security::SecurityObject;
+use crate::{Denied, UserCtx};
+use serde_json::{Map, Value};
+
+/// The authentication database.
+pub const USERS_DB: &str = "_users";
+/// User documents' ids are this prefix and the user name.
+pub const PREFIX: &str = "org.couchdb.user:";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UsersError {
+    /// A user who is not an admin touched another user's document (CouchDB answers 404).
+    NotFound,
+    Denied(Denied),
+}
+
+fn forbidden(reason: impl Into<String>) -> UsersError {
+    UsersError::Denied(Denied::Forbidden(reason.into()))
+}
+
+/// The user name a document id stands for.
+pub fn doc_name(id: &str) -> Option<&str> {
+    id.strip_prefix(PREFIX)
+}
+
+/// A write about to happen to `_users`.
+pub struct UserWrite<'a> {
+    pub id: &'a str,
+    pub deleted: bool,
+    /// The revision being replaced, if any (absent for new and re-created documents).
+    pub old: Option<&'a Map<String, Value>>,
+    pub ctx: &'a UserCtx,
+    pub sec: &'a SecurityObject,
+    /// `[chttpd_auth] iterations`.
+    pub iterations: u32,
+}
+
+/// Checks a write to `_users` and replaces a plaintext `password` by its hash (the
+/// plaintext is never stored). Design and local documents are not user documents; the
+/// caller applies the ordinary rules to them.
+pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(), UsersError> {
+    let admin = w.sec.is_admin(w.ctx);
+    if !admin && w.ctx.name.is_some() && w.ctx.name.as_deref() != doc_name(w.id) {
+        return Err(UsersError::NotFound);
+    }
+    if let Some(Value::String(pw)) = body.get("password") {
+        let hash = PasswordHash::new(pw, w.iterations);
+        body.remove("password");
+        body.extend(hash.user_doc_fields());
+    }
+    if w.deleted {
+        let old_name = w.old.and_then(|o| o.get("name")).and_then(Value::as_str);
+        if admin || (w.ctx.name.is_some() && w.ctx.name.as_deref() == old_name) {
+            return Ok(());
+        }
+        return Err(forbidden("Only admins may delete other user docs."));
+    }
+    validate_shape(w.id, body, w.old)?;
+    if !admin {
+        validate_roles_change(w.ctx, body, w.old)?;
+    }
+    validate_names(body)
+}
+
+fn roles(doc: &Map<String, Value>) -> Vec<String> {
+    doc.get("roles")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The name as JavaScript's `'' + name` would print it, for the id check.
+fn name_text(name: &Value) -> String {
+    match name {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn truthy(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+        Some(_) => true,
+    }
+}
+
+fn validate_shape(
+    id: &str,
+    doc: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+) -> Result<(), UsersError> {
+    if doc.get("type").and_then(Value::as_str) != Some("user") {
+        return Err(forbidden("doc.type must be user"));
+    }
+    if !truthy(doc.get("name")) {
+        return Err(forbidden("doc.name is required"));
+    }
+    if !truthy(doc.get("roles")) {
+        return Err(forbidden("doc.roles must exist"));
+    }
+    let Some(roles) = doc.get("roles").and_then(Value::as_array) else {
+        return Err(forbidden("doc.roles must be an array"));
+    };
+    if !roles.iter().all(Value::is_string) {
+        return Err(forbidden("doc.roles can only contain strings"));
+    }
+    if id != format!("{PREFIX}{}", name_text(&doc["name"])) {
+        return Err(forbidden(
+            "Doc ID must be of the form org.couchdb.user:name",
+        ));
+    }
+    if old.is_some_and(|o| o.get("name") != doc.get("name")) {
+        return Err(forbidden("Usernames can not be changed."));
+    }
+    if truthy(doc.get("password_sha")) && !truthy(doc.get("salt")) {
+        return Err(forbidden(
+            "Users with password_sha must have a salt.See /_utils/script/couch.js for example code.",
+        ));
+    }
+    validate_scheme(doc)
+}
+
+fn validate_scheme(doc: &Map<String, Value>) -> Result<(), UsersError> {
+    let scheme = doc.get("password_scheme");
+    if truthy(scheme) {
+        let s = scheme.and_then(Value::as_str).unwrap_or("");
+        if !["simple", "pbkdf2", "bcrypt"].contains(&s) {
+            return Err(forbidden(format!(
+                "Password scheme `{}` not supported.",
+                scheme.map(name_text).unwrap_or_default()
+            )));
+        }
+    }
+    if scheme.and_then(Value::as_str) == Some("pbkdf2") {
+        if !doc.get("iterations").is_some_and(Value::is_number) {
+            return Err(forbidden("iterations must be a number."));
+        }
+        if !doc.get("derived_key").is_some_and(Value::is_string) {
+            return Err(forbidden("derived_key must be a string."));
+        }
+    }
+    Ok(())
+}
+
+fn validate_roles_change(
+    ctx: &UserCtx,
+    doc: &Map<String, Value>,
+    old: Option<&Map<String, Value>>,
+) -> Result<(), UsersError> {
+    let mut new_roles = roles(doc);
+    match old {
+        Some(old) => {
+            if ctx.name.as_ref().map(|n| Value::String(n.clone())).as_ref() != doc.get("name") {
+                return Err(forbidden("You may only update your own user document."));
+            }
+            let mut old_roles = roles(old);
+            old_roles.sort();
+            new_roles.sort();
+            if old_roles != new_roles {
+                return Err(forbidden("Only _admin may edit roles"));
+            }
+            Ok(())
+        }
+        None if !new_roles.is_empty() => Err(forbidden("Only _admin may set roles")),
+        None => Ok(()),
+    }
+}
+
+fn validate_names(doc: &Map<String, Value>) -> Result<(), UsersError> {
+    if roles(doc).iter().any(|r| r.starts_with('_')) {
+        return Err(forbidden(
+            "No system roles (starting with underscore) in users db.",
+        ));
+    }
+    let name = name_text(&doc["name"]);
+    if name.starts_with('_') {
+        return Err(forbidden("Username may not start with underscore."));
+    }
+    if name.contains(':') {
+        return Err(forbidden("Character `:` is not allowed in usernames."));
+    }
+    Ok(())
+}
+
+/// What a reader may see of a `_users` document: admins and the user see it whole;
+/// others see only `public_fields` (`[chttpd_auth] public_fields`), and nothing (404) when
+/// none of them is set. Design documents are for admins only.
+pub fn filter_read(
+    id: &str,
+    body: Map<String, Value>,
+    ctx: &UserCtx,
+    sec: &SecurityObject,
+    public_fields: &[&str],
+) -> Result<Map<String, Value>, UsersError> {
+    let admin = sec.is_admin(ctx);
+    if id.starts_with("_design/") {
+        if admin {
+            return Ok(body);
+        }
+        return Err(forbidden(
+            "Only administrators can view design docs in the users database.",
+        ));
+    }
+    if admin || (ctx.name.is_some() && ctx.name.as_deref() == doc_name(id)) {
+        return Ok(body);
+    }
+    let kept: Map<String, Value> = body
+        .into_iter()
+        .filter(|(k, _)| public_fields.contains(&k.as_str()))
+        .collect();
+    if kept.is_empty() {
+        return Err(UsersError::NotFound);
+    }
+    Ok(kept)
+}
+
+/// A user as authentication needs it: roles and password hash, if the document is a
+/// valid user document with a PBKDF2 hash.
+pub fn credentials(doc: &Map<String, Value>) -> Option<(Vec<String>, PasswordHash)> {
+    if doc.get("type").and_then(Value::as_str) != Some("user") {
+        return None;
+    }
+    Some((roles(doc), PasswordHash::from_user_doc(doc)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!(),
+        }
+    }
+
+    fn write(
+        id: &str,
+        body: Value,
+        old: Option<Value>,
+        ctx: &UserCtx,
+    ) -> Result<Map<String, Value>, UsersError> {
+        let old = old.map(obj);
+        let sec = SecurityObject::default();
+        let w = UserWrite {
+            id,
+            deleted: false,
+            old: old.as_ref(),
+            ctx,
+            sec: &sec,
+            iterations: 5,
+        };
+        let mut b = obj(body);
+        prepare_write(&w, &mut b).map(|()| b)
+    }
+
+    fn user_doc(name: &str, roles: &[&str]) -> Value {
+        json!({"_id": format!("{PREFIX}{name}"), "name": name, "type": "user", "roles": roles, "password": "pw"})
+    }
+
+    #[test]
+    fn signup_hashes_the_password() {
+        let doc = write(
+            "org.couchdb.user:bob",
+            user_doc("bob", &[]),
+            None,
+            &UserCtx::anonymous(),
+        )
+        .unwrap();
+        assert!(doc.get("password").is_none());
+        let (roles, hash) = credentials(&doc).unwrap();
+        assert!(roles.is_empty());
+        assert!(hash.verify("pw"));
+        assert_eq!(doc["password_scheme"], "pbkdf2");
+    }
+
+    #[test]
+    fn rules() {
+        let anon = UserCtx::anonymous();
+        let bob = UserCtx::named("bob", vec![]);
+        let admin = UserCtx::named("root", vec!["_admin".into()]);
+        let err = |r: Result<Map<String, Value>, UsersError>| match r.unwrap_err() {
+            UsersError::Denied(Denied::Forbidden(m)) => m,
+            e => panic!("{e:?}"),
+        };
+        let id = "org.couchdb.user:bob";
+        assert_eq!(
+            err(write(id, user_doc("bob", &["boss"]), None, &anon)),
+            "Only _admin may set roles"
+        );
+        assert!(write(id, user_doc("bob", &["boss"]), None, &admin).is_ok());
+        assert_eq!(
+            err(write(id, user_doc("bob", &["_x"]), None, &admin)),
+            "No system roles (starting with underscore) in users db."
+        );
+        assert_eq!(
+            err(write(id, json!({"name": "bob", "roles": []}), None, &anon)),
+            "doc.type must be user"
+        );
+        assert_eq!(
+            err(write(
+                "org.couchdb.user:bo",
+                user_doc("bob", &[]),
+                None,
+                &anon
+            )),
+            "Doc ID must be of the form org.couchdb.user:name"
+        );
+        let old = user_doc("bob", &["a"]);
+        assert_eq!(
+            err(write(
+                id,
+                user_doc("bob", &["a", "b"]),
+                Some(old.clone()),
+                &bob
+            )),
+            "Only _admin may edit roles"
+        );
+        assert!(write(id, user_doc("bob", &["a"]), Some(old.clone()), &bob).is_ok());
+        assert_eq!(
+            write(
+                id,
+                user_doc("bob", &["a"]),
+                Some(old),
+                &UserCtx::named("eve", vec![])
+            ),
+            Err(UsersError::NotFound)
+        );
+        assert_eq!(
+            err(write(
+                "org.couchdb.user:_x",
+                user_doc("_x", &[]),
+                None,
+                &anon
+            )),
+            "Username may not start with underscore."
+        );
+    }
+
+    #[test]
+    fn reads() {
+        let sec = SecurityObject::default();
+        let body = obj(json!({"name": "bob", "type": "user", "roles": []}));
+        let id = "org.couchdb.user:bob";
+        let bob = UserCtx::named("bob", vec![]);
+        let eve = UserCtx::named("eve", vec![]);
+        assert!(filter_read(id, body.clone(), &bob, &sec, &[]).is_ok());
+        assert_eq!(
+            filter_read(id, body.clone(), &eve, &sec, &[]),
+            Err(UsersError::NotFound)
+        );
+        let seen = filter_read(id, body, &eve, &sec, &["name"]).unwrap();
+        assert_eq!(Value::Object(seen), json!({"name": "bob"}));
+    }
+}

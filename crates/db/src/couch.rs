@@ -188,7 +188,8 @@ impl Couch {
         self.dbs.read().unwrap().keys().cloned().collect()
     }
 
-    pub fn create(&self, name: &str) -> Result<Arc<Database>> {
+    /// Creates a database with the given security object.
+    pub fn create(&self, name: &str, security: serde_json::Value) -> Result<Arc<Database>> {
         validate_db_name(name)?;
         let _guard = self.lifecycle.lock().unwrap();
         if self.exists(name) {
@@ -201,7 +202,10 @@ impl Couch {
             None => 0,
         };
         let id = next + 1;
-        let props = Props::default();
+        let props = Props {
+            security,
+            ..Props::default()
+        };
         let stats = Stats::default();
         let mut batch = self.store.batch();
         batch.put(Cf::Meta, meta::NEXT_DB_ID, &id.to_be_bytes());

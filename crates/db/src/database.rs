@@ -33,7 +33,7 @@ impl Default for Props {
 
 impl Props {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let v = json!({"v": 1, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
+        let v = json!({"v": 2, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
         serde_json::to_vec(&v).expect("props serialize")
     }
 
@@ -52,7 +52,14 @@ impl Props {
             purged_infos_limit: v["purged_infos_limit"]
                 .as_u64()
                 .unwrap_or(d.purged_infos_limit),
-            security: v.get("security").cloned().unwrap_or(d.security),
+            security: match v["v"].as_u64() {
+                // Databases written before access control existed were reachable by
+                // server admins only; keep them so rather than make them public.
+                Some(1) => {
+                    json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
+                }
+                _ => v.get("security").cloned().unwrap_or(d.security),
+            },
         })
     }
 }

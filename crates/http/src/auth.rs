@@ -1,59 +1,348 @@
-//! Authentication of requests: turns credentials into a [`UserCtx`].
+//! Authentication of requests: turns credentials into a [`UserCtx`]. Server admins come
+//! from the config's `[admins]`, other users from `_users` documents. The handlers run in
+//! the order `[chttpd] authentication_handlers` lists them (default: cookie, then HTTP
+//! Basic; JWT and proxy authentication only when listed), as CouchDB's do: the first that
+//! recognises the request wins; Basic and JWT credentials that fail are errors, cookies
+//! and proxy headers that fail leave the request anonymous.
 
 use crate::error::ApiError;
 use crate::node_config::NodeConfig;
 use axum::http::{header, HeaderMap};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use serde_json::{Map, Value};
+use settee_auth::cookie::{self, CookieOptions, CookieStatus, COOKIE_NAME};
+use settee_auth::lockout::{Lockout, LockoutConfig};
 use settee_auth::password::PasswordHash;
-use settee_auth::{UserCtx, ADMIN_ROLE};
+use settee_auth::users::{self, USERS_DB};
+use settee_auth::{jwt, proxy, UserCtx, ADMIN_ROLE};
+use settee_db::Couch;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The outcome of authentication.
+#[derive(Debug, Clone)]
+pub struct Authenticated {
+    pub user: UserCtx,
+    /// CouchDB's name of the handler that authenticated the request (`default`, `cookie`,
+    /// `jwt`, `proxy`), if any did.
+    pub handler: Option<&'static str>,
+    /// A renewed session cookie to send back (`Set-Cookie` value).
+    pub set_cookie: Option<String>,
+}
+
+impl Authenticated {
+    fn anonymous() -> Authenticated {
+        Authenticated::by(UserCtx::anonymous(), None)
+    }
+
+    fn by(user: UserCtx, handler: Option<&'static str>) -> Authenticated {
+        Authenticated {
+            user,
+            handler,
+            set_cookie: None,
+        }
+    }
+}
+
+/// A known user: roles and password hash (whose salt also keys their cookies).
+pub struct Known {
+    pub roles: Vec<String>,
+    pub hash: PasswordHash,
+}
+
+/// The authentication handlers CouchDB ships, by their short names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handler {
+    Cookie,
+    Default,
+    Jwt,
+    Proxy,
+}
+
+/// The handlers `[chttpd] authentication_handlers` lists, in order.
+fn handlers(node: &NodeConfig) -> Vec<Handler> {
+    let Some(list) = node.get("chttpd", "authentication_handlers") else {
+        return vec![Handler::Cookie, Handler::Default];
+    };
+    let mut found: Vec<(usize, Handler)> = [
+        ("cookie_authentication_handler", Handler::Cookie),
+        ("default_authentication_handler", Handler::Default),
+        ("jwt_authentication_handler", Handler::Jwt),
+        ("proxy_authentication_handler", Handler::Proxy),
+    ]
+    .into_iter()
+    .filter_map(|(name, h)| list.find(name).map(|at| (at, h)))
+    .collect();
+    found.sort_by_key(|(at, _)| *at);
+    found.into_iter().map(|(_, h)| h).collect()
+}
+
+/// The names `GET /_session` reports in `info.authentication_handlers`.
+pub fn handler_names(node: &NodeConfig) -> Vec<&'static str> {
+    handlers(node)
+        .into_iter()
+        .map(|h| match h {
+            Handler::Cookie => "cookie",
+            Handler::Default => "default",
+            Handler::Jwt => "jwt",
+            Handler::Proxy => "proxy",
+        })
+        .collect()
+}
+
+/// Most verified credentials remembered (beyond, the memory is cleared).
+const VERIFIED_CAP: usize = 10_000;
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `[chttpd_auth]` with CouchDB's fallback to the legacy `[couch_httpd_auth]` section.
+pub fn auth_section(node: &NodeConfig) -> crate::node_config::Section {
+    let mut s = node.section("couch_httpd_auth");
+    s.extend(node.section("chttpd_auth"));
+    s
+}
 
 #[derive(Default)]
 pub struct Authenticator {
-    /// Digests of `name:password:hash` triples already verified, so PBKDF2 runs once each.
+    /// Digests of `name:password` with the stored hash already verified, so PBKDF2 runs
+    /// once per credential (and again after a password change).
     verified: Mutex<HashSet<[u8; 32]>>,
+    lockout: Lockout,
+}
+
+/// What a request offers to authenticate with.
+pub struct Credentials<'a> {
+    pub headers: &'a HeaderMap,
+    /// The client's address, for the lockout.
+    pub peer: &'a str,
 }
 
 impl Authenticator {
-    /// The anonymous context for a request without credentials; bad credentials are an
-    /// error whatever the endpoint.
     pub fn authenticate(
         &self,
-        headers: &HeaderMap,
+        creds: &Credentials,
         node: &NodeConfig,
-    ) -> Result<UserCtx, ApiError> {
-        let Some(value) = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-        else {
-            return Ok(UserCtx::anonymous());
+        couch: &Couch,
+    ) -> Result<Authenticated, ApiError> {
+        for handler in handlers(node) {
+            let found = match handler {
+                Handler::Cookie => self.by_cookie(creds.headers, node, couch)?,
+                Handler::Default => self.by_basic(creds, node, couch)?,
+                Handler::Jwt => by_jwt(creds.headers, node)?,
+                Handler::Proxy => by_proxy(creds.headers, node)?,
+            };
+            if let Some(found) = found {
+                return Ok(found);
+            }
+        }
+        Ok(Authenticated::anonymous())
+    }
+
+    fn by_basic(
+        &self,
+        creds: &Credentials,
+        node: &NodeConfig,
+        couch: &Couch,
+    ) -> Result<Option<Authenticated>, ApiError> {
+        let Some(value) = header_str(creds.headers, header::AUTHORIZATION.as_str()) else {
+            return Ok(None);
         };
-        let bad = || ApiError::Unauthorized("Name or password is incorrect.");
         let Some(encoded) = value
             .strip_prefix("Basic ")
             .or_else(|| value.strip_prefix("basic "))
         else {
-            return Err(bad());
+            return Ok(None);
         };
+        let bad = || ApiError::unauthorized("Name or password is incorrect.");
         let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
         let pair = String::from_utf8(decoded).map_err(|_| bad())?;
         let (name, password) = pair.split_once(':').ok_or_else(bad)?;
-        let stored = node.get("admins", name).ok_or_else(bad)?;
-        let hash = PasswordHash::parse(&stored).ok_or_else(bad)?;
+        let user = self
+            .login(name, password, creds.peer, node, couch)?
+            .ok_or_else(bad)?;
+        Ok(Some(Authenticated::by(user, Some("default"))))
+    }
+
+    /// Checks a name and password (HTTP Basic, `POST /_session`), with the lockout:
+    /// `None` for unknown users and wrong passwords, `Err(403)` while locked out.
+    pub fn login(
+        &self,
+        name: &str,
+        password: &str,
+        peer: &str,
+        node: &NodeConfig,
+        couch: &Couch,
+    ) -> Result<Option<UserCtx>, ApiError> {
+        let Some(known) = lookup(name, node, couch)? else {
+            return Ok(None);
+        };
+        let lockout = LockoutConfig::from_section(&node.section("chttpd_auth_lockout"));
+        let salt = known.hash.salt().to_string();
+        self.lockout.check(name, &salt, peer, &lockout, now_ms())?;
+        if self.verify(name, password, &known.hash) {
+            return Ok(Some(UserCtx::named(name, known.roles)));
+        }
+        self.lockout
+            .record_failure(name, &salt, peer, &lockout, now_ms());
+        Ok(None)
+    }
+
+    fn verify(&self, name: &str, password: &str, hash: &PasswordHash) -> bool {
         let digest: [u8; 32] = Sha256::new()
-            .chain_update(pair.as_bytes())
+            .chain_update(name.as_bytes())
             .chain_update([0])
-            .chain_update(stored.as_bytes())
+            .chain_update(password.as_bytes())
+            .chain_update([0])
+            .chain_update(hash.stored().as_bytes())
             .finalize()
             .into();
-        let known = self.verified.lock().unwrap().contains(&digest);
-        if known || hash.verify(password) {
-            self.verified.lock().unwrap().insert(digest);
-            return Ok(UserCtx::named(name, vec![ADMIN_ROLE.to_string()]));
+        let remembered = self.verified.lock().unwrap().contains(&digest);
+        if !remembered && !hash.verify(password) {
+            return false;
         }
-        Err(bad())
+        let mut verified = self.verified.lock().unwrap();
+        if verified.len() >= VERIFIED_CAP {
+            verified.clear();
+        }
+        verified.insert(digest);
+        true
     }
+
+    fn by_cookie(
+        &self,
+        headers: &HeaderMap,
+        node: &NodeConfig,
+        couch: &Couch,
+    ) -> Result<Option<Authenticated>, ApiError> {
+        let Some(value) = session_cookie(headers).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let c =
+            cookie::parse(&value).ok_or_else(|| ApiError::bad_request(cookie::MALFORMED_REASON))?;
+        let opts = CookieOptions::from_section(&auth_section(node));
+        let Some(secret) = &opts.secret else {
+            return Ok(None);
+        };
+        let Some(known) = lookup(&c.name, node, couch)? else {
+            return Ok(None);
+        };
+        let salt = known.hash.salt().as_bytes();
+        if !c.verify(secret.as_bytes(), salt, &opts.hash_algorithms) {
+            return Ok(None);
+        }
+        let now = now_secs();
+        let set_cookie = match c.status(now, opts.timeout) {
+            CookieStatus::Expired => return Ok(None),
+            CookieStatus::Valid => None,
+            CookieStatus::Renew => Some(session_cookie_header(&opts, &c.name, secret, salt, now)),
+        };
+        let mut found = Authenticated::by(UserCtx::named(&c.name, known.roles), Some("cookie"));
+        found.set_cookie = set_cookie;
+        Ok(Some(found))
+    }
+}
+
+/// A fresh `Set-Cookie` value for a session of `name`.
+pub fn session_cookie_header(
+    opts: &CookieOptions,
+    name: &str,
+    secret: &str,
+    user_salt: &[u8],
+    now: u64,
+) -> String {
+    let value = cookie::make(name, secret.as_bytes(), user_salt, now, opts.signing_alg());
+    opts.set_cookie(&value, now, false)
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The `AuthSession` cookie's value, if the request carries one.
+fn session_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE_NAME)
+        .map(|(_, v)| v.trim_matches('"').to_string())
+}
+
+fn by_jwt(headers: &HeaderMap, node: &NodeConfig) -> Result<Option<Authenticated>, ApiError> {
+    let Some(token) =
+        header_str(headers, header::AUTHORIZATION.as_str()).and_then(jwt::bearer_token)
+    else {
+        return Ok(None);
+    };
+    let config =
+        jwt::JwtConfig::from_sections(&node.section("jwt_auth"), &node.section("jwt_keys"))
+            .map_err(|reason| {
+                ApiError::Named(
+                    axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                    "jwt_auth_error".into(),
+                    reason,
+                )
+            })?;
+    let user = config.authenticate(token, now_secs())?;
+    Ok(Some(Authenticated::by(user, Some("jwt"))))
+}
+
+fn by_proxy(headers: &HeaderMap, node: &NodeConfig) -> Result<Option<Authenticated>, ApiError> {
+    let config = proxy::ProxyConfig::from_section(&auth_section(node));
+    let user = config.authenticate(|name| header_str(headers, name).map(str::to_string))?;
+    Ok(user.map(|u| Authenticated::by(u, Some("proxy"))))
+}
+
+/// Finds a user: server admins in `[admins]` first, then `_users`.
+pub fn lookup(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<Known>, ApiError> {
+    if let Some(hash) = node
+        .get("admins", name)
+        .and_then(|s| PasswordHash::parse(&s))
+    {
+        return Ok(Some(Known {
+            roles: vec![ADMIN_ROLE.to_string()],
+            hash,
+        }));
+    }
+    let Ok(db) = couch.get(USERS_DB) else {
+        return Ok(None);
+    };
+    let doc = match db.open_doc(&format!("{}{name}", users::PREFIX), None) {
+        Ok(d) if !d.deleted => d,
+        Ok(_) | Err(settee_db::Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(&doc.body) else {
+        return Ok(None);
+    };
+    Ok(users::credentials(&body).map(|(roles, hash)| Known { roles, hash }))
+}
+
+/// The `WWW-Authenticate` value for a 401, where CouchDB sends one: the request's
+/// `X-CouchDB-WWW-Authenticate`, else `[chttpd] WWW-Authenticate`, else `Basic
+/// realm="server"` when `require_valid_user` is on; browsers then prompt for a password.
+pub fn challenge(headers: &HeaderMap, node: &NodeConfig) -> Option<axum::http::HeaderValue> {
+    let value = header_str(headers, "x-couchdb-www-authenticate")
+        .map(str::to_string)
+        .or_else(|| node.get("chttpd", "WWW-Authenticate"))
+        .or_else(|| {
+            node.get_bool("chttpd", "require_valid_user", false)
+                .then(|| "Basic realm=\"server\"".to_string())
+        })?;
+    axum::http::HeaderValue::from_str(&value).ok()
 }

@@ -13,7 +13,7 @@ pub enum ApiError {
     BadRequest(String),
     QueryParse(String),
     NotFound(String),
-    Unauthorized(&'static str),
+    Unauthorized(String),
     Forbidden(String),
     MethodNotAllowed(&'static str),
     BadContentType(&'static str),
@@ -43,6 +43,32 @@ impl From<settee_views::Error> for ApiError {
             V::Reduce(f) => ApiError::Named(S::INTERNAL_SERVER_ERROR, f.error, f.reason),
             other => ApiError::Db(settee_db::Error::Internal(other.to_string())),
         }
+    }
+}
+
+impl From<settee_auth::Denied> for ApiError {
+    fn from(d: settee_auth::Denied) -> Self {
+        match d {
+            settee_auth::Denied::Unauthorized(r) => ApiError::Unauthorized(r),
+            settee_auth::Denied::Forbidden(r) => ApiError::Forbidden(r),
+            settee_auth::Denied::BadRequest(r) => ApiError::BadRequest(r),
+        }
+    }
+}
+
+impl From<crate::node_config::ConfigError> for ApiError {
+    fn from(e: crate::node_config::ConfigError) -> Self {
+        use crate::node_config::ConfigError as C;
+        match e {
+            C::Invalid(reason) => ApiError::bad_request(reason),
+            C::Io(msg) => ApiError::Db(DbError::Internal(msg)),
+        }
+    }
+}
+
+impl ApiError {
+    pub fn unauthorized(reason: impl Into<String>) -> ApiError {
+        ApiError::Unauthorized(reason.into())
     }
 }
 
@@ -114,7 +140,7 @@ impl ApiError {
             ApiError::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
             ApiError::QueryParse(r) => (S::BAD_REQUEST, "query_parse_error", r.clone()),
             ApiError::NotFound(r) => (S::NOT_FOUND, "not_found", r.clone()),
-            ApiError::Unauthorized(r) => (S::UNAUTHORIZED, "unauthorized", r.to_string()),
+            ApiError::Unauthorized(r) => (S::UNAUTHORIZED, "unauthorized", r.clone()),
             ApiError::Forbidden(r) => (S::FORBIDDEN, "forbidden", r.clone()),
             ApiError::MethodNotAllowed(allow) => (
                 S::METHOD_NOT_ALLOWED,

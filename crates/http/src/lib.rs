@@ -2,7 +2,10 @@
 //! handlers live by resource under `handlers/`, stay thin (parse → one store call → render),
 //! and return [`ApiError`], which `error.rs` maps to CouchDB's status and body in one place.
 
+mod access;
+mod admission;
 mod auth;
+mod cors;
 mod error;
 mod handlers;
 pub mod node_config;
@@ -83,6 +86,15 @@ impl AppState {
     pub fn next_uuid(&self) -> String {
         self.uuids.lock().unwrap().next()
     }
+
+    /// `[chttpd] max_http_request_size`, read live (the startup value is the default).
+    pub fn max_http_request_size(&self) -> usize {
+        let default = self.config.max_http_request_size as u64;
+        self.node
+            .get_u64("chttpd", "max_http_request_size", default)
+            .try_into()
+            .unwrap_or(usize::MAX)
+    }
 }
 
 /// One request as handlers see it.
@@ -93,6 +105,10 @@ pub struct Req {
     pub params: req::Params,
     /// Who is asking.
     pub user: settee_auth::UserCtx,
+    /// The authentication handler that recognised the user (`default`, `cookie`, …).
+    pub authenticated_by: Option<&'static str>,
+    /// The client's IP address.
+    pub peer: String,
     /// In a mutex only so that `&Req` is `Send` across awaits.
     body: Mutex<Option<Body>>,
     limit: usize,
@@ -122,12 +138,56 @@ pub fn app(state: AppState) -> Router {
 }
 
 async fn handle(State(state): State<AppState>, request: Request) -> Response {
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_default();
     let (parts, body) = request.into_parts();
-    let mut resp = match route(state, parts, body).await {
-        Ok(r) => r,
-        Err(e) => reply::err_to_response(e),
+    let has_body = parts
+        .headers
+        .contains_key(axum::http::header::TRANSFER_ENCODING)
+        || parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v != "0");
+    let challenge = auth::challenge(&parts.headers, &state.node);
+    let mut set_cookie = None;
+    // CORS: settings are read per request; a preflight is answered before authentication.
+    let cors = cors::ForRequest::new(&state.node, &parts.headers);
+    let preflight = cors
+        .as_ref()
+        .and_then(|c| c.preflight(&parts.method, &parts.headers));
+    let mut resp = match preflight {
+        Some(resp) => resp,
+        None => {
+            let mut resp = match route(state, parts, body, &peer, &mut set_cookie).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let mut resp = reply::err_to_response(e);
+                    if has_body {
+                        // The body may be unread; the connection cannot carry another
+                        // request, so say so rather than let a client reuse it.
+                        resp.headers_mut()
+                            .insert("connection", HeaderValue::from_static("close"));
+                    }
+                    resp
+                }
+            };
+            if let Some(c) = &cors {
+                c.decorate(&mut resp);
+            }
+            resp
+        }
     };
+    let status = resp.status();
     let h = resp.headers_mut();
+    if let Some(v) = challenge.filter(|_| status == axum::http::StatusCode::UNAUTHORIZED) {
+        h.insert(axum::http::header::WWW_AUTHENTICATE, v);
+    }
+    if let Some(c) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        h.append(axum::http::header::SET_COOKIE, c);
+    }
     h.insert("server", HeaderValue::from_static(SERVER_HEADER));
     let id = format!("{:010x}", rand::random::<u64>() & 0xff_ffff_ffff);
     h.insert(
@@ -141,25 +201,27 @@ async fn route(
     state: AppState,
     parts: axum::http::request::Parts,
     body: Body,
+    peer: &str,
+    set_cookie: &mut Option<String>,
 ) -> ApiResult<Response> {
     let endpoint = router::parse(parts.uri.path())?;
-    let user = state.auth.authenticate(&parts.headers, &state.node)?;
-    if !user.is_server_admin() && !endpoint.is_public() {
-        let reason = if endpoint.is_db_scoped() {
-            "You are not authorized to access this db."
-        } else {
-            "You are not a server admin."
-        };
-        return Err(ApiError::Unauthorized(reason));
-    }
+    let creds = auth::Credentials {
+        headers: &parts.headers,
+        peer,
+    };
+    let authn = state.auth.authenticate(&creds, &state.node, &state.couch)?;
+    *set_cookie = authn.set_cookie;
     let req = Req {
         method: parts.method,
         params: req::Params::parse(parts.uri.query()),
         uri: parts.uri,
         headers: parts.headers,
-        user,
+        user: authn.user,
+        authenticated_by: authn.handler,
+        peer: peer.to_string(),
         body: Mutex::new(Some(body)),
-        limit: state.config.max_http_request_size,
+        limit: state.max_http_request_size(),
     };
+    access::authorize(&state, &endpoint, &req)?;
     router::dispatch(state, endpoint, req).await
 }

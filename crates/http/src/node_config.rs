@@ -2,8 +2,12 @@
 //! sections layered read-only files first, then `<data-dir>/local.ini`, which is the one
 //! file changes are written to. Handlers read it on every request, so a change made through
 //! the API takes effect at once for every setting read here.
+//!
+//! As in CouchDB's ini format, an empty value (`key =`) deletes the key from every earlier
+//! layer; that is how a deletion of a value set by a read-only file is persisted. Files are
+//! read and written without quote or escape processing (CouchDB has none): values are
+//! single lines, which [`validate`] enforces before anything is written.
 
-use ini::Ini;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -11,85 +15,231 @@ use std::sync::RwLock;
 pub type Section = BTreeMap<String, String>;
 pub type Sections = BTreeMap<String, Section>;
 
+/// One layer: `None` is a deletion of the key from the layers below.
+type Layer = BTreeMap<String, BTreeMap<String, Option<String>>>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A section, key or value that cannot be stored in an ini file; the text is
+    /// CouchDB's reason (`Invalid configuration section` / `key` / `value`).
+    #[error("{0}")]
+    Invalid(&'static str),
+    /// `local.ini` (or a read-only file, on reload) could not be read or written.
+    #[error("{0}")]
+    Io(String),
+}
+
 pub struct NodeConfig {
+    files: Vec<PathBuf>,
     /// Where changes are persisted (`None`: in memory only, for tests).
     local_path: Option<PathBuf>,
     state: RwLock<State>,
 }
 
+#[derive(Default)]
 struct State {
     /// Values from the read-only files, later files winning.
-    base: Sections,
+    base: Layer,
     /// The writable layer, as persisted.
-    local: Sections,
-    /// Values set for this run only (command-line admins, hashes of plaintext passwords
-    /// found in read-only files); they win over both files.
-    transient: Sections,
+    local: Layer,
+    /// Values given at startup for this run only (command-line admins, hashes of
+    /// plaintext passwords found in read-only files). They survive `_reload`; a persisted
+    /// change of the same key replaces them.
+    startup: Layer,
+    /// Changes made with `X-Couch-Persist: false`; `_reload` drops them, as CouchDB does.
+    unpersisted: Layer,
 }
 
 impl State {
+    fn layers(&self) -> [&Layer; 4] {
+        [&self.unpersisted, &self.startup, &self.local, &self.base]
+    }
+
     fn get(&self, section: &str, key: &str) -> Option<&String> {
-        [&self.transient, &self.local, &self.base]
+        self.layers()
             .into_iter()
-            .find_map(|s| s.get(section).and_then(|m| m.get(key)))
+            .find_map(|l| l.get(section).and_then(|m| m.get(key)))
+            .and_then(Option::as_ref)
     }
 
     fn merged(&self) -> Sections {
-        let mut all = self.base.clone();
-        merge(&mut all, self.local.clone());
-        merge(&mut all, self.transient.clone());
-        all
+        let mut all = Layer::new();
+        for layer in self.layers().into_iter().rev() {
+            merge(&mut all, layer.clone());
+        }
+        all.into_iter()
+            .map(|(name, s)| {
+                let live = s.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
+                (name, live)
+            })
+            .filter(|(_, s): &(String, Section)| !s.is_empty())
+            .collect()
+    }
+
+    /// Whether a layer below the writable one still sets the key.
+    fn base_has(&self, section: &str, key: &str) -> bool {
+        self.base
+            .get(section)
+            .and_then(|s| s.get(key))
+            .is_some_and(Option::is_some)
     }
 }
 
-fn read_ini(path: &Path) -> Result<Sections, String> {
-    let ini =
-        Ini::load_from_file(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(to_sections(&ini))
+fn remove(layer: &mut Layer, section: &str, key: &str) {
+    if let Some(s) = layer.get_mut(section) {
+        s.remove(key);
+        if s.is_empty() {
+            layer.remove(section);
+        }
+    }
 }
 
-fn to_sections(ini: &Ini) -> Sections {
-    let mut out = Sections::new();
-    for (name, props) in ini.iter() {
-        let Some(name) = name else { continue };
-        let section = out.entry(name.to_string()).or_default();
-        for (k, v) in props.iter() {
-            section.insert(k.to_string(), v.to_string());
+fn insert(layer: &mut Layer, section: &str, key: &str, value: Option<String>) {
+    layer
+        .entry(section.to_string())
+        .or_default()
+        .insert(key.to_string(), value);
+}
+
+fn merge(into: &mut Layer, from: Layer) {
+    for (name, section) in from {
+        into.entry(name).or_default().extend(section);
+    }
+}
+
+fn read_ini(path: &Path) -> Result<Layer, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::Io(format!("cannot read {}: {e}", path.display())))?;
+    Ok(parse_ini(&text))
+}
+
+/// CouchDB's ini dialect (`config:parse_ini_file`): `[section]` headers, `;` comment
+/// lines, `key = value` split at the first `=` (so keys such as `hmac:_default` keep
+/// their colon), lines starting with whitespace continuing the previous value, and an
+/// empty value deleting the key.
+fn parse_ini(text: &str) -> Layer {
+    let mut out = Layer::new();
+    let mut section: Option<String> = None;
+    let mut last_key: Option<String> = None;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.starts_with(';') {
+            continue;
         }
+        if let Some(name) = trimmed.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+            section = Some(name.trim().to_string());
+            last_key = None;
+            continue;
+        }
+        let Some(sec) = &section else { continue };
+        if line.starts_with([' ', '\t']) {
+            if let Some(key) = &last_key {
+                let prev = out
+                    .get(sec)
+                    .and_then(|m| m.get(key))
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_default();
+                let joined = format!("{prev} {}", strip_comment(trimmed))
+                    .trim()
+                    .to_string();
+                insert(&mut out, sec, key, (!joined.is_empty()).then_some(joined));
+            }
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let (k, v) = (k.trim(), strip_comment(v.trim()));
+        insert(&mut out, sec, k, (!v.is_empty()).then(|| v.to_string()));
+        last_key = Some(k.to_string());
     }
     out
 }
 
+fn render_ini(layer: &Layer) -> String {
+    let mut out = String::new();
+    for (name, section) in layer {
+        out.push_str(&format!("[{name}]\n"));
+        for (k, v) in section {
+            out.push_str(&format!("{k} = {}\n", v.as_deref().unwrap_or("")));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// CouchDB's inline comments: a `;` after a space or tab ends the value.
+fn strip_comment(value: &str) -> &str {
+    let end = [" ;", "\t;"]
+        .iter()
+        .filter_map(|c| value.find(c))
+        .min()
+        .unwrap_or(value.len());
+    value[..end].trim_end()
+}
+
+fn read_files(files: &[PathBuf]) -> Result<Layer, ConfigError> {
+    let mut base = Layer::new();
+    for f in files {
+        merge(&mut base, read_ini(f)?);
+    }
+    Ok(base)
+}
+
+fn read_local(path: &Path) -> Result<Layer, ConfigError> {
+    if path.exists() {
+        read_ini(path)
+    } else {
+        Ok(Layer::new())
+    }
+}
+
+/// CouchDB's check before a change: sections, keys and values are printable single lines
+/// (tabs allowed), and sections and keys hold no `[` or `]`.
+pub fn validate(section: &str, key: &str, value: &str) -> Result<(), ConfigError> {
+    let printable = |s: &str| s.chars().all(|c| c == '\t' || !c.is_control());
+    let bracketless = |s: &str| !s.contains(['[', ']']);
+    // Beyond CouchDB's rules: what the ini reader would split (`=` in keys) or cut as a
+    // comment (` ;`) cannot be stored faithfully.
+    if !printable(section) || !bracketless(section) {
+        Err(ConfigError::Invalid("Invalid configuration section"))
+    } else if !printable(key) || !bracketless(key) || key.contains('=') {
+        Err(ConfigError::Invalid("Invalid configuration key"))
+    } else if !printable(value) || strip_comment(value) != value {
+        Err(ConfigError::Invalid("Invalid configuration value"))
+    } else {
+        Ok(())
+    }
+}
+
 impl NodeConfig {
     /// Reads `files` (read-only, in order) and then `local` (created when first written).
-    pub fn load(files: &[PathBuf], local: PathBuf) -> Result<NodeConfig, String> {
-        let mut base = Sections::new();
-        for f in files {
-            merge(&mut base, read_ini(f)?);
-        }
-        let local_sections = if local.exists() {
-            read_ini(&local)?
-        } else {
-            Sections::new()
+    pub fn load(files: &[PathBuf], local: PathBuf) -> Result<NodeConfig, ConfigError> {
+        let state = State {
+            base: read_files(files)?,
+            local: read_local(&local)?,
+            ..State::default()
         };
         Ok(NodeConfig {
+            files: files.to_vec(),
             local_path: Some(local),
-            state: RwLock::new(State {
-                base,
-                local: local_sections,
-                transient: Sections::new(),
-            }),
+            state: RwLock::new(state),
         })
     }
 
     /// A configuration that is never persisted.
     pub fn in_memory(sections: Sections) -> NodeConfig {
+        let local = sections
+            .into_iter()
+            .map(|(n, s)| (n, s.into_iter().map(|(k, v)| (k, Some(v))).collect()))
+            .collect();
         NodeConfig {
+            files: Vec::new(),
             local_path: None,
             state: RwLock::new(State {
-                base: Sections::new(),
-                local: sections,
-                transient: Sections::new(),
+                local,
+                ..State::default()
             }),
         }
     }
@@ -133,67 +283,97 @@ impl NodeConfig {
     }
 
     /// Sets a value in the writable layer and persists it; returns the previous value.
-    pub fn set(&self, section: &str, key: &str, value: &str) -> Result<Option<String>, String> {
+    pub fn set(
+        &self,
+        section: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>, ConfigError> {
+        validate(section, key, value)?;
         let mut state = self.state.write().unwrap();
         let old = state.get(section, key).cloned();
         let mut local = state.local.clone();
-        local
-            .entry(section.to_string())
-            .or_default()
-            .insert(key.to_string(), value.to_string());
+        insert(&mut local, section, key, Some(value.to_string()));
         self.persist(&local)?;
         state.local = local;
+        remove(&mut state.startup, section, key);
+        remove(&mut state.unpersisted, section, key);
         Ok(old)
     }
 
-    /// Sets a value for this run only, never persisted.
-    pub fn set_transient(&self, section: &str, key: &str, value: &str) {
+    /// Sets a value until the next `_reload` or restart (`X-Couch-Persist: false`).
+    pub fn set_unpersisted(
+        &self,
+        section: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Option<String>, ConfigError> {
+        validate(section, key, value)?;
         let mut state = self.state.write().unwrap();
-        state
-            .transient
-            .entry(section.to_string())
-            .or_default()
-            .insert(key.to_string(), value.to_string());
+        let old = state.get(section, key).cloned();
+        insert(
+            &mut state.unpersisted,
+            section,
+            key,
+            Some(value.to_string()),
+        );
+        Ok(old)
     }
 
-    /// Removes a value from the writable layer and persists that; returns the value it had.
-    /// (A value that only a read-only file sets cannot be removed.)
-    pub fn delete(&self, section: &str, key: &str) -> Result<Option<String>, String> {
+    /// Sets a value for this run only, never persisted, kept by `_reload`.
+    pub fn set_transient(&self, section: &str, key: &str, value: &str) {
+        let mut state = self.state.write().unwrap();
+        insert(&mut state.startup, section, key, Some(value.to_string()));
+    }
+
+    /// Removes a value and persists that (as an empty value in `local.ini` when a
+    /// read-only file sets it); returns the value it had.
+    pub fn delete(&self, section: &str, key: &str) -> Result<Option<String>, ConfigError> {
         let mut state = self.state.write().unwrap();
         let old = state.get(section, key).cloned();
         let mut local = state.local.clone();
-        if let Some(s) = local.get_mut(section) {
-            s.remove(key);
-            if s.is_empty() {
-                local.remove(section);
-            }
+        if state.base_has(section, key) {
+            insert(&mut local, section, key, None);
+        } else {
+            remove(&mut local, section, key);
         }
         self.persist(&local)?;
         state.local = local;
+        remove(&mut state.startup, section, key);
+        remove(&mut state.unpersisted, section, key);
         Ok(old)
     }
 
-    fn persist(&self, local: &Sections) -> Result<(), String> {
+    /// Removes a value until the next `_reload` or restart; returns the value it had.
+    pub fn delete_unpersisted(&self, section: &str, key: &str) -> Option<String> {
+        let mut state = self.state.write().unwrap();
+        let old = state.get(section, key).cloned();
+        insert(&mut state.unpersisted, section, key, None);
+        old
+    }
+
+    /// Re-reads every file and drops unpersisted changes (`POST _config/_reload`).
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let base = read_files(&self.files)?;
+        let local = match &self.local_path {
+            Some(p) => read_local(p)?,
+            None => self.state.read().unwrap().local.clone(),
+        };
+        let mut state = self.state.write().unwrap();
+        state.base = base;
+        state.local = local;
+        state.unpersisted.clear();
+        Ok(())
+    }
+
+    fn persist(&self, local: &Layer) -> Result<(), ConfigError> {
         let Some(path) = &self.local_path else {
             return Ok(());
         };
-        let mut ini = Ini::new();
-        for (name, section) in local {
-            for (k, v) in section {
-                ini.with_section(Some(name.as_str()))
-                    .set(k.as_str(), v.as_str());
-            }
-        }
         let tmp = path.with_extension("ini.tmp");
-        ini.write_to_file(&tmp)
+        std::fs::write(&tmp, render_ini(local))
             .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
-    }
-}
-
-fn merge(into: &mut Sections, from: Sections) {
-    for (name, section) in from {
-        into.entry(name).or_default().extend(section);
+            .map_err(|e| ConfigError::Io(format!("cannot write {}: {e}", path.display())))
     }
 }
 
@@ -213,9 +393,83 @@ mod tests {
         assert_eq!(c.get("a", "y").as_deref(), Some("3"));
         assert_eq!(c.set("b", "z", "4").unwrap(), None);
         assert_eq!(c.delete("a", "y").unwrap().as_deref(), Some("3"));
-        assert_eq!(c.get("a", "y").as_deref(), Some("2"));
-        let again = NodeConfig::load(&[base], local).unwrap();
+        assert_eq!(
+            c.get("a", "y"),
+            None,
+            "deleting hides the read-only value too"
+        );
+        let again = NodeConfig::load(std::slice::from_ref(&base), local.clone()).unwrap();
         assert_eq!(again.get("b", "z").as_deref(), Some("4"));
-        assert_eq!(again.section("a").len(), 2);
+        assert_eq!(again.get("a", "y"), None);
+        assert_eq!(again.section("a").len(), 1);
+        // a value only local.ini had leaves no trace when deleted
+        again.delete("b", "z").unwrap();
+        let text = std::fs::read_to_string(&local).unwrap();
+        assert!(!text.contains('z') && !text.contains("[b]"), "{text}");
+    }
+
+    #[test]
+    fn values_round_trip_verbatim() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("local.ini");
+        let c = NodeConfig::load(&[], local.clone()).unwrap();
+        let odd = r#"'q' "d" a;b #c x=y C:\dir\n *"#;
+        c.set("s", "k", odd).unwrap();
+        let again = NodeConfig::load(&[], local).unwrap();
+        assert_eq!(again.get("s", "k").as_deref(), Some(odd));
+    }
+
+    #[test]
+    fn couchdb_ini_dialect() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("local.ini");
+        std::fs::write(&local, "[s]\na:b=v\nc=x\\\nd=y\ne = v ; note\nf =;v\n").unwrap();
+        let c = NodeConfig::load(&[], local).unwrap();
+        assert_eq!(
+            c.get("s", "e").as_deref(),
+            Some("v"),
+            "comments, as CouchDB reads them"
+        );
+        assert_eq!(c.get("s", "f").as_deref(), Some(";v"));
+        assert_eq!(c.get("s", "a:b").as_deref(), Some("v"), "keys keep colons");
+        assert_eq!(c.get("s", "c").as_deref(), Some("x\\"));
+    }
+
+    #[test]
+    fn unpersisted_changes_and_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("local.ini");
+        let c = NodeConfig::load(&[], local).unwrap();
+        c.set("a", "x", "1").unwrap();
+        c.set_transient("admins", "cli", "hash");
+        assert_eq!(
+            c.set_unpersisted("a", "x", "2").unwrap().as_deref(),
+            Some("1")
+        );
+        assert_eq!(c.delete_unpersisted("a", "x").as_deref(), Some("2"));
+        assert_eq!(c.get("a", "x"), None);
+        c.reload().unwrap();
+        assert_eq!(c.get("a", "x").as_deref(), Some("1"));
+        assert_eq!(c.get("admins", "cli").as_deref(), Some("hash"));
+        // a persisted change replaces a startup value
+        c.set("admins", "cli", "new").unwrap();
+        c.reload().unwrap();
+        assert_eq!(c.get("admins", "cli").as_deref(), Some("new"));
+    }
+
+    #[test]
+    fn validation() {
+        assert!(validate("s", "k", "v\tw [x]").is_ok());
+        assert!(validate("s", "k", "").is_ok());
+        let bad = |s, k, v| validate(s, k, v).unwrap_err().to_string();
+        assert_eq!(bad("s[", "k", "v"), "Invalid configuration section");
+        assert_eq!(bad("s\n", "k", "v"), "Invalid configuration section");
+        assert_eq!(bad("s", "k]", "v"), "Invalid configuration key");
+        assert_eq!(bad("s", "k\r", "v"), "Invalid configuration key");
+        assert_eq!(bad("s", "k", "v\n"), "Invalid configuration value");
+        assert!(validate("s", "hmac:_default", "v").is_ok());
+        assert_eq!(bad("s", "a=b", "v"), "Invalid configuration key");
+        assert!(validate("s", "k", "C:\\dir\\").is_ok());
+        assert_eq!(bad("s", "k", "v ; w"), "Invalid configuration value");
     }
 }

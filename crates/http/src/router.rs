@@ -3,7 +3,7 @@
 //! dispatched by one exhaustive `match`.
 
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{all_docs, bulk, changes, database, doc, server, views};
+use crate::handlers::{all_docs, bulk, changes, database, doc, node, server, views};
 use crate::{AppState, Req};
 use axum::response::Response;
 use percent_encoding::percent_decode_str;
@@ -18,11 +18,14 @@ pub enum Endpoint {
     DbUpdates,
     ActiveTasks,
     Session,
+    Membership,
+    /// `/_node/{node-name}/…`
+    Node(String, NodeOp),
     Db(String),
     DbOp(String, DbOp),
     Doc(String, String),
     /// Attachments and design-document functions are later work; answered with 501.
-    Unimplemented(&'static str),
+    DbUnimplemented(String, &'static str),
     UnknownServer(String),
 }
 
@@ -55,6 +58,26 @@ pub enum DbOp {
     CompactDesign(String),
 }
 
+/// What is asked of `/_node/{node-name}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeOp {
+    /// `/_node` alone.
+    Incomplete,
+    /// `/_node/{node-name}`
+    Info,
+    /// `_config`
+    Config,
+    /// `_config/_reload`
+    Reload,
+    /// `_config/{section}`
+    Section(String),
+    /// `_config/{section}/{key}`
+    Key(String, String),
+    /// Node statistics and restarts: later work (501).
+    Unimplemented(&'static str),
+    Missing,
+}
+
 const SYSTEM_DBS: &[&str] = &["_users", "_replicator", "_global_changes"];
 
 fn decode(seg: &str) -> ApiResult<String> {
@@ -80,6 +103,9 @@ pub fn parse(path: &str) -> ApiResult<Endpoint> {
         ["_db_updates"] => Endpoint::DbUpdates,
         ["_active_tasks"] => Endpoint::ActiveTasks,
         ["_session"] => Endpoint::Session,
+        ["_membership"] => Endpoint::Membership,
+        ["_node"] | ["_node", ""] => Endpoint::Node(String::new(), NodeOp::Incomplete),
+        ["_node", node, rest @ ..] => Endpoint::Node(node.to_string(), parse_node(rest)),
         [s, ..] if s.starts_with('_') && !SYSTEM_DBS.contains(s) => {
             Endpoint::UnknownServer(s.to_string())
         }
@@ -87,6 +113,20 @@ pub fn parse(path: &str) -> ApiResult<Endpoint> {
         [db, rest @ ..] => parse_in_db(db, rest),
         [] => Endpoint::Root,
     })
+}
+
+fn parse_node(rest: &[&str]) -> NodeOp {
+    match rest {
+        [] | [""] => NodeOp::Info,
+        ["_config"] => NodeOp::Config,
+        ["_config", "_reload"] => NodeOp::Reload,
+        ["_config", section] => NodeOp::Section(section.to_string()),
+        ["_config", section, key] => NodeOp::Key(section.to_string(), key.to_string()),
+        ["_stats", ..] | ["_system"] | ["_prometheus"] => NodeOp::Unimplemented("node statistics"),
+        ["_versions"] => NodeOp::Unimplemented("_versions"),
+        ["_restart"] => NodeOp::Unimplemented("_restart"),
+        _ => NodeOp::Missing,
+    }
 }
 
 fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
@@ -110,7 +150,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_missing_revs"] => op(DbOp::MissingRevs),
         ["_security"] => op(DbOp::Security),
         ["_view_cleanup"] => op(DbOp::ViewCleanup),
-        ["_find"] | ["_index", ..] | ["_explain"] => Endpoint::Unimplemented("Mango queries"),
+        ["_find"] | ["_index", ..] | ["_explain"] => {
+            Endpoint::DbUnimplemented(db.clone(), "Mango queries")
+        }
         ["_temp_view"] => op(DbOp::TempView),
         ["_design", ddoc] => Endpoint::Doc(db, format!("_design/{ddoc}")),
         ["_design", ddoc, "_view", view] => op(DbOp::View(ddoc.to_string(), view.to_string())),
@@ -119,31 +161,15 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         }
         ["_design", ddoc, "_info"] => op(DbOp::DesignInfo(ddoc.to_string())),
         ["_design", _ddoc, ..] => {
-            Endpoint::Unimplemented("design document functions and attachments")
+            Endpoint::DbUnimplemented(db.clone(), "design document functions and attachments")
         }
         ["_local", id] => Endpoint::Doc(db, format!("_local/{id}")),
-        ["_local", _, ..] => Endpoint::Unimplemented("attachments on local documents"),
+        ["_local", _, ..] => {
+            Endpoint::DbUnimplemented(db.clone(), "attachments on local documents")
+        }
         [id] => Endpoint::Doc(db, id.to_string()),
-        [_, _att, ..] => Endpoint::Unimplemented("attachments"),
+        [_, _att, ..] => Endpoint::DbUnimplemented(db.clone(), "attachments"),
         [] => Endpoint::Db(db),
-    }
-}
-
-impl Endpoint {
-    /// Endpoints anyone may call; everything else needs a server admin until per-database
-    /// security lands (CouchDB 3's `admin_only` default for new databases).
-    pub fn is_public(&self) -> bool {
-        matches!(
-            self,
-            Endpoint::Root | Endpoint::Up | Endpoint::Uuids | Endpoint::Session
-        )
-    }
-
-    pub fn is_db_scoped(&self) -> bool {
-        matches!(
-            self,
-            Endpoint::Db(_) | Endpoint::DbOp(..) | Endpoint::Doc(..)
-        )
     }
 }
 
@@ -156,7 +182,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::DbsInfo => server::dbs_info(&state, req).await,
         Endpoint::DbUpdates => changes::db_updates(&state, req).await,
         Endpoint::ActiveTasks => server::active_tasks(&state, &req),
-        Endpoint::Session => server::session(&req),
+        Endpoint::Session => server::session(&state, req).await,
+        Endpoint::Membership => node::membership(&req),
+        Endpoint::Node(name, op) => node::node(&state, &name, op, req).await,
         Endpoint::Db(db) => database::db(&state, &db, req).await,
         Endpoint::DbOp(db, op) => {
             let handle = state.couch.get(&db)?;
@@ -181,7 +209,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Purge => bulk::purge(handle, req).await,
                 DbOp::RevsDiff => bulk::revs_diff(handle, req, false).await,
                 DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
-                DbOp::Security => database::security(handle, req).await,
+                DbOp::Security => database::security(&state, handle, req).await,
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
                 DbOp::TempView => views::temp_view(state, handle, req).await,
                 DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
@@ -192,8 +220,8 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::CompactDesign(ddoc) => views::compact_design(state, handle, ddoc, req).await,
             }
         }
-        Endpoint::Doc(db, id) => doc::doc(state.couch.get(&db)?, id, req).await,
-        Endpoint::Unimplemented(what) => Err(ApiError::NotImplemented(format!(
+        Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
+        Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),
         Endpoint::UnknownServer(name) => {
@@ -233,11 +261,27 @@ mod tests {
         );
         assert!(matches!(
             parse("/db/doc/att").unwrap(),
-            Endpoint::Unimplemented(_)
+            Endpoint::DbUnimplemented(..)
         ));
         assert!(matches!(
             parse("/_foo").unwrap(),
             Endpoint::UnknownServer(_)
         ));
+        assert_eq!(
+            parse("/_node/_local/_config/a%2Fb/k").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::Key("a/b".into(), "k".into()))
+        );
+        assert_eq!(
+            parse("/_node/_local/_config/_reload").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::Reload)
+        );
+        assert_eq!(
+            parse("/_node/n/_config/s/k/x").unwrap(),
+            Endpoint::Node("n".into(), NodeOp::Missing)
+        );
+        assert_eq!(
+            parse("/_node").unwrap(),
+            Endpoint::Node(String::new(), NodeOp::Incomplete)
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! The global scope that view functions see: `emit`, `log`, `sum`, `isArray`, `toJSON`,
-//! `require` (plus the intrinsics, `JSON` among them).
+//! The global scope that design-document functions see: `emit`, `log`, `sum`, `isArray`,
+//! `toJSON`, `require` (plus the intrinsics, `JSON` among them).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -23,11 +23,27 @@ pub(crate) type Emitted = Rc<RefCell<Vec<EmittedRow>>>;
 
 const PRELUDE: &str = include_str!("prelude.js");
 
-/// Installs the view-server globals into the context's global object.
+/// Installs the view-server globals into the context's global object, with `require`
+/// resolving against `{views: {lib}}` (map functions see only `views.lib`, as in CouchDB).
 pub(crate) fn install<'js>(
     ctx: &Ctx<'js>,
     monitor: &Monitor,
     lib: Option<&Json>,
+    emitted: &Emitted,
+) -> rquickjs::Result<()> {
+    let root = match lib {
+        Some(lib) => serde_json::json!({ "views": { "lib": lib } }),
+        None => serde_json::json!({ "views": {} }),
+    };
+    let root = Builder::new(ctx, false).value(&root)?;
+    install_with_root(ctx, monitor, root, emitted)
+}
+
+/// Installs the globals with `require` resolving against `root`.
+pub(crate) fn install_with_root<'js>(
+    ctx: &Ctx<'js>,
+    monitor: &Monitor,
+    root: Value<'js>,
     emitted: &Emitted,
 ) -> rquickjs::Result<()> {
     let globals = ctx.globals();
@@ -36,11 +52,20 @@ pub(crate) fn install<'js>(
     let json: Object = globals.get("JSON")?;
     globals.set("toJSON", json.get::<_, Function>("stringify")?)?;
     crate::guard::install(ctx, monitor)?;
-    let helpers = prelude_helpers(ctx, monitor, lib)?;
+    let helpers = prelude_helpers(ctx, monitor, root)?;
     for name in ["require", "sum", "isArray"] {
         globals.set(name, helpers.get::<_, Value>(name)?)?;
     }
     Ok(())
+}
+
+/// A `require` resolving paths against `root`, with a module cache of its own.
+pub(crate) fn require_function<'js>(
+    ctx: &Ctx<'js>,
+    monitor: &Monitor,
+    root: Value<'js>,
+) -> rquickjs::Result<Function<'js>> {
+    prelude_helpers(ctx, monitor, root)?.get("require")
 }
 
 fn emit_function<'js>(ctx: &Ctx<'js>, emitted: Emitted) -> rquickjs::Result<Function<'js>> {
@@ -70,17 +95,13 @@ fn log<'js>(ctx: Ctx<'js>, message: Opt<Value<'js>>) -> rquickjs::Result<()> {
     Ok(())
 }
 
-/// Runs the prelude's factory with the design document's library.
+/// Runs the prelude's factory with the object `require` paths start from.
 fn prelude_helpers<'js>(
     ctx: &Ctx<'js>,
     monitor: &Monitor,
-    lib: Option<&Json>,
+    root: Value<'js>,
 ) -> rquickjs::Result<Object<'js>> {
     let factory: Function = eval_script(ctx, monitor, PRELUDE, "settee-prelude")?.get()?;
-    let lib = match lib {
-        Some(lib) => Builder::new(ctx, false).value(lib)?,
-        None => Value::new_undefined(ctx.clone()),
-    };
     let monitor = monitor.clone();
     let compile = Function::new(
         ctx.clone(),
@@ -88,5 +109,5 @@ fn prelude_helpers<'js>(
             compile_module(&ctx, &monitor, &source, &id)
         },
     )?;
-    factory.call((lib, compile))
+    factory.call((root, compile))
 }

@@ -4,7 +4,9 @@
 //! line protocol. Settee runs the same functions in-process: a [`ViewRuntime`] owns one
 //! QuickJS runtime and context holding the compiled map and reduce functions of one design
 //! document's views, and is driven by plain Rust calls ([`ViewRuntime::map_doc`],
-//! [`ViewRuntime::reduce`], [`ViewRuntime::rereduce`]).
+//! [`ViewRuntime::reduce`], [`ViewRuntime::rereduce`]). A [`Validator`] does the same for
+//! the `validate_doc_update` functions of a database's design documents
+//! ([`Validator::validate`]), mapping what they throw to CouchDB's verdicts ([`Rejection`]).
 //!
 //! # The environment
 //!
@@ -19,6 +21,12 @@
 //! code. Promise jobs run before a call returns. There is no module loader, no `std`/`os`,
 //! no file system, network or timers. All views of a runtime share one global scope.
 //!
+//! Validate functions see the same globals, with `require` resolving against the whole
+//! design document (`require('lib/x')`) and `this` bound to the design document, as in
+//! CouchDB; all functions of a [`Validator`] share one global scope, but each design
+//! document has its own `require` and module cache. Their arguments are plain, mutable
+//! objects (CouchDB does not freeze them), built afresh for every function.
+//!
 //! Documents are deep-frozen before the map functions see them, as CouchDB does
 //! (`Couch.recursivelySeal` → `Object.freeze`): one document object is shared by every
 //! view, and a map function's writes to it are silently ignored (or throw a `TypeError` in
@@ -28,8 +36,8 @@
 //!
 //! # Limits
 //!
-//! Every `map_doc`, `reduce` and `rereduce` call (and construction, which runs the sources'
-//! top-level code) gets a deadline of now + [`Limits::timeout`] and a memory limit of
+//! Every `map_doc`, `reduce` and `rereduce` call, every validate function (and
+//! construction, which runs the sources' top-level code) gets a deadline of now + [`Limits::timeout`] and a memory limit of
 //! [`Limits::memory_limit`], both enforced from QuickJS's interrupt handler, which raises an
 //! exception user code cannot catch ([`JsError::Timeout`], [`JsError::OutOfMemory`]). The
 //! memory limit counts the runtime's heap and the call's converted output; single
@@ -41,7 +49,7 @@
 //!
 //! # Threading contract
 //!
-//! A [`ViewRuntime`] is neither `Send` nor `Sync`: create it on the thread that uses it and
+//! A [`ViewRuntime`] (like a [`Validator`]) is neither `Send` nor `Sync`: create it on the thread that uses it and
 //! keep one per worker thread (runtimes share nothing, cost ~0.5 ms and ~100 KB to create).
 //! The calling thread needs at least 2 MiB of stack (Rust's default for spawned threads):
 //! up to [`JS_STACK_LIMIT`] of it for JavaScript, the rest for the conversions.
@@ -56,11 +64,13 @@ mod monitor;
 mod runtime;
 mod script;
 mod to_json;
+mod validate;
 
 use std::time::Duration;
 
 pub use error::JsError;
 pub use runtime::{MapResult, ViewRuntime};
+pub use validate::{Rejection, ValidateSource, Validator};
 
 /// Most bytes of native stack that JavaScript code may use before it gets a `RangeError`.
 pub const JS_STACK_LIMIT: usize = 1024 * 1024;
@@ -68,7 +78,7 @@ pub const JS_STACK_LIMIT: usize = 1024 * 1024;
 /// Deepest nesting of arrays and objects accepted in documents and produced by conversions.
 pub const MAX_NESTING: usize = 512;
 
-/// Resource limits of one [`ViewRuntime`].
+/// Resource limits of one [`ViewRuntime`] or [`Validator`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Wall-clock budget of one call into JavaScript.

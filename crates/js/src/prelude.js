@@ -1,10 +1,10 @@
-// Settee's view-server helpers. Evaluated once per runtime to a factory function that Rust
-// calls with the design document's `views.lib` object and a module compiler; its results are
-// installed as globals. Nothing here leaks into the global scope by itself.
-(function (lib, compileModule) {
+// Settee's view-server helpers. Evaluated to a factory function that Rust calls with the
+// object `require` paths start from (`{views: {lib: ...}}` for views, the whole design
+// document for validate_doc_update) and a module compiler; its results are installed as
+// globals. Each call has its own module cache. Nothing here leaks into the global scope.
+(function (root, compileModule) {
   "use strict";
 
-  var root = { views: { lib: lib } };
   var cache = Object.create(null);
   var hasOwn = Object.prototype.hasOwnProperty;
 

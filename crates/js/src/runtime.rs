@@ -56,10 +56,7 @@ impl ViewRuntime {
     /// Creates a runtime and compiles every view's functions (running their top-level code
     /// under the time limit).
     pub fn new(fns: &ViewFns, limits: Limits) -> Result<ViewRuntime, JsError> {
-        let (runtime, monitor) = Monitor::runtime().map_err(|e| setup_error(&e))?;
-        runtime.set_max_stack_size(JS_STACK_LIMIT);
-        let context = Context::custom::<Intrinsics>(&runtime).map_err(|e| setup_error(&e))?;
-        monitor.enforce(&context, limits.memory_limit);
+        let (runtime, context, monitor) = new_context(limits)?;
         let emitted = Emitted::default();
         let (views, classes) = context.with(|ctx| {
             let _armed = monitor.start(limits.timeout);
@@ -296,7 +293,7 @@ fn restore<'js>(
 }
 
 /// [`settle`] for calls where user code throwing is simply an error.
-fn settle_all<T>(
+pub(crate) fn settle_all<T>(
     ctx: &Ctx<'_>,
     result: rquickjs::Result<T>,
     monitor: &Monitor,
@@ -306,7 +303,7 @@ fn settle_all<T>(
 
 /// Runs the promise jobs user code queued (`async` functions, `.then`), so they neither
 /// pile up across calls nor outlive the call's deadline and memory watch.
-fn run_pending_jobs(ctx: &Ctx<'_>, monitor: &Monitor) -> rquickjs::Result<()> {
+pub(crate) fn run_pending_jobs(ctx: &Ctx<'_>, monitor: &Monitor) -> rquickjs::Result<()> {
     let mut job_ctx = std::ptr::null_mut();
     loop {
         // SAFETY: the runtime is live and locked by the caller's `Context::with`; this
@@ -323,6 +320,15 @@ fn run_pending_jobs(ctx: &Ctx<'_>, monitor: &Monitor) -> rquickjs::Result<()> {
             _ => return Err(rquickjs::Error::Exception),
         }
     }
+}
+
+/// A runtime with CouchDB's intrinsics, the stack cap and the memory limit in force.
+pub(crate) fn new_context(limits: Limits) -> Result<(Runtime, Context, Monitor), JsError> {
+    let (runtime, monitor) = Monitor::runtime().map_err(|e| setup_error(&e))?;
+    runtime.set_max_stack_size(JS_STACK_LIMIT);
+    let context = Context::custom::<Intrinsics>(&runtime).map_err(|e| setup_error(&e))?;
+    monitor.enforce(&context, limits.memory_limit);
+    Ok((runtime, context, monitor))
 }
 
 fn setup_error(e: &rquickjs::Error) -> JsError {

@@ -2,12 +2,14 @@
 //! CouchDB's style (`[chttpd]`, `[couchdb]`, `[admins]`), over defaults.
 //!
 //! The data directory holds `local.ini`, which Settee itself writes: the first-run admin's
-//! hash and the server uuid. Plaintext admin passwords found in an ini file are replaced by
-//! their hash, as CouchDB does.
+//! hash, the server uuid, and changes made with `/_node/_local/_config`. Plaintext admin
+//! passwords found in an ini file are replaced by their hash, as CouchDB does.
+//!
+//! Everything is read through the live [`NodeConfig`]; the values copied into [`Settings`]
+//! here are the restart-only ones (listed in `docs/design.md`).
 
-use ini::Ini;
 use settee_auth::password::{PasswordHash, DEFAULT_ITERATIONS};
-use std::collections::HashMap;
+use settee_http::NodeConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -47,147 +49,120 @@ pub struct Settings {
     pub generated_password: Option<(String, String)>,
 }
 
-fn get<'a>(inis: &'a [Ini], section: &str, key: &str) -> Option<&'a str> {
-    inis.iter()
-        .rev()
-        .find_map(|i| i.get_from(Some(section), key))
-}
-
-fn load(path: &Path) -> Result<Ini, String> {
-    Ini::load_from_file(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+/// Replaces plaintext admin passwords written into `local.ini` by hand with their hash,
+/// in place (values from read-only files are hashed for the run only, below).
+fn hash_local_admins(local_path: &Path, iterations: u32) -> Result<bool, String> {
+    let local = NodeConfig::load(&[], local_path.to_path_buf()).map_err(|e| e.to_string())?;
+    let mut changed = false;
+    for (name, value) in local.section("admins") {
+        if PasswordHash::parse(&value).is_none() {
+            let hash = PasswordHash::new(&value, iterations).stored();
+            local
+                .set("admins", &name, &hash)
+                .map_err(|e| e.to_string())?;
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
 
 pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
-    let mut inis = Vec::new();
-    if let Some(p) = &args.config {
-        inis.push(load(p)?);
-    }
-    let data_dir = args
-        .data_dir
-        .clone()
-        .or_else(|| get(&inis, "couchdb", "database_dir").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("./settee-data"));
+    let files: Vec<PathBuf> = args.config.iter().cloned().collect();
+    let data_dir = match (&args.data_dir, &args.config) {
+        (Some(d), _) => d.clone(),
+        (None, Some(p)) => NodeConfig::load(std::slice::from_ref(p), PathBuf::new())
+            .map_err(|e| e.to_string())?
+            .get("couchdb", "database_dir")
+            .filter(|d| !d.is_empty())
+            .map_or_else(|| PathBuf::from("./settee-data"), PathBuf::from),
+        (None, None) => PathBuf::from("./settee-data"),
+    };
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| format!("cannot create {}: {e}", data_dir.display()))?;
     let local_path = data_dir.join("local.ini");
-    let mut local = if local_path.exists() {
-        load(&local_path)?
-    } else {
-        Ini::new()
+    let iterations_in = |node: &NodeConfig| {
+        node.get_u64("chttpd_auth", "iterations", DEFAULT_ITERATIONS.into())
+            .clamp(1, u32::MAX.into()) as u32
     };
-    let mut dirty = false;
-
-    // Hash any plaintext admin passwords in local.ini in place.
-    let plain: Vec<(String, String)> = local
-        .section(Some("admins"))
-        .map(|s| {
-            s.iter()
-                .filter(|(_, v)| PasswordHash::parse(v).is_none())
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
-    for (name, pw) in plain {
-        local
-            .with_section(Some("admins"))
-            .set(name, PasswordHash::new(&pw, DEFAULT_ITERATIONS).stored());
-        dirty = true;
+    let node = NodeConfig::load(&files, local_path.clone()).map_err(|e| e.to_string())?;
+    let iterations = iterations_in(&node);
+    if hash_local_admins(&local_path, iterations)? {
+        node.reload().map_err(|e| e.to_string())?;
     }
-    inis.push(local.clone());
 
-    let mut admins = HashMap::new();
-    for ini in &inis {
-        if let Some(section) = ini.section(Some("admins")) {
-            for (name, value) in section.iter() {
-                let hash = PasswordHash::parse(value)
-                    .unwrap_or_else(|| PasswordHash::new(value, DEFAULT_ITERATIONS));
-                admins.insert(name.to_string(), hash);
-            }
+    // Plaintext passwords in read-only files are hashed for this run only.
+    for (name, value) in node.section("admins") {
+        if PasswordHash::parse(&value).is_none() {
+            node.set_transient(
+                "admins",
+                &name,
+                &PasswordHash::new(&value, iterations).stored(),
+            );
         }
     }
-    let mut cli_admin = None;
     if let Some(spec) = &args.admin {
         let (name, pw) = spec.split_once(':').ok_or("--admin takes NAME:PASSWORD")?;
-        let hash = PasswordHash::new(pw, 10_000);
-        admins.insert(name.to_string(), hash.clone());
-        cli_admin = Some((name.to_string(), hash));
+        node.set_transient("admins", name, &PasswordHash::new(pw, 10_000).stored());
     }
     let mut generated_password = None;
-    if admins.is_empty() {
+    if node.section("admins").is_empty() {
         let pw = hex::encode(rand::random::<[u8; 16]>());
-        let hash = PasswordHash::new(&pw, DEFAULT_ITERATIONS);
-        local
-            .with_section(Some("admins"))
-            .set("admin", hash.stored());
-        admins.insert("admin".into(), hash);
+        let hash = PasswordHash::new(&pw, iterations);
+        node.set("admins", "admin", &hash.stored())
+            .map_err(|e| e.to_string())?;
         generated_password = Some(("admin".to_string(), pw));
-        dirty = true;
     }
-    let server_uuid = match get(&inis, "couchdb", "uuid") {
-        Some(u) => u.to_string(),
+    let server_uuid = match node.get("couchdb", "uuid") {
+        Some(u) => u,
         None => {
             let u = hex::encode(rand::random::<[u8; 16]>());
-            local.with_section(Some("couchdb")).set("uuid", u.clone());
-            dirty = true;
+            node.set("couchdb", "uuid", &u).map_err(|e| e.to_string())?;
             u
         }
     };
-    if dirty {
-        local
-            .write_to_file(&local_path)
-            .map_err(|e| format!("cannot write {}: {e}", local_path.display()))?;
-    }
 
     let bind = match args.bind {
         Some(b) => b,
         None => {
-            let addr = get(&inis, "chttpd", "bind_address").unwrap_or("127.0.0.1");
-            let port = get(&inis, "chttpd", "port").unwrap_or("5984");
+            let addr = node.get_or("chttpd", "bind_address", "127.0.0.1");
+            let port = node.get_or("chttpd", "port", "5984");
             format!("{addr}:{port}")
                 .parse()
                 .map_err(|e| format!("bad bind address {addr}:{port}: {e}"))?
         }
     };
     let int = |section: &str, key: &str, default: usize| -> Result<usize, String> {
-        get(&inis, section, key).map_or(Ok(default), |v| {
-            v.parse()
+        node.get(section, key).map_or(Ok(default), |v| {
+            v.trim()
+                .parse()
                 .map_err(|_| format!("[{section}] {key} must be an integer"))
         })
     };
-    let node = settee_http::NodeConfig::load(
-        &args.config.iter().cloned().collect::<Vec<_>>(),
-        local_path,
+    let max_document_size = int(
+        "couchdb",
+        "max_document_size",
+        settee_db::Config::default().max_document_size,
     )?;
-    for (name, hash) in admins {
-        if node
-            .get("admins", &name)
-            .is_none_or(|v| PasswordHash::parse(&v).is_none())
-        {
-            node.set_transient("admins", &name, &hash.stored());
-        }
-    }
-    if let Some((name, hash)) = cli_admin {
-        node.set_transient("admins", &name, &hash.stored());
-    }
+    let max_http_request_size = int(
+        "chttpd",
+        "max_http_request_size",
+        settee_http::HttpConfig::default().max_http_request_size,
+    )?;
+    let os_process_timeout_ms = int("couchdb", "os_process_timeout", 5000)? as u64;
+    let js_memory_limit = int("settee", "js_memory_limit", 64 << 20)?;
+    let view_workers = int("settee", "view_index_workers", 0)?;
+    let reduce_limit = node.get("query_server_config", "reduce_limit").as_deref() != Some("false");
     Ok(Settings {
         data_dir,
         bind,
         node,
         server_uuid,
-        max_document_size: int(
-            "couchdb",
-            "max_document_size",
-            settee_db::Config::default().max_document_size,
-        )?,
-        max_http_request_size: int(
-            "chttpd",
-            "max_http_request_size",
-            settee_http::HttpConfig::default().max_http_request_size,
-        )?,
-        os_process_timeout_ms: int("couchdb", "os_process_timeout", 5000)? as u64,
-        js_memory_limit: int("settee", "js_memory_limit", 64 << 20)?,
-        view_workers: int("settee", "view_index_workers", 0)?,
-        reduce_limit: get(&inis, "query_server_config", "reduce_limit") != Some("false"),
+        max_document_size,
+        max_http_request_size,
+        os_process_timeout_ms,
+        js_memory_limit,
+        view_workers,
+        reduce_limit,
         generated_password,
     })
 }

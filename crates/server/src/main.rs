@@ -56,6 +56,15 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         &settee_storage::StoreOptions::default(),
     )
     .map_err(|e| format!("cannot open the data directory: {e}"))?;
+    // The authentication database, admin-only as CouchDB 3 creates it.
+    if couch.get(settee_auth::users::USERS_DB).is_err() {
+        couch
+            .create(
+                settee_auth::users::USERS_DB,
+                settee_auth::security::admin_only(),
+            )
+            .map_err(|e| format!("cannot create _users: {e}"))?;
+    }
     let http_config = HttpConfig {
         max_http_request_size: settings.max_http_request_size,
         server_uuid: settings.server_uuid.clone(),
@@ -96,10 +105,13 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
             env!("CARGO_PKG_VERSION"),
             settings.bind
         );
-        axum::serve(listener, app(state))
-            .with_graceful_shutdown(shutdown())
-            .await
-            .map_err(|e| e.to_string())
+        axum::serve(
+            listener,
+            app(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown())
+        .await
+        .map_err(|e| e.to_string())
     })
 }
 

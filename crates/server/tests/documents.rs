@@ -298,7 +298,11 @@ fn local_documents() {
 fn security_and_props() {
     let s = Server::start();
     s.create_db("db");
-    assert_eq!(s.get("/db/_security").json(), json!({}));
+    // CouchDB 3's default_security = admin_only
+    assert_eq!(
+        s.get("/db/_security").json(),
+        json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
+    );
     let sec =
         json!({"admins": {"names": ["a"], "roles": []}, "members": {"names": [], "roles": ["r"]}});
     assert_eq!(s.put("/db/_security", &sec.to_string()).status, 200);

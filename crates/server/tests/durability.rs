@@ -86,12 +86,16 @@ fn deleting_a_database_under_write_load() {
         for t in 0..3 {
             let (s, statuses) = (&s, &statuses);
             scope.spawn(move || {
-                for i in 0..40 {
+                // Write until the database is gone (bounded, in case it never goes).
+                for i in 0..5000 {
                     let docs: Vec<Value> = (0..200)
                         .map(|k| json!({"_id": format!("{t}-{i}-{k}")}))
                         .collect();
                     let r = s.post("/db/_bulk_docs", &json!({"docs": docs}).to_string());
                     statuses.lock().unwrap().push(r.status);
+                    if r.status == 404 {
+                        break;
+                    }
                 }
             });
         }

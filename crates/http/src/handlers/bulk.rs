@@ -9,7 +9,7 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
-use settee_core::{parse_doc, validate_doc_id, DocKind, Rev};
+use settee_core::{parse_doc, validate_doc_id, DocKind, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, UpdateResult};
 use std::sync::Arc;
 
@@ -70,12 +70,17 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
             }
         };
         validate_doc_id(&id)?;
-        if let Err(e) = super::views::validate_design(&id, &d) {
-            rejected.push((i, error_entry(&id, e)));
-            continue;
+        d.id = Some(id.clone());
+        docs.push(((i, id), d));
+    }
+    let (places, parsed): (Vec<(usize, String)>, Vec<ParsedDoc>) = docs.into_iter().unzip();
+    let mut docs = Vec::with_capacity(parsed.len());
+    let admitted = super::doc::admit(state, &db, &req, parsed, new_edits).await?;
+    for ((i, id), result) in places.into_iter().zip(admitted) {
+        match result {
+            Ok(d) => docs.push(d),
+            Err(e) => rejected.push((i, error_entry(&id, e))),
         }
-        d.id = Some(id);
-        docs.push(d);
     }
     let results = if docs.is_empty() {
         Vec::new()

@@ -58,7 +58,10 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             }
             let couch = state.couch.clone();
             let name2 = name.to_string();
-            blocking(move || Ok(couch.create(&name2)?)).await?;
+            let security = settee_auth::security::default_for(
+                state.node.get("couchdb", "default_security").as_deref(),
+            );
+            blocking(move || Ok(couch.create(&name2, security)?)).await?;
             let mut resp = ok_true(StatusCode::CREATED);
             if let Some(loc) = location(&req, &[name]) {
                 resp.headers_mut().insert("location", loc);
@@ -96,7 +99,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             settee_core::validate_doc_id(&id)?;
             parsed.id = Some(id.clone());
             let batch = doc::batch_ok(&req)?;
-            doc::write_one(db, parsed, true, batch)
+            doc::write_one(state, db, &req, parsed, true, batch)
                 .await
                 .map(|rev| created(&req, &id, rev.as_ref(), batch))
         }
@@ -240,36 +243,20 @@ pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiRes
     ))
 }
 
-fn validate_security(v: &Value) -> ApiResult<()> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| ApiError::bad_request("Security object must be a JSON object"))?;
-    for section in ["admins", "members"] {
-        let Some(s) = obj.get(section) else { continue };
-        let s = s
-            .as_object()
-            .ok_or_else(|| ApiError::bad_request(format!("{section} must be a JSON object")))?;
-        for field in ["names", "roles"] {
-            if let Some(list) = s.get(field) {
-                let ok = list
-                    .as_array()
-                    .is_some_and(|a| a.iter().all(Value::is_string));
-                if !ok {
-                    return Err(ApiError::bad_request(format!(
-                        "{section}.{field} must be a JSON list of strings"
-                    )));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-pub async fn security(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,PUT")?;
     if req.method == "PUT" {
+        if crate::access::is_system_db(&db.name)
+            && !state
+                .node
+                .get_bool("couchdb", "users_db_security_editable", false)
+        {
+            return Err(ApiError::Forbidden(
+                "You can't edit the security object of the user database.".into(),
+            ));
+        }
         let v = req.json().await?;
-        validate_security(&v)?;
+        settee_auth::security::validate(&v).map_err(ApiError::BadRequest)?;
         blocking(move || Ok(db.set_props(|p| p.security = v)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }

@@ -2,12 +2,13 @@
 //! `_local/` documents.
 
 use super::{await_write, blocking};
+use crate::admission::Admission;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::database::location;
 use crate::render::{doc_json, DocOpts};
 use crate::reply::{json, json_bytes, with_type};
 use crate::req::etag_value;
-use crate::Req;
+use crate::{AppState, Req};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -16,15 +17,15 @@ use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc, UpdateResult};
 use std::sync::Arc;
 
-pub async fn doc(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     if id.starts_with("_local/") {
         return local(db, id, req).await;
     }
     match req.method.as_str() {
-        "GET" | "HEAD" => get(db, id, req).await,
-        "PUT" => put(db, id, req).await,
-        "DELETE" => delete(db, id, req).await,
-        "COPY" => copy(db, id, req).await,
+        "GET" | "HEAD" => get(state, db, id, req).await,
+        "PUT" => put(state, db, id, req).await,
+        "DELETE" => delete(state, db, id, req).await,
+        "COPY" => copy(state, db, id, req).await,
         _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE,COPY")),
     }
 }
@@ -50,18 +51,24 @@ fn parse_rev_param(req: &Req) -> ApiResult<Option<Rev>> {
     Ok(req.params.get("rev").map(Rev::parse).transpose()?)
 }
 
-async fn get(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let opts = DocOpts::from_params(&req.params)?;
     // No attachments can exist yet, so these only confirm what the document already says.
     for k in ["attachments", "att_encoding_info"] {
         req.params.bool(k)?;
     }
+    let users_view = users_reader(state, &db, &req)?;
     if req.params.get("open_revs").is_some() {
+        if users_view.is_some() {
+            return Err(ApiError::Forbidden(
+                "Only admins can read revisions of other users' documents.".into(),
+            ));
+        }
         return open_revs(db, id, req, opts).await;
     }
     let rev = parse_rev_param(&req)?;
     let latest = req.params.flag("latest")?;
-    let doc = blocking(move || {
+    let mut doc = blocking(move || {
         let mut doc = db.open_doc(&id, rev.as_ref())?;
         if latest {
             if let Some(r) = &rev {
@@ -73,6 +80,19 @@ async fn get(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
         Ok(doc)
     })
     .await?;
+    if let Some((sec, public)) = users_view {
+        let body: serde_json::Map<String, Value> =
+            serde_json::from_slice(&doc.body).unwrap_or_default();
+        let public: Vec<&str> = public.iter().map(String::as_str).collect();
+        let kept = settee_auth::users::filter_read(&doc.id, body, &req.user, &sec, &public)
+            .map_err(|e| match e {
+                settee_auth::users::UsersError::NotFound => {
+                    ApiError::Db(settee_db::Error::NotFound("missing"))
+                }
+                settee_auth::users::UsersError::Denied(d) => d.into(),
+            })?;
+        doc.body = serde_json::to_vec(&kept).expect("json");
+    }
     let tag = doc.rev.to_string();
     if !opts.has_meta()
         && etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str())
@@ -88,6 +108,30 @@ async fn get(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
         resp.headers_mut().insert(header::ETAG, etag(&tag));
     }
     Ok(resp)
+}
+
+/// For a reader of `_users` who is not its admin: the security object and the public
+/// fields (`[chttpd_auth] public_fields`) that `users::filter_read` needs.
+fn users_reader(
+    state: &AppState,
+    db: &Database,
+    req: &Req,
+) -> ApiResult<Option<(settee_auth::security::SecurityObject, Vec<String>)>> {
+    if !crate::access::is_system_db(&db.name) {
+        return Ok(None);
+    }
+    let sec = settee_auth::security::SecurityObject::from_json(&db.props().security);
+    if sec.is_admin(&req.user) {
+        return Ok(None);
+    }
+    let public = state
+        .node
+        .get_or("chttpd_auth", "public_fields", "")
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect();
+    Ok(Some((sec, public)))
 }
 
 async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> ApiResult<Response> {
@@ -206,14 +250,17 @@ pub fn batch_ok(req: &Req) -> ApiResult<bool> {
 /// Writes one document; `Ok(None)` when acknowledged early (`batch=ok`) or when a
 /// replicated revision needs no new rev.
 pub async fn write_one(
+    state: &AppState,
     db: Arc<Database>,
+    req: &Req,
     doc: ParsedDoc,
     new_edits: bool,
     batch: bool,
 ) -> ApiResult<Option<Rev>> {
-    if let Some(id) = &doc.id {
-        super::views::validate_design(id, &doc)?;
-    }
+    let doc = admit(state, &db, req, vec![doc], new_edits)
+        .await?
+        .pop()
+        .expect("one result")?;
     let given = doc.rev();
     let rx = db.update_docs(vec![doc], new_edits)?;
     if batch {
@@ -231,6 +278,26 @@ pub async fn write_one(
             "no result for write".into(),
         ))),
     }
+}
+
+/// Runs the per-document write checks (`admission`) on a blocking thread; one result per
+/// document, in order.
+pub async fn admit(
+    state: &AppState,
+    db: &Arc<Database>,
+    req: &Req,
+    docs: Vec<ParsedDoc>,
+    new_edits: bool,
+) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
+    let (state, db, user) = (state.clone(), db.clone(), req.user.clone());
+    blocking(move || {
+        let mut admission = Admission::new(&state, &db, &user);
+        Ok(docs
+            .into_iter()
+            .map(|mut d| admission.admit(&db, &mut d, new_edits).map(|()| d))
+            .collect())
+    })
+    .await
 }
 
 /// 201 `{"ok":true,"id","rev"}` with `ETag` and `Location`, or 202 for `batch=ok`.
@@ -284,7 +351,7 @@ fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
     Ok(explicit.or(if_match))
 }
 
-async fn put(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
+async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
     if req
         .header("content-type")
         .is_some_and(|c| c.starts_with("multipart/related"))
@@ -312,11 +379,11 @@ async fn put(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response>
             "new_edits=false requires a _rev or _revisions",
         ));
     }
-    let rev = write_one(db, doc, new_edits, batch).await?;
+    let rev = write_one(state, db, &req, doc, new_edits, batch).await?;
     Ok(created(&req, &id, rev.as_ref(), batch))
 }
 
-async fn delete(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let rev = reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
     let batch = batch_ok(&req)?;
     let doc = ParsedDoc {
@@ -325,7 +392,7 @@ async fn delete(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> 
         deleted: true,
         body: b"{}".to_vec(),
     };
-    let rev = write_one(db, doc, true, batch).await?;
+    let rev = write_one(state, db, &req, doc, true, batch).await?;
     if batch {
         return Ok(json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id})));
     }
@@ -335,7 +402,7 @@ async fn delete(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> 
     Ok(resp)
 }
 
-async fn copy(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let dest = req
         .header("destination")
         .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?
@@ -358,7 +425,7 @@ async fn copy(db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
         deleted: false,
         body: source.body,
     };
-    let rev = write_one(db, doc, true, false).await?;
+    let rev = write_one(state, db, &req, doc, true, false).await?;
     Ok(created(&req, &dest_id, rev.as_ref(), false))
 }
 

@@ -5,6 +5,7 @@ pub mod bulk;
 pub mod changes;
 pub mod database;
 pub mod doc;
+pub mod node;
 pub mod server;
 pub mod views;
 

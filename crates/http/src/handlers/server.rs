@@ -10,6 +10,7 @@ use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use rand::Rng;
 use serde_json::{json, Value};
+use settee_auth::cookie::CookieOptions;
 
 pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
@@ -18,7 +19,7 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
         &json!({
             "couchdb": "Welcome",
             "version": "3.5.2",
-            "uuid": state.config.server_uuid,
+            "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
             "features": [],
             "vendor": {"name": "Settee", "version": env!("CARGO_PKG_VERSION")},
         }),
@@ -62,11 +63,13 @@ fn new_prefix() -> String {
 
 pub fn uuids(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    let count = req.params.uint("count")?.unwrap_or(1) as usize;
-    if count > state.config.max_uuid_count {
+    let count = req.params.uint("count")?.unwrap_or(1);
+    let max = state
+        .node
+        .get_u64("uuids", "max_count", state.config.max_uuid_count as u64);
+    if count > max {
         return Err(ApiError::bad_request(format!(
-            "count parameter too large (max {})",
-            state.config.max_uuid_count
+            "count parameter too large (max {max})"
         )));
     }
     let ids: Vec<String> = (0..count).map(|_| state.next_uuid()).collect();
@@ -181,19 +184,145 @@ pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &Value::Array(tasks)))
 }
 
-pub fn session(req: &Req) -> ApiResult<Response> {
+/// `/_session`: who am I (`GET`), log in with a session cookie (`POST`), log out
+/// (`DELETE`).
+pub async fn session(state: &AppState, mut req: Req) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
-            let (name, roles) = (json!(req.user.name), json!(req.user.roles));
-            let mut info = json!({"authentication_handlers": ["default"]});
-            if req.user.name.is_some() {
-                info["authenticated"] = json!("default");
+            if req.user.name.is_none() && req.params.get("basic") == Some("true") {
+                return Err(ApiError::unauthorized("Please login."));
             }
-            Ok(json(StatusCode::OK, &json!({"ok": true, "userCtx": {"name": name, "roles": roles}, "info": info})))
+            let mut info = serde_json::Map::new();
+            info.insert(
+                "authentication_handlers".into(),
+                json!(crate::auth::handler_names(&state.node)),
+            );
+            if let Some(handler) = req.authenticated_by {
+                info.insert("authenticated".into(), json!(handler));
+            }
+            if let Some(db) = state.node.get("chttpd_auth", "authentication_db") {
+                info.insert("authentication_db".into(), json!(db));
+            }
+            let user = json!({"name": req.user.name, "roles": req.user.roles});
+            Ok(json(
+                StatusCode::OK,
+                &json!({"ok": true, "userCtx": user, "info": info}),
+            ))
         }
-        "POST" | "DELETE" => Err(ApiError::NotImplemented(
-            "cookie sessions are not supported by this Settee version; use HTTP Basic authentication".into(),
-        )),
+        "POST" => login(state, &mut req).await,
+        "DELETE" => {
+            let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.node));
+            let clear = opts.clear_cookie(crate::auth::now_secs(), false);
+            Ok(with_cookie(
+                session_reply(&req, "next", json!({"ok": true})),
+                &clear,
+            ))
+        }
         _ => Err(ApiError::MethodNotAllowed("GET,HEAD,POST,DELETE")),
     }
+}
+
+async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
+    let ctype = req
+        .header("content-type")
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let body = req.bytes().await?;
+    let form: Vec<(String, String)> = if ctype.starts_with("application/x-www-form-urlencoded") {
+        form_urlencoded::parse(&body).into_owned().collect()
+    } else if ctype.starts_with("application/json") {
+        match crate::req::parse_json(&body)? {
+            Value::Object(m) => m
+                .into_iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) => (k, s),
+                    other => (k, other.to_string()),
+                })
+                .collect(),
+            _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
+        }
+    } else {
+        return Err(ApiError::BadContentType(
+            "Content-Type must be 'application/x-www-form-urlencoded' or 'application/json'",
+        ));
+    };
+    let field = |k: &str| form.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let name = match (field("name"), field("username")) {
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "request body must contain a username",
+            ))
+        }
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::bad_request(
+                "request body contains different usernames",
+            ))
+        }
+        (Some(a), _) | (None, Some(a)) => a,
+    };
+    let password = field("password").unwrap_or_default();
+    let (state2, peer) = (state.clone(), req.peer.clone());
+    let name2 = name.clone();
+    let user = blocking(move || {
+        state2
+            .auth
+            .login(&name2, &password, &peer, &state2.node, &state2.couch)
+    })
+    .await?;
+    let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.node));
+    let now = crate::auth::now_secs();
+    let Some(user) = user else {
+        tracing::warn!(user = %name, peer = %req.peer, "authentication failed");
+        let clear = opts.clear_cookie(now, false);
+        let body = json!({"error": "unauthorized", "reason": "Name or password is incorrect."});
+        let mut resp = with_cookie(session_reply(req, "fail", body), &clear);
+        if resp.status() == StatusCode::OK {
+            *resp.status_mut() = StatusCode::UNAUTHORIZED;
+        }
+        return Ok(resp);
+    };
+    let secret = session_secret(state)?;
+    let known = crate::auth::lookup(&name, &state.node, &state.couch)?
+        .ok_or_else(|| ApiError::unauthorized("Name or password is incorrect."))?;
+    let cookie = crate::auth::session_cookie_header(
+        &opts,
+        &name,
+        &secret,
+        known.hash.salt().as_bytes(),
+        now,
+    );
+    let body = json!({"ok": true, "name": name, "roles": user.roles});
+    Ok(with_cookie(session_reply(req, "next", body), &cookie))
+}
+
+/// `[chttpd_auth] secret`, created (and persisted) on first use as CouchDB does.
+fn session_secret(state: &AppState) -> ApiResult<String> {
+    let section = crate::auth::auth_section(&state.node);
+    if let Some(s) = section.get("secret").filter(|s| !s.is_empty()) {
+        return Ok(s.clone());
+    }
+    let secret = hex::encode(rand::random::<[u8; 16]>());
+    state.node.set("chttpd_auth", "secret", &secret)?;
+    Ok(secret)
+}
+
+/// 200 with `body`, or a 302 to the `redirect` parameter (`next`/`fail`) when given.
+fn session_reply(req: &Req, redirect: &str, body: Value) -> Response {
+    match req.params.get(redirect) {
+        Some(to) => {
+            let mut resp = json(StatusCode::FOUND, &body);
+            if let Ok(v) = axum::http::HeaderValue::from_str(to) {
+                resp.headers_mut().insert(axum::http::header::LOCATION, v);
+            }
+            resp
+        }
+        None => json(StatusCode::OK, &body),
+    }
+}
+
+fn with_cookie(mut resp: Response, cookie: &str) -> Response {
+    if let Ok(v) = axum::http::HeaderValue::from_str(cookie) {
+        resp.headers_mut().append(axum::http::header::SET_COOKIE, v);
+    }
+    resp
 }

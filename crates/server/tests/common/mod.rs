@@ -39,10 +39,15 @@ impl Resp {
 
 /// `Basic …` for the test admin.
 fn basic_auth() -> String {
+    basic(ADMIN.0, ADMIN.1)
+}
+
+/// An `Authorization: Basic …` value.
+pub fn basic(name: &str, password: &str) -> String {
     use base64::Engine;
     format!(
         "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", ADMIN.0, ADMIN.1))
+        base64::engine::general_purpose::STANDARD.encode(format!("{name}:{password}"))
     )
 }
 
@@ -83,7 +88,11 @@ impl Server {
             ])
             .env("SETTEE_LOG", "warn")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(if std::env::var_os("SETTEE_TEST_STDERR").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .expect("start settee");
         let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -106,6 +115,42 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("settee did not start");
+    }
+
+    /// Starts on a fresh directory with an ini file of this text passed as `--config`.
+    pub fn start_with_ini(ini: &str) -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("settee.ini");
+        std::fs::write(&path, ini).unwrap();
+        let data = tmp.path().join("data");
+        let mut s = Server::start_with(&data, &["--config", path.to_str().unwrap()]);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// A request with the given headers and no admin credentials.
+    pub fn anon(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut all = vec![("content-type", "application/json")];
+        all.extend_from_slice(headers);
+        self.req_with(method, path, body, &all, false)
+    }
+
+    /// A request as `name` with HTTP Basic credentials.
+    pub fn as_user(
+        &self,
+        user: (&str, &str),
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Resp {
+        let auth = basic(user.0, user.1);
+        self.anon(method, path, body, &[("authorization", &auth)])
     }
 
     /// SIGKILL: no shutdown, no flush.

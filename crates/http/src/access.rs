@@ -1,0 +1,122 @@
+//! Authorization: who may call which endpoint, as CouchDB 3 decides it. Server-wide
+//! endpoints need a server admin unless CouchDB lets anyone in; database endpoints need a
+//! member of the database (its `_security` `members`, everyone when that is empty) or, for
+//! administrative operations, a database admin. Per-document rules (design documents need
+//! a database admin, the `_users` rules, `validate_doc_update`) are applied to each
+//! document by `admission`.
+
+use crate::error::{ApiError, ApiResult};
+use crate::router::{DbOp, Endpoint};
+use crate::{AppState, Req};
+use settee_auth::security::{denied, SecurityObject};
+use settee_auth::users::USERS_DB;
+
+/// What an endpoint requires of the requester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Anyone,
+    ServerAdmin,
+    Member,
+    DbAdmin,
+    /// A member; in system databases (`_users`) an admin, as CouchDB keeps their listings
+    /// (`_all_docs`, `_changes`, views, …) to admins.
+    MemberListing,
+}
+
+fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
+    use Need::*;
+    let read = matches!(method, "GET" | "HEAD");
+    match endpoint {
+        Endpoint::Root | Endpoint::Up | Endpoint::Uuids | Endpoint::Session => Anyone,
+        Endpoint::AllDbs | Endpoint::DbsInfo => {
+            if node.get_bool("chttpd", "admin_only_all_dbs", true) {
+                ServerAdmin
+            } else {
+                Anyone
+            }
+        }
+        Endpoint::UnknownServer(_) => Anyone,
+        Endpoint::DbUpdates | Endpoint::ActiveTasks | Endpoint::Membership | Endpoint::Node(..) => {
+            ServerAdmin
+        }
+        Endpoint::Db(_) => match method {
+            "PUT" | "DELETE" => ServerAdmin,
+            _ => Member,
+        },
+        Endpoint::Doc(..) | Endpoint::DbUnimplemented(..) => Member,
+        Endpoint::DbOp(_, op) => match op {
+            DbOp::Compact | DbOp::CompactDesign(_) | DbOp::ViewCleanup | DbOp::Purge => DbAdmin,
+            DbOp::Security | DbOp::RevsLimit | DbOp::PurgedInfosLimit if !read => DbAdmin,
+            DbOp::TempView => ServerAdmin,
+            DbOp::AllDocs
+            | DbOp::AllDocsQueries
+            | DbOp::DesignDocs
+            | DbOp::LocalDocs
+            | DbOp::Changes
+            | DbOp::BulkGet
+            | DbOp::View(..)
+            | DbOp::ViewQueries(..)
+            | DbOp::DesignInfo(_) => MemberListing,
+            _ => Member,
+        },
+    }
+}
+
+/// Refuses the request unless its user may call the endpoint. Database endpoints of a
+/// database that does not exist fall through to the handler's 404 only for those allowed
+/// to create it (server admins); others get the same 404 from here.
+pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<()> {
+    let user = &req.user;
+    if state.node.get_bool("chttpd", "require_valid_user", false)
+        && user.name.is_none()
+        && !(matches!(endpoint, Endpoint::Session) && req.method == "POST")
+    {
+        return Err(ApiError::unauthorized("Authentication required."));
+    }
+    let need = need(endpoint, req.method.as_str(), &state.node);
+    match need {
+        Need::Anyone => Ok(()),
+        Need::ServerAdmin if user.is_server_admin() => Ok(()),
+        Need::ServerAdmin => Err(denied(user, "You are not a server admin.").into()),
+        Need::Member | Need::DbAdmin | Need::MemberListing => {
+            let Some(db) = endpoint_db(endpoint) else {
+                return Ok(());
+            };
+            if user.is_server_admin() {
+                return Ok(());
+            }
+            let sec = security_of(state, db)?;
+            match need {
+                Need::DbAdmin => sec.check_admin(user)?,
+                Need::MemberListing if is_system_db(db) => sec.check_admin(user).map_err(|_| {
+                    denied(
+                        user,
+                        "Only admins can access this endpoint of system databases.",
+                    )
+                })?,
+                _ => sec.check_member(user)?,
+            }
+            Ok(())
+        }
+    }
+}
+
+fn endpoint_db(endpoint: &Endpoint) -> Option<&str> {
+    match endpoint {
+        Endpoint::Db(db)
+        | Endpoint::DbOp(db, _)
+        | Endpoint::Doc(db, _)
+        | Endpoint::DbUnimplemented(db, _) => Some(db),
+        _ => None,
+    }
+}
+
+pub fn is_system_db(name: &str) -> bool {
+    name == USERS_DB
+}
+
+/// The security object of an existing database (404 `not_found` if it does not exist).
+pub fn security_of(state: &AppState, db: &str) -> ApiResult<SecurityObject> {
+    let db = state.couch.get(db)?;
+    Ok(SecurityObject::from_json(&db.props().security))
+}

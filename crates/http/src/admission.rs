@@ -1,0 +1,243 @@
+//! Per-document checks before a write reaches the database writer, in CouchDB's order:
+//! design documents need a database admin (and a valid design); documents of `_users`
+//! follow its rules and have their password hashed; then every `validate_doc_update` of
+//! the database's design documents must accept the document.
+
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+use serde_json::{Map, Value};
+use settee_auth::password::DEFAULT_ITERATIONS;
+use settee_auth::security::SecurityObject;
+use settee_auth::users::{self, UserWrite, UsersError};
+use settee_auth::UserCtx;
+use settee_core::{ParsedDoc, Rev};
+use settee_db::Database;
+use settee_js::{Rejection, ValidateSource, Validator};
+use std::ops::ControlFlow;
+
+/// The checks of one request's writes to one database.
+pub struct Admission {
+    user: UserCtx,
+    sec: SecurityObject,
+    sec_json: Value,
+    users_db: bool,
+    iterations: u32,
+    limits: settee_js::Limits,
+    /// The database's `validate_doc_update` functions, loaded at the first document that
+    /// needs them (`None` = not loaded yet; `Some(None)` = the database has none).
+    validator: Option<Option<Validator>>,
+}
+
+impl Admission {
+    pub fn new(state: &AppState, db: &Database, user: &UserCtx) -> Admission {
+        let sec_json = db.props().security;
+        Admission {
+            user: user.clone(),
+            sec: SecurityObject::from_json(&sec_json),
+            sec_json,
+            limits: state.views.limits(),
+            validator: None,
+            users_db: crate::access::is_system_db(&db.name),
+            iterations: state
+                .node
+                .get_u64("chttpd_auth", "iterations", DEFAULT_ITERATIONS as u64)
+                .clamp(1, u32::MAX as u64) as u32,
+        }
+    }
+
+    /// Checks one document (with its id set); may rewrite its body (`_users` passwords).
+    /// Runs on a blocking thread: it reads the replaced revision.
+    pub fn admit(&mut self, db: &Database, doc: &mut ParsedDoc, new_edits: bool) -> ApiResult<()> {
+        let id = doc.id.clone().unwrap_or_default();
+        if id.starts_with("_design/") {
+            self.sec.check_admin(&self.user)?;
+            return crate::handlers::views::validate_design(&id, doc);
+        }
+        if id.starts_with("_local/") {
+            return Ok(());
+        }
+        let old = replaced(db, &id, doc, new_edits)?;
+        if self.users_db {
+            self.users_rules(&id, doc, old.as_ref().map(|(_, body)| body))?;
+        }
+        self.validate(db, &id, doc, old)
+    }
+
+    /// Runs every `validate_doc_update` (design documents in id order) over the document.
+    fn validate(
+        &mut self,
+        db: &Database,
+        id: &str,
+        doc: &ParsedDoc,
+        old: Option<(Rev, Map<String, Value>)>,
+    ) -> ApiResult<()> {
+        if self.validator.is_none() {
+            self.validator = Some(load_validator(db, self.limits)?);
+        }
+        let Some(Some(validator)) = self.validator.as_mut() else {
+            return Ok(());
+        };
+        let new_doc = new_doc_json(id, doc)?;
+        let old_doc = old.map(|(rev, body)| with_meta(id, Some(&rev), body));
+        let user_ctx = self.user.to_json(Some(&db.name)).to_string();
+        let result = validator.validate(
+            &new_doc.to_string(),
+            old_doc.map(|d| d.to_string()).as_deref(),
+            &user_ctx,
+            &self.sec_json.to_string(),
+        );
+        result.map_err(|r| {
+            if matches!(r, Rejection::Failed(_)) {
+                // A timed-out or broken runtime is not reused.
+                self.validator = None;
+            }
+            rejection_error(r)
+        })
+    }
+
+    fn users_rules(
+        &self,
+        id: &str,
+        doc: &mut ParsedDoc,
+        old: Option<&Map<String, Value>>,
+    ) -> ApiResult<()> {
+        let mut body: Map<String, Value> = serde_json::from_slice(&doc.body)
+            .map_err(|_| ApiError::bad_request("invalid document body"))?;
+        body.insert("_id".into(), Value::String(id.to_string()));
+        let w = UserWrite {
+            id,
+            deleted: doc.deleted,
+            old,
+            ctx: &self.user,
+            sec: &self.sec,
+            iterations: self.iterations,
+        };
+        users::prepare_write(&w, &mut body).map_err(|e| match e {
+            UsersError::NotFound => ApiError::Db(settee_db::Error::NotFound("missing")),
+            UsersError::Denied(d) => d.into(),
+        })?;
+        body.remove("_id");
+        doc.body = serde_json::to_vec(&body).expect("json");
+        Ok(())
+    }
+}
+
+/// The `validate_doc_update` functions of the database's design documents, compiled.
+fn load_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Option<Validator>> {
+    let mut sources = Vec::new();
+    let mut failed = None;
+    db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
+        let Some(body) = row.body else {
+            return ControlFlow::Continue(());
+        };
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(ddoc) => {
+                if let Some(source) = ddoc.get("validate_doc_update").and_then(Value::as_str) {
+                    sources.push(ValidateSource {
+                        ddoc_id: row.id.clone(),
+                        source: source.to_string(),
+                        ddoc: ddoc.clone(),
+                    });
+                }
+            }
+            Err(e) => failed = Some(e.to_string()),
+        }
+        ControlFlow::Continue(())
+    })?;
+    if let Some(e) = failed {
+        return Err(ApiError::Db(settee_db::Error::Internal(e)));
+    }
+    if sources.is_empty() {
+        return Ok(None);
+    }
+    Validator::new(&sources, limits)
+        .map(Some)
+        .map_err(|e| settee_views::Error::Js(e).into())
+}
+
+/// The document as a validation function sees it: `_id`, `_rev`, the body, `_revisions`
+/// and `_deleted`.
+fn new_doc_json(id: &str, doc: &ParsedDoc) -> ApiResult<Value> {
+    let body: Map<String, Value> = serde_json::from_slice(&doc.body)
+        .map_err(|_| ApiError::bad_request("invalid document body"))?;
+    let mut v = with_meta(id, doc.rev().as_ref(), body);
+    if let Some((start, ids)) = &doc.revs {
+        let ids: Vec<Value> = ids.iter().map(|r| Value::String(r.to_string())).collect();
+        v["_revisions"] = serde_json::json!({"start": start, "ids": ids});
+    }
+    if doc.deleted {
+        v["_deleted"] = Value::Bool(true);
+    }
+    Ok(v)
+}
+
+fn with_meta(id: &str, rev: Option<&Rev>, body: Map<String, Value>) -> Value {
+    let mut m = Map::with_capacity(body.len() + 2);
+    m.insert("_id".into(), Value::String(id.to_string()));
+    if let Some(rev) = rev {
+        m.insert("_rev".into(), Value::String(rev.to_string()));
+    }
+    m.extend(body);
+    Value::Object(m)
+}
+
+/// CouchDB's HTTP answer for a rejected write (`chttpd:error_info`).
+fn rejection_error(r: Rejection) -> ApiError {
+    use axum::http::StatusCode as S;
+    let text = |v: Value| match v {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    match r {
+        Rejection::Forbidden(m) => ApiError::Forbidden(text(m)),
+        Rejection::Unauthorized(m) => ApiError::Unauthorized(text(m)),
+        Rejection::Error { error, reason } if reason.is_null() => {
+            ApiError::Named(S::INTERNAL_SERVER_ERROR, "unknown_error".into(), error)
+        }
+        Rejection::Error { error, reason } => {
+            let status = match error.as_str() {
+                "not_found" => S::NOT_FOUND,
+                "conflict" => S::CONFLICT,
+                "bad_request" => S::BAD_REQUEST,
+                _ => S::INTERNAL_SERVER_ERROR,
+            };
+            ApiError::Named(status, error, text(reason))
+        }
+        Rejection::Failed(e) => settee_views::Error::Js(e).into(),
+    }
+}
+
+/// The body of the revision a write replaces: the leaf it names, or for a replicated
+/// revision its nearest stored ancestor; `None` for new documents and deleted leaves.
+fn replaced(
+    db: &Database,
+    id: &str,
+    doc: &ParsedDoc,
+    new_edits: bool,
+) -> ApiResult<Option<(Rev, Map<String, Value>)>> {
+    let Some((pos, ids)) = &doc.revs else {
+        return Ok(None);
+    };
+    let Some(info) = db.doc_info(id)? else {
+        return Ok(None);
+    };
+    let skip = usize::from(!new_edits);
+    for (i, rev_id) in ids.iter().enumerate().skip(skip) {
+        let Some(p) = pos.checked_sub(i as u64) else {
+            break;
+        };
+        let rev = Rev::new(p, rev_id.clone());
+        match info.tree.body(&rev) {
+            Some((_, true)) => return Ok(None),
+            Some(_) => {
+                let body = db.body_of(&info, &rev)?.unwrap_or_default();
+                return Ok(serde_json::from_slice(&body).ok().map(|b| (rev, b)));
+            }
+            None => {}
+        }
+        if new_edits {
+            break;
+        }
+    }
+    Ok(None)
+}
