@@ -871,3 +871,44 @@ test('query(): map views, reduce, group_level, keys, include_docs, stale', async
   });
   await db.destroy();
 });
+
+test('security: members, design docs for admins only, validate_doc_update in replication', async () => {
+  const name = `pouchuser${process.pid}`;
+  const created = await raw('PUT', `/_users/org.couchdb.user:${name}`,
+    { name, password: 'pw', roles: [], type: 'user' });
+  assert.equal(created.status, 201, created.text);
+  const dbName = uniqueName('pouch-sec');
+  await raw('PUT', `/${dbName}`);
+  const asUser = new PouchDB(`${baseUrl}/${dbName}`, {
+    auth: { username: name, password: 'pw' }, skip_setup: true,
+  });
+  // admin-only by default (PouchDB's info() resolves with the error body, as with CouchDB)
+  assert.equal((await asUser.info()).error, 'forbidden');
+  await rejects(asUser.allDocs(), (err) => assert.equal(err.status, 403));
+  const sec = await raw('PUT', `/${dbName}/_security`, { members: { names: [name] }, admins: {} });
+  assert.equal(sec.status, 200);
+  await asUser.put({ _id: 'n1', type: 'note' });
+  await rejects(asUser.put({ _id: '_design/x', views: {} }), (err) => {
+    assert.equal(err.status, 403);
+    assert.equal(err.name, 'forbidden');
+  });
+  await raw('PUT', `/${dbName}/_design/rules`, {
+    validate_doc_update: "function(n){ if (!n._deleted && !n.type) throw({forbidden: 'type required'}); }",
+  });
+  await rejects(asUser.put({ _id: 'bad' }), (err) => {
+    assert.equal(err.status, 403);
+    assert.equal(err.message, 'type required');
+  });
+  // replication as the user: the rejected doc is a write failure, the others arrive
+  const local = memoryDb('pouch-sec-src');
+  await local.bulkDocs([{ _id: 'ok1', type: 't' }, { _id: 'bad1' }, { _id: 'ok2', type: 't' }]);
+  const result = await local.replicate.to(asUser);
+  assert.equal(result.docs_written, 2);
+  assert.equal(result.doc_write_failures, 1);
+  const ids = (await asUser.allDocs()).rows.map((r) => r.id);
+  assert.deepEqual(ids, ['_design/rules', 'n1', 'ok1', 'ok2']);
+  // an anonymous client gets nothing
+  const anon = new PouchDB(`${baseUrl}/${dbName}`, { skip_setup: true });
+  await rejects(anon.allDocs(), (err) => assert.equal(err.status, 401));
+  await raw('DELETE', `/${dbName}`);
+});

@@ -467,3 +467,44 @@ def test_views_query_reduce_and_temp(db):
     info = db.info("py")
     assert info["name"] == "py"
     assert info["view_index"]["update_seq"] == 13
+
+
+def test_users_sessions_security_and_validation(base_url, server):
+    name = "py-user-" + uuid.uuid4().hex[:8]
+    server.add_user(name, "pw-1")
+    # the stored user document holds a hash, not the password
+    user_doc = server["_users"]["org.couchdb.user:" + name]
+    assert "password" not in user_doc and user_doc["password_scheme"] == "pbkdf2"
+
+    token = server.login(name, "pw-1")
+    assert token and server.verify_token(token)
+    with pytest.raises(couchhttp.Unauthorized):
+        server.login(name, "wrong")
+
+    db_name = "py-sec-" + uuid.uuid4().hex[:8]
+    db = server.create(db_name)
+    scheme, rest = base_url.split("://", 1)
+    as_user = couchdb.Server("%s://%s:%s@%s/" % (scheme, name, "pw-1", rest))
+    # new databases are admin-only until their security object says otherwise
+    with pytest.raises(couchhttp.Forbidden):
+        as_user[db_name].info()
+    db.security = {"members": {"names": [name], "roles": []}, "admins": {}}
+    assert db.security["members"]["names"] == [name]
+    udb = as_user[db_name]
+    udb.save({"_id": "mine", "type": "note"})
+    with pytest.raises(couchhttp.Forbidden):
+        udb.save({"_id": "_design/x", "views": {}})
+
+    db.save({
+        "_id": "_design/rules",
+        "validate_doc_update": "function(n, o, u) { if (!n.type) throw({forbidden: 'type required for ' + u.name}); }",
+    })
+    with pytest.raises(couchhttp.Forbidden) as err:
+        udb.save({"_id": "untyped"})
+    assert "type required for " + name in str(err.value)
+    results = udb.update([{"_id": "a", "type": "t"}, {"_id": "b"}])
+    assert results[0][0] is True
+    assert results[1][0] is False
+
+    assert server.logout(token)
+    server.delete(db_name)

@@ -767,3 +767,56 @@ fn validate_doc_update_runs_on_every_write() {
         201
     );
 }
+
+#[test]
+fn passwords_never_reach_logs_or_responses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ini = tmp.path().join("settee.ini");
+    std::fs::write(&ini, FAST).unwrap();
+    let log = tmp.path().join("stderr.log");
+    let data = tmp.path().join("data");
+    let s = Server::start_logged(&data, &["--config", ini.to_str().unwrap()], &log);
+    let secrets = [
+        "Us3rPassw0rd",
+        "Wr0ngPassw0rd",
+        "Adm1nPassw0rd",
+        "N3wPassw0rd",
+    ];
+    add_user(&s, ("carol", secrets[0]), &[]);
+    let mut texts = vec![s.get("/_users/org.couchdb.user:carol").text];
+    texts.push(
+        s.as_user(("carol", secrets[1]), "GET", "/_session", None)
+            .text,
+    );
+    texts.push(login(&s, ("carol", secrets[1])).2.to_string());
+    texts.push(login(&s, ("carol", secrets[0])).2.to_string());
+    let r = s.put(
+        "/_node/_local/_config/admins/root",
+        &json!(secrets[2]).to_string(),
+    );
+    texts.push(r.text);
+    texts.push(s.get("/_node/_local/_config/admins/root").text);
+    texts.push(s.get("/_node/_local/_config").text);
+    let mut doc = s.get("/_users/org.couchdb.user:carol").json();
+    doc["password"] = json!(secrets[3]);
+    texts.push(
+        s.put("/_users/org.couchdb.user:carol", &doc.to_string())
+            .text,
+    );
+    texts.push(s.get("/_users/_all_docs?include_docs=true").text);
+    texts.push(s.get("/_users/_changes?include_docs=true").text);
+    drop(s);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("authentication failed"),
+        "the log is live: {logged}"
+    );
+    for secret in secrets {
+        assert!(!logged.contains(secret), "{secret} logged");
+        for t in &texts {
+            assert!(!t.contains(secret), "{secret} in a response: {t}");
+        }
+    }
+    let local = std::fs::read_to_string(data.join("local.ini")).unwrap();
+    assert!(!local.contains(secrets[2]), "the config stores a hash");
+}

@@ -320,9 +320,17 @@ fn session_reply(req: &Req, redirect: &str, body: Value) -> Response {
     }
 }
 
+/// Adds `Set-Cookie` as the first header, where CouchDB puts it (couchdb-python's
+/// `Server.login` reads the first header).
 fn with_cookie(mut resp: Response, cookie: &str) -> Response {
-    if let Ok(v) = axum::http::HeaderValue::from_str(cookie) {
-        resp.headers_mut().append(axum::http::header::SET_COOKIE, v);
+    let Ok(v) = axum::http::HeaderValue::from_str(cookie) else {
+        return resp;
+    };
+    let rest = std::mem::take(resp.headers_mut());
+    let h = resp.headers_mut();
+    h.insert(axum::http::header::SET_COOKIE, v);
+    for (name, value) in &rest {
+        h.append(name, value.clone());
     }
     resp
 }

@@ -75,7 +75,21 @@ impl Server {
 
     /// Starts with extra command-line arguments (e.g. `--config`).
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn(dir, extra, None)
+    }
+
+    /// Starts with debug logging written to `log` (to check what the log contains).
+    pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Server {
+        Server::spawn(dir, extra, Some(log))
+    }
+
+    fn spawn(dir: &Path, extra: &[&str], log: Option<&Path>) -> Server {
         let port = free_port();
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+            None if std::env::var_os("SETTEE_TEST_STDERR").is_some() => Stdio::inherit(),
+            None => Stdio::null(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(["serve", "--data-dir"])
             .arg(dir)
@@ -86,13 +100,9 @@ impl Server {
                 "--admin",
                 &format!("{}:{}", ADMIN.0, ADMIN.1),
             ])
-            .env("SETTEE_LOG", "warn")
+            .env("SETTEE_LOG", if log.is_some() { "debug" } else { "warn" })
             .stdout(Stdio::null())
-            .stderr(if std::env::var_os("SETTEE_TEST_STDERR").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
+            .stderr(stderr)
             .spawn()
             .expect("start settee");
         let agent: ureq::Agent = ureq::Agent::config_builder()
