@@ -333,12 +333,7 @@ mod tests {
 
     const ISSUED: u64 = 1_700_000_000; // 0x6553F100
 
-    fn section(pairs: &[(&str, &str)]) -> Section {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::ini::section;
 
     // Known answers from Python: base64.urlsafe_b64encode(data + b":" +
     // hmac.new(b"s3cr3tabc", data, alg).digest()).rstrip(b"=") with data = b"admin:6553F100".

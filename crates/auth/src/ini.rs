@@ -64,16 +64,18 @@ fn is_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c')
 }
 
+/// A section from literal pairs, for tests.
+#[cfg(test)]
+pub(crate) fn section(pairs: &[(&str, &str)]) -> Section {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn section(pairs: &[(&str, &str)]) -> Section {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn split_list_matches_erlang_re_split_with_trim() {

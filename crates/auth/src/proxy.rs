@@ -103,12 +103,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    fn section(pairs: &[(&str, &str)]) -> Section {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::ini::section;
 
     fn headers(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: BTreeMap<String, String> = pairs

@@ -38,10 +38,11 @@ impl Admission {
             limits: state.views.limits(),
             validator: None,
             users_db: crate::access::is_system_db(&db.name),
-            iterations: state
-                .node
-                .get_u64("chttpd_auth", "iterations", DEFAULT_ITERATIONS as u64)
-                .clamp(1, u32::MAX as u64) as u32,
+            iterations: crate::auth::auth_section(&state.node)
+                .get("iterations")
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(DEFAULT_ITERATIONS),
         }
     }
 
@@ -54,6 +55,14 @@ impl Admission {
             return crate::handlers::views::validate_design(&id, doc);
         }
         if id.starts_with("_local/") {
+            return Ok(());
+        }
+        if self.validator.is_none() {
+            self.validator = Some(load_validator(db, self.limits)?);
+        }
+        let has_vdus = matches!(self.validator, Some(Some(_)));
+        if !self.users_db && !has_vdus {
+            // The common case pays no read of the replaced revision.
             return Ok(());
         }
         let old = replaced(db, &id, doc, new_edits)?;
@@ -71,9 +80,6 @@ impl Admission {
         doc: &ParsedDoc,
         old: Option<(Rev, Map<String, Value>)>,
     ) -> ApiResult<()> {
-        if self.validator.is_none() {
-            self.validator = Some(load_validator(db, self.limits)?);
-        }
         let Some(Some(validator)) = self.validator.as_mut() else {
             return Ok(());
         };

@@ -25,15 +25,10 @@ const PY_HS256: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJib2IiLCJ
 const PY_RS256: &str = "eyJhbGciOiJSUzI1NiIsImtpZCI6InIxIn0.eyJzdWIiOiJib2IiLCJleHAiOjQxMDI0NDQ4MDAsIl9jb3VjaGRiLnJvbGVzIjpbImEiLCJiIl19.Tc652161LStN947S2jmnkVabZ197yRouFu9TzID1xfzQtPJfV1gKhTi8NrQzT_ronYg48FMHymUIZxMOtZ8lLPuTCpBnxXdle37CdfNqpAU26FkJCpN2dqXHueMSldkfRsm1H8oEBpbyqC7Ry8rerxKSCyKhROmIbJOsNCS8hojW6LzI1mnUaoim324ckxx46iuWnu_SzIJAcNuWiCW_Yxp2n4sMiXcUlYbfYMh4OmcVZy2rqZ9IQ3Y4S1y6mIGdJTT-BKwAbUgcKwPRZDgS0p73ESsW1TLvm12nSfo_2le4VqM6QtX5diV9htbv6ifnEDlNWtMM24FciJ20Pm8mBA";
 const PY_ES256: &str = "eyJhbGciOiJFUzI1NiIsImtpZCI6ImUxIn0.eyJzdWIiOiJib2IiLCJleHAiOjQxMDI0NDQ4MDAsIl9jb3VjaGRiLnJvbGVzIjpbImEiLCJiIl19.ik4RYN7P8jz9nq8yNs8uQU_wMqoP57-1QiydSZjo16LxW16qL3KUV41CeloMqvWHvy5om3MUaiaCkVjR5b95Eg";
 
+use crate::ini::section;
+
 const HMAC_SECRET: &[u8] = b"hello";
 const HMAC_SECRET_B64: &str = "aGVsbG8=";
-
-fn section(pairs: &[(&str, &str)]) -> Section {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// PEM as CouchDB stores it in an ini value: one line, `\n` escapes.
 fn ini_pem(pem: &str) -> String {
