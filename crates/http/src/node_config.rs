@@ -62,6 +62,17 @@ impl State {
             .and_then(Option::as_ref)
     }
 
+    /// One section, merged over the layers (cheaper than [`State::merged`]).
+    fn section(&self, name: &str) -> Section {
+        let mut out: BTreeMap<String, Option<String>> = BTreeMap::new();
+        for layer in self.layers().into_iter().rev() {
+            if let Some(s) = layer.get(name) {
+                out.extend(s.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        out.into_iter().filter_map(|(k, v)| Some((k, v?))).collect()
+    }
+
     fn merged(&self) -> Sections {
         let mut all = Layer::new();
         for layer in self.layers().into_iter().rev() {
@@ -270,12 +281,7 @@ impl NodeConfig {
     }
 
     pub fn section(&self, section: &str) -> Section {
-        self.state
-            .read()
-            .unwrap()
-            .merged()
-            .remove(section)
-            .unwrap_or_default()
+        self.state.read().unwrap().section(section)
     }
 
     pub fn all(&self) -> Sections {
