@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, RwLock};
 /// Settings of the document store (CouchDB's `[couchdb]` section).
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub max_document_size: usize,
+    /// Shared by every database; [`Couch::set_max_document_size`] changes it at runtime.
+    pub max_document_size: Arc<std::sync::atomic::AtomicUsize>,
     /// Largest number of documents one commit gathers from waiting requests.
     pub max_batch_docs: usize,
 }
@@ -21,7 +22,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            max_document_size: settee_core::MAX_DOCUMENT_SIZE,
+            max_document_size: Arc::new(settee_core::MAX_DOCUMENT_SIZE.into()),
             max_batch_docs: 10_000,
         }
     }
@@ -168,6 +169,13 @@ impl Couch {
             lifecycle: Mutex::new(()),
             events,
         }))
+    }
+
+    /// `[couchdb] max_document_size`, for writes from now on.
+    pub fn set_max_document_size(&self, bytes: usize) {
+        self.config
+            .max_document_size
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<Database>> {

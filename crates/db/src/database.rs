@@ -259,7 +259,12 @@ impl Database {
         new_edits: bool,
     ) -> Result<oneshot::Receiver<Result<Vec<UpdateResult>>>> {
         for d in &docs {
-            if d.body.len() > self.config.max_document_size {
+            if d.body.len()
+                > self
+                    .config
+                    .max_document_size
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            {
                 return Err(Error::DocTooLarge(d.id.clone().unwrap_or_default()));
             }
         }

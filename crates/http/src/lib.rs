@@ -72,7 +72,7 @@ impl AppState {
         node: Arc<NodeConfig>,
         config: HttpConfig,
     ) -> AppState {
-        AppState(Arc::new(Inner {
+        let state = AppState(Arc::new(Inner {
             couch,
             views,
             auth: auth::Authenticator::default(),
@@ -80,7 +80,32 @@ impl AppState {
             config,
             uuids: Mutex::new(handlers::server::UuidGen::new()),
             tasks: Default::default(),
-        }))
+        }));
+        state.apply_settings();
+        state
+    }
+
+    /// Pushes the settings other components hold into them, from the live configuration:
+    /// at startup and after every `/_config` change, so they apply without a restart.
+    pub fn apply_settings(&self) {
+        let node = &self.node;
+        self.couch.set_max_document_size(node.get_u64(
+            "couchdb",
+            "max_document_size",
+            settee_core::MAX_DOCUMENT_SIZE as u64,
+        ) as usize);
+        let defaults = settee_views::Limits::default();
+        let limits = settee_views::Limits {
+            timeout: std::time::Duration::from_millis(node.get_u64(
+                "couchdb",
+                "os_process_timeout",
+                defaults.timeout.as_millis() as u64,
+            )),
+            memory_limit: node.get_u64("settee", "js_memory_limit", defaults.memory_limit as u64)
+                as usize,
+        };
+        let reduce_limit = node.get_bool("query_server_config", "reduce_limit", true);
+        self.views.set_limits(limits, reduce_limit);
     }
 
     pub fn next_uuid(&self) -> String {

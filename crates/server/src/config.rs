@@ -29,21 +29,16 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 }
 
+/// What the binary needs at startup. Settings that components read live (document size,
+/// JavaScript limits, `reduce_limit`, …) are applied from `node` by `AppState`.
 pub struct Settings {
-    /// `[couchdb] os_process_timeout`: per-call limit for JavaScript, in ms.
-    pub os_process_timeout_ms: u64,
-    /// `[settee] js_memory_limit`: bytes per JavaScript runtime.
-    pub js_memory_limit: usize,
     /// `[settee] view_index_workers`: map workers per index update (0 = one per core).
     pub view_workers: usize,
-    /// `[query_server_config] reduce_limit`.
-    pub reduce_limit: bool,
     pub data_dir: PathBuf,
     pub bind: SocketAddr,
     /// The live configuration: the `--config` file, then `local.ini`, plus `--admin`.
     pub node: settee_http::NodeConfig,
     pub server_uuid: String,
-    pub max_document_size: usize,
     pub max_http_request_size: usize,
     /// A password generated on first start, to print once.
     pub generated_password: Option<(String, String)>,
@@ -138,31 +133,27 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
                 .map_err(|_| format!("[{section}] {key} must be an integer"))
         })
     };
-    let max_document_size = int(
-        "couchdb",
-        "max_document_size",
-        settee_db::Config::default().max_document_size,
-    )?;
+    // Refuse to start on values the live settings would silently replace by defaults.
+    for (section, key) in [
+        ("couchdb", "max_document_size"),
+        ("couchdb", "os_process_timeout"),
+        ("settee", "js_memory_limit"),
+    ] {
+        int(section, key, 0)?;
+    }
     let max_http_request_size = int(
         "chttpd",
         "max_http_request_size",
         settee_http::HttpConfig::default().max_http_request_size,
     )?;
-    let os_process_timeout_ms = int("couchdb", "os_process_timeout", 5000)? as u64;
-    let js_memory_limit = int("settee", "js_memory_limit", 64 << 20)?;
     let view_workers = int("settee", "view_index_workers", 0)?;
-    let reduce_limit = node.get("query_server_config", "reduce_limit").as_deref() != Some("false");
     Ok(Settings {
         data_dir,
         bind,
         node,
         server_uuid,
-        max_document_size,
         max_http_request_size,
-        os_process_timeout_ms,
-        js_memory_limit,
         view_workers,
-        reduce_limit,
         generated_password,
     })
 }

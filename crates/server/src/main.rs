@@ -46,13 +46,9 @@ fn main() -> ExitCode {
 
 fn serve(args: config::ServeArgs) -> Result<(), String> {
     let settings = config::resolve(&args)?;
-    let db_config = settee_db::Config {
-        max_document_size: settings.max_document_size,
-        ..Default::default()
-    };
     let couch = Couch::open(
         &settings.data_dir.join("store"),
-        db_config,
+        settee_db::Config::default(),
         &settee_storage::StoreOptions::default(),
     )
     .map_err(|e| format!("cannot open the data directory: {e}"))?;
@@ -70,14 +66,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         server_uuid: settings.server_uuid.clone(),
         ..Default::default()
     };
-    let mut views_config = settee_views::Config {
-        limits: settee_views::Limits {
-            timeout: std::time::Duration::from_millis(settings.os_process_timeout_ms),
-            memory_limit: settings.js_memory_limit,
-        },
-        reduce_limit: settings.reduce_limit,
-        ..Default::default()
-    };
+    let mut views_config = settee_views::Config::default();
     if settings.view_workers > 0 {
         views_config.workers = settings.view_workers;
     }

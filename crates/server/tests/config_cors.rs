@@ -245,8 +245,21 @@ fn limits_are_live() {
     s.create_db("db");
     let big = format!(r#"{{"a":"{}"}}"#, "x".repeat(5000));
     assert_eq!(s.put("/db/before", &big).status, 201);
+    s.put(&format!("{CFG}/couchdb/max_document_size"), r#""1000""#);
+    let r = s.put("/db/doc_limit", &big);
+    assert_eq!(r.status, 413, "{}", r.text);
+    assert_eq!(r.json()["error"], "document_too_large");
+    s.delete(&format!("{CFG}/couchdb/max_document_size"));
+    assert_eq!(s.put("/db/doc_limit", &big).status, 201);
     s.put(&format!("{CFG}/chttpd/max_http_request_size"), r#""2000""#);
     assert_eq!(s.put("/db/after", &big).status, 413);
+    // the JavaScript time limit applies to the next runtime
+    s.put(&format!("{CFG}/couchdb/os_process_timeout"), r#""200""#);
+    let ddoc = json!({"views": {"v": {"map": "function(d){ var t = Date.now(); while (Date.now() - t < 1000) {} emit(1); }"}}});
+    assert_eq!(s.put("/db/_design/slow", &ddoc.to_string()).status, 201);
+    let r = s.get("/db/_design/slow/_view/v");
+    assert_eq!(r.status, 500, "{}", r.text);
+    assert_eq!(r.json()["error"], "os_process_error");
 }
 
 const ORIGIN: &str = "http://app.example";

@@ -79,8 +79,9 @@ impl Default for Config {
 }
 
 pub struct Views {
-    pub(crate) limits: Limits,
-    pub(crate) reduce_limit: bool,
+    /// JavaScript limits and `reduce_limit`, changeable at runtime (`/_config`); an index
+    /// update or query reads them once when it starts.
+    settings: std::sync::RwLock<(Limits, bool)>,
     pub(crate) workers: usize,
     pub tasks: Tasks,
     locks: Mutex<HashMap<layout::IndexPrefix, Arc<Mutex<()>>>>,
@@ -100,8 +101,7 @@ pub struct IndexInfo {
 impl Views {
     pub fn new(config: Config) -> Arc<Views> {
         Arc::new(Views {
-            limits: config.limits,
-            reduce_limit: config.reduce_limit,
+            settings: std::sync::RwLock::new((config.limits, config.reduce_limit)),
             workers: config.workers,
             tasks: Tasks::default(),
             locks: Mutex::new(HashMap::new()),
@@ -110,7 +110,17 @@ impl Views {
 
     /// The JavaScript limits every runtime gets.
     pub fn limits(&self) -> Limits {
-        self.limits
+        self.settings.read().unwrap().0
+    }
+
+    /// CouchDB's `[query_server_config] reduce_limit`.
+    pub fn reduce_limit(&self) -> bool {
+        self.settings.read().unwrap().1
+    }
+
+    /// Applies new limits to runtimes created from now on.
+    pub fn set_limits(&self, limits: Limits, reduce_limit: bool) {
+        *self.settings.write().unwrap() = (limits, reduce_limit);
     }
 
     /// The view group of a design document body.

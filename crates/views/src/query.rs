@@ -303,7 +303,7 @@ fn reduce_rows(
     out: &mut Out<'_>,
 ) -> Result<()> {
     let root = meta.roots[view].as_ref();
-    let mut js = JsReducers::new(&g.fns, views.limits, views.reduce_limit);
+    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
     let head = || Event::Head {
         total_rows: 0,
         offset: None,

@@ -102,7 +102,7 @@ fn round(
     let mut collector = Collector::new(g, store, fresh);
     let (last_seq, done) = pipeline(views, db, g, meta.seq, &mut collector, task)?;
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
-    let mut js = JsReducers::new(&g.fns, views.limits, views.reduce_limit);
+    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
     let mut batch_extra = Vec::new();
     match collector.state {
         State::Fresh { rows, back } => {
@@ -163,7 +163,7 @@ fn pipeline(
         for _ in 0..workers {
             let res_tx = res_tx.clone();
             let (work_rx, abort) = (&work_rx, &abort);
-            let limits = views.limits;
+            let limits = views.limits();
             s.spawn(move || map_worker(g, limits, work_rx, res_tx, abort));
         }
         drop(res_tx);

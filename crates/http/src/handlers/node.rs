@@ -46,6 +46,7 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
             allow(&req.method, "POST")?;
             check_node(node)?;
             state.node.reload()?;
+            state.apply_settings();
             Ok(ok_true(StatusCode::OK))
         }
         NodeOp::Section(section) => {
@@ -131,6 +132,7 @@ async fn config_key(
         }
         _ => cfg.get(section, key).ok_or_else(unknown_value)?,
     };
+    state.apply_settings();
     Ok(json(StatusCode::OK, &Value::String(old)))
 }
 
