@@ -2,6 +2,19 @@
 
 mod config;
 
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's settings (its `malloc_conf` symbol): return freed pages to the system within a
+/// second, from a background thread, so an index build's peak does not linger as RSS.
+#[repr(transparent)]
+struct MallocConf(*const std::ffi::c_char);
+// SAFETY: points at a static, immutable, NUL-terminated string.
+unsafe impl Sync for MallocConf {}
+#[export_name = "malloc_conf"]
+static MALLOC_CONF: MallocConf =
+    MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
+
 use clap::{Parser, Subcommand};
 use settee_db::Couch;
 use settee_http::{app, AppState, HttpConfig};

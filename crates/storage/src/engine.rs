@@ -1,7 +1,7 @@
 use crate::{Cf, Error, Result};
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IteratorMode, Options,
-    ReadOptions, WriteBatch, WriteOptions, DB,
+    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,16 +11,21 @@ use std::time::{Duration, Instant};
 /// Tuning knobs; the defaults suit a 2-core, few-GiB machine.
 #[derive(Clone, Debug)]
 pub struct StoreOptions {
+    /// The block cache; memtables are charged to it too, so this bounds both.
     pub block_cache_bytes: usize,
+    /// Largest memtable of one column family.
     pub write_buffer_bytes: usize,
+    /// All memtables together (flushed early past this, whatever each family's size).
+    pub memtable_budget_bytes: usize,
     pub background_jobs: i32,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
-            block_cache_bytes: 256 << 20,
+            block_cache_bytes: 192 << 20,
             write_buffer_bytes: 64 << 20,
+            memtable_budget_bytes: 96 << 20,
             background_jobs: 4,
         }
     }
@@ -79,6 +84,14 @@ impl Store {
         db_opts.set_keep_log_file_num(5);
         db_opts.set_max_total_wal_size(128 << 20);
         db_opts.set_wal_compression_type(DBCompressionType::Zstd);
+        // Six families with 64 MiB memtables could hold ~770 MiB; one budget, charged to the
+        // block cache, keeps memtables and cached blocks under one bound.
+        let wbm = WriteBufferManager::new_write_buffer_manager_with_cache(
+            opts.memtable_budget_bytes,
+            false,
+            cache.clone(),
+        );
+        db_opts.set_write_buffer_manager(&wbm);
         let cfs = Cf::ALL
             .iter()
             .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
@@ -113,6 +126,18 @@ impl Store {
         Ok(())
     }
 
+    /// Writes a batch without the write-ahead log: a crash loses it unless a flush came first.
+    /// For derived data that commits its own checkpoint in the same batch (view indexes):
+    /// a column family recovers to the state after some earlier batch, never half of one.
+    pub fn write_unlogged(&self, batch: Batch<'_>) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        self.db.write_opt(batch.wb, &wo)?;
+        self.unflushed_writes.fetch_add(1, Ordering::Relaxed);
+        *self.last_write.lock().unwrap() = Instant::now();
+        Ok(())
+    }
+
     pub fn snapshot(&self) -> Snapshot<'_> {
         Snapshot {
             store: self,
@@ -140,6 +165,12 @@ impl Store {
     }
 
     /// Flushes every memtable to table files (and lets RocksDB drop the WAL they needed).
+    /// Flushes one column family's memtables to table files (waits for it).
+    pub fn flush_cf(&self, cf: Cf) -> Result<()> {
+        self.db.flush_cf(self.handle(cf))?;
+        Ok(())
+    }
+
     pub fn flush(&self) -> Result<()> {
         self.unflushed_writes.store(0, Ordering::Relaxed);
         for cf in Cf::ALL {

@@ -135,7 +135,15 @@ fn round(
         }
     }
     batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
-    store.write(batch, false)?;
+    if fresh {
+        // A bulk load wrote its nodes and back index without the WAL (the WAL's
+        // compression was a tenth of the build): make them durable by flushing before the
+        // round counts as done. A crash before that leaves the previous checkpoint.
+        store.write_unlogged(batch)?;
+        store.flush_cf(Cf::Views)?;
+    } else {
+        store.write(batch, false)?;
+    }
     Ok(done)
 }
 
@@ -443,7 +451,7 @@ fn flush_back(store: &Store, g: &Group, mut entries: Vec<(String, Vec<u8>)>) {
     for (id, v) in entries {
         b.put(Cf::Views, &g.prefix.back(&id), &v);
     }
-    if let Err(e) = store.write(b, false) {
+    if let Err(e) = store.write_unlogged(b) {
         tracing::error!(error = %e, "writing view back index");
     }
 }
@@ -496,7 +504,7 @@ impl<'a> StoreSink<'a> {
             }
         }
         self.pending_bytes = 0;
-        if let Err(e) = self.store.write(b, false) {
+        if let Err(e) = self.store.write_unlogged(b) {
             tracing::error!(error = %e, "writing view nodes");
         }
     }
