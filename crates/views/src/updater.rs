@@ -103,14 +103,14 @@ fn round(
     let (last_seq, done) = pipeline(views, db, g, meta.seq, &mut collector, task)?;
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
     let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
-    let mut batch_extra = Vec::new();
-    match collector.state {
+    // Back-index puts (`Some`) and deletes (`None`) that commit with the checkpoint.
+    let mut back_index: Vec<(String, Option<Vec<u8>>)> = match collector.state {
         State::Fresh { rows, back } => {
-            flush_back(store, g, back);
             for (i, mut rows) in rows.into_iter().enumerate() {
                 rows.sort_unstable_by(|a, b| a.key.cmp(&b.key));
                 meta.roots[i] = g.with_reducer(i, &mut js, |red| tree::build(&mut sink, red, rows));
             }
+            back.into_iter().map(|(id, v)| (id, Some(v))).collect()
         }
         State::Incremental { ops, back } => {
             for (i, ops) in ops.into_iter().enumerate() {
@@ -120,23 +120,24 @@ fn round(
                     tree::modify(&mut sink, red, root.as_ref(), &ops)
                 })?;
             }
-            batch_extra = back;
-            batch_extra.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            back
         }
-    }
+    };
+    back_index.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     meta.seq = last_seq;
     meta.next_node = sink.next;
+    let wrote_early = collector.wrote_early || sink.wrote_early;
     let mut batch = store.batch();
     sink.finish(&mut batch);
-    for (id, value) in batch_extra {
+    for (id, value) in back_index {
         match value {
             Some(v) => batch.put(Cf::Views, &g.prefix.back(&id), &v),
             None => batch.delete(Cf::Views, &g.prefix.back(&id)),
         }
     }
     batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
-    if fresh {
-        // A bulk load wrote its nodes and back index without the WAL (the WAL's
+    if wrote_early {
+        // A bulk load wrote nodes or back-index entries early, without the WAL (the WAL's
         // compression was a tenth of the build): make them durable by flushing before the
         // round counts as done. A crash before that leaves the previous checkpoint.
         store.write_unlogged(batch)?;
@@ -367,6 +368,8 @@ struct Collector<'a> {
     store: &'a Store,
     state: State,
     rows: usize,
+    /// Back-index entries were written before the round's commit (unlogged).
+    wrote_early: bool,
 }
 
 impl<'a> Collector<'a> {
@@ -388,6 +391,7 @@ impl<'a> Collector<'a> {
             store,
             state,
             rows: 0,
+            wrote_early: false,
         }
     }
 
@@ -410,6 +414,7 @@ impl<'a> Collector<'a> {
                 }
                 if back.len() >= 100_000 {
                     flush_back(self.store, self.g, std::mem::take(back));
+                    self.wrote_early = true;
                 }
             }
             State::Incremental { ops, back } => {
@@ -465,6 +470,8 @@ struct StoreSink<'a> {
     next: u64,
     /// A bulk load may write nodes before the checkpoint.
     early: bool,
+    /// ... and did (unlogged).
+    wrote_early: bool,
 }
 
 impl<'a> StoreSink<'a> {
@@ -476,6 +483,7 @@ impl<'a> StoreSink<'a> {
             pending_bytes: 0,
             next,
             early,
+            wrote_early: false,
         }
     }
 
@@ -504,6 +512,7 @@ impl<'a> StoreSink<'a> {
             }
         }
         self.pending_bytes = 0;
+        self.wrote_early = true;
         if let Err(e) = self.store.write_unlogged(b) {
             tracing::error!(error = %e, "writing view nodes");
         }
