@@ -15,6 +15,7 @@ unsafe impl Sync for MallocConf {}
 static MALLOC_CONF: MallocConf =
     MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
 
+use axum::serve::ListenerExt;
 use clap::{Parser, Subcommand};
 use settee_db::Couch;
 use settee_http::{app, AppState, HttpConfig};
@@ -99,9 +100,16 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime.block_on(async move {
+        // TCP_NODELAY: a response written as headers then body must not wait for the
+        // client's delayed ACK (a 40 ms stall per streamed response otherwise).
         let listener = tokio::net::TcpListener::bind(settings.bind)
             .await
-            .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
+            .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?
+            .tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "TCP_NODELAY");
+                }
+            });
         eprintln!(
             "Settee {} listening on http://{}",
             env!("CARGO_PKG_VERSION"),
