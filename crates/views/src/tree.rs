@@ -203,7 +203,11 @@ pub fn modify(
 }
 
 /// Builds a tree from rows already sorted by unique key (an initial index build).
-pub fn build(sink: &mut dyn NodeSink, red: &mut dyn Reducer, rows: Vec<Row>) -> Option<Entry> {
+pub fn build(
+    sink: &mut dyn NodeSink,
+    red: &mut dyn Reducer,
+    rows: impl IntoIterator<Item = Row>,
+) -> Option<Entry> {
     let mut entries = write_leaves(sink, red, rows);
     while entries.len() > 1 {
         entries = write_inners(sink, red, entries);
@@ -271,63 +275,83 @@ fn merge_rows(rows: Vec<Row>, ops: &[Op]) -> Vec<Row> {
 }
 
 /// Splits `items` into runs of about [`NODE_BYTES`]; a short last run joins the one before.
-fn chunks<T>(items: Vec<T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
-    let mut out: Vec<Vec<T>> = Vec::new();
+/// Splits `items` into runs of about `NODE_BYTES`, handing each to `emit` as soon as the
+/// next one starts (a short last run joins the one before it), so a caller streaming rows
+/// never holds more than two runs.
+fn chunks<T>(
+    items: impl IntoIterator<Item = T>,
+    size: impl Fn(&T) -> usize,
+    mut emit: impl FnMut(Vec<T>),
+) {
+    let mut held: Option<Vec<T>> = None;
     let mut cur = Vec::new();
     let mut bytes = 0;
     for it in items {
         bytes += size(&it);
         cur.push(it);
         if bytes >= NODE_BYTES {
-            out.push(std::mem::take(&mut cur));
+            if let Some(prev) = held.replace(std::mem::take(&mut cur)) {
+                emit(prev);
+            }
             bytes = 0;
         }
     }
-    if !cur.is_empty() {
-        match out.last_mut() {
-            Some(prev) if bytes < NODE_BYTES / 2 => prev.extend(cur),
-            _ => out.push(cur),
+    match held {
+        Some(mut prev) if !cur.is_empty() && bytes < NODE_BYTES / 2 => {
+            prev.extend(cur);
+            emit(prev);
         }
+        Some(prev) => {
+            emit(prev);
+            if !cur.is_empty() {
+                emit(cur);
+            }
+        }
+        None if !cur.is_empty() => emit(cur),
+        None => {}
     }
-    out
 }
 
-fn write_leaves(sink: &mut dyn NodeSink, red: &mut dyn Reducer, rows: Vec<Row>) -> Vec<Entry> {
-    chunks(rows, |r| r.key.len() + r.value.len() + 4)
-        .into_iter()
-        .map(|rows| {
+fn write_leaves(
+    sink: &mut dyn NodeSink,
+    red: &mut dyn Reducer,
+    rows: impl IntoIterator<Item = Row>,
+) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    chunks(
+        rows,
+        |r| r.key.len() + r.value.len() + 4,
+        |rows| {
             let refs: Vec<&Row> = rows.iter().collect();
             let reduction = red.reduce(&refs);
             let id = sink.next_id();
-            let entry = Entry {
+            entries.push(Entry {
                 last: rows.last().expect("chunks are not empty").key.clone(),
                 child: id,
                 count: rows.len() as u64,
                 red: reduction,
-            };
+            });
             sink.put(id, Node::Leaf(rows).encode());
-            entry
-        })
-        .collect()
+        },
+    );
+    entries
 }
 
 fn write_inners(sink: &mut dyn NodeSink, red: &mut dyn Reducer, entries: Vec<Entry>) -> Vec<Entry> {
-    chunks(entries, Entry::size)
-        .into_iter()
-        .map(|es| {
-            let parts: Vec<&[u8]> = es.iter().map(|e| e.red.as_slice()).collect();
-            let reduction = red.rereduce(&parts);
-            let id = sink.next_id();
-            let entry = Entry {
-                last: es.last().expect("chunks are not empty").last.clone(),
-                child: id,
-                count: es.iter().map(|e| e.count).sum(),
-                red: reduction,
-            };
-            sink.put(id, Node::Inner(es).encode());
-            entry
-        })
-        .collect()
+    let mut out = Vec::new();
+    chunks(entries, Entry::size, |es| {
+        let parts: Vec<&[u8]> = es.iter().map(|e| e.red.as_slice()).collect();
+        let reduction = red.rereduce(&parts);
+        let id = sink.next_id();
+        out.push(Entry {
+            last: es.last().expect("chunks are not empty").last.clone(),
+            child: id,
+            count: es.iter().map(|e| e.count).sum(),
+            red: reduction,
+        });
+        sink.put(id, Node::Inner(es).encode());
+    });
+    out
 }
 
 // ---------------------------------------------------------------------------------------

@@ -106,9 +106,10 @@ fn round(
     // Back-index puts (`Some`) and deletes (`None`) that commit with the checkpoint.
     let mut back_index: Vec<(String, Option<Vec<u8>>)> = match collector.state {
         State::Fresh { rows, back } => {
-            for (i, mut rows) in rows.into_iter().enumerate() {
-                rows.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-                meta.roots[i] = g.with_reducer(i, &mut js, |red| tree::build(&mut sink, red, rows));
+            for (i, rows) in rows.into_iter().enumerate() {
+                meta.roots[i] = g.with_reducer(i, &mut js, |red| {
+                    tree::build(&mut sink, red, rows.into_sorted_rows())
+                });
             }
             back.into_iter().map(|(id, v)| (id, Some(v))).collect()
         }
@@ -350,10 +351,68 @@ fn push_rows(
     }
 }
 
+/// The rows of a bulk load, packed: their bytes in blocks of `BLOCK` (never reallocated),
+/// one small index entry per row. About 120 bytes per typical row instead of ~200 as two
+/// `Vec`s each, which is most of an initial build's memory.
+#[derive(Default)]
+struct RowBuffer {
+    blocks: Vec<Vec<u8>>,
+    /// (block, offset, key length, value length)
+    index: Vec<(u32, u32, u32, u32)>,
+}
+
+impl RowBuffer {
+    const BLOCK: usize = 1 << 20;
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        let len = key.len() + value.len();
+        let fits = self
+            .blocks
+            .last()
+            .is_some_and(|b| b.capacity() - b.len() >= len);
+        if !fits {
+            self.blocks.push(Vec::with_capacity(Self::BLOCK.max(len)));
+        }
+        let block = self.blocks.len() - 1;
+        let b = &mut self.blocks[block];
+        let offset = b.len();
+        b.extend_from_slice(key);
+        b.extend_from_slice(value);
+        self.index.push((
+            block as u32,
+            offset as u32,
+            key.len() as u32,
+            value.len() as u32,
+        ));
+    }
+
+    fn slices<'a>(
+        blocks: &'a [Vec<u8>],
+        &(b, o, k, v): &(u32, u32, u32, u32),
+    ) -> (&'a [u8], &'a [u8]) {
+        let (o, k, v) = (o as usize, k as usize, v as usize);
+        let bytes = &blocks[b as usize][o..o + k + v];
+        bytes.split_at(k)
+    }
+
+    /// The rows in key order.
+    fn into_sorted_rows(self) -> impl Iterator<Item = Row> {
+        let RowBuffer { blocks, mut index } = self;
+        index.sort_unstable_by(|a, b| Self::slices(&blocks, a).0.cmp(Self::slices(&blocks, b).0));
+        index.into_iter().map(move |e| {
+            let (key, value) = Self::slices(&blocks, &e);
+            Row {
+                key: key.to_vec(),
+                value: value.to_vec(),
+            }
+        })
+    }
+}
+
 enum State {
     /// An empty index: rows per view, back-index entries not yet written.
     Fresh {
-        rows: Vec<Vec<Row>>,
+        rows: Vec<RowBuffer>,
         back: Vec<(String, Vec<u8>)>,
     },
     /// Changes to existing trees: ops per view (sorted), back-index puts and deletes.
@@ -377,7 +436,7 @@ impl<'a> Collector<'a> {
         let n = g.def.views.len();
         let state = if fresh {
             State::Fresh {
-                rows: vec![Vec::new(); n],
+                rows: (0..n).map(|_| RowBuffer::default()).collect(),
                 back: Vec::new(),
             }
         } else {
@@ -409,7 +468,7 @@ impl<'a> Collector<'a> {
                     back.push((d.id, encode_back(&keys)));
                     self.rows += d.rows.len();
                     for (v, key, value) in d.rows {
-                        rows[v as usize].push(Row { key, value });
+                        rows[v as usize].push(&key, &value);
                     }
                 }
                 if back.len() >= 100_000 {
@@ -566,5 +625,31 @@ impl<R: Read> NodeRead for SnapNodes<'_, R> {
             .get(Cf::Views, &self.g.prefix.node(id))?
             .ok_or(TreeError::Corrupted(id))?;
         Node::decode(&bytes).ok_or(TreeError::Corrupted(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_buffer_yields_rows_in_key_order() {
+        let mut buf = RowBuffer::default();
+        let mut expected = Vec::new();
+        let big = vec![7u8; RowBuffer::BLOCK + 10];
+        for i in (0..5000u32).rev() {
+            let key = format!("k{:05}", (i * 7919) % 5000).into_bytes();
+            let value = if i == 1234 {
+                big.clone()
+            } else {
+                i.to_be_bytes().to_vec()
+            };
+            buf.push(&key, &value);
+            expected.push(Row { key, value });
+        }
+        expected.sort_by(|a, b| a.key.cmp(&b.key));
+        assert!(buf.blocks.len() > 1, "the big row took its own block");
+        let got: Vec<Row> = buf.into_sorted_rows().collect();
+        assert_eq!(got, expected);
     }
 }
