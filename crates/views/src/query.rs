@@ -252,6 +252,8 @@ fn map_rows(
     let mut rows = Rows::new(q);
     let mut failure = None;
     for range in q.ranges(raw) {
+        // Skipped rows are passed over inside the tree, by subtree counts.
+        let mut skip = std::mem::take(&mut rows.skip);
         let mut visit = |row: &Row| -> ControlFlow<()> {
             // The offset is the rank of the first row emitted.
             let offset = || -> Result<Event<'static>> {
@@ -281,7 +283,8 @@ fn map_rows(
                 None => ControlFlow::Break(()),
             }
         };
-        let flow = tree::fold(nodes, root, &range, q.descending, &mut visit)?;
+        let flow = tree::fold_skipping(nodes, root, &range, q.descending, &mut skip, &mut visit)?;
+        rows.skip = skip;
         if let Some(e) = failure {
             return Err(e);
         }
