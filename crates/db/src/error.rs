@@ -17,6 +17,8 @@ pub enum Error {
     BadRequest(String),
     #[error("document_too_large: {0}")]
     DocTooLarge(String),
+    #[error("attachment_too_large")]
+    AttachmentTooLarge,
     #[error("internal: {0}")]
     Internal(String),
 }

@@ -5,6 +5,7 @@
 //! Everything here is blocking: callers on an async runtime run reads on a blocking thread
 //! and await writes through the oneshot reply each write carries.
 
+mod atts;
 mod couch;
 mod database;
 mod docinfo;
@@ -12,6 +13,7 @@ mod error;
 mod meta;
 mod writer;
 
+pub use atts::{AttChunks, AttData, AttWriter, CHUNK as ATT_CHUNK};
 pub use couch::{Config, Couch, DbEvent, DbEventKind};
 pub use database::{
     AllDocsRow, Change, Database, DbInfo, IdRevs, LocalDoc, OpenDoc, Props, RevsDiff,

@@ -121,6 +121,11 @@ impl ApiError {
                 ),
                 DbError::Conflict => (S::CONFLICT, "conflict", "Document update conflict.".into()),
                 DbError::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
+                DbError::AttachmentTooLarge => (
+                    S::PAYLOAD_TOO_LARGE,
+                    "attachment_too_large",
+                    "Attachment exceeds the maximum size".into(),
+                ),
                 DbError::DocTooLarge(id) => {
                     (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone())
                 }

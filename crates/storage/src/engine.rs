@@ -64,10 +64,19 @@ fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
             table.set_bloom_filter(10.0, false);
             table.set_block_size(16 << 10);
         }
+        // Attachment chunks (64 KiB each, read in order): compressible types arrive
+        // gzip-compressed already and the rest (images, archives) rarely compress.
+        Cf::Atts => {
+            table.set_block_size(64 << 10);
+        }
     }
     o.set_block_based_table_factory(&table);
-    o.set_compression_type(DBCompressionType::Zstd);
-    o.set_bottommost_compression_type(DBCompressionType::Zstd);
+    let compression = match cf {
+        Cf::Atts => DBCompressionType::None,
+        _ => DBCompressionType::Zstd,
+    };
+    o.set_compression_type(compression);
+    o.set_bottommost_compression_type(compression);
     o.set_write_buffer_size(opts.write_buffer_bytes);
     o.set_level_compaction_dynamic_level_bytes(true);
     o

@@ -32,19 +32,30 @@ pub enum Cf {
     /// `db | signature | …` → view indexes: tree nodes, the doc id → rows back index and
     /// the checkpoint (layout in `docs/design.md`).
     Views,
+    /// `db | 'C' | attachment-id | chunk` → attachment bytes; `db | 'D' | md5` → the
+    /// attachment id holding that content (one copy per database).
+    Atts,
 }
 
 impl Cf {
-    pub const ALL: [Cf; 6] = [
+    pub const ALL: [Cf; 7] = [
         Cf::Meta,
         Cf::Docs,
         Cf::Seqs,
         Cf::Bodies,
         Cf::Local,
         Cf::Views,
+        Cf::Atts,
     ];
     /// The families whose keys start with a database id.
-    pub const PER_DB: [Cf; 5] = [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local, Cf::Views];
+    pub const PER_DB: [Cf; 6] = [
+        Cf::Docs,
+        Cf::Seqs,
+        Cf::Bodies,
+        Cf::Local,
+        Cf::Views,
+        Cf::Atts,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -54,6 +65,7 @@ impl Cf {
             Cf::Bodies => "bodies",
             Cf::Local => "local",
             Cf::Views => "views",
+            Cf::Atts => "atts",
         }
     }
 }
