@@ -912,3 +912,33 @@ test('security: members, design docs for admins only, validate_doc_update in rep
   await rejects(anon.allDocs(), (err) => assert.equal(err.status, 401));
   await raw('DELETE', `/${dbName}`);
 });
+
+test('attachments: inline put, getAttachment, replication both ways', async () => {
+  const db = remoteDb(uniqueName('pouch-att'));
+  const data = Buffer.from('hello attachments').toString('base64');
+  await db.put({ _id: 'a', _attachments: { 'note.txt': { content_type: 'text/plain', data } } });
+  const doc = await db.get('a');
+  assert.equal(doc._attachments['note.txt'].stub, true);
+  assert.equal(doc._attachments['note.txt'].length, 17);
+  // in Node, PouchDB hands attachments back as Buffers
+  const asBuffer = async (b) => (Buffer.isBuffer(b) ? b : Buffer.from(await b.arrayBuffer()));
+  const blob = await db.getAttachment('a', 'note.txt');
+  assert.equal((await asBuffer(blob)).toString(), 'hello attachments');
+  const inline = await db.get('a', { attachments: true });
+  assert.equal(inline._attachments['note.txt'].data, data);
+  // a stub keeps it across an update
+  await db.put({ ...doc, extra: 1 });
+  assert.equal((await db.get('a'))._attachments['note.txt'].revpos, 1);
+
+  // server -> memory -> server
+  const local = memoryDb('pouch-att-local');
+  await db.replicate.to(local);
+  const copied = await local.get('a', { attachments: true });
+  assert.equal(copied._attachments['note.txt'].data, data);
+  await local.put({ _id: 'b', _attachments: { 'b.bin': { content_type: 'application/octet-stream', data: Buffer.from([0, 1, 2, 255]).toString('base64') } } });
+  const back = await local.replicate.to(db);
+  assert.equal(back.doc_write_failures, 0);
+  const bin = await db.getAttachment('b', 'b.bin');
+  assert.deepEqual([...(await asBuffer(bin))], [0, 1, 2, 255]);
+  await db.destroy();
+});

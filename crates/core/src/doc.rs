@@ -15,8 +15,11 @@ pub struct ParsedDoc {
     /// `(pos, ids newest first)`, from `_revisions` or else `_rev`.
     pub revs: Option<(u64, Vec<RevId>)>,
     pub deleted: bool,
-    /// The body as a compact JSON object, special members removed.
+    /// The body as a compact JSON object, special members removed (once attachments are
+    /// resolved, followed by their stubs: see [`join_stored`]).
     pub body: Vec<u8>,
+    /// `_attachments` as the client sent it (stubs, inline data), not yet resolved.
+    pub atts: Option<Map<String, Value>>,
 }
 
 impl ParsedDoc {
@@ -53,6 +56,7 @@ pub fn parse_doc(value: Value) -> Result<ParsedDoc, Error> {
         revs: None,
         deleted: false,
         body: Vec::new(),
+        atts: None,
     };
     let mut body = Map::new();
     let mut rev_field = None;
@@ -65,13 +69,12 @@ pub fn parse_doc(value: Value) -> Result<ParsedDoc, Error> {
             "_rev" => rev_field = Some(v),
             "_revisions" => doc.revs = Some(parse_revisions(&v)?),
             "_deleted" if v.is_boolean() => doc.deleted = v == Value::Bool(true),
-            "_attachments" => {
-                if !v.as_object().is_some_and(Map::is_empty) {
-                    return Err(Error::bad_request(
-                        "Attachments are not supported by this Settee version",
-                    ));
-                }
-            }
+            "_attachments" => match v {
+                Value::Object(m) if m.is_empty() => {}
+                Value::Object(m) => doc.atts = Some(m),
+                Value::Null => {}
+                _ => return Err(Error::bad_request("_attachments must be a JSON object")),
+            },
             k if IGNORED.contains(&k) => {}
             k if KEPT.contains(&k) || !k.starts_with('_') => {
                 body.insert(k.to_string(), v);
@@ -115,15 +118,42 @@ fn parse_revisions(v: &Value) -> Result<(u64, Vec<RevId>), Error> {
     Ok((start, ids))
 }
 
+/// Separates a stored body from its attachment stubs. JSON text never holds a raw NUL
+/// byte, so none can be mistaken for it.
+const ATTS_SEPARATOR: u8 = 0;
+
+/// A revision's stored bytes: the body's JSON, then (if it has attachments) a NUL byte and
+/// the `_attachments` stubs' JSON object.
+pub fn join_stored(body: &[u8], atts: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + atts.map_or(0, |a| a.len() + 1));
+    out.extend_from_slice(body);
+    if let Some(a) = atts {
+        out.push(ATTS_SEPARATOR);
+        out.extend_from_slice(a);
+    }
+    out
+}
+
+/// The body's JSON and the attachment stubs' JSON of a revision's stored bytes.
+pub fn split_stored(stored: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match stored.iter().position(|b| *b == ATTS_SEPARATOR) {
+        Some(at) => (&stored[..at], Some(&stored[at + 1..])),
+        None => (stored, None),
+    }
+}
+
 /// Builds a document's JSON text: `_id`, `_rev`, the stored body's members in their stored
-/// order, then any extra members in the order they are added. The body is copied as stored,
-/// never re-encoded. `rev` is text because local documents have `0-N` revisions.
+/// order, then any extra members in the order they are added, then `_attachments` (last,
+/// as CouchDB renders it). The body is copied as stored, never re-encoded. `rev` is text
+/// because local documents have `0-N` revisions.
 pub struct DocJson {
     out: Vec<u8>,
+    atts: Option<Vec<u8>>,
 }
 
 impl DocJson {
-    pub fn new(id: &str, rev: Option<&str>, body: &[u8]) -> Self {
+    pub fn new(id: &str, rev: Option<&str>, stored: &[u8]) -> Self {
+        let (body, atts) = split_stored(stored);
         let mut out = Vec::with_capacity(body.len() + id.len() + 64);
         out.extend_from_slice(b"{\"_id\":");
         serde_json::to_writer(&mut out, id).expect("string serializes");
@@ -139,7 +169,16 @@ impl DocJson {
             out.push(b',');
             out.extend_from_slice(inner);
         }
-        DocJson { out }
+        DocJson {
+            out,
+            atts: atts.map(<[u8]>::to_vec),
+        }
+    }
+
+    /// Replaces the `_attachments` member rendered at the end (`None`: none).
+    pub fn set_attachments(&mut self, atts: Option<Vec<u8>>) -> &mut Self {
+        self.atts = atts;
+        self
     }
 
     pub fn member(&mut self, key: &str, value: &Value) -> &mut Self {
@@ -151,6 +190,10 @@ impl DocJson {
     }
 
     pub fn finish(mut self) -> Vec<u8> {
+        if let Some(atts) = self.atts.take() {
+            self.out.extend_from_slice(b",\"_attachments\":");
+            self.out.extend_from_slice(&atts);
+        }
         self.out.push(b'}');
         self.out
     }

@@ -4,6 +4,7 @@
 //! the database's design documents must accept the document.
 
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::attachments;
 use crate::AppState;
 use serde_json::{Map, Value};
 use settee_auth::password::DEFAULT_ITERATIONS;
@@ -23,6 +24,8 @@ pub struct Admission {
     users_db: bool,
     iterations: u32,
     limits: settee_js::Limits,
+    /// `[couchdb] max_attachment_size`.
+    att_limit: u64,
     /// The database's `validate_doc_update` functions, loaded at the first document that
     /// needs them (`None` = not loaded yet; `Some(None)` = the database has none).
     validator: Option<Option<Validator>>,
@@ -36,6 +39,7 @@ impl Admission {
             sec: SecurityObject::from_json(&sec_json),
             sec_json,
             limits: state.views.limits(),
+            att_limit: attachments::max_size(state),
             validator: None,
             users_db: crate::access::is_system_db(&db.name),
             iterations: crate::auth::auth_section(&state.node)
@@ -50,24 +54,32 @@ impl Admission {
     /// Runs on a blocking thread: it reads the replaced revision.
     pub fn admit(&mut self, db: &Database, doc: &mut ParsedDoc, new_edits: bool) -> ApiResult<()> {
         let id = doc.id.clone().unwrap_or_default();
-        if id.starts_with("_design/") {
-            self.sec.check_admin(&self.user)?;
-            return crate::handlers::views::validate_design(&id, doc);
-        }
         if id.starts_with("_local/") {
             return Ok(());
         }
-        if self.validator.is_none() {
+        let design = id.starts_with("_design/");
+        if design {
+            self.sec.check_admin(&self.user)?;
+        } else if self.validator.is_none() {
             self.validator = Some(load_validator(db, self.limits)?);
         }
-        let has_vdus = matches!(self.validator, Some(Some(_)));
-        if !self.users_db && !has_vdus {
-            // The common case pays no read of the replaced revision.
+        let checks = !design && (self.users_db || matches!(self.validator, Some(Some(_))));
+        // The common case (no attachments, no rules) pays no read of the replaced revision.
+        let old = if checks || doc.atts.is_some() {
+            replaced(db, &id, doc, new_edits)?
+        } else {
+            None
+        };
+        let old_stubs = old.as_ref().and_then(|o| o.stubs.as_ref());
+        attachments::resolve(db, &id, doc, old_stubs, new_edits, self.att_limit)?;
+        if design {
+            return crate::handlers::views::validate_design(&id, doc);
+        }
+        if !checks {
             return Ok(());
         }
-        let old = replaced(db, &id, doc, new_edits)?;
         if self.users_db {
-            self.users_rules(&id, doc, old.as_ref().map(|(_, body)| body))?;
+            self.users_rules(&id, doc, old.as_ref().map(|o| &o.body))?;
         }
         self.validate(db, &id, doc, old)
     }
@@ -78,13 +90,13 @@ impl Admission {
         db: &Database,
         id: &str,
         doc: &ParsedDoc,
-        old: Option<(Rev, Map<String, Value>)>,
+        old: Option<Replaced>,
     ) -> ApiResult<()> {
         let Some(Some(validator)) = self.validator.as_mut() else {
             return Ok(());
         };
         let new_doc = new_doc_json(id, doc)?;
-        let old_doc = old.map(|(rev, body)| with_meta(id, Some(&rev), body));
+        let old_doc = old.map(|o| with_meta(id, Some(&o.rev), o.body, o.stubs));
         let user_ctx = self.user.to_json(Some(&db.name)).to_string();
         let result = validator.validate(
             &new_doc.to_string(),
@@ -107,7 +119,9 @@ impl Admission {
         doc: &mut ParsedDoc,
         old: Option<&Map<String, Value>>,
     ) -> ApiResult<()> {
-        let mut body: Map<String, Value> = serde_json::from_slice(&doc.body)
+        let (body, stubs) = settee_core::split_stored(&doc.body);
+        let stubs = stubs.map(<[u8]>::to_vec);
+        let mut body: Map<String, Value> = serde_json::from_slice(body)
             .map_err(|_| ApiError::bad_request("invalid document body"))?;
         body.insert("_id".into(), Value::String(id.to_string()));
         let w = UserWrite {
@@ -123,7 +137,8 @@ impl Admission {
             UsersError::Denied(d) => d.into(),
         })?;
         body.remove("_id");
-        doc.body = serde_json::to_vec(&body).expect("json");
+        doc.body =
+            settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
         Ok(())
     }
 }
@@ -136,7 +151,7 @@ fn load_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Option<
         let Some(body) = row.body else {
             return ControlFlow::Continue(());
         };
-        match serde_json::from_slice::<Value>(&body) {
+        match serde_json::from_slice::<Value>(settee_core::split_stored(&body).0) {
             Ok(ddoc) => {
                 if let Some(source) = ddoc.get("validate_doc_update").and_then(Value::as_str) {
                     sources.push(ValidateSource {
@@ -164,9 +179,10 @@ fn load_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Option<
 /// The document as a validation function sees it: `_id`, `_rev`, the body, `_revisions`
 /// and `_deleted`.
 fn new_doc_json(id: &str, doc: &ParsedDoc) -> ApiResult<Value> {
-    let body: Map<String, Value> = serde_json::from_slice(&doc.body)
+    let body: Map<String, Value> = serde_json::from_slice(settee_core::split_stored(&doc.body).0)
         .map_err(|_| ApiError::bad_request("invalid document body"))?;
-    let mut v = with_meta(id, doc.rev().as_ref(), body);
+    let stubs = attachments::stored_stubs(&doc.body);
+    let mut v = with_meta(id, doc.rev().as_ref(), body, stubs);
     if let Some((start, ids)) = &doc.revs {
         let ids: Vec<Value> = ids.iter().map(|r| Value::String(r.to_string())).collect();
         v["_revisions"] = serde_json::json!({"start": start, "ids": ids});
@@ -177,13 +193,21 @@ fn new_doc_json(id: &str, doc: &ParsedDoc) -> ApiResult<Value> {
     Ok(v)
 }
 
-fn with_meta(id: &str, rev: Option<&Rev>, body: Map<String, Value>) -> Value {
+fn with_meta(
+    id: &str,
+    rev: Option<&Rev>,
+    body: Map<String, Value>,
+    stubs: Option<Map<String, Value>>,
+) -> Value {
     let mut m = Map::with_capacity(body.len() + 2);
     m.insert("_id".into(), Value::String(id.to_string()));
     if let Some(rev) = rev {
         m.insert("_rev".into(), Value::String(rev.to_string()));
     }
     m.extend(body);
+    if let Some(stubs) = stubs {
+        m.insert("_attachments".into(), Value::Object(stubs));
+    }
     Value::Object(m)
 }
 
@@ -213,6 +237,13 @@ fn rejection_error(r: Rejection) -> ApiError {
     }
 }
 
+/// The revision a write replaces: its body and attachment stubs.
+struct Replaced {
+    rev: Rev,
+    body: Map<String, Value>,
+    stubs: Option<Map<String, Value>>,
+}
+
 /// The body of the revision a write replaces: the leaf it names, or for a replicated
 /// revision its nearest stored ancestor; `None` for new documents and deleted leaves.
 fn replaced(
@@ -220,7 +251,7 @@ fn replaced(
     id: &str,
     doc: &ParsedDoc,
     new_edits: bool,
-) -> ApiResult<Option<(Rev, Map<String, Value>)>> {
+) -> ApiResult<Option<Replaced>> {
     let Some((pos, ids)) = &doc.revs else {
         return Ok(None);
     };
@@ -236,8 +267,13 @@ fn replaced(
         match info.tree.body(&rev) {
             Some((_, true)) => return Ok(None),
             Some(_) => {
-                let body = db.body_of(&info, &rev)?.unwrap_or_default();
-                return Ok(serde_json::from_slice(&body).ok().map(|b| (rev, b)));
+                let stored = db.body_of(&info, &rev)?.unwrap_or_default();
+                let body = serde_json::from_slice(settee_core::split_stored(&stored).0).ok();
+                return Ok(body.map(|body| Replaced {
+                    rev,
+                    body,
+                    stubs: attachments::stored_stubs(&stored),
+                }));
             }
             None => {}
         }

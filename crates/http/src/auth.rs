@@ -327,7 +327,8 @@ pub fn lookup(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<Kno
         Ok(_) | Err(settee_db::Error::NotFound(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(&doc.body) else {
+    let body = settee_core::split_stored(&doc.body).0;
+    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(body) else {
         return Ok(None);
     };
     Ok(users::credentials(&body).map(|(roles, hash)| Known { roles, hash }))

@@ -65,7 +65,15 @@ pub fn other_leaves(tree: &RevTree, except: &Rev, deleted: bool) -> Vec<String> 
 }
 
 pub fn doc_json(doc: &OpenDoc, opts: &DocOpts) -> Vec<u8> {
+    doc_json_with(doc, opts, None)
+}
+
+/// [`doc_json`] with `_attachments` replaced (for attachments rendered inline).
+pub fn doc_json_with(doc: &OpenDoc, opts: &DocOpts, atts: Option<Vec<u8>>) -> Vec<u8> {
     let mut j = DocJson::new(&doc.id, Some(&doc.rev.to_string()), &doc.body);
+    if atts.is_some() {
+        j.set_attachments(atts);
+    }
     if doc.deleted {
         j.member("_deleted", &Value::Bool(true));
     }

@@ -3,7 +3,7 @@
 //! dispatched by one exhaustive `match`.
 
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{all_docs, bulk, changes, database, doc, node, server, views};
+use crate::handlers::{all_docs, attachments, bulk, changes, database, doc, node, server, views};
 use crate::{AppState, Req};
 use axum::response::Response;
 use percent_encoding::percent_decode_str;
@@ -24,6 +24,8 @@ pub enum Endpoint {
     Db(String),
     DbOp(String, DbOp),
     Doc(String, String),
+    /// `/{db}/{docid}/{attname…}` (the name may contain `/`).
+    Attachment(String, String, String),
     /// Attachments and design-document functions are later work; answered with 501.
     DbUnimplemented(String, &'static str),
     UnknownServer(String),
@@ -160,15 +162,18 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
             op(DbOp::ViewQueries(ddoc.to_string(), view.to_string()))
         }
         ["_design", ddoc, "_info"] => op(DbOp::DesignInfo(ddoc.to_string())),
-        ["_design", _ddoc, ..] => {
-            Endpoint::DbUnimplemented(db.clone(), "design document functions and attachments")
+        ["_design", _ddoc, f, ..] if f.starts_with('_') => {
+            Endpoint::DbUnimplemented(db.clone(), "design document functions")
+        }
+        ["_design", ddoc, att @ ..] => {
+            Endpoint::Attachment(db.clone(), format!("_design/{ddoc}"), att.join("/"))
         }
         ["_local", id] => Endpoint::Doc(db, format!("_local/{id}")),
         ["_local", _, ..] => {
             Endpoint::DbUnimplemented(db.clone(), "attachments on local documents")
         }
         [id] => Endpoint::Doc(db, id.to_string()),
-        [_, _att, ..] => Endpoint::DbUnimplemented(db.clone(), "attachments"),
+        [id, att @ ..] => Endpoint::Attachment(db.clone(), id.to_string(), att.join("/")),
         [] => Endpoint::Db(db),
     }
 }
@@ -221,6 +226,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
+        Endpoint::Attachment(db, id, name) => {
+            attachments::attachment(state.couch.get(&db)?, id, name, req).await
+        }
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),
@@ -259,8 +267,16 @@ mod tests {
             parse("/_users/_all_docs").unwrap(),
             Endpoint::DbOp("_users".into(), DbOp::AllDocs)
         );
+        assert_eq!(
+            parse("/db/doc/a/b.txt").unwrap(),
+            Endpoint::Attachment("db".into(), "doc".into(), "a/b.txt".into())
+        );
+        assert_eq!(
+            parse("/db/_design/d/logo.png").unwrap(),
+            Endpoint::Attachment("db".into(), "_design/d".into(), "logo.png".into())
+        );
         assert!(matches!(
-            parse("/db/doc/att").unwrap(),
+            parse("/db/_design/d/_show/x").unwrap(),
             Endpoint::DbUnimplemented(..)
         ));
         assert!(matches!(

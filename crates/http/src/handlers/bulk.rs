@@ -2,7 +2,7 @@
 
 use super::{allow, await_write, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{doc_json, DocOpts};
+use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -141,9 +141,7 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
         ..Default::default()
     };
     let latest = req.params.flag("latest")?;
-    for k in ["attachments", "att_encoding_info"] {
-        req.params.bool(k)?;
-    }
+    let atts = super::attachments::AttOpts::from_params(&req.params)?;
     let body = req.json().await?;
     let items = body
         .get("docs")
@@ -156,7 +154,7 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
             if i > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(&bulk_get_one(&db, item, &opts, latest)?);
+            out.extend_from_slice(&bulk_get_one(&db, item, &opts, atts, latest)?);
         }
         out.extend_from_slice(b"]}");
         Ok(out)
@@ -165,7 +163,13 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     Ok(json_bytes(StatusCode::OK, out))
 }
 
-fn bulk_get_one(db: &Database, item: &Value, opts: &DocOpts, latest: bool) -> ApiResult<Vec<u8>> {
+fn bulk_get_one(
+    db: &Database,
+    item: &Value,
+    opts: &DocOpts,
+    atts: super::attachments::AttOpts,
+    latest: bool,
+) -> ApiResult<Vec<u8>> {
     let id = item.get("id").and_then(Value::as_str);
     let rev_str = item.get("rev").and_then(Value::as_str);
     let err = |error: &str, reason: &str| json!({"id": id.unwrap_or(""), "docs": [{"error": {"id": id.unwrap_or(""), "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}}]});
@@ -204,7 +208,7 @@ fn bulk_get_one(db: &Database, item: &Value, opts: &DocOpts, latest: bool) -> Ap
     let doc_part = match found {
         Ok(d) => {
             let mut v = b"{\"ok\":".to_vec();
-            v.extend_from_slice(&doc_json(&d, opts));
+            v.extend_from_slice(&doc_json_with(&d, opts, atts.render(db, &d.body)?));
             v.push(b'}');
             v
         }

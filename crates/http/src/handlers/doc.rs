@@ -4,8 +4,9 @@
 use super::{await_write, blocking};
 use crate::admission::Admission;
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::attachments::AttOpts;
 use crate::handlers::database::location;
-use crate::render::{doc_json, DocOpts};
+use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes, with_type};
 use crate::req::etag_value;
 use crate::{AppState, Req};
@@ -53,10 +54,7 @@ fn parse_rev_param(req: &Req) -> ApiResult<Option<Rev>> {
 
 async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let opts = DocOpts::from_params(&req.params)?;
-    // No attachments can exist yet, so these only confirm what the document already says.
-    for k in ["attachments", "att_encoding_info"] {
-        req.params.bool(k)?;
-    }
+    let atts = AttOpts::from_params(&req.params)?;
     let users_view = users_reader(state, &db, &req)?;
     if req.params.get("open_revs").is_some() {
         if users_view.is_some() {
@@ -64,11 +62,11 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
                 "Only admins can read revisions of other users' documents.".into(),
             ));
         }
-        return open_revs(db, id, req, opts).await;
+        return open_revs(db, id, req, opts, atts).await;
     }
     let rev = parse_rev_param(&req)?;
     let latest = req.params.flag("latest")?;
-    let mut doc = blocking(move || {
+    let (mut doc, inline) = blocking(move || {
         let mut doc = db.open_doc(&id, rev.as_ref())?;
         if latest {
             if let Some(r) = &rev {
@@ -77,12 +75,16 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
                 }
             }
         }
-        Ok(doc)
+        let inline = atts.render(&db, &doc.body)?;
+        Ok((doc, inline))
     })
     .await?;
+    let restricted = users_view.is_some();
     if let Some((sec, public)) = users_view {
-        let body: serde_json::Map<String, Value> =
-            serde_json::from_slice(&doc.body).unwrap_or_default();
+        let (body, atts) = settee_core::split_stored(&doc.body);
+        let atts = atts.map(<[u8]>::to_vec);
+        let body: serde_json::Map<String, Value> = serde_json::from_slice(body).unwrap_or_default();
+        let whole = body.len();
         let public: Vec<&str> = public.iter().map(String::as_str).collect();
         let kept = settee_auth::users::filter_read(&doc.id, body, &req.user, &sec, &public)
             .map_err(|e| match e {
@@ -91,7 +93,10 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
                 }
                 settee_auth::users::UsersError::Denied(d) => d.into(),
             })?;
-        doc.body = serde_json::to_vec(&kept).expect("json");
+        // Only a reader who sees the whole document sees its attachments.
+        let atts = atts.filter(|_| kept.len() == whole);
+        doc.body =
+            settee_core::join_stored(&serde_json::to_vec(&kept).expect("json"), atts.as_deref());
     }
     let tag = doc.rev.to_string();
     if !opts.has_meta()
@@ -101,7 +106,9 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
         resp.headers_mut().insert(header::ETAG, etag(&tag));
         return Ok(resp);
     }
-    let mut resp = json_bytes(StatusCode::OK, doc_json(&doc, &opts));
+    // Users reading others' `_users` documents see no attachments at all.
+    let inline = inline.filter(|_| !restricted);
+    let mut resp = json_bytes(StatusCode::OK, doc_json_with(&doc, &opts, inline));
     // As CouchDB: a body carrying meta fields (conflicts, revs_info, local_seq) has no ETag,
     // since those change without the revision changing.
     if !opts.has_meta() {
@@ -134,7 +141,13 @@ fn users_reader(
     Ok(Some((sec, public)))
 }
 
-async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> ApiResult<Response> {
+async fn open_revs(
+    db: Arc<Database>,
+    id: String,
+    req: Req,
+    opts: DocOpts,
+    atts: AttOpts,
+) -> ApiResult<Response> {
     let raw = req.params.get("open_revs").unwrap_or_default();
     let wanted: Option<Vec<Rev>> = if raw == "all" {
         None
@@ -155,7 +168,7 @@ async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> Ap
         )
     };
     let latest = req.params.flag("latest")?;
-    let found = blocking(move || {
+    let parts = blocking(move || {
         let wanted = match (wanted, latest) {
             (Some(revs), true) => match db.doc_info(&id)? {
                 Some(info) => {
@@ -178,19 +191,19 @@ async fn open_revs(db: Arc<Database>, id: String, req: Req, opts: DocOpts) -> Ap
             },
             (w, _) => w,
         };
-        Ok(db.open_revs(&id, wanted.as_deref())?)
+        let found = db.open_revs(&id, wanted.as_deref())?;
+        found
+            .iter()
+            .map(|(rev, doc)| match doc {
+                Some(d) => Ok((true, doc_json_with(d, &opts, atts.render(&db, &d.body)?))),
+                None => Ok((
+                    false,
+                    serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),
+                )),
+            })
+            .collect::<ApiResult<Vec<(bool, Vec<u8>)>>>()
     })
     .await?;
-    let parts: Vec<(bool, Vec<u8>)> = found
-        .iter()
-        .map(|(rev, doc)| match doc {
-            Some(d) => (true, doc_json(d, &opts)),
-            None => (
-                false,
-                serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),
-            ),
-        })
-        .collect();
     let wants_multipart = req
         .header("accept")
         .is_some_and(|a| a.contains("multipart/mixed"));
@@ -391,6 +404,7 @@ async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> Ap
         revs: Some((rev.pos, vec![rev.id])),
         deleted: true,
         body: b"{}".to_vec(),
+        atts: None,
     };
     let rev = write_one(state, db, &req, doc, true, batch).await?;
     if batch {
@@ -423,7 +437,9 @@ async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiR
         id: Some(dest_id.clone()),
         revs: dest_rev.map(|r| (r.pos, vec![r.id])),
         deleted: false,
+        // The stored bytes carry the source's attachment stubs: COPY keeps them.
         body: source.body,
+        atts: None,
     };
     let rev = write_one(state, db, &req, doc, true, false).await?;
     Ok(created(&req, &dest_id, rev.as_ref(), false))

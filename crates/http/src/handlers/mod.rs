@@ -1,6 +1,7 @@
 //! Handlers by resource. Each parses its request, makes one call into the store, renders.
 
 pub mod all_docs;
+pub mod attachments;
 pub mod bulk;
 pub mod changes;
 pub mod database;

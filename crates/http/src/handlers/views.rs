@@ -176,8 +176,9 @@ pub fn load_group(
 fn load_ddoc_group(state: &AppState, db: &Database, ddoc: &str) -> ApiResult<Arc<Group>> {
     let id = format!("_design/{ddoc}");
     let doc = db.open_doc(&id, None)?;
-    let body: Map<String, Value> = serde_json::from_slice(&doc.body)
-        .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
+    let body: Map<String, Value> =
+        serde_json::from_slice(settee_core::split_stored(&doc.body).0)
+            .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
     let g = state.views.group(db, &id, &body).map_err(ApiError::from)?;
     check_language(&g.def)?;
     Ok(Arc::new(g))
@@ -202,7 +203,9 @@ pub fn validate_design(id: &str, doc: &ParsedDoc) -> ApiResult<()> {
     if !id.starts_with("_design/") || doc.deleted {
         return Ok(());
     }
-    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(&doc.body) else {
+    let Ok(body) =
+        serde_json::from_slice::<Map<String, Value>>(settee_core::split_stored(&doc.body).0)
+    else {
         return Ok(());
     };
     let js = matches!(body.get("language"), None | Some(Value::Null))
@@ -436,7 +439,10 @@ pub async fn view_cleanup(state: AppState, db: Arc<Database>, req: Req) -> ApiRe
             let group = row
                 .body
                 .as_deref()
-                .and_then(|b| serde_json::from_slice::<Map<String, Value>>(b).ok())
+                .and_then(|b| {
+                    serde_json::from_slice::<Map<String, Value>>(settee_core::split_stored(b).0)
+                        .ok()
+                })
                 .map(|body| state.views.group(&db, &row.id, &body));
             match group {
                 Some(Ok(g)) => keep.push(g.sig),
