@@ -929,6 +929,13 @@ test('attachments: inline put, getAttachment, replication both ways', async () =
   // a stub keeps it across an update
   await db.put({ ...doc, extra: 1 });
   assert.equal((await db.get('a'))._attachments['note.txt'].revpos, 1);
+  // putAttachment / removeAttachment (standalone PUT and DELETE)
+  const cur = await db.get('a');
+  const put = await db.putAttachment('a', 'more.txt', cur._rev, Buffer.from('more'), 'text/plain');
+  assert.equal((await asBuffer(await db.getAttachment('a', 'more.txt'))).toString(), 'more');
+  const removed = await db.removeAttachment('a', 'more.txt', put.rev);
+  assert.ok(removed.ok);
+  await rejects(db.getAttachment('a', 'more.txt'), (err) => assert.equal(err.status, 404));
 
   // server -> memory -> server
   const local = memoryDb('pouch-att-local');

@@ -165,7 +165,7 @@ impl Iterator for AttChunks {
         }
         let n = (self.pos / CHUNK as u64) as u32;
         let key = chunk_key(self.db, self.id, n);
-        let chunk = match self.store.get(Cf::Atts, &key) {
+        let chunk = match self.store.get_uncached(Cf::Atts, &key) {
             Ok(Some(c)) => c,
             Ok(None) => return Some(Err(corrupt("chunk missing"))),
             Err(e) => return Some(Err(e.into())),

@@ -154,6 +154,11 @@ impl Req {
     pub fn header(&self, name: &str) -> Option<&str> {
         req::header_str(&self.headers, name)
     }
+
+    /// The body, to stream it (nothing is buffered or limited here).
+    pub fn take_body(&mut self) -> Body {
+        self.body.get_mut().unwrap().take().unwrap_or_default()
+    }
 }
 
 pub const SERVER_HEADER: &str = concat!("CouchDB/3.5.2 (Settee/", env!("CARGO_PKG_VERSION"), ")");

@@ -227,7 +227,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
         Endpoint::Attachment(db, id, name) => {
-            attachments::attachment(state.couch.get(&db)?, id, name, req).await
+            attachments::attachment(&state, state.couch.get(&db)?, id, name, req).await
         }
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"

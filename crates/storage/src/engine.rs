@@ -70,6 +70,12 @@ fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
             table.set_block_size(64 << 10);
         }
     }
+    // Attachment content streams through: small memtables, flushed often, so a large
+    // upload does not sit in memory.
+    let write_buffer = match cf {
+        Cf::Atts => opts.write_buffer_bytes.min(8 << 20),
+        _ => opts.write_buffer_bytes,
+    };
     o.set_block_based_table_factory(&table);
     let compression = match cf {
         Cf::Atts => DBCompressionType::None,
@@ -77,7 +83,7 @@ fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
     };
     o.set_compression_type(compression);
     o.set_bottommost_compression_type(compression);
-    o.set_write_buffer_size(opts.write_buffer_bytes);
+    o.set_write_buffer_size(write_buffer);
     o.set_level_compaction_dynamic_level_bytes(true);
     o
 }
@@ -145,6 +151,16 @@ impl Store {
         self.unflushed_writes.fetch_add(1, Ordering::Relaxed);
         *self.last_write.lock().unwrap() = Instant::now();
         Ok(())
+    }
+
+    /// A point read that leaves the block cache alone (for content read once, in order).
+    pub fn get_uncached(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        Ok(self
+            .db
+            .get_pinned_cf_opt(self.handle(cf), key, &ro)?
+            .map(|v| v.to_vec()))
     }
 
     pub fn snapshot(&self) -> Snapshot<'_> {

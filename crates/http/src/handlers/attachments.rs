@@ -221,22 +221,161 @@ fn byte_range(value: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
     })
 }
 
-/// `GET`/`HEAD /{db}/{docid}/{attname}`.
+/// `/{db}/{docid}/{attname}`: `GET`/`HEAD` read, `PUT` uploads (streamed), `DELETE`.
 pub async fn attachment(
+    state: &AppState,
     db: Arc<Database>,
     id: String,
     name: String,
     req: Req,
 ) -> ApiResult<Response> {
     match req.method.as_str() {
-        "GET" | "HEAD" => {}
-        "PUT" | "DELETE" => {
-            return Err(ApiError::NotImplemented(
-                "standalone attachment uploads and deletes are not supported by this Settee version yet; send attachments inline in the document".into(),
-            ))
-        }
-        _ => return Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
+        "GET" | "HEAD" => get(db, id, name, req).await,
+        "PUT" => put(state, db, id, name, req).await,
+        "DELETE" => delete(state, db, id, name, req).await,
+        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
     }
+}
+
+/// Streams the request body into the attachment store; checks `Content-MD5`.
+async fn upload(state: &AppState, db: &Database, req: &mut Req) -> ApiResult<settee_db::AttData> {
+    use futures_util::StreamExt;
+    let mut w = db.attachment_writer(max_size(state));
+    let mut body = req.take_body().into_data_stream();
+    while let Some(frame) = body.next().await {
+        let Ok(bytes) = frame else {
+            // An interrupted upload leaves no revision; its chunks are removed now.
+            w.discard()?;
+            return Err(ApiError::bad_request("Incomplete request body"));
+        };
+        w.write(&bytes)?;
+    }
+    let stored = w.finish()?;
+    if let Some(sent) = req.header("content-md5") {
+        if STANDARD.decode(sent.trim()).ok().as_deref() != Some(&stored.digest[..]) {
+            return Err(ApiError::Named(
+                StatusCode::BAD_REQUEST,
+                "content_md5_mismatch".into(),
+                "Possible message corruption.".into(),
+            ));
+        }
+    }
+    Ok(stored)
+}
+
+/// The stored bytes of the revision an attachment change edits: `rev`'s, or `{}` for a
+/// document that does not exist yet (which then needs no `rev`).
+async fn edited(db: &Arc<Database>, id: &str, rev: Option<Rev>) -> ApiResult<Vec<u8>> {
+    let (db, id) = (db.clone(), id.to_string());
+    blocking(move || match (&rev, db.open_doc(&id, rev.as_ref())) {
+        (Some(_), Ok(d)) if !d.deleted => Ok(d.body),
+        (None, Err(settee_db::Error::NotFound(_))) => Ok(b"{}".to_vec()),
+        _ => Err(ApiError::Db(settee_db::Error::Conflict)),
+    })
+    .await
+}
+
+/// Writes `edit` (the edited revision, if any, and the new body with `stubs`) and answers
+/// as CouchDB does.
+async fn write_stubs(
+    state: &AppState,
+    db: Arc<Database>,
+    req: &Req,
+    id: &str,
+    edit: (Option<Rev>, &[u8]),
+    stubs: Map<String, Value>,
+    status: StatusCode,
+) -> ApiResult<Response> {
+    let (rev, body) = edit;
+    let stubs = (!stubs.is_empty()).then(|| serde_json::to_vec(&stubs).expect("json"));
+    let doc = ParsedDoc {
+        id: Some(id.to_string()),
+        revs: rev.map(|r| (r.pos, vec![r.id])),
+        deleted: false,
+        body: join_stored(body, stubs.as_deref()),
+        atts: None,
+    };
+    let rev = super::doc::write_one(state, db, req, doc, true, false).await?;
+    let mut resp = super::doc::created(req, id, rev.as_ref(), false);
+    *resp.status_mut() = status;
+    Ok(resp)
+}
+
+async fn put(
+    state: &AppState,
+    db: Arc<Database>,
+    id: String,
+    name: String,
+    mut req: Req,
+) -> ApiResult<Response> {
+    settee_core::validate_doc_id(&id)?;
+    if name.starts_with('_') {
+        return Err(bad(format!(
+            "Attachment name '{name}' starts with prohibited character '_'"
+        )));
+    }
+    let rev = super::doc::reconcile_rev(&req, None)?;
+    let content_type = req
+        .header("content-type")
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let base = edited(&db, &id, rev.clone()).await?;
+    let stored = upload(state, &db, &mut req).await?;
+    let (body, _) = split_stored(&base);
+    let mut stubs = stored_stubs(&base).unwrap_or_default();
+    stubs.insert(
+        name,
+        json!({
+            "content_type": content_type,
+            "revpos": rev.as_ref().map_or(1, |r| r.pos + 1),
+            "digest": digest_text(&stored.digest),
+            "length": stored.length,
+            "stub": true,
+        }),
+    );
+    let body = body.to_vec();
+    write_stubs(
+        state,
+        db,
+        &req,
+        &id,
+        (rev, &body),
+        stubs,
+        StatusCode::CREATED,
+    )
+    .await
+}
+
+async fn delete(
+    state: &AppState,
+    db: Arc<Database>,
+    id: String,
+    name: String,
+    req: Req,
+) -> ApiResult<Response> {
+    let rev =
+        super::doc::reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
+    let base = edited(&db, &id, Some(rev.clone())).await?;
+    let mut stubs = stored_stubs(&base).unwrap_or_default();
+    if stubs.remove(&name).is_none() {
+        return Err(ApiError::Db(settee_db::Error::NotFound(
+            "Document is missing attachment",
+        )));
+    }
+    let body = split_stored(&base).0.to_vec();
+    write_stubs(
+        state,
+        db,
+        &req,
+        &id,
+        (Some(rev), &body),
+        stubs,
+        StatusCode::OK,
+    )
+    .await
+}
+
+async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult<Response> {
     let rev = req.params.get("rev").map(Rev::parse).transpose()?;
     let db2 = db.clone();
     let doc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;

@@ -341,7 +341,7 @@ pub fn created(req: &Req, id: &str, rev: Option<&Rev>, batch: bool) -> Response 
 }
 
 /// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.
-fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
+pub(crate) fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
     let query = parse_rev_param(req)?;
     let if_match = etag_value(&req.headers, header::IF_MATCH)
         .map(|s| Rev::parse(&s))

@@ -19,6 +19,11 @@ pub struct Server {
     agent: ureq::Agent,
 }
 
+pub struct BytesResp {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
 pub struct Resp {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -161,6 +166,46 @@ impl Server {
     ) -> Resp {
         let auth = basic(user.0, user.1);
         self.anon(method, path, body, &[("authorization", &auth)])
+    }
+
+    /// The server process's peak resident memory so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kb(&self) -> u64 {
+        let pid = self.child.lock().unwrap().as_ref().expect("running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
+    /// A request as admin with a binary body; the response body as bytes.
+    pub fn req_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> BytesResp {
+        let mut b = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.url, path))
+            .header("authorization", basic_auth());
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let mut resp = self.agent.run(b.body(body).unwrap()).unwrap();
+        let mut out = Vec::new();
+        resp.body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .reader()
+            .read_to_end(&mut out)
+            .unwrap();
+        BytesResp {
+            status: resp.status().as_u16(),
+            body: out,
+        }
     }
 
     /// SIGKILL: no shutdown, no flush.
