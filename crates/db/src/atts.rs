@@ -24,6 +24,25 @@ use std::sync::Arc;
 /// Bytes per stored chunk.
 pub const CHUNK: usize = 64 << 10;
 
+/// Content younger than this is never reclaimed: its upload may still be running, or the
+/// revision that refers to it may not be committed yet. Attachment ids carry their upload's
+/// start time in the high 32 bits (unix seconds) for this.
+const GRACE_SECS: u64 = 3600;
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn new_att_id() -> u64 {
+    (now_secs() << 32) | u64::from(rand::random::<u32>())
+}
+
+fn is_recent(id: u64, now: u64) -> bool {
+    (id >> 32) + GRACE_SECS > now
+}
+
 /// What a finished write stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttData {
@@ -186,7 +205,7 @@ impl Database {
         AttWriter {
             store: self.store.clone(),
             db: self.id,
-            id: rand::random(),
+            id: new_att_id(),
             buf: Vec::with_capacity(CHUNK),
             next_chunk: 0,
             md5: Md5::new(),
@@ -226,9 +245,43 @@ impl Database {
         }))
     }
 
+    /// The digests the stored revisions' attachment stubs refer to.
+    pub fn live_attachments(&self) -> Result<HashSet<[u8; 16]>> {
+        let snap = self.store.snapshot();
+        let (lo, hi) = settee_storage::db_range(self.id);
+        let mut live = HashSet::new();
+        for item in snap.range(Cf::Bodies, &lo, &hi, false) {
+            let (_, v) = item?;
+            let Some(stubs) = settee_core::split_stored(&v).1 else {
+                continue;
+            };
+            let stubs: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_slice(stubs).map_err(|_| corrupt("stubs"))?;
+            for stub in stubs.values() {
+                let digest = stub
+                    .get("digest")
+                    .and_then(|d| d.as_str())
+                    .and_then(|d| d.strip_prefix("md5-"))
+                    .and_then(|b| {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD.decode(b).ok()
+                    })
+                    .and_then(|d| <[u8; 16]>::try_from(d).ok())
+                    .ok_or_else(|| corrupt("stub digest"))?;
+                live.insert(digest);
+            }
+        }
+        Ok(live)
+    }
+
     /// Removes stored content whose digest is not in `live` and chunks of uploads that never
-    /// finished; returns the number of bytes removed.
+    /// finished (both only once older than an hour); returns the number of bytes removed.
     pub fn reclaim_attachments(&self, live: &HashSet<[u8; 16]>) -> Result<u64> {
+        self.reclaim_attachments_at(live, now_secs())
+    }
+
+    /// [`Database::reclaim_attachments`] as if the time were `now` (unix seconds).
+    pub fn reclaim_attachments_at(&self, live: &HashSet<[u8; 16]>, now: u64) -> Result<u64> {
         let snap = self.store.snapshot();
         let (lo, hi) = (key_in_db(self.id, b"D"), key_in_db(self.id, b"E"));
         let mut kept_ids = HashSet::new();
@@ -237,7 +290,7 @@ impl Database {
             let (k, v) = item?;
             let digest: [u8; 16] = k[9..].try_into().map_err(|_| corrupt("key"))?;
             let (id, _) = decode_record(&v).ok_or_else(|| corrupt("record"))?;
-            if live.contains(&digest) {
+            if live.contains(&digest) || is_recent(id, now) {
                 kept_ids.insert(id);
             } else {
                 b.delete(Cf::Atts, &k);
@@ -251,7 +304,7 @@ impl Database {
         for item in snap.range(Cf::Atts, &lo, &hi, false) {
             let (k, v) = item?;
             let id = u64::from_be_bytes(k[9..17].try_into().map_err(|_| corrupt("key"))?);
-            if kept_ids.contains(&id) {
+            if kept_ids.contains(&id) || is_recent(id, now) {
                 continue;
             }
             freed += v.len() as u64;

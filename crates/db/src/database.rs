@@ -193,7 +193,7 @@ impl Database {
 
     pub fn info(&self) -> DbInfo {
         let (lo, hi) = settee_storage::db_range(self.id);
-        let on_disk: u64 = [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local]
+        let on_disk: u64 = [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local, Cf::Atts]
             .iter()
             .map(|&cf| self.store.approximate_size(cf, &lo, &hi))
             .sum();
@@ -227,11 +227,13 @@ impl Database {
                 None => break,
             }
         }
+        let live = self.live_attachments()?;
+        self.reclaim_attachments(&live)?;
         // Flush every family (not only this database's) so no WAL file stays alive holding
         // data that compaction has already written to tables.
         self.store.flush()?;
         let (lo, hi) = settee_storage::db_range(self.id);
-        for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local] {
+        for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local, Cf::Atts] {
             self.store.compact_range(cf, &lo, &hi);
         }
         Ok(())

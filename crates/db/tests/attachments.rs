@@ -89,7 +89,17 @@ fn identical_content_is_stored_once_and_reclaimed_when_unreferenced() {
     drop(dangling);
 
     let live: HashSet<[u8; 16]> = [a1.digest].into_iter().collect();
-    let freed = db.reclaim_attachments(&live).unwrap();
+    assert_eq!(
+        db.reclaim_attachments(&live).unwrap(),
+        0,
+        "fresh uploads may not be referenced yet: kept for an hour"
+    );
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 2 * 3600;
+    let freed = db.reclaim_attachments_at(&live, later).unwrap();
     // b's chunk, a's duplicate was never kept, and the dangling upload's first chunk
     assert_eq!(freed, 1000 + ATT_CHUNK as u64);
     assert_eq!(read_all(&db, &a1.digest, 0..u64::MAX), a);
@@ -116,5 +126,63 @@ fn size_limit_and_database_deletion() {
     assert!(
         db.attachment_chunks(&d.digest, 0..5).unwrap().is_none(),
         "deleted with the database"
+    );
+}
+
+#[test]
+fn compaction_finds_what_kept_revisions_refer_to() {
+    use settee_core::{join_stored, ParsedDoc};
+    let (_dir, couch) = open();
+    let db = couch.create("db", serde_json::json!({})).unwrap();
+    let mut w = db.attachment_writer(u64::MAX);
+    w.write(b"hello world").unwrap();
+    let stored = w.finish().unwrap();
+    use base64::Engine;
+    let digest = format!(
+        "md5-{}",
+        base64::engine::general_purpose::STANDARD.encode(stored.digest)
+    );
+    let stubs = serde_json::json!({"a.txt": {"content_type": "text/plain", "revpos": 1, "digest": digest, "length": 11, "stub": true}});
+    let write = |revs: Option<(u64, Vec<settee_core::RevId>)>, atts: Option<&serde_json::Value>| {
+        let body = join_stored(
+            b"{}",
+            atts.map(|a| serde_json::to_vec(a).unwrap()).as_deref(),
+        );
+        let doc = ParsedDoc {
+            id: Some("d".into()),
+            revs,
+            deleted: false,
+            body,
+            atts: None,
+        };
+        let res = db
+            .update_docs(vec![doc], true)
+            .unwrap()
+            .blocking_recv()
+            .unwrap()
+            .unwrap();
+        match &res[0] {
+            settee_db::UpdateResult::Ok { rev: Some(r), .. } => r.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let r1 = write(None, Some(&stubs));
+    assert_eq!(
+        db.live_attachments().unwrap(),
+        [stored.digest].into_iter().collect()
+    );
+    write(Some((r1.pos, vec![r1.id.clone()])), None);
+    // the superseded revision still counts until compaction drops its body
+    assert!(db.live_attachments().unwrap().contains(&stored.digest));
+    db.compact().unwrap();
+    assert!(db.live_attachments().unwrap().is_empty());
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 2 * 3600;
+    assert_eq!(
+        db.reclaim_attachments_at(&HashSet::new(), later).unwrap(),
+        11
     );
 }
