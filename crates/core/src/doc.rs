@@ -123,7 +123,8 @@ fn parse_revisions(v: &Value) -> Result<(u64, Vec<RevId>), Error> {
 const ATTS_SEPARATOR: u8 = 0;
 
 /// A revision's stored bytes: the body's JSON, then (if it has attachments) a NUL byte and
-/// the `_attachments` stubs' JSON object.
+/// the `_attachments` stubs' JSON object — optionally followed by another NUL byte and the
+/// stubs' encoding details (see [`split_encodings`]), which renderers leave out.
 pub fn join_stored(body: &[u8], atts: Option<&[u8]>) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + atts.map_or(0, |a| a.len() + 1));
     out.extend_from_slice(body);
@@ -134,12 +135,18 @@ pub fn join_stored(body: &[u8], atts: Option<&[u8]>) -> Vec<u8> {
     out
 }
 
-/// The body's JSON and the attachment stubs' JSON of a revision's stored bytes.
+/// The body's JSON and the attachment section of a revision's stored bytes.
 pub fn split_stored(stored: &[u8]) -> (&[u8], Option<&[u8]>) {
     match stored.iter().position(|b| *b == ATTS_SEPARATOR) {
         Some(at) => (&stored[..at], Some(&stored[at + 1..])),
         None => (stored, None),
     }
+}
+
+/// The stubs' JSON and the encoding details' JSON (`{name: {"encoding", "encoded_length"}}`,
+/// only for attachments stored compressed) of an attachment section.
+pub fn split_encodings(section: &[u8]) -> (&[u8], Option<&[u8]>) {
+    split_stored(section)
 }
 
 /// Builds a document's JSON text: `_id`, `_rev`, the stored body's members in their stored
@@ -171,7 +178,7 @@ impl DocJson {
         }
         DocJson {
             out,
-            atts: atts.map(<[u8]>::to_vec),
+            atts: atts.map(|a| split_encodings(a).0.to_vec()),
         }
     }
 

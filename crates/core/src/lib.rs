@@ -13,7 +13,9 @@ mod revtree;
 mod seq;
 pub mod varint;
 
-pub use doc::{join_stored, parse_doc, split_stored, DocJson, ParsedDoc, MAX_DOCUMENT_SIZE};
+pub use doc::{
+    join_stored, parse_doc, split_encodings, split_stored, DocJson, ParsedDoc, MAX_DOCUMENT_SIZE,
+};
 pub use error::Error;
 pub use names::{validate_db_name, validate_doc_id, DocKind};
 pub use rev::{new_rev_id, Rev, RevId};

@@ -166,6 +166,17 @@ impl AttWriter {
     }
 }
 
+impl std::io::Write for AttWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        AttWriter::write(self, data).map_err(std::io::Error::other)?;
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Reads a byte range of one stored attachment, chunk by chunk.
 pub struct AttChunks {
     store: Arc<Store>,
@@ -252,9 +263,10 @@ impl Database {
         let mut live = HashSet::new();
         for item in snap.range(Cf::Bodies, &lo, &hi, false) {
             let (_, v) = item?;
-            let Some(stubs) = settee_core::split_stored(&v).1 else {
+            let Some(section) = settee_core::split_stored(&v).1 else {
                 continue;
             };
+            let stubs = settee_core::split_encodings(section).0;
             let stubs: serde_json::Map<String, serde_json::Value> =
                 serde_json::from_slice(stubs).map_err(|_| corrupt("stubs"))?;
             for stub in stubs.values() {

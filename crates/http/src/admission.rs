@@ -26,6 +26,7 @@ pub struct Admission {
     limits: settee_js::Limits,
     /// `[couchdb] max_attachment_size`.
     att_limit: u64,
+    compression: attachments::Compression,
     /// The database's `validate_doc_update` functions, loaded at the first document that
     /// needs them (`None` = not loaded yet; `Some(None)` = the database has none).
     validator: Option<Option<Validator>>,
@@ -40,6 +41,7 @@ impl Admission {
             sec_json,
             limits: state.views.limits(),
             att_limit: attachments::max_size(state),
+            compression: attachments::Compression::from_config(state),
             validator: None,
             users_db: crate::access::is_system_db(&db.name),
             iterations: crate::auth::auth_section(&state.node)
@@ -70,8 +72,15 @@ impl Admission {
         } else {
             None
         };
-        let old_stubs = old.as_ref().and_then(|o| o.stubs.as_ref());
-        attachments::resolve(db, &id, doc, old_stubs, new_edits, self.att_limit)?;
+        attachments::resolve(
+            db,
+            &id,
+            doc,
+            old.as_ref().map(|o| &o.atts),
+            new_edits,
+            self.att_limit,
+            &self.compression,
+        )?;
         if design {
             return crate::handlers::views::validate_design(&id, doc);
         }
@@ -242,6 +251,7 @@ struct Replaced {
     rev: Rev,
     body: Map<String, Value>,
     stubs: Option<Map<String, Value>>,
+    atts: attachments::StoredAtts,
 }
 
 /// The body of the revision a write replaces: the leaf it names, or for a replicated
@@ -273,6 +283,7 @@ fn replaced(
                     rev,
                     body,
                     stubs: attachments::stored_stubs(&stored),
+                    atts: attachments::StoredAtts::of(&stored),
                 }));
             }
             None => {}

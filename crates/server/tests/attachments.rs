@@ -11,7 +11,7 @@ const HELLO_B64: &str = "aGVsbG8gd29ybGQ="; // "hello world"
 const HELLO_MD5: &str = "md5-XrY7u+Ae7tCTyyK7j1rNww==";
 
 fn with_att(extra: Value) -> String {
-    let mut doc = json!({"title": "t", "_attachments": {"hello.txt": {"content_type": "text/plain", "data": HELLO_B64}}});
+    let mut doc = json!({"title": "t", "_attachments": {"hello.txt": {"content_type": "application/x-hello", "data": HELLO_B64}}});
     if let (Value::Object(d), Value::Object(e)) = (&mut doc, extra) {
         d.extend(e);
     }
@@ -29,7 +29,7 @@ fn inline_upload_stubs_and_standalone_reads() {
     let r = s.get("/db/doc");
     assert!(
         r.text.ends_with(&format!(
-            r#""_attachments":{{"hello.txt":{{"content_type":"text/plain","revpos":1,"digest":"{HELLO_MD5}","length":11,"stub":true}}}}}}"#
+            r#""_attachments":{{"hello.txt":{{"content_type":"application/x-hello","revpos":1,"digest":"{HELLO_MD5}","length":11,"stub":true}}}}}}"#
         )),
         "stubs come last, as CouchDB renders them: {}",
         r.text
@@ -38,7 +38,7 @@ fn inline_upload_stubs_and_standalone_reads() {
     let r = s.get("/db/doc/hello.txt");
     assert_eq!(r.status, 200);
     assert_eq!(r.text, "hello world");
-    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("content-type"), Some("application/x-hello"));
     assert_eq!(r.header("accept-ranges"), Some("bytes"));
     let etag = r.header("etag").unwrap().to_string();
     assert_eq!(etag, "\"XrY7u+Ae7tCTyyK7j1rNww==\"");
@@ -88,7 +88,7 @@ fn inline_upload_stubs_and_standalone_reads() {
     let d = s.get("/db/doc?attachments=true").json();
     assert_eq!(
         d["_attachments"]["hello.txt"],
-        json!({"content_type": "text/plain", "revpos": 1, "digest": HELLO_MD5, "data": HELLO_B64})
+        json!({"content_type": "application/x-hello", "revpos": 1, "digest": HELLO_MD5, "data": HELLO_B64})
     );
     let d = s
         .get(&format!("/db/doc?atts_since=%5B%22{rev1}%22%5D"))
@@ -144,7 +144,7 @@ fn bad_input_and_limits() {
 fn standalone_put_and_delete() {
     let s = Server::start();
     s.create_db("db");
-    let ct = [("content-type", "text/plain")];
+    let ct = [("content-type", "application/x-hello")];
     // a new document made by its first attachment
     let r = s.req_with("PUT", "/db/new/a.txt", Some("hello world"), &ct, true);
     assert_eq!(r.status, 201, "{}", r.text);
@@ -274,4 +274,65 @@ fn names_with_slashes_design_docs_and_replicated_writes() {
     let r = s.get("/db/r?open_revs=%5B%223-abc%22%5D&attachments=true");
     assert_eq!(r.status, 200);
     assert!(r.text.contains(HELLO_B64), "{}", r.text);
+}
+
+/// Compressible types (`[attachments] compressible_types`) are stored gzip-compressed, as
+/// CouchDB does: the digest is of the stored bytes, `length` the content's own.
+#[test]
+fn compressible_types_are_stored_gzipped() {
+    let s = Server::start();
+    s.create_db("db");
+    let text = "all work and no play makes jack a dull boy\n".repeat(200);
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD.encode(&text);
+    let doc = json!({"_attachments": {"t.txt": {"content_type": "text/plain", "data": data}}});
+    assert_eq!(s.put("/db/d", &doc.to_string()).status, 201);
+    let stub = &s.get("/db/d").json()["_attachments"]["t.txt"];
+    assert_eq!(stub["length"], text.len());
+    assert!(
+        stub.get("encoding").is_none(),
+        "only with att_encoding_info"
+    );
+    let info = &s.get("/db/d?att_encoding_info=true").json()["_attachments"]["t.txt"];
+    assert_eq!(info["encoding"], "gzip");
+    let encoded = info["encoded_length"].as_u64().unwrap();
+    assert!(encoded < text.len() as u64 / 10, "{encoded}");
+    use md5::Digest as _;
+    let identity_md5 = format!(
+        "md5-{}",
+        base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(text.as_bytes()))
+    );
+    assert_ne!(
+        stub["digest"], identity_md5,
+        "the digest is of the stored (gzip) bytes"
+    );
+    // served decoded unless the client accepts gzip
+    let r = s.get("/db/d/t.txt");
+    assert_eq!(r.text, text);
+    assert!(r.header("content-encoding").is_none());
+    let r = s.req_bytes(
+        "GET",
+        "/db/d/t.txt",
+        Vec::new(),
+        &[("accept-encoding", "gzip")],
+    );
+    assert_eq!(r.body.len() as u64, encoded, "sent as stored");
+    let r = s.req_with("GET", "/db/d/t.txt", None, &[("range", "bytes=4-8")], true);
+    assert_eq!((r.status, r.text.as_str()), (206, "work "));
+    let inline = s.get("/db/d?attachments=true").json();
+    assert_eq!(inline["_attachments"]["t.txt"]["data"], data);
+    // streamed uploads too
+    let r = s.req_with(
+        "PUT",
+        "/db/s/t.txt",
+        Some(&text),
+        &[("content-type", "text/plain; charset=utf-8")],
+        true,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(s.get("/db/s/t.txt").text, text);
+    assert_eq!(
+        s.get("/db/s?att_encoding_info=true").json()["_attachments"]["t.txt"]["encoding"],
+        "gzip"
+    );
 }

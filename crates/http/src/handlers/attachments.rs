@@ -27,6 +27,198 @@ pub fn max_size(state: &AppState) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// `[attachments] compressible_types` and `compression_level`: content of these types is
+/// stored gzip-compressed, as CouchDB does.
+pub struct Compression {
+    types: Vec<String>,
+    level: u32,
+}
+
+impl Compression {
+    pub fn from_config(state: &AppState) -> Compression {
+        let types = state.node.get_or(
+            "attachments",
+            "compressible_types",
+            "text/*, application/javascript, application/json, application/xml",
+        );
+        Compression {
+            types: types
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .filter(|t| !t.is_empty())
+                .collect(),
+            level: state
+                .node
+                .get_u64("attachments", "compression_level", 8)
+                .min(9) as u32,
+        }
+    }
+
+    /// The gzip level for content of this type, if it is stored compressed.
+    fn level_for(&self, content_type: &str) -> Option<u32> {
+        let ct = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let matches = self.types.iter().any(|t| match t.strip_suffix('*') {
+            Some(prefix) => ct.starts_with(prefix),
+            None => *t == ct,
+        });
+        (matches && self.level > 0).then_some(self.level)
+    }
+}
+
+/// Writes content to the attachment store, gzip-compressing it on the way when asked;
+/// enforces the size limit on the content's own (identity) length.
+struct ContentWriter {
+    sink: Sink,
+    identity: u64,
+    limit: u64,
+}
+
+enum Sink {
+    Plain(settee_db::AttWriter),
+    Gzip(flate2::write::GzEncoder<settee_db::AttWriter>),
+}
+
+/// What [`ContentWriter::finish`] stored.
+struct Written {
+    stored: settee_db::AttData,
+    identity: u64,
+    gzip: bool,
+}
+
+impl ContentWriter {
+    fn new(db: &Database, limit: u64, gzip_level: Option<u32>) -> ContentWriter {
+        let w = db.attachment_writer(u64::MAX);
+        let sink = match gzip_level {
+            Some(level) => Sink::Gzip(flate2::write::GzEncoder::new(
+                w,
+                flate2::Compression::new(level),
+            )),
+            None => Sink::Plain(w),
+        };
+        ContentWriter {
+            sink,
+            identity: 0,
+            limit,
+        }
+    }
+
+    fn write(&mut self, data: &[u8]) -> ApiResult<()> {
+        use std::io::Write;
+        self.identity += data.len() as u64;
+        if self.identity > self.limit {
+            self.discard();
+            return Err(ApiError::Db(settee_db::Error::AttachmentTooLarge));
+        }
+        match &mut self.sink {
+            Sink::Plain(w) => w.write(data)?,
+            Sink::Gzip(g) => g.write_all(data).map_err(io_error)?,
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> ApiResult<Written> {
+        let (w, gzip) = match self.sink {
+            Sink::Plain(w) => (w, false),
+            Sink::Gzip(g) => (g.finish().map_err(io_error)?, true),
+        };
+        Ok(Written {
+            stored: w.finish()?,
+            identity: self.identity,
+            gzip,
+        })
+    }
+
+    fn discard(&mut self) {
+        let w = match &mut self.sink {
+            Sink::Plain(w) => w,
+            Sink::Gzip(g) => g.get_mut(),
+        };
+        if let Err(e) = w.discard() {
+            tracing::warn!(error = %e, "discarding an attachment upload");
+        }
+    }
+}
+
+fn io_error(e: std::io::Error) -> ApiError {
+    ApiError::Db(settee_db::Error::Internal(format!(
+        "attachment content: {e}"
+    )))
+}
+
+/// A revision's attachments as stored: the stubs as rendered, and the encoding details of
+/// those stored compressed.
+#[derive(Default)]
+pub struct StoredAtts {
+    pub stubs: Map<String, Value>,
+    pub encodings: Map<String, Value>,
+}
+
+impl StoredAtts {
+    pub fn of(stored: &[u8]) -> StoredAtts {
+        let Some(section) = split_stored(stored).1 else {
+            return StoredAtts::default();
+        };
+        let (stubs, encodings) = settee_core::split_encodings(section);
+        let parse = |b: &[u8]| serde_json::from_slice(b).unwrap_or_default();
+        StoredAtts {
+            stubs: parse(stubs),
+            encodings: encodings.map(parse).unwrap_or_default(),
+        }
+    }
+
+    fn insert(&mut self, name: String, content_type: &str, revpos: u64, w: &Written) {
+        self.stubs.insert(
+            name.clone(),
+            json!({
+                "content_type": content_type,
+                "revpos": revpos,
+                "digest": digest_text(&w.stored.digest),
+                "length": w.identity,
+                "stub": true,
+            }),
+        );
+        if w.gzip {
+            self.encodings.insert(
+                name,
+                json!({"encoding": "gzip", "encoded_length": w.stored.length}),
+            );
+        } else {
+            self.encodings.remove(&name);
+        }
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Value> {
+        self.encodings.remove(name);
+        self.stubs.remove(name)
+    }
+
+    fn gzip(&self, name: &str) -> bool {
+        self.encodings
+            .get(name)
+            .and_then(|e| e.get("encoding"))
+            .and_then(Value::as_str)
+            == Some("gzip")
+    }
+
+    /// The attachment section to store after a body (`None` when there are none).
+    fn section(&self) -> Option<Vec<u8>> {
+        if self.stubs.is_empty() {
+            return None;
+        }
+        let stubs = serde_json::to_vec(&self.stubs).expect("json");
+        if self.encodings.is_empty() {
+            return Some(stubs);
+        }
+        let enc = serde_json::to_vec(&self.encodings).expect("json");
+        Some(join_stored(&stubs, Some(&enc)))
+    }
+}
+
 fn bad(reason: String) -> ApiError {
     ApiError::BadRequest(reason)
 }
@@ -41,14 +233,15 @@ fn parse_digest(v: Option<&Value>) -> Option<[u8; 16]> {
 }
 
 /// Replaces `doc.atts` (as the client sent them) by stored stubs appended to the body.
-/// `old` are the stubs of the revision the write replaces.
+/// `old` are the attachments of the revision the write replaces.
 pub fn resolve(
     db: &Database,
     id: &str,
     doc: &mut ParsedDoc,
-    old: Option<&Map<String, Value>>,
+    old: Option<&StoredAtts>,
     new_edits: bool,
     limit: u64,
+    compression: &Compression,
 ) -> ApiResult<()> {
     let Some(atts) = doc.atts.take() else {
         return Ok(());
@@ -58,7 +251,7 @@ pub fn resolve(
         Some((pos, _)) => *pos,
         None => 1,
     };
-    let mut out = Map::new();
+    let mut out = StoredAtts::default();
     for (name, att) in atts {
         if name.starts_with('_') {
             return Err(bad(format!(
@@ -68,58 +261,54 @@ pub fn resolve(
         let Value::Object(att) = att else {
             return Err(bad(format!("Invalid attachment data for {name}")));
         };
-        let stub = if att.get("stub") == Some(&Value::Bool(true)) {
-            old.and_then(|o| o.get(&name)).cloned().ok_or_else(|| {
-                ApiError::Named(
-                    StatusCode::PRECONDITION_FAILED,
-                    "missing_stub".into(),
-                    format!("Invalid attachment stub in {id} for {name}"),
-                )
-            })?
+        if att.get("stub") == Some(&Value::Bool(true)) {
+            let prev = old
+                .and_then(|o| o.stubs.get(&name))
+                .cloned()
+                .ok_or_else(|| {
+                    ApiError::Named(
+                        StatusCode::PRECONDITION_FAILED,
+                        "missing_stub".into(),
+                        format!("Invalid attachment stub in {id} for {name}"),
+                    )
+                })?;
+            if let Some(enc) = old.and_then(|o| o.encodings.get(&name)) {
+                out.encodings.insert(name.clone(), enc.clone());
+            }
+            out.stubs.insert(name, prev);
         } else if let Some(data) = att.get("data") {
             let bytes = data
                 .as_str()
                 .and_then(|s| STANDARD.decode(s).ok())
                 .ok_or_else(|| bad(format!("Invalid attachment data for {name}")))?;
-            let mut w = db.attachment_writer(limit);
-            w.write(&bytes)?;
-            let stored = w.finish()?;
-            let revpos = match att.get("revpos").and_then(Value::as_u64) {
-                Some(p) if !new_edits => p,
-                _ => new_pos,
-            };
             let content_type = att
                 .get("content_type")
                 .and_then(Value::as_str)
                 .unwrap_or("application/octet-stream");
-            json!({
-                "content_type": content_type,
-                "revpos": revpos,
-                "digest": digest_text(&stored.digest),
-                "length": stored.length,
-                "stub": true,
-            })
+            let mut w = ContentWriter::new(db, limit, compression.level_for(content_type));
+            w.write(&bytes)?;
+            let written = w.finish()?;
+            let revpos = match att.get("revpos").and_then(Value::as_u64) {
+                Some(p) if !new_edits => p,
+                _ => new_pos,
+            };
+            out.insert(name, content_type, revpos, &written);
         } else if att.get("follows") == Some(&Value::Bool(true)) {
             return Err(ApiError::NotImplemented(
                 "multipart document uploads (attachments that follow) are not supported by this Settee version".into(),
             ));
         } else {
             return Err(bad(format!("Invalid attachment data for {name}")));
-        };
-        out.insert(name, stub);
+        }
     }
-    if !out.is_empty() {
-        let atts = serde_json::to_vec(&out).expect("json");
-        doc.body = join_stored(&doc.body, Some(&atts));
-    }
+    doc.body = join_stored(&doc.body, out.section().as_deref());
     Ok(())
 }
 
-/// The stubs stored after a revision's body.
+/// The stubs stored after a revision's body, as readers see them.
 pub fn stored_stubs(stored: &[u8]) -> Option<Map<String, Value>> {
-    split_stored(stored)
-        .1
-        .and_then(|a| serde_json::from_slice(a).ok())
+    let atts = StoredAtts::of(stored);
+    (!atts.stubs.is_empty()).then_some(atts.stubs)
 }
 
 /// How a read renders attachments: stubs (default), or content inline for every attachment
@@ -127,16 +316,18 @@ pub fn stored_stubs(stored: &[u8]) -> Option<Map<String, Value>> {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AttOpts {
     pub inline: bool,
+    /// `att_encoding_info=true`: stubs of compressed attachments show `encoding` and
+    /// `encoded_length`.
+    pub encoding_info: bool,
     /// Only attachments with a `revpos` above this are inlined.
     pub since_pos: u64,
 }
 
 impl AttOpts {
     pub fn from_params(p: &crate::req::Params) -> ApiResult<AttOpts> {
-        // Nothing is stored encoded, so `att_encoding_info` has nothing to add.
-        p.bool("att_encoding_info")?;
         let mut opts = AttOpts {
             inline: p.flag("attachments")?,
+            encoding_info: p.flag("att_encoding_info")?,
             since_pos: 0,
         };
         if let Some(raw) = p.get("atts_since") {
@@ -154,28 +345,41 @@ impl AttOpts {
 
     /// The `_attachments` to render instead of the stored stubs (`None`: the stubs).
     pub fn render(&self, db: &Database, stored: &[u8]) -> ApiResult<Option<Vec<u8>>> {
-        if !self.inline {
+        if !self.inline && !self.encoding_info {
             return Ok(None);
         }
-        match stored_stubs(stored) {
-            Some(stubs) => inline(db, &stubs, self.since_pos).map(Some),
-            None => Ok(None),
+        let atts = StoredAtts::of(stored);
+        if atts.stubs.is_empty() {
+            return Ok(None);
         }
+        if self.inline {
+            return inline(db, &atts, self.since_pos).map(Some);
+        }
+        let mut stubs = atts.stubs;
+        for (name, enc) in &atts.encodings {
+            if let (Some(Value::Object(stub)), Value::Object(enc)) = (stubs.get_mut(name), enc) {
+                stub.extend(enc.clone());
+            }
+        }
+        Ok(Some(serde_json::to_vec(&stubs).expect("json")))
     }
 }
 
 /// `_attachments` with the content inline (for attachments with `revpos > since_pos`), as
 /// CouchDB renders it: `content_type`, `revpos`, `digest`, `data`; older ones stay stubs.
-fn inline(db: &Database, stubs: &Map<String, Value>, since_pos: u64) -> ApiResult<Vec<u8>> {
+fn inline(db: &Database, atts: &StoredAtts, since_pos: u64) -> ApiResult<Vec<u8>> {
     let mut out = Map::new();
-    for (name, stub) in stubs {
+    for (name, stub) in &atts.stubs {
         if stub.get("revpos").and_then(Value::as_u64).unwrap_or(0) <= since_pos {
             out.insert(name.clone(), stub.clone());
             continue;
         }
         let digest = parse_digest(stub.get("digest"))
             .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment stub".into())))?;
-        let content = read_all(db, &digest)?;
+        let mut content = read_all(db, &digest)?;
+        if atts.gzip(name) {
+            content = gunzip(&content)?;
+        }
         out.insert(
             name.clone(),
             json!({
@@ -198,6 +402,15 @@ fn read_all(db: &Database, digest: &[u8; 16]) -> ApiResult<Vec<u8>> {
         all.extend_from_slice(&c?);
     }
     Ok(all)
+}
+
+fn gunzip(data: &[u8]) -> ApiResult<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .read_to_end(&mut out)
+        .map_err(io_error)?;
+    Ok(out)
 }
 
 /// A parsed `Range: bytes=…` header: one range, CouchDB serves single ranges.
@@ -237,22 +450,32 @@ pub async fn attachment(
     }
 }
 
-/// Streams the request body into the attachment store; checks `Content-MD5`.
-async fn upload(state: &AppState, db: &Database, req: &mut Req) -> ApiResult<settee_db::AttData> {
+/// Streams the request body into the attachment store (compressed when its type is
+/// compressible); checks `Content-MD5` against the content as sent.
+async fn upload(
+    state: &AppState,
+    db: &Database,
+    req: &mut Req,
+    content_type: &str,
+) -> ApiResult<Written> {
     use futures_util::StreamExt;
-    let mut w = db.attachment_writer(max_size(state));
+    let level = Compression::from_config(state).level_for(content_type);
+    let mut w = ContentWriter::new(db, max_size(state), level);
+    let mut md5 = md5::Md5::default();
     let mut body = req.take_body().into_data_stream();
     while let Some(frame) = body.next().await {
         let Ok(bytes) = frame else {
             // An interrupted upload leaves no revision; its chunks are removed now.
-            w.discard()?;
+            w.discard();
             return Err(ApiError::bad_request("Incomplete request body"));
         };
+        md5::Digest::update(&mut md5, &bytes);
         w.write(&bytes)?;
     }
-    let stored = w.finish()?;
+    let written = w.finish()?;
     if let Some(sent) = req.header("content-md5") {
-        if STANDARD.decode(sent.trim()).ok().as_deref() != Some(&stored.digest[..]) {
+        let got: [u8; 16] = md5::Digest::finalize(md5).into();
+        if STANDARD.decode(sent.trim()).ok().as_deref() != Some(&got[..]) {
             return Err(ApiError::Named(
                 StatusCode::BAD_REQUEST,
                 "content_md5_mismatch".into(),
@@ -260,7 +483,7 @@ async fn upload(state: &AppState, db: &Database, req: &mut Req) -> ApiResult<set
             ));
         }
     }
-    Ok(stored)
+    Ok(written)
 }
 
 /// The stored bytes of the revision an attachment change edits: `rev`'s, or `{}` for a
@@ -275,24 +498,23 @@ async fn edited(db: &Arc<Database>, id: &str, rev: Option<Rev>) -> ApiResult<Vec
     .await
 }
 
-/// Writes `edit` (the edited revision, if any, and the new body with `stubs`) and answers
-/// as CouchDB does.
-async fn write_stubs(
+/// Writes `edit` (the edited revision, if any, and its stored bytes) with `atts` instead of
+/// its attachments, and answers as CouchDB does.
+async fn write_atts(
     state: &AppState,
     db: Arc<Database>,
     req: &Req,
     id: &str,
     edit: (Option<Rev>, &[u8]),
-    stubs: Map<String, Value>,
+    atts: &StoredAtts,
     status: StatusCode,
 ) -> ApiResult<Response> {
-    let (rev, body) = edit;
-    let stubs = (!stubs.is_empty()).then(|| serde_json::to_vec(&stubs).expect("json"));
+    let (rev, stored) = edit;
     let doc = ParsedDoc {
         id: Some(id.to_string()),
         revs: rev.map(|r| (r.pos, vec![r.id])),
         deleted: false,
-        body: join_stored(body, stubs.as_deref()),
+        body: join_stored(split_stored(stored).0, atts.section().as_deref()),
         atts: None,
     };
     let rev = super::doc::write_one(state, db, req, doc, true, false).await?;
@@ -320,27 +542,17 @@ async fn put(
         .unwrap_or("application/octet-stream")
         .to_string();
     let base = edited(&db, &id, rev.clone()).await?;
-    let stored = upload(state, &db, &mut req).await?;
-    let (body, _) = split_stored(&base);
-    let mut stubs = stored_stubs(&base).unwrap_or_default();
-    stubs.insert(
-        name,
-        json!({
-            "content_type": content_type,
-            "revpos": rev.as_ref().map_or(1, |r| r.pos + 1),
-            "digest": digest_text(&stored.digest),
-            "length": stored.length,
-            "stub": true,
-        }),
-    );
-    let body = body.to_vec();
-    write_stubs(
+    let written = upload(state, &db, &mut req, &content_type).await?;
+    let mut atts = StoredAtts::of(&base);
+    let revpos = rev.as_ref().map_or(1, |r| r.pos + 1);
+    atts.insert(name, &content_type, revpos, &written);
+    write_atts(
         state,
         db,
         &req,
         &id,
-        (rev, &body),
-        stubs,
+        (rev, &base),
+        &atts,
         StatusCode::CREATED,
     )
     .await
@@ -356,20 +568,19 @@ async fn delete(
     let rev =
         super::doc::reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
     let base = edited(&db, &id, Some(rev.clone())).await?;
-    let mut stubs = stored_stubs(&base).unwrap_or_default();
-    if stubs.remove(&name).is_none() {
+    let mut atts = StoredAtts::of(&base);
+    if atts.remove(&name).is_none() {
         return Err(ApiError::Db(settee_db::Error::NotFound(
             "Document is missing attachment",
         )));
     }
-    let body = split_stored(&base).0.to_vec();
-    write_stubs(
+    write_atts(
         state,
         db,
         &req,
         &id,
-        (Some(rev), &body),
-        stubs,
+        (Some(rev), &base),
+        &atts,
         StatusCode::OK,
     )
     .await
@@ -379,8 +590,10 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
     let rev = req.params.get("rev").map(Rev::parse).transpose()?;
     let db2 = db.clone();
     let doc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;
-    let stub = stored_stubs(&doc.body)
-        .and_then(|mut s| s.remove(&name))
+    let mut atts = StoredAtts::of(&doc.body);
+    let gzip = atts.gzip(&name);
+    let stub = atts
+        .remove(&name)
         .ok_or(ApiError::Db(settee_db::Error::NotFound(
             "Document is missing attachment",
         )))?;
@@ -417,24 +630,47 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
             return Ok(resp);
         }
     };
+    // Compressed content goes out as stored to clients that accept gzip (whole bodies
+    // only), decompressed on the fly to the others.
+    let send_gzip = gzip
+        && range.is_none()
+        && req
+            .header("accept-encoding")
+            .is_some_and(|a| a.to_ascii_lowercase().contains("gzip"));
+    let stored_len = if gzip {
+        db.attachment_length(&digest)?.unwrap_or(0)
+    } else {
+        len
+    };
     let (from, to) = range.unwrap_or((0, len.saturating_sub(1)));
-    let body_len = if len == 0 { 0 } else { to - from + 1 };
+    let body_len = match (send_gzip, len) {
+        (true, _) => stored_len,
+        (false, 0) => 0,
+        (false, _) => to - from + 1,
+    };
     let head = req.method == "HEAD";
     let mut resp = if head || body_len == 0 {
         Response::new(axum::body::Body::empty())
     } else {
+        let decode = gzip && !send_gzip;
         stream("application/octet-stream", move |out| {
-            let chunks = db
-                .attachment_chunks(&digest, from..to + 1)?
-                .ok_or_else(|| {
-                    ApiError::Db(settee_db::Error::Internal("attachment content".into()))
-                })?;
-            for c in chunks {
-                if !out.write(&c?) {
-                    break;
+            let (start, end) = if decode || send_gzip {
+                (0, stored_len)
+            } else {
+                (from, to + 1)
+            };
+            let chunks = db.attachment_chunks(&digest, start..end)?.ok_or_else(|| {
+                ApiError::Db(settee_db::Error::Internal("attachment content".into()))
+            })?;
+            if !decode {
+                for c in chunks {
+                    if !out.write(&c?) {
+                        break;
+                    }
                 }
+                return Ok(());
             }
-            Ok(())
+            send_decoded(chunks, from, body_len, out)
         })
         .await
     };
@@ -451,6 +687,9 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
         HeaderValue::from_static("must-revalidate"),
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    if send_gzip {
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
     if range.is_some() {
         h.insert(
             header::CONTENT_RANGE,
@@ -459,6 +698,65 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
         *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
     }
     Ok(resp)
+}
+
+/// Decompresses stored gzip chunks as they are read and sends `count` bytes from `skip`.
+fn send_decoded(
+    chunks: settee_db::AttChunks,
+    mut skip: u64,
+    mut count: u64,
+    out: &mut crate::reply::Chunks,
+) -> ApiResult<()> {
+    use std::io::Read;
+    let reader = ChunkReader {
+        chunks,
+        buf: Vec::new(),
+        at: 0,
+    };
+    let mut gz = flate2::read::GzDecoder::new(reader);
+    let mut buf = vec![0u8; 64 << 10];
+    while count > 0 {
+        let n = gz.read(&mut buf).map_err(io_error)?;
+        if n == 0 {
+            break;
+        }
+        let mut piece = &buf[..n];
+        let drop = skip.min(piece.len() as u64) as usize;
+        piece = &piece[drop..];
+        skip -= drop as u64;
+        let take = count.min(piece.len() as u64) as usize;
+        if take > 0 && !out.write(&piece[..take]) {
+            break;
+        }
+        count -= take as u64;
+    }
+    Ok(())
+}
+
+/// Stored chunks as a byte reader.
+struct ChunkReader {
+    chunks: settee_db::AttChunks,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.buf.len() {
+            match self.chunks.next() {
+                Some(Ok(c)) => {
+                    self.buf = c;
+                    self.at = 0;
+                }
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.at);
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
