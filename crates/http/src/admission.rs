@@ -27,6 +27,8 @@ pub struct Admission {
     /// `[couchdb] max_attachment_size`.
     att_limit: u64,
     compression: attachments::Compression,
+    /// Attachment contents already stored for the next document's `follows` entries.
+    pub followed: attachments::Followed,
     /// The database's `validate_doc_update` functions, loaded at the first document that
     /// needs them (`None` = not loaded yet; `Some(None)` = the database has none).
     validator: Option<Option<Validator>>,
@@ -42,6 +44,7 @@ impl Admission {
             limits: state.views.limits(),
             att_limit: attachments::max_size(state),
             compression: attachments::Compression::from_config(state),
+            followed: attachments::Followed::new(),
             validator: None,
             users_db: crate::access::is_system_db(&db.name),
             iterations: crate::auth::auth_section(&state.node)
@@ -72,14 +75,18 @@ impl Admission {
         } else {
             None
         };
-        attachments::resolve(
+        let mut target = attachments::Target {
             db,
+            limit: self.att_limit,
+            compression: &self.compression,
+            followed: &mut self.followed,
+        };
+        attachments::resolve(
+            &mut target,
             &id,
             doc,
             old.as_ref().map(|o| &o.atts),
             new_edits,
-            self.att_limit,
-            &self.compression,
         )?;
         if design {
             return crate::handlers::views::validate_design(&id, doc);

@@ -83,8 +83,11 @@ enum Sink {
     Gzip(flate2::write::GzEncoder<settee_db::AttWriter>),
 }
 
+/// Contents stored from the parts of a `multipart/related` upload, by attachment name.
+pub type Followed = std::collections::HashMap<String, Written>;
+
 /// What [`ContentWriter::finish`] stored.
-struct Written {
+pub struct Written {
     stored: settee_db::AttData,
     identity: u64,
     gzip: bool,
@@ -232,17 +235,31 @@ fn parse_digest(v: Option<&Value>) -> Option<[u8; 16]> {
     STANDARD.decode(b64).ok()?.try_into().ok()
 }
 
+/// Where a document's new attachments go: the database, `[couchdb] max_attachment_size`,
+/// the compression settings, and contents already stored from multipart parts.
+pub struct Target<'a> {
+    pub db: &'a Database,
+    pub limit: u64,
+    pub compression: &'a Compression,
+    pub followed: &'a mut Followed,
+}
+
 /// Replaces `doc.atts` (as the client sent them) by stored stubs appended to the body.
 /// `old` are the attachments of the revision the write replaces.
 pub fn resolve(
-    db: &Database,
+    to: &mut Target<'_>,
     id: &str,
     doc: &mut ParsedDoc,
     old: Option<&StoredAtts>,
     new_edits: bool,
-    limit: u64,
-    compression: &Compression,
 ) -> ApiResult<()> {
+    let Target {
+        db,
+        limit,
+        compression,
+        followed,
+    } = to;
+    let (db, limit) = (*db, *limit);
     let Some(atts) = doc.atts.take() else {
         return Ok(());
     };
@@ -294,9 +311,18 @@ pub fn resolve(
             };
             out.insert(name, content_type, revpos, &written);
         } else if att.get("follows") == Some(&Value::Bool(true)) {
-            return Err(ApiError::NotImplemented(
-                "multipart document uploads (attachments that follow) are not supported by this Settee version".into(),
-            ));
+            let written = followed
+                .remove(&name)
+                .ok_or_else(|| bad(format!("Missing attachment data for {name}")))?;
+            let content_type = att
+                .get("content_type")
+                .and_then(Value::as_str)
+                .unwrap_or("application/octet-stream");
+            let revpos = match att.get("revpos").and_then(Value::as_u64) {
+                Some(p) if !new_edits => p,
+                _ => new_pos,
+            };
+            out.insert(name, content_type, revpos, &written);
         } else {
             return Err(bad(format!("Invalid attachment data for {name}")));
         }
@@ -448,6 +474,86 @@ pub async fn attachment(
         "DELETE" => delete(state, db, id, name, req).await,
         _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
     }
+}
+
+/// The `boundary` parameter of a multipart content type.
+fn boundary_of(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        (k.trim().eq_ignore_ascii_case("boundary")).then(|| v.trim().trim_matches('"').to_string())
+    })
+}
+
+fn multipart_error(e: multer::Error) -> ApiError {
+    bad(format!("Invalid multipart body: {e}"))
+}
+
+/// Reads a `multipart/related` document upload (how replicators and CouchDB itself send
+/// documents with attachments): the document's JSON first, then one part per attachment
+/// marked `follows`, in order (or named by the part's `Content-Disposition` filename).
+/// Parts are streamed into the attachment store; parts of attachments with
+/// `"encoding": "gzip"` are stored as sent.
+pub async fn read_multipart(
+    state: &AppState,
+    db: &Database,
+    req: &mut Req,
+) -> ApiResult<(Value, Followed)> {
+    let ct = req.header("content-type").unwrap_or("").to_string();
+    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
+    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
+    let first = parts
+        .next_field()
+        .await
+        .map_err(multipart_error)?
+        .ok_or_else(|| bad("Empty multipart body".into()))?;
+    let json = first.bytes().await.map_err(multipart_error)?;
+    let doc = crate::req::parse_json(&json)?;
+    let follows: Vec<(String, Map<String, Value>)> = doc
+        .get("_attachments")
+        .and_then(Value::as_object)
+        .map(|atts| {
+            atts.iter()
+                .filter(|(_, a)| a.get("follows") == Some(&Value::Bool(true)))
+                .filter_map(|(n, a)| Some((n.clone(), a.as_object()?.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let compression = Compression::from_config(state);
+    let limit = max_size(state);
+    let mut followed = Followed::new();
+    let mut next = follows.iter();
+    while let Some(mut part) = parts.next_field().await.map_err(multipart_error)? {
+        let named = part
+            .file_name()
+            .and_then(|f| follows.iter().find(|(n, _)| n == f));
+        let Some((name, att)) = named.or_else(|| next.find(|(n, _)| !followed.contains_key(n)))
+        else {
+            return Err(bad(
+                "More attachment parts than attachments that follow".into()
+            ));
+        };
+        let encoded = att.get("encoding").and_then(Value::as_str) == Some("gzip");
+        let content_type = att
+            .get("content_type")
+            .and_then(Value::as_str)
+            .unwrap_or("application/octet-stream");
+        let level = if encoded {
+            None
+        } else {
+            compression.level_for(content_type)
+        };
+        let mut w = ContentWriter::new(db, limit, level);
+        while let Some(chunk) = part.chunk().await.map_err(multipart_error)? {
+            w.write(&chunk)?;
+        }
+        let mut written = w.finish()?;
+        if encoded {
+            written.gzip = true;
+            written.identity = att.get("length").and_then(Value::as_u64).unwrap_or(0);
+        }
+        followed.insert(name.clone(), written);
+    }
+    Ok((doc, followed))
 }
 
 /// Streams the request body into the attachment store (compressed when its type is

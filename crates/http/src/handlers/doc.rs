@@ -4,7 +4,7 @@
 use super::{await_write, blocking};
 use crate::admission::Admission;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::AttOpts;
+use crate::handlers::attachments::{AttOpts, Followed};
 use crate::handlers::database::location;
 use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes, with_type};
@@ -270,7 +270,21 @@ pub async fn write_one(
     new_edits: bool,
     batch: bool,
 ) -> ApiResult<Option<Rev>> {
-    let doc = admit(state, &db, req, vec![doc], new_edits)
+    write_one_with(state, db, req, doc, new_edits, batch, Followed::new()).await
+}
+
+/// [`write_one`] for a document whose `follows` attachments were stored already (the
+/// parts of a `multipart/related` upload).
+pub async fn write_one_with(
+    state: &AppState,
+    db: Arc<Database>,
+    req: &Req,
+    doc: ParsedDoc,
+    new_edits: bool,
+    batch: bool,
+    followed: Followed,
+) -> ApiResult<Option<Rev>> {
+    let doc = admit_with(state, &db, req, vec![doc], new_edits, followed)
         .await?
         .pop()
         .expect("one result")?;
@@ -302,9 +316,21 @@ pub async fn admit(
     docs: Vec<ParsedDoc>,
     new_edits: bool,
 ) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
+    admit_with(state, db, req, docs, new_edits, Followed::new()).await
+}
+
+async fn admit_with(
+    state: &AppState,
+    db: &Arc<Database>,
+    req: &Req,
+    docs: Vec<ParsedDoc>,
+    new_edits: bool,
+    followed: Followed,
+) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
     let (state, db, user) = (state.clone(), db.clone(), req.user.clone());
     blocking(move || {
         let mut admission = Admission::new(&state, &db, &user);
+        admission.followed = followed;
         Ok(docs
             .into_iter()
             .map(|mut d| admission.admit(&db, &mut d, new_edits).map(|()| d))
@@ -365,19 +391,17 @@ pub(crate) fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Optio
 }
 
 async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
-    if req
-        .header("content-type")
-        .is_some_and(|c| c.starts_with("multipart/related"))
-    {
-        return Err(ApiError::NotImplemented(
-            "multipart document uploads (attachments) are not supported by this Settee version"
-                .into(),
-        ));
-    }
     validate_doc_id(&id)?;
     let new_edits = req.params.bool("new_edits")?.unwrap_or(true);
     let batch = batch_ok(&req)?;
-    let body = req.json().await?;
+    let multipart = req
+        .header("content-type")
+        .is_some_and(|c| c.to_ascii_lowercase().starts_with("multipart/related"));
+    let (body, followed) = if multipart {
+        super::attachments::read_multipart(state, &db, &mut req).await?
+    } else {
+        (req.json().await?, Followed::new())
+    };
     let mut doc = parse_doc(body)?;
     doc.id = Some(id.clone());
     if doc.revs.is_none() || new_edits {
@@ -392,7 +416,7 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
             "new_edits=false requires a _rev or _revisions",
         ));
     }
-    let rev = write_one(state, db, &req, doc, new_edits, batch).await?;
+    let rev = write_one_with(state, db, &req, doc, new_edits, batch, followed).await?;
     Ok(created(&req, &id, rev.as_ref(), batch))
 }
 
