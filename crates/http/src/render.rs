@@ -102,8 +102,15 @@ pub fn doc_json_with(doc: &OpenDoc, opts: &DocOpts, atts: Option<Vec<u8>>) -> Ve
     j.finish()
 }
 
-/// The winning revision of a stored document (for `include_docs` rows).
-pub fn winner_json(id: &str, info: &DocInfo, body: &[u8], opts: &DocOpts) -> Vec<u8> {
+/// The winning revision of a stored document (for `include_docs` rows), with `_attachments`
+/// replaced when `atts` is given (attachments rendered inline).
+pub fn winner_json_with(
+    id: &str,
+    info: &DocInfo,
+    body: &[u8],
+    opts: &DocOpts,
+    atts: Option<Vec<u8>>,
+) -> Vec<u8> {
     let w = info.tree.winner().expect("stored docs have a winner");
     let doc = OpenDoc {
         id: id.to_string(),
@@ -112,7 +119,7 @@ pub fn winner_json(id: &str, info: &DocInfo, body: &[u8], opts: &DocOpts) -> Vec
         body: body.to_vec(),
         info: info.clone(),
     };
-    doc_json(&doc, opts)
+    doc_json_with(&doc, opts, atts)
 }
 
 /// Appends `,"doc":<doc>` (or `null`) to a rendered JSON object.

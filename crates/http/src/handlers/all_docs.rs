@@ -2,8 +2,9 @@
 
 use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::attachments::AttOpts;
 use crate::handlers::doc::local_json;
-use crate::render::{seq, winner_json, with_doc, DocOpts};
+use crate::render::{seq, winner_json_with, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, JSON};
 use crate::req::{require_json, Params};
 use crate::Req;
@@ -55,6 +56,7 @@ struct Query {
     include_docs: bool,
     update_seq: bool,
     opts: DocOpts,
+    atts: AttOpts,
 }
 
 impl Query {
@@ -112,6 +114,7 @@ impl Query {
                 conflicts: p.flag("conflicts")?,
                 ..Default::default()
             },
+            atts: AttOpts::from_params(p)?,
         };
         if let Some(k) = key {
             if q.keys.is_some() {
@@ -203,7 +206,7 @@ fn row_value(info: &settee_db::DocInfo, deleted: bool) -> Value {
     }
 }
 
-fn render_row(row: &AllDocsRow, q: &Query) -> Vec<u8> {
+fn render_row(db: &Database, row: &AllDocsRow, q: &Query) -> Vec<u8> {
     let Some(info) = &row.info else {
         return serde_json::to_vec(&json!({"key": row.id, "error": "not_found"})).expect("json");
     };
@@ -213,11 +216,13 @@ fn render_row(row: &AllDocsRow, q: &Query) -> Vec<u8> {
     )
     .expect("json");
     if q.include_docs {
-        let doc = row
-            .body
-            .as_deref()
-            .filter(|_| !deleted)
-            .map(|b| winner_json(&row.id, info, b, &q.opts));
+        let doc = row.body.as_deref().filter(|_| !deleted).map(|b| {
+            let atts = q.atts.render(db, b).unwrap_or_else(|e| {
+                tracing::warn!(id = %row.id, error = ?e, "reading attachments");
+                None
+            });
+            winner_json_with(&row.id, info, b, &q.opts, atts)
+        });
         out = with_doc(out, doc);
     }
     out
@@ -301,7 +306,7 @@ fn run(
             }
         } else {
             for row in db.lookup_docs(&ids, q.include_docs)? {
-                if emit(&render_row(&row, q), out).is_break() {
+                if emit(&render_row(db, &row, q), out).is_break() {
                     break;
                 }
             }
@@ -320,7 +325,7 @@ fn run(
                 hi.as_ref().map(|h| h.as_bytes()),
                 q.descending,
                 q.include_docs,
-                |row| emit(&render_row(&row, q), out),
+                |row| emit(&render_row(db, &row, q), out),
             )?;
         }
     }

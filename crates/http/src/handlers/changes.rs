@@ -2,7 +2,7 @@
 
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{seq, winner_json, with_doc, DocOpts};
+use crate::render::{seq, winner_json_with, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, stream_async, JSON};
 use crate::req::Params;
 use crate::{AppState, Req};
@@ -114,6 +114,7 @@ struct Opts {
     seq_interval: Option<u64>,
     filter: Filter,
     js_limits: settee_views::Limits,
+    atts: super::attachments::AttOpts,
 }
 
 fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
@@ -191,6 +192,7 @@ impl Opts {
             seq_interval: p.uint("seq_interval")?.filter(|n| *n > 0),
             filter,
             js_limits: Default::default(),
+            atts: super::attachments::AttOpts::from_params(p)?,
         })
     }
 
@@ -204,7 +206,7 @@ impl Opts {
     }
 }
 
-fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
+fn render_change(db: &Database, c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
     let winner = c.info.tree.winner().expect("stored docs have a winner");
     let revs: Vec<Value> = if o.all_docs_style {
         c.info
@@ -228,9 +230,13 @@ fn render_change(c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
         };
         out = with_doc(
             out,
-            c.body
-                .as_deref()
-                .map(|b| winner_json(&c.id, &c.info, b, &opts)),
+            c.body.as_deref().map(|b| {
+                let atts = o.atts.render(db, b).unwrap_or_else(|e| {
+                    tracing::warn!(id = %c.id, error = ?e, "reading attachments");
+                    None
+                });
+                winner_json_with(&c.id, &c.info, b, &opts, atts)
+            }),
         );
     }
     out
@@ -273,7 +279,7 @@ fn scan(
         }
         sent += 1;
         let show = o.seq_interval.is_none_or(|n| sent.is_multiple_of(n));
-        if row(c.seq, render_change(&c, o, show)) {
+        if row(c.seq, render_change(db, &c, o, show)) {
             ControlFlow::Continue(())
         } else {
             ControlFlow::Break(())
