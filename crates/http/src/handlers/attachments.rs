@@ -222,6 +222,13 @@ impl StoredAtts {
     }
 }
 
+/// An attachment entry's `content_type` (CouchDB's default when absent).
+fn content_type_of(content_type: Option<&Value>) -> &str {
+    content_type
+        .and_then(Value::as_str)
+        .unwrap_or("application/octet-stream")
+}
+
 fn bad(reason: String) -> ApiError {
     ApiError::BadRequest(reason)
 }
@@ -298,10 +305,7 @@ pub fn resolve(
                 .as_str()
                 .and_then(|s| STANDARD.decode(s).ok())
                 .ok_or_else(|| bad(format!("Invalid attachment data for {name}")))?;
-            let content_type = att
-                .get("content_type")
-                .and_then(Value::as_str)
-                .unwrap_or("application/octet-stream");
+            let content_type = content_type_of(att.get("content_type"));
             let mut w = ContentWriter::new(db, limit, compression.level_for(content_type));
             w.write(&bytes)?;
             let written = w.finish()?;
@@ -314,10 +318,7 @@ pub fn resolve(
             let written = followed
                 .remove(&name)
                 .ok_or_else(|| bad(format!("Missing attachment data for {name}")))?;
-            let content_type = att
-                .get("content_type")
-                .and_then(Value::as_str)
-                .unwrap_or("application/octet-stream");
+            let content_type = content_type_of(att.get("content_type"));
             let revpos = match att.get("revpos").and_then(Value::as_u64) {
                 Some(p) if !new_edits => p,
                 _ => new_pos,
@@ -533,10 +534,7 @@ pub async fn read_multipart(
             ));
         };
         let encoded = att.get("encoding").and_then(Value::as_str) == Some("gzip");
-        let content_type = att
-            .get("content_type")
-            .and_then(Value::as_str)
-            .unwrap_or("application/octet-stream");
+        let content_type = content_type_of(att.get("content_type"));
         let level = if encoded {
             None
         } else {
@@ -706,11 +704,7 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
     let digest = parse_digest(stub.get("digest"))
         .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment stub".into())))?;
     let len = stub.get("length").and_then(Value::as_u64).unwrap_or(0);
-    let content_type = stub
-        .get("content_type")
-        .and_then(Value::as_str)
-        .unwrap_or("application/octet-stream")
-        .to_string();
+    let content_type = content_type_of(stub.get("content_type")).to_string();
     let etag = format!("\"{}\"", STANDARD.encode(digest));
     if crate::req::etag_value(&req.headers, header::IF_NONE_MATCH).as_deref()
         == Some(etag.trim_matches('"'))
