@@ -143,6 +143,20 @@ pub fn split_stored(stored: &[u8]) -> (&[u8], Option<&[u8]>) {
     }
 }
 
+/// The content bytes (each stub's `length`) of the attachments in a revision's stored bytes:
+/// what database sizes count for them besides the stubs themselves.
+pub fn attachment_bytes(stored: &[u8]) -> u64 {
+    let Some(section) = split_stored(stored).1 else {
+        return 0;
+    };
+    let stubs: Map<String, Value> =
+        serde_json::from_slice(split_encodings(section).0).unwrap_or_default();
+    stubs
+        .values()
+        .filter_map(|s| s.get("length").and_then(Value::as_u64))
+        .sum()
+}
+
 /// The stubs' JSON and the encoding details' JSON (`{name: {"encoding", "encoded_length"}}`,
 /// only for attachments stored compressed) of an attachment section.
 pub fn split_encodings(section: &[u8]) -> (&[u8], Option<&[u8]>) {

@@ -14,7 +14,8 @@ mod seq;
 pub mod varint;
 
 pub use doc::{
-    join_stored, parse_doc, split_encodings, split_stored, DocJson, ParsedDoc, MAX_DOCUMENT_SIZE,
+    attachment_bytes, join_stored, parse_doc, split_encodings, split_stored, DocJson, ParsedDoc,
+    MAX_DOCUMENT_SIZE,
 };
 pub use error::Error;
 pub use names::{validate_db_name, validate_doc_id, DocKind};

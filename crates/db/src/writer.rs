@@ -327,7 +327,8 @@ impl<'a> Txn<'a> {
         let freed = info.tree.stem(self.revs_limit);
         self.free_bodies(freed);
         info.seq = seq;
-        info.body_bytes = body.len() as u64;
+        // Attachment content counts towards the database's sizes, as in CouchDB.
+        info.body_bytes = body.len() as u64 + settee_core::attachment_bytes(body);
         self.docs.get_mut(id).expect("loaded before change").now = Some(info);
     }
 

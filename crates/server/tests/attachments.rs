@@ -235,6 +235,15 @@ fn large_attachment_is_streamed() {
         format!("md5-{md5}")
     );
     assert_eq!(d["_attachments"]["blob.bin"]["length"], size);
+    let sizes = &s.get("/db").json()["sizes"];
+    assert!(
+        sizes["external"].as_u64().unwrap() >= size as u64,
+        "{sizes}"
+    );
+    assert!(
+        sizes["file"].as_u64().unwrap() >= size as u64 / 2,
+        "{sizes}"
+    );
     let grew_mb = (s.peak_rss_kb() - peak_before) / 1024;
     eprintln!("peak RSS growth for a 200 MB attachment: {grew_mb} MB");
     assert!(
