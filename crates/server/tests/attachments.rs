@@ -408,3 +408,51 @@ fn multipart_related_upload() {
     assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(s.get("/db/n").status, 404);
 }
+
+/// `GET /{db}/{doc}?attachments=true` with `Accept: multipart/related`: the document's JSON
+/// (attachments marked `follows`), then each attachment as a part, as CouchDB sends it.
+#[test]
+fn multipart_related_download() {
+    let s = Server::start();
+    s.create_db("db");
+    let text = "some text\n".repeat(50);
+    use base64::Engine;
+    let doc = json!({"_attachments": {
+        "a.bin": {"content_type": "application/octet-stream", "data": HELLO_B64},
+        "t.txt": {"content_type": "text/plain", "data": base64::engine::general_purpose::STANDARD.encode(&text)}
+    }});
+    assert_eq!(s.put("/db/d", &doc.to_string()).status, 201);
+    let r = s.req_with(
+        "GET",
+        "/db/d?attachments=true",
+        None,
+        &[("accept", "multipart/related")],
+        true,
+    );
+    assert_eq!(r.status, 200);
+    let ct = r.header("content-type").unwrap().to_string();
+    assert!(ct.starts_with("multipart/related; boundary="), "{ct}");
+    let boundary = ct.split("boundary=").nth(1).unwrap().trim_matches('"');
+    let parts: Vec<&str> = r
+        .text
+        .split(&format!("--{boundary}"))
+        .filter(|p| !p.is_empty() && !p.starts_with("--"))
+        .collect();
+    assert_eq!(parts.len(), 3, "{}", r.text);
+    let (_, json) = parts[0].split_once("\r\n\r\n").unwrap();
+    let d: Value = serde_json::from_str(json.trim_end()).unwrap();
+    assert_eq!(d["_attachments"]["a.bin"]["follows"], true);
+    assert_eq!(d["_attachments"]["a.bin"]["length"], 11);
+    let (head, body) = parts[1].split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("filename=\"a.bin\""), "{head}");
+    assert_eq!(body.trim_end_matches("\r\n"), "hello world");
+    let (_, body) = parts[2].split_once("\r\n\r\n").unwrap();
+    assert_eq!(
+        body.trim_end_matches("\r\n"),
+        text.trim_end_matches("\r\n"),
+        "decompressed"
+    );
+    // without that Accept header, JSON with inline data
+    let j = s.get("/db/d?attachments=true").json();
+    assert_eq!(j["_attachments"]["a.bin"]["data"], HELLO_B64);
+}

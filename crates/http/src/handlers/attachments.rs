@@ -800,6 +800,93 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
     Ok(resp)
 }
 
+impl AttOpts {
+    /// `_attachments` for a `multipart/related` response: attachments sent as parts are
+    /// marked `follows` (content decompressed, so no encoding), older ones stay stubs.
+    /// Returns the member's JSON and the parts to send, in order.
+    pub fn multipart_stubs(&self, stored: &[u8]) -> Option<(Vec<u8>, Vec<Part>)> {
+        let atts = StoredAtts::of(stored);
+        if !self.inline || atts.stubs.is_empty() {
+            return None;
+        }
+        let mut out = Map::new();
+        let mut parts = Vec::new();
+        for (name, stub) in &atts.stubs {
+            let revpos = stub.get("revpos").and_then(Value::as_u64).unwrap_or(0);
+            let digest = parse_digest(stub.get("digest"))?;
+            if revpos <= self.since_pos {
+                out.insert(name.clone(), stub.clone());
+                continue;
+            }
+            let mut entry = stub.clone();
+            if let Value::Object(m) = &mut entry {
+                m.remove("stub");
+                m.insert("follows".into(), Value::Bool(true));
+            }
+            parts.push(Part {
+                name: name.clone(),
+                content_type: content_type_of(stub.get("content_type")).to_string(),
+                length: stub.get("length").and_then(Value::as_u64).unwrap_or(0),
+                digest,
+                gzip: atts.gzip(name),
+            });
+            out.insert(name.clone(), entry);
+        }
+        Some((serde_json::to_vec(&out).expect("json"), parts))
+    }
+}
+
+/// One attachment sent as a part of a `multipart/related` response.
+pub struct Part {
+    name: String,
+    content_type: String,
+    length: u64,
+    digest: [u8; 16],
+    gzip: bool,
+}
+
+/// A `multipart/related` response: the document's JSON, then each attachment's content
+/// (as CouchDB sends documents to clients that accept it), streamed.
+pub async fn multipart_response(
+    db: Arc<Database>,
+    doc_json: Vec<u8>,
+    parts: Vec<Part>,
+) -> Response {
+    let boundary = hex::encode(rand::random::<[u8; 16]>());
+    let b = boundary.clone();
+    let mut resp = stream("multipart/related", move |out| {
+        out.write(format!("--{b}\r\nContent-Type: application/json\r\n\r\n").as_bytes());
+        out.write(&doc_json);
+        for p in parts {
+            let head = format!(
+                "\r\n--{b}\r\nContent-Disposition: attachment; filename={}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
+                serde_json::to_string(&p.name).expect("json"),
+                p.content_type,
+                p.length
+            );
+            out.write(head.as_bytes());
+            let stored = db.attachment_length(&p.digest)?.unwrap_or(0);
+            let chunks = db
+                .attachment_chunks(&p.digest, 0..stored)?
+                .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))?;
+            if p.gzip {
+                send_decoded(chunks, 0, p.length, out)?;
+            } else {
+                for c in chunks {
+                    out.write(&c?);
+                }
+            }
+        }
+        out.write(format!("\r\n--{b}--").as_bytes());
+        Ok(())
+    })
+    .await;
+    if let Ok(v) = HeaderValue::from_str(&format!("multipart/related; boundary=\"{boundary}\"")) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
 /// Decompresses stored gzip chunks as they are read and sends `count` bytes from `skip`.
 fn send_decoded(
     chunks: settee_db::AttChunks,

@@ -66,6 +66,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let rev = parse_rev_param(&req)?;
     let latest = req.params.flag("latest")?;
+    let db_for_parts = db.clone();
     let (mut doc, inline) = blocking(move || {
         let mut doc = db.open_doc(&id, rev.as_ref())?;
         if latest {
@@ -108,6 +109,16 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     // Users reading others' `_users` documents see no attachments at all.
     let inline = inline.filter(|_| !restricted);
+    let wants_multipart = req
+        .header("accept")
+        .is_some_and(|a| a.contains("multipart/related"));
+    if let Some((stubs, parts)) = atts
+        .multipart_stubs(&doc.body)
+        .filter(|_| wants_multipart && !restricted)
+    {
+        let json = doc_json_with(&doc, &opts, Some(stubs));
+        return Ok(super::attachments::multipart_response(db_for_parts, json, parts).await);
+    }
     let mut resp = json_bytes(StatusCode::OK, doc_json_with(&doc, &opts, inline));
     // As CouchDB: a body carrying meta fields (conflicts, revs_info, local_seq) has no ETag,
     // since those change without the revision changing.
