@@ -179,6 +179,26 @@ impl Server {
             .expect("VmHWM")
     }
 
+    /// A request to `path` with `headers`, as the admin when `admin`.
+    fn builder(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        admin: bool,
+    ) -> ureq::http::request::Builder {
+        let mut b = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.url, path));
+        if admin {
+            b = b.header("authorization", basic_auth());
+        }
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b
+    }
+
     /// A request as admin with a binary body; the response body as bytes.
     pub fn req_bytes(
         &self,
@@ -187,13 +207,7 @@ impl Server {
         body: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> BytesResp {
-        let mut b = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{}", self.url, path))
-            .header("authorization", basic_auth());
-        for (k, v) in headers {
-            b = b.header(*k, *v);
-        }
+        let b = self.builder(method, path, headers, true);
         let mut resp = self.agent.run(b.body(body).unwrap()).unwrap();
         let mut out = Vec::new();
         resp.body_mut()
@@ -263,15 +277,7 @@ impl Server {
         headers: &[(&str, &str)],
         admin: bool,
     ) -> Result<Resp, ureq::Error> {
-        let mut b = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{}", self.url, path));
-        if admin {
-            b = b.header("authorization", basic_auth());
-        }
-        for (k, v) in headers {
-            b = b.header(*k, *v);
-        }
+        let b = self.builder(method, path, headers, admin);
         let req = b.body(body.unwrap_or("").as_bytes().to_vec()).unwrap();
         let mut resp = self.agent.run(req)?;
         let status = resp.status().as_u16();
