@@ -852,39 +852,102 @@ pub async fn multipart_response(
     doc_json: Vec<u8>,
     parts: Vec<Part>,
 ) -> Response {
-    let boundary = hex::encode(rand::random::<[u8; 16]>());
+    let boundary = new_boundary();
     let b = boundary.clone();
-    let mut resp = stream("multipart/related", move |out| {
-        out.write(format!("--{b}\r\nContent-Type: application/json\r\n\r\n").as_bytes());
-        out.write(&doc_json);
-        for p in parts {
-            let head = format!(
-                "\r\n--{b}\r\nContent-Disposition: attachment; filename={}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
-                serde_json::to_string(&p.name).expect("json"),
-                p.content_type,
-                p.length
-            );
-            out.write(head.as_bytes());
-            let stored = db.attachment_length(&p.digest)?.unwrap_or(0);
-            let chunks = db
-                .attachment_chunks(&p.digest, 0..stored)?
-                .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))?;
-            if p.gzip {
-                send_decoded(chunks, 0, p.length, out)?;
-            } else {
-                for c in chunks {
-                    out.write(&c?);
+    let resp = stream("multipart/related", move |out| {
+        write_related(out, &db, &b, &doc_json, parts)
+    })
+    .await;
+    with_boundary(resp, "multipart/related", &boundary)
+}
+
+/// One revision in an `open_revs` `multipart/mixed` response.
+pub enum MixedPart {
+    /// A document (`ok`) or a `{"missing": rev}` error, as JSON.
+    Json { ok: bool, body: Vec<u8> },
+    /// A document with attachments sent as parts: a nested `multipart/related` part.
+    Related { doc: Vec<u8>, parts: Vec<Part> },
+}
+
+/// `open_revs` for clients that accept `multipart/mixed` (CouchDB's replicator): one part
+/// per revision, nested `multipart/related` for those whose attachments are sent; streamed.
+pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<MixedPart>) -> Response {
+    let boundary = new_boundary();
+    let b = boundary.clone();
+    let resp = stream("multipart/mixed", move |out| {
+        for part in revs {
+            match part {
+                MixedPart::Json { ok, body } => {
+                    let ct = if ok {
+                        "application/json"
+                    } else {
+                        "application/json; error=\"true\""
+                    };
+                    out.write(format!("--{b}\r\nContent-Type: {ct}\r\n\r\n").as_bytes());
+                    out.write(&body);
+                    out.write(b"\r\n");
+                }
+                MixedPart::Related { doc, parts } => {
+                    let inner = new_boundary();
+                    out.write(
+                        format!("--{b}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n")
+                            .as_bytes(),
+                    );
+                    write_related(out, &db, &inner, &doc, parts)?;
+                    out.write(b"\r\n");
                 }
             }
         }
-        out.write(format!("\r\n--{b}--").as_bytes());
+        out.write(format!("--{b}--").as_bytes());
         Ok(())
     })
     .await;
-    if let Ok(v) = HeaderValue::from_str(&format!("multipart/related; boundary=\"{boundary}\"")) {
+    with_boundary(resp, "multipart/mixed", &boundary)
+}
+
+fn new_boundary() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+fn with_boundary(mut resp: Response, kind: &str, boundary: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&format!("{kind}; boundary=\"{boundary}\"")) {
         resp.headers_mut().insert(header::CONTENT_TYPE, v);
     }
     resp
+}
+
+/// The body of a `multipart/related` document: its JSON, then each attachment part.
+fn write_related(
+    out: &mut crate::reply::Chunks,
+    db: &Database,
+    boundary: &str,
+    doc_json: &[u8],
+    parts: Vec<Part>,
+) -> ApiResult<()> {
+    out.write(format!("--{boundary}\r\nContent-Type: application/json\r\n\r\n").as_bytes());
+    out.write(doc_json);
+    for p in parts {
+        let head = format!(
+            "\r\n--{boundary}\r\nContent-Disposition: attachment; filename={}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
+            serde_json::to_string(&p.name).expect("json"),
+            p.content_type,
+            p.length
+        );
+        out.write(head.as_bytes());
+        let stored = db.attachment_length(&p.digest)?.unwrap_or(0);
+        let chunks = db
+            .attachment_chunks(&p.digest, 0..stored)?
+            .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))?;
+        if p.gzip {
+            send_decoded(chunks, 0, p.length, out)?;
+        } else {
+            for c in chunks {
+                out.write(&c?);
+            }
+        }
+    }
+    out.write(format!("\r\n--{boundary}--").as_bytes());
+    Ok(())
 }
 
 /// Decompresses stored gzip chunks as they are read and sends `count` bytes from `skip`.

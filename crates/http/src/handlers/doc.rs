@@ -4,7 +4,7 @@
 use super::{await_write, blocking};
 use crate::admission::Admission;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::{AttOpts, Followed};
+use crate::handlers::attachments::{AttOpts, Followed, MixedPart};
 use crate::handlers::database::location;
 use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes, with_type};
@@ -179,6 +179,10 @@ async fn open_revs(
         )
     };
     let latest = req.params.flag("latest")?;
+    let wants_multipart = req
+        .header("accept")
+        .is_some_and(|a| a.contains("multipart/mixed"));
+    let db_for_parts = db.clone();
     let parts = blocking(move || {
         let wanted = match (wanted, latest) {
             (Some(revs), true) => match db.doc_info(&id)? {
@@ -206,23 +210,32 @@ async fn open_revs(
         found
             .iter()
             .map(|(rev, doc)| match doc {
-                Some(d) => Ok((true, doc_json_with(d, &opts, atts.render(&db, &d.body)?))),
-                None => Ok((
-                    false,
-                    serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),
-                )),
+                Some(d) => match atts.multipart_stubs(&d.body).filter(|_| wants_multipart) {
+                    Some((stubs, parts)) => Ok(MixedPart::Related {
+                        doc: doc_json_with(d, &opts, Some(stubs)),
+                        parts,
+                    }),
+                    None => Ok(MixedPart::Json {
+                        ok: true,
+                        body: doc_json_with(d, &opts, atts.render(&db, &d.body)?),
+                    }),
+                },
+                None => Ok(MixedPart::Json {
+                    ok: false,
+                    body: serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),
+                }),
             })
-            .collect::<ApiResult<Vec<(bool, Vec<u8>)>>>()
+            .collect::<ApiResult<Vec<MixedPart>>>()
     })
     .await?;
-    let wants_multipart = req
-        .header("accept")
-        .is_some_and(|a| a.contains("multipart/mixed"));
     if wants_multipart {
-        return Ok(multipart_mixed(parts));
+        return Ok(super::attachments::multipart_mixed(db_for_parts, parts).await);
     }
     let mut out = b"[".to_vec();
-    for (i, (ok, body)) in parts.iter().enumerate() {
+    for (i, part) in parts.iter().enumerate() {
+        let MixedPart::Json { ok, body } = part else {
+            unreachable!("documents are sent as related parts only to multipart clients")
+        };
         if i > 0 {
             out.push(b',');
         }
@@ -234,30 +247,6 @@ async fn open_revs(
     }
     out.push(b']');
     Ok(json_bytes(StatusCode::OK, out))
-}
-
-fn multipart_mixed(parts: Vec<(bool, Vec<u8>)>) -> Response {
-    let boundary = hex::encode(rand::random::<[u8; 16]>());
-    let mut out = Vec::new();
-    for (ok, body) in parts {
-        out.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
-        let ct = if ok {
-            "application/json"
-        } else {
-            "application/json; error=\"true\""
-        };
-        out.extend_from_slice(format!("Content-Type: {ct}\r\n\r\n").as_bytes());
-        out.extend_from_slice(&body);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(format!("--{boundary}--").as_bytes());
-    let ct = format!("multipart/mixed; boundary=\"{boundary}\"");
-    let mut resp = with_type(StatusCode::OK, "multipart/mixed", Body::from(out));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(&ct).expect("ascii"),
-    );
-    resp
 }
 
 /// `batch=ok`: acknowledge with 202 before the commit.
