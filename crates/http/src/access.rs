@@ -43,7 +43,10 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
             "PUT" | "DELETE" => ServerAdmin,
             _ => Member,
         },
-        Endpoint::Doc(..) | Endpoint::Attachment(..) | Endpoint::DbUnimplemented(..) => Member,
+        Endpoint::Doc(..)
+        | Endpoint::Attachment(..)
+        | Endpoint::LocalAttachment(_)
+        | Endpoint::DbUnimplemented(..) => Member,
         Endpoint::DbOp(_, op) => match op {
             DbOp::Compact | DbOp::CompactDesign(_) | DbOp::ViewCleanup | DbOp::Purge => DbAdmin,
             DbOp::Security | DbOp::RevsLimit | DbOp::PurgedInfosLimit if !read => DbAdmin,
@@ -107,6 +110,7 @@ fn endpoint_db(endpoint: &Endpoint) -> Option<&str> {
         | Endpoint::DbOp(db, _)
         | Endpoint::Doc(db, _)
         | Endpoint::Attachment(db, ..)
+        | Endpoint::LocalAttachment(db)
         | Endpoint::DbUnimplemented(db, _) => Some(db),
         _ => None,
     }

@@ -26,6 +26,8 @@ pub enum Endpoint {
     Doc(String, String),
     /// `/{db}/{docid}/{attname…}` (the name may contain `/`).
     Attachment(String, String, String),
+    /// `/{db}/_local/{id}/…`: CouchDB's local documents take no attachments (400).
+    LocalAttachment(String),
     /// Attachments and design-document functions are later work; answered with 501.
     DbUnimplemented(String, &'static str),
     UnknownServer(String),
@@ -169,9 +171,7 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
             Endpoint::Attachment(db.clone(), format!("_design/{ddoc}"), att.join("/"))
         }
         ["_local", id] => Endpoint::Doc(db, format!("_local/{id}")),
-        ["_local", _, ..] => {
-            Endpoint::DbUnimplemented(db.clone(), "attachments on local documents")
-        }
+        ["_local", _, ..] => Endpoint::LocalAttachment(db.clone()),
         [id] => Endpoint::Doc(db, id.to_string()),
         [id, att @ ..] => Endpoint::Attachment(db.clone(), id.to_string(), att.join("/")),
         [] => Endpoint::Db(db),
@@ -229,6 +229,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Attachment(db, id, name) => {
             attachments::attachment(&state, state.couch.get(&db)?, id, name, req).await
         }
+        Endpoint::LocalAttachment(_) => Err(ApiError::bad_request(
+            "_local documents do not accept attachments.",
+        )),
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),

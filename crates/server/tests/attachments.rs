@@ -129,6 +129,11 @@ fn bad_input_and_limits() {
     let r = s.put("/db/bad", &bad.to_string());
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(s.get("/db/bad").status, 404, "nothing was written");
+    let r = s.req("PUT", "/db/_local/l/a.txt", Some("x"));
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str()),
+        (400, Some("_local documents do not accept attachments."))
+    );
     let under = json!({"_attachments": {"_x": {"data": HELLO_B64}}});
     assert_eq!(s.put("/db/u", &under.to_string()).status, 400);
     s.put(
