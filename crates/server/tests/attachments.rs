@@ -484,3 +484,29 @@ fn multipart_related_download() {
     let j = s.get("/db/d?attachments=true").json();
     assert_eq!(j["_attachments"]["a.bin"]["data"], HELLO_B64);
 }
+
+/// An upload cut off mid-body leaves no revision behind (its chunks are discarded).
+#[test]
+fn interrupted_upload_leaves_no_revision() {
+    use std::io::Write;
+    let s = Server::start();
+    s.create_db("db");
+    let host = s.url.trim_start_matches("http://").to_string();
+    let auth = common::basic(common::ADMIN.0, common::ADMIN.1);
+    {
+        let mut sock = std::net::TcpStream::connect(&host).unwrap();
+        let head = format!(
+            "PUT /db/cut/a.bin HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nContent-Type: application/octet-stream\r\nContent-Length: 10000000\r\n\r\n"
+        );
+        sock.write_all(head.as_bytes()).unwrap();
+        sock.write_all(&vec![7u8; 300_000]).unwrap();
+        sock.flush().unwrap();
+        // the client goes away mid-upload
+    }
+    // whenever the server notices, a partial body never becomes a revision
+    assert_eq!(s.get("/db/cut").status, 404);
+    assert_eq!(s.get("/db").json()["doc_count"], 0);
+    // the server is fine
+    let r = s.req_with("PUT", "/db/ok/a.bin", Some("x"), &[], true);
+    assert_eq!(r.status, 201);
+}
