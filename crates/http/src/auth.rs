@@ -170,14 +170,15 @@ impl Authenticator {
         let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
         let pair = String::from_utf8(decoded).map_err(|_| bad())?;
         let (name, password) = pair.split_once(':').ok_or_else(bad)?;
-        let user = self
+        let (user, _) = self
             .login(name, password, creds.peer, node, couch)?
             .ok_or_else(bad)?;
         Ok(Some(Authenticated::by(user, Some("default"))))
     }
 
-    /// Checks a name and password (HTTP Basic, `POST /_session`), with the lockout:
-    /// `None` for unknown users and wrong passwords, `Err(403)` while locked out.
+    /// Checks a name and password (HTTP Basic, `POST /_session`), with the lockout: the
+    /// user and their password salt (which signs their session cookies); `None` for
+    /// unknown users and wrong passwords, `Err(403)` while locked out.
     pub fn login(
         &self,
         name: &str,
@@ -185,7 +186,7 @@ impl Authenticator {
         peer: &str,
         node: &NodeConfig,
         couch: &Couch,
-    ) -> Result<Option<UserCtx>, ApiError> {
+    ) -> Result<Option<(UserCtx, String)>, ApiError> {
         let Some(known) = lookup(name, node, couch)? else {
             return Ok(None);
         };
@@ -193,7 +194,7 @@ impl Authenticator {
         let salt = known.hash.salt().to_string();
         self.lockout.check(name, &salt, peer, &lockout, now_ms())?;
         if self.verify(name, password, &known.hash) {
-            return Ok(Some(UserCtx::named(name, known.roles)));
+            return Ok(Some((UserCtx::named(name, known.roles), salt)));
         }
         self.lockout
             .record_failure(name, &salt, peer, &lockout, now_ms());

@@ -271,7 +271,7 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
     .await?;
     let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.node));
     let now = crate::auth::now_secs();
-    let Some(user) = user else {
+    let Some((user, salt)) = user else {
         tracing::warn!(user = %name, peer = %req.peer, "authentication failed");
         let clear = opts.clear_cookie(now, false);
         let body = json!({"error": "unauthorized", "reason": "Name or password is incorrect."});
@@ -282,15 +282,7 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
         return Ok(resp);
     };
     let secret = session_secret(state)?;
-    let known = crate::auth::lookup(&name, &state.node, &state.couch)?
-        .ok_or_else(|| ApiError::unauthorized("Name or password is incorrect."))?;
-    let cookie = crate::auth::session_cookie_header(
-        &opts,
-        &name,
-        &secret,
-        known.hash.salt().as_bytes(),
-        now,
-    );
+    let cookie = crate::auth::session_cookie_header(&opts, &name, &secret, salt.as_bytes(), now);
     let body = json!({"ok": true, "name": name, "roles": user.roles});
     Ok(with_cookie(session_reply(req, "next", body), &cookie))
 }
