@@ -112,7 +112,10 @@ impl Admission {
             return Ok(());
         };
         let new_doc = new_doc_json(id, doc)?;
-        let old_doc = old.map(|o| with_meta(id, Some(&o.rev), o.body, o.stubs));
+        let old_doc = old.map(|o| {
+            let stubs = (!o.atts.stubs.is_empty()).then_some(o.atts.stubs);
+            with_meta(id, Some(&o.rev), o.body, stubs)
+        });
         let user_ctx = self.user.to_json(Some(&db.name)).to_string();
         let result = validator.validate(
             &new_doc.to_string(),
@@ -257,7 +260,6 @@ fn rejection_error(r: Rejection) -> ApiError {
 struct Replaced {
     rev: Rev,
     body: Map<String, Value>,
-    stubs: Option<Map<String, Value>>,
     atts: attachments::StoredAtts,
 }
 
@@ -289,7 +291,6 @@ fn replaced(
                 return Ok(body.map(|body| Replaced {
                     rev,
                     body,
-                    stubs: attachments::stored_stubs(&stored),
                     atts: attachments::StoredAtts::of(&stored),
                 }));
             }
