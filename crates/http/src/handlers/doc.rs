@@ -52,6 +52,13 @@ fn parse_rev_param(req: &Req) -> ApiResult<Option<Rev>> {
     Ok(req.params.get("rev").map(Rev::parse).transpose()?)
 }
 
+/// How a document read renders its attachments: JSON (with `_attachments` replaced when
+/// content is inlined), or `multipart/related` (the stubs, and the parts to stream).
+enum Rendered {
+    Json(Option<Vec<u8>>),
+    Multipart(Vec<u8>, Vec<super::attachments::Part>),
+}
+
 async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let opts = DocOpts::from_params(&req.params)?;
     let atts = AttOpts::from_params(&req.params)?;
@@ -66,8 +73,11 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let rev = parse_rev_param(&req)?;
     let latest = req.params.flag("latest")?;
+    let wants_multipart = req
+        .header("accept")
+        .is_some_and(|a| a.contains("multipart/related"));
     let db_for_parts = db.clone();
-    let (mut doc, inline) = blocking(move || {
+    let (mut doc, rendered) = blocking(move || {
         let mut doc = db.open_doc(&id, rev.as_ref())?;
         if latest {
             if let Some(r) = &rev {
@@ -76,8 +86,15 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
                 }
             }
         }
-        let inline = atts.render(&db, &doc.body)?;
-        Ok((doc, inline))
+        // Attachment content is read here only for JSON; multipart parts are streamed later.
+        let rendered = match wants_multipart
+            .then(|| atts.multipart_stubs(&doc.body))
+            .flatten()
+        {
+            Some((stubs, parts)) => Rendered::Multipart(stubs, parts),
+            None => Rendered::Json(atts.render(&db, &doc.body)?),
+        };
+        Ok((doc, rendered))
     })
     .await?;
     let restricted = users_view.is_some();
@@ -108,17 +125,14 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
         return Ok(resp);
     }
     // Users reading others' `_users` documents see no attachments at all.
-    let inline = inline.filter(|_| !restricted);
-    let wants_multipart = req
-        .header("accept")
-        .is_some_and(|a| a.contains("multipart/related"));
-    if let Some((stubs, parts)) = atts
-        .multipart_stubs(&doc.body)
-        .filter(|_| wants_multipart && !restricted)
-    {
-        let json = doc_json_with(&doc, &opts, Some(stubs));
-        return Ok(super::attachments::multipart_response(db_for_parts, json, parts).await);
-    }
+    let inline = match rendered {
+        _ if restricted => None,
+        Rendered::Multipart(stubs, parts) => {
+            let json = doc_json_with(&doc, &opts, Some(stubs));
+            return Ok(super::attachments::multipart_response(db_for_parts, json, parts).await);
+        }
+        Rendered::Json(inline) => inline,
+    };
     let mut resp = json_bytes(StatusCode::OK, doc_json_with(&doc, &opts, inline));
     // As CouchDB: a body carrying meta fields (conflicts, revs_info, local_seq) has no ETag,
     // since those change without the revision changing.
@@ -210,7 +224,10 @@ async fn open_revs(
         found
             .iter()
             .map(|(rev, doc)| match doc {
-                Some(d) => match atts.multipart_stubs(&d.body).filter(|_| wants_multipart) {
+                Some(d) => match wants_multipart
+                    .then(|| atts.multipart_stubs(&d.body))
+                    .flatten()
+                {
                     Some((stubs, parts)) => Ok(MixedPart::Related {
                         doc: doc_json_with(d, &opts, Some(stubs)),
                         parts,
