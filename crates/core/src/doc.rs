@@ -137,7 +137,8 @@ pub fn join_stored(body: &[u8], atts: Option<&[u8]>) -> Vec<u8> {
 
 /// The body's JSON and the attachment section of a revision's stored bytes.
 pub fn split_stored(stored: &[u8]) -> (&[u8], Option<&[u8]>) {
-    match stored.iter().position(|b| *b == ATTS_SEPARATOR) {
+    // Every rendered document passes through here: scan with memchr, not byte by byte.
+    match memchr::memchr(ATTS_SEPARATOR, stored) {
         Some(at) => (&stored[..at], Some(&stored[at + 1..])),
         None => (stored, None),
     }
