@@ -110,10 +110,12 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
                     tracing::debug!(error = %e, "TCP_NODELAY");
                 }
             });
+        // The bound address, not the requested one: with port 0 this tells the caller
+        // (the test harness, scripts) which port the kernel chose.
+        let local = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
         eprintln!(
-            "Settee {} listening on http://{}",
-            env!("CARGO_PKG_VERSION"),
-            settings.bind
+            "Settee {} listening on http://{local}",
+            env!("CARGO_PKG_VERSION")
         );
         axum::serve(
             listener,

@@ -3,11 +3,10 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::Duration;
 
 pub const ADMIN: (&str, &str) = ("admin", "secret");
 
@@ -56,12 +55,37 @@ pub fn basic(name: &str, password: &str) -> String {
     )
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Forwards the server's stderr (to `log`, to the test's stderr with `SETTEE_TEST_STDERR`,
+/// or nowhere) on a thread for the child's whole life, and returns the address from its
+/// `listening on http://…` line, or what it printed if it exited first.
+fn announced_addr(stderr: ChildStderr, log: Option<&Path>) -> Result<String, String> {
+    let mut sink: Box<dyn Write + Send> = match log {
+        Some(path) => Box::new(std::fs::File::create(path).unwrap()),
+        None if std::env::var_os("SETTEE_TEST_STDERR").is_some() => Box::new(std::io::stderr()),
+        None => Box::new(std::io::sink()),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = writeln!(sink, "{line}");
+            if let Some(addr) = line.split("listening on http://").nth(1) {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Ok(addr.trim().to_string()));
+                }
+            } else if tx.is_some() {
+                seen.push_str(&line);
+                seen.push('\n');
+            }
+        }
+        if let Some(tx) = tx {
+            let _ = tx.send(Err(seen));
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| Err("no `listening on` line within 60 s".into()))
 }
 
 impl Server {
@@ -88,48 +112,43 @@ impl Server {
         Server::spawn(dir, extra, Some(log))
     }
 
+    /// Starts the binary on port 0 and learns the port the kernel chose from its
+    /// `listening on` line (no window in which another test can take the port).
     fn spawn(dir: &Path, extra: &[&str], log: Option<&Path>) -> Server {
-        let port = free_port();
-        let stderr = match log {
-            Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
-            None if std::env::var_os("SETTEE_TEST_STDERR").is_some() => Stdio::inherit(),
-            None => Stdio::null(),
-        };
-        let child = Command::new(env!("CARGO_BIN_EXE_settee"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(["serve", "--data-dir"])
             .arg(dir)
             .args(extra)
             .args([
                 "--bind",
-                &format!("127.0.0.1:{port}"),
+                "127.0.0.1:0",
                 "--admin",
                 &format!("{}:{}", ADMIN.0, ADMIN.1),
             ])
             .env("SETTEE_LOG", if log.is_some() { "debug" } else { "warn" })
             .stdout(Stdio::null())
-            .stderr(stderr)
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start settee");
+        let addr = match announced_addr(child.stderr.take().expect("piped stderr"), log) {
+            Ok(addr) => addr,
+            Err(printed) => {
+                let _ = child.kill();
+                panic!("settee did not start:\n{printed}");
+            }
+        };
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
-        let s = Server {
-            url: format!("http://127.0.0.1:{port}"),
+        Server {
+            url: format!("http://{addr}"),
             dir: dir.to_path_buf(),
             _tmp: None,
             child: std::sync::Mutex::new(Some(child)),
             agent,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if s.agent.get(format!("{}/_up", s.url)).call().is_ok() {
-                return s;
-            }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("settee did not start");
     }
 
     /// Starts on a fresh directory with an ini file of this text passed as `--config`.
