@@ -1,6 +1,6 @@
 //! Map throughput of a CouchDB-style view through `ViewRuntime::map_doc`.
 //!
-//! `cargo run --release -p settee-js --example mapbench [seconds-per-case] [small|large|floats]`
+//! `cargo run --release -p settee-js --example mapbench [seconds-per-case] [small|large|floats|seed11k]`
 //!
 //! Reports documents per wall-clock second and per CPU second of this thread (the machine
 //! may be shared, so the CPU figure is the one to compare).
@@ -11,6 +11,9 @@ use serde_json::{json, Value};
 use settee_js::{Limits, ViewFns, ViewRuntime, ViewSource};
 
 const MAP: &str = "function(doc) { emit([doc.year, doc.month], doc.score); }";
+
+/// bodysize-004's map function (seedbench): it reads two of the document's members.
+const MAP_004: &str = "function(doc) { emit(doc.float1, doc.strings[1]); }";
 
 fn small_doc(i: usize) -> String {
     json!({
@@ -66,6 +69,37 @@ fn large_doc(i: usize) -> String {
     .to_string()
 }
 
+/// ~11 KB shaped like seedbench's bodysize-004 documents: a few scalars, 44 short strings,
+/// 44 floats, 18 small objects and a long text.
+fn seed_doc(i: usize) -> String {
+    let f = |j: usize| ((i * 131 + j * 17) % 200_000) as f64 / 7.0 - 14_000.0;
+    let word = |j: usize| ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"][(i + j) % 6];
+    let objects: Vec<Value> = (0..18)
+        .map(|j| {
+            json!({"id": j, "name": format!("{} {} {}", word(j), word(j + 1), word(j + 2)),
+                   "value": f(j), "code": format!("C{i:07}"), "tags": [word(j), word(j + 3), word(j + 4), word(j + 5)],
+                   "dims": {"w": f(j + 1), "h": f(j + 2)}})
+        })
+        .collect();
+    let text: String = (0..900).map(|j| word(j * 7)).collect::<Vec<_>>().join(" ");
+    json!({
+        "_id": format!("{i:032x}"),
+        "_rev": "1-0123456789abcdef0123456789abcdef",
+        "type": "seedbench",
+        "float1": f(1),
+        "float2": f(2),
+        "integer1": i % 1_000_000,
+        "active": i.is_multiple_of(2),
+        "strings": (0..44).map(|j| format!("s{i:05}{j:06}x")).collect::<Vec<_>>(),
+        "numbers": (0..44).map(f).collect::<Vec<_>>(),
+        "title": "alpha bravo charlie delta echo foxtrot alpha bravo",
+        "nested": {"level1": {"level2": {"a": f(3), "b": "abcdefghijkl", "c": [f(4), f(5)], "d": {"flag": true, "name": "x y z"}}}},
+        "objects": objects,
+        "text": text,
+    })
+    .to_string()
+}
+
 /// CPU time consumed by the calling thread, from /proc (Linux only; zero elsewhere).
 fn thread_cpu() -> Duration {
     let Ok(stat) = std::fs::read_to_string("/proc/thread-self/stat") else {
@@ -78,11 +112,11 @@ fn thread_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn run(label: &str, docs: &[String], seconds: f64) {
+fn run(label: &str, map: &str, docs: &[String], seconds: f64) {
     let fns = ViewFns {
         views: vec![ViewSource {
             name: "by_date".into(),
-            map: MAP.into(),
+            map: map.into(),
             reduce: None,
         }],
         lib: None,
@@ -120,14 +154,18 @@ fn main() {
     let wanted = |case: &str| only.as_deref().is_none_or(|o| o == case);
     if wanted("small") {
         let small: Vec<String> = (0..10_000).map(small_doc).collect();
-        run("small", &small, seconds);
+        run("small", MAP, &small, seconds);
     }
     if wanted("large") {
         let large: Vec<String> = (0..1_000).map(large_doc).collect();
-        run("large", &large, seconds);
+        run("large", MAP, &large, seconds);
     }
     if wanted("floats") {
         let floats: Vec<String> = (0..1_000).map(float_doc).collect();
-        run("floats", &floats, seconds);
+        run("floats", MAP, &floats, seconds);
+    }
+    if wanted("seed11k") {
+        let seed: Vec<String> = (0..1_000).map(seed_doc).collect();
+        run("seed11k", MAP_004, &seed, seconds);
     }
 }

@@ -31,13 +31,7 @@ pub(crate) enum DocError {
 
 /// Parses `text` into a deep-frozen JS value.
 pub(crate) fn parse_frozen<'js>(ctx: &Ctx<'js>, text: &str) -> Result<Value<'js>, DocError> {
-    let mut parser = Parser {
-        owner: ctx,
-        ctx: ctx.as_raw().as_ptr(),
-        bytes: text.as_bytes(),
-        pos: 0,
-        scratch: String::new(),
-    };
+    let mut parser = Parser::new(ctx, text, 0);
     let value = parser.value(0)?;
     parser.skip_ws();
     if parser.pos != parser.bytes.len() {
@@ -45,6 +39,75 @@ pub(crate) fn parse_frozen<'js>(ctx: &Ctx<'js>, text: &str) -> Result<Value<'js>
     }
     // SAFETY: `value` is an owned value of this context; ownership moves to the wrapper.
     Ok(unsafe { Value::from_raw(ctx.clone(), value.into_raw()) })
+}
+
+/// Parses the value `text[start..end]`, a member of a top-level object, into a deep-frozen
+/// JS value owned by the caller.
+pub(crate) fn parse_member(
+    ctx: &Ctx<'_>,
+    text: &str,
+    start: usize,
+    end: usize,
+) -> Result<qjs::JSValue, DocError> {
+    let mut parser = Parser::new(ctx, text, start);
+    let value = parser.value(1)?;
+    if parser.pos != end {
+        return Err(DocError::Syntax(parser.pos));
+    }
+    Ok(value.into_raw())
+}
+
+/// A top-level member found by [`scan_members`].
+pub(crate) struct Span {
+    /// The member's name, owned by the caller (free it with `JS_FreeAtom`).
+    pub(crate) atom: qjs::JSAtom,
+    /// The name as an array index, if it is one (JS lists those first, in numeric order).
+    pub(crate) index: Option<u32>,
+    /// Where the member's value text is.
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+/// Finds the members of the object `text` without building their values, in the order JS
+/// lists an object's own keys. A repeated name keeps its first position and takes the last
+/// value, as `JSON.parse` does. `None` when the object has more than `max` members (or
+/// `text` is not an object), so that the caller builds it eagerly instead. Member values
+/// are only skipped, not checked: the text is a stored document, validated when written.
+pub(crate) fn scan_members(
+    ctx: &Ctx<'_>,
+    text: &str,
+    max: usize,
+) -> Result<Option<Vec<Span>>, DocError> {
+    let mut parser = Parser::new(ctx, text, 0);
+    let mut spans: Vec<Span> = Vec::new();
+    let scanned = parser.members(&mut spans, max).and_then(|whole| {
+        parser.skip_ws();
+        match parser.pos == parser.bytes.len() {
+            true => Ok(whole),
+            false if whole => Err(DocError::Syntax(parser.pos)),
+            false => Ok(false),
+        }
+    });
+    if !matches!(scanned, Ok(true)) {
+        for span in &spans {
+            parser.free_atom(span.atom);
+        }
+        return scanned.map(|_| None);
+    }
+    spans.sort_by_key(|s| s.index.map_or(u64::MAX, u64::from));
+    Ok(Some(spans))
+}
+
+/// A canonical array index ("0", "17"; not "01" or "4294967295"), as JS orders keys.
+fn array_index(name: &str) -> Option<u32> {
+    if name.len() > 1 && name.starts_with('0') {
+        return None;
+    }
+    name.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| name.parse::<u32>().ok())
+        .flatten()
+        .filter(|&i| i != u32::MAX)
 }
 
 /// An owned QuickJS value, freed on drop unless handed over with `into_raw`.
@@ -85,7 +148,123 @@ enum Text {
     Literal(&'static str),
 }
 
-impl<'a> Parser<'a, '_> {
+impl<'a, 'js> Parser<'a, 'js> {
+    fn new(owner: &'a Ctx<'js>, text: &'a str, pos: usize) -> Self {
+        Parser {
+            owner,
+            ctx: owner.as_raw().as_ptr(),
+            bytes: text.as_bytes(),
+            pos,
+            scratch: String::new(),
+        }
+    }
+
+    /// Collects the top-level members into `spans`; `false` if there are more than `max`
+    /// or the text is not an object.
+    fn members(&mut self, spans: &mut Vec<Span>, max: usize) -> Result<bool, DocError> {
+        self.skip_ws();
+        if !self.eat(b'{') {
+            return Ok(false);
+        }
+        self.skip_ws();
+        if self.eat(b'}') {
+            return Ok(true);
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(DocError::Syntax(self.pos));
+            }
+            let key = self.string()?;
+            let index = array_index(self.text_of(&key));
+            let atom = self.new_atom(key)?;
+            self.skip_ws();
+            if !self.eat(b':') {
+                self.free_atom(atom);
+                return Err(DocError::Syntax(self.pos));
+            }
+            self.skip_ws();
+            let start = self.pos;
+            if let Err(e) = self.skip_value() {
+                self.free_atom(atom);
+                return Err(e);
+            }
+            let end = self.pos;
+            if let Some(seen) = spans.iter_mut().find(|s| s.atom == atom) {
+                self.free_atom(atom);
+                (seen.start, seen.end) = (start, end);
+            } else if spans.len() == max {
+                self.free_atom(atom);
+                return Ok(false);
+            } else {
+                spans.push(Span {
+                    atom,
+                    index,
+                    start,
+                    end,
+                });
+            }
+            self.skip_ws();
+            if self.eat(b'}') {
+                return Ok(true);
+            }
+            if !self.eat(b',') {
+                return Err(DocError::Syntax(self.pos));
+            }
+        }
+    }
+
+    /// Moves past one value without building it: strings by searching for their closing
+    /// quote, containers by counting brackets outside strings.
+    fn skip_value(&mut self) -> Result<(), DocError> {
+        let start = self.pos;
+        let mut depth = 0usize;
+        loop {
+            match self.peek() {
+                Some(b'"') => self.skip_string()?,
+                Some(b'{' | b'[') => {
+                    depth += 1;
+                    self.pos += 1;
+                }
+                Some(b'}' | b']') if depth > 0 => {
+                    depth -= 1;
+                    self.pos += 1;
+                }
+                Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') | None if depth == 0 => {
+                    return if self.pos > start {
+                        Ok(())
+                    } else {
+                        Err(DocError::Syntax(self.pos))
+                    };
+                }
+                Some(_) => self.pos += 1,
+                None => return Err(DocError::Syntax(self.pos)),
+            }
+            if depth == 0 && self.pos > start && matches!(self.bytes[start], b'"' | b'{' | b'[') {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Moves past a string literal (at its opening quote).
+    fn skip_string(&mut self) -> Result<(), DocError> {
+        self.pos += 1;
+        loop {
+            let rest = &self.bytes[self.pos..];
+            match memchr::memchr2(b'"', b'\\', rest) {
+                Some(i) if rest[i] == b'"' => {
+                    self.pos += i + 1;
+                    return Ok(());
+                }
+                Some(i) => self.pos += i + 2,
+                None => return Err(DocError::Syntax(self.bytes.len())),
+            }
+            if self.pos > self.bytes.len() {
+                return Err(DocError::Syntax(self.bytes.len()));
+            }
+        }
+    }
+
     fn value(&mut self, depth: usize) -> Result<Owned, DocError> {
         self.skip_ws();
         match self.peek() {

@@ -60,6 +60,7 @@ mod env;
 mod error;
 mod from_json;
 mod guard;
+mod lazy;
 mod monitor;
 mod runtime;
 mod script;

@@ -11,6 +11,7 @@ use crate::doc::{self, DocError};
 use crate::env::{self, Emitted};
 use crate::error::{settle, Failure, JsError};
 use crate::from_json::Builder;
+use crate::lazy::LazyDocs;
 use crate::monitor::Monitor;
 use crate::to_json::{Classes, Converter};
 use crate::{Limits, ViewFns, ViewSource, JS_STACK_LIMIT};
@@ -46,6 +47,7 @@ pub struct ViewRuntime {
     views: Vec<CompiledView>,
     emitted: Emitted,
     classes: Classes,
+    lazy: LazyDocs,
     monitor: Monitor,
     limits: Limits,
     context: Context,
@@ -58,26 +60,28 @@ impl ViewRuntime {
     pub fn new(fns: &ViewFns, limits: Limits) -> Result<ViewRuntime, JsError> {
         let (runtime, context, monitor) = new_context(limits)?;
         let emitted = Emitted::default();
-        let (views, classes) = context.with(|ctx| {
+        let (views, classes, lazy) = context.with(|ctx| {
             let _armed = monitor.start(limits.timeout);
             settle_all(
                 &ctx,
                 env::install(&ctx, &monitor, fns.lib.as_ref(), &emitted),
                 &monitor,
             )?;
-            let classes = settle_all(&ctx, Classes::probe(&ctx), &monitor)?;
+            let lazy = settle_all(&ctx, LazyDocs::register(&ctx), &monitor)?;
+            let classes = settle_all(&ctx, Classes::probe(&ctx), &monitor)?.with_lazy(lazy.class);
             let views = fns
                 .views
                 .iter()
                 .map(|view| compile_view(&ctx, view, &monitor))
                 .collect::<Result<Vec<_>, _>>()?;
             settle_all(&ctx, run_pending_jobs(&ctx, &monitor), &monitor)?;
-            Ok::<_, JsError>((views, classes))
+            Ok::<_, JsError>((views, classes, lazy))
         })?;
         Ok(ViewRuntime {
             views,
             emitted,
             classes,
+            lazy,
             monitor,
             limits,
             context,
@@ -139,13 +143,26 @@ impl ViewRuntime {
         self.views.iter().map(|v| v.name.as_str())
     }
 
-    /// Parses the document into a deep-frozen JS object. The inner `Err` is a document that
-    /// JS cannot take (too deeply nested), reported against every view.
+    /// The document as a deep-frozen JS object: lazily built ([`crate::lazy`]) unless it has
+    /// too many top-level members. The inner `Err` is a document that JS cannot take (too
+    /// deeply nested), reported against every view.
     fn build_doc<'js>(
         &self,
         ctx: &Ctx<'js>,
         doc_json: &str,
     ) -> Result<Result<Value<'js>, String>, JsError> {
+        match self.lazy.build(ctx, doc_json) {
+            Ok(Some(doc)) => return Ok(Ok(doc)),
+            Err(DocError::Js(e)) => {
+                return match settle(ctx, Err(e), &self.monitor) {
+                    Err(Failure::Thrown { message, .. }) => Ok(Err(message)),
+                    Err(Failure::Abort(e)) => Err(e),
+                    Ok(never) => never,
+                }
+            }
+            // Not worth it, or not an object: the eager parser reports what is wrong.
+            Ok(None) | Err(DocError::Syntax(_) | DocError::Duplicate) => {}
+        }
         let built = match doc::parse_frozen(ctx, doc_json) {
             Ok(doc) => Ok(doc),
             Err(DocError::Js(e)) => Err(e),

@@ -19,11 +19,13 @@ const EXACT_INTEGER_LIMIT: f64 = 9_007_199_254_740_992.0;
 /// exponent notation at 1e21).
 const PLAIN_INTEGER_LIMIT: f64 = 1e21;
 
-/// QuickJS class ids of the two object kinds walked directly.
+/// QuickJS class ids of the object kinds walked directly.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Classes {
     plain: qjs::JSClassID,
     array: qjs::JSClassID,
+    /// Lazily built documents ([`crate::lazy`]), which behave as frozen plain objects.
+    lazy: Option<qjs::JSClassID>,
 }
 
 impl Classes {
@@ -34,7 +36,20 @@ impl Classes {
         Ok(Classes {
             plain: class_of(plain.as_value()),
             array: class_of(array.as_value()),
+            lazy: None,
         })
+    }
+
+    /// Also walks lazily built documents of class `lazy` as plain objects.
+    pub(crate) fn with_lazy(self, lazy: qjs::JSClassID) -> Classes {
+        Classes {
+            lazy: Some(lazy),
+            ..self
+        }
+    }
+
+    fn is_plain(&self, class: qjs::JSClassID) -> bool {
+        class == self.plain || Some(class) == self.lazy
     }
 }
 
@@ -110,7 +125,7 @@ impl Converter<'_> {
             return Err(Exception::throw_type(v.ctx(), &msg));
         }
         let class = class_of(v);
-        if class != self.classes.plain && class != self.classes.array {
+        if !self.classes.is_plain(class) && class != self.classes.array {
             return self.exotic(v);
         }
         let obj = v.as_object().expect("object-typed value");

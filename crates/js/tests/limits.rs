@@ -269,3 +269,25 @@ fn runtimes_work_on_many_threads() {
         assert_eq!(h.join().unwrap(), 200);
     }
 }
+
+/// Documents a map function keeps alive are charged to its memory limit (their text lives
+/// in the runtime's heap until their members are read).
+#[test]
+fn kept_documents_hit_the_memory_limit() {
+    let mut rt = limited(
+        vec![view(
+            "v",
+            "function(doc) { (globalThis.kept = globalThis.kept || []).push(doc); }",
+        )],
+        5_000,
+        4 << 20,
+    )
+    .unwrap();
+    let text = json!({"_id": "d", "pad": "x".repeat(64 << 10)}).to_string();
+    let err = (0..1_000)
+        .find_map(|_| rt.map_doc(&text).err())
+        .expect("the kept documents outgrow the limit");
+    assert!(matches!(err, JsError::OutOfMemory), "{err:?}");
+    drop(rt);
+    assert_fresh_runtime_works();
+}
