@@ -7,7 +7,7 @@ use crate::writer::{self, Job, LocalUpdate, UpdateResult};
 use crate::{Error, Result};
 use serde_json::{json, Value};
 use settee_core::{ParsedDoc, Rev};
-use settee_storage::{key_in_db, seq_key, Cf, DbId, Read, Store};
+use settee_storage::{key_in_db, seq_key, Cf, DbId, Pinned, Read, Snapshot, Store};
 use std::ops::ControlFlow;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
@@ -323,13 +323,23 @@ impl Database {
         }
     }
 
+    /// The stored bodies with these ids (a revision's `body`), as of `snap`, in order, read
+    /// in place.
+    pub fn bodies_in<'s>(&self, snap: &Snapshot<'s>, body_ids: &[u64]) -> Result<Vec<Pinned<'s>>> {
+        let keys: Vec<Vec<u8>> = body_ids
+            .iter()
+            .map(|&b| seq_key(self.id, b).to_vec())
+            .collect();
+        snap.multi_get_pinned(Cf::Bodies, &keys)?
+            .into_iter()
+            .zip(body_ids)
+            .map(|(v, b)| v.ok_or_else(|| missing_body(*b)))
+            .collect()
+    }
+
     fn read_body(&self, r: &impl Read, body_id: u64) -> Result<Vec<u8>> {
         r.get(Cf::Bodies, &seq_key(self.id, body_id))?
-            .ok_or_else(|| {
-                Error::Storage(settee_storage::Error::Corrupted(format!(
-                    "missing body {body_id}"
-                )))
-            })
+            .ok_or_else(|| missing_body(body_id))
     }
 
     fn winner_body(&self, r: &impl Read, info: &DocInfo) -> Result<Option<Vec<u8>>> {
@@ -488,9 +498,21 @@ impl Database {
         since: u64,
         descending: bool,
         include_docs: bool,
+        f: impl FnMut(Change) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.changes_in(&self.store.snapshot(), since, descending, include_docs, f)
+    }
+
+    /// [`Database::changes`] as of `snap` (from `self.store().snapshot()`), so that their
+    /// bodies can be read later, on other threads, with [`Database::bodies_in`].
+    pub fn changes_in(
+        &self,
+        snap: &Snapshot<'_>,
+        since: u64,
+        descending: bool,
+        include_docs: bool,
         mut f: impl FnMut(Change) -> ControlFlow<()>,
     ) -> Result<()> {
-        let snap = self.store.snapshot();
         let (lo, hi) = if descending {
             (
                 seq_key(self.id, 0).to_vec(),
@@ -511,14 +533,14 @@ impl Database {
             batch.push((seq, decode_id(&v)?));
             if batch.len() == CHANGES_BATCH
                 && self
-                    .emit_changes(&snap, &mut batch, include_docs, &mut f)?
+                    .emit_changes(snap, &mut batch, include_docs, &mut f)?
                     .is_break()
             {
                 return Ok(());
             }
         }
         // The last, partial batch; whether `f` stopped early no longer matters.
-        let _ = self.emit_changes(&snap, &mut batch, include_docs, &mut f)?;
+        let _ = self.emit_changes(snap, &mut batch, include_docs, &mut f)?;
         Ok(())
     }
 
@@ -551,11 +573,7 @@ impl Database {
                 .into_iter()
                 .zip(snap.multi_get(Cf::Bodies, &body_keys)?)
             {
-                bodies[i] = Some(v.ok_or_else(|| {
-                    Error::Storage(settee_storage::Error::Corrupted(format!(
-                        "missing body {b}"
-                    )))
-                })?);
+                bodies[i] = Some(v.ok_or_else(|| missing_body(b))?);
             }
         }
         for (((seq, id), info), body) in batch.drain(..).zip(infos).zip(bodies) {
@@ -646,4 +664,10 @@ impl Database {
 fn decode_id(raw: &[u8]) -> Result<String> {
     String::from_utf8(raw.to_vec())
         .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))
+}
+
+fn missing_body(body_id: u64) -> Error {
+    Error::Storage(settee_storage::Error::Corrupted(format!(
+        "missing body {body_id}"
+    )))
 }

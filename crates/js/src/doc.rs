@@ -215,35 +215,51 @@ impl<'a, 'js> Parser<'a, 'js> {
     }
 
     /// Moves past one value without building it: strings by searching for their closing
-    /// quote, containers by counting brackets outside strings.
+    /// quote, containers by searching for their own kind of bracket outside strings (in
+    /// valid JSON the other kind nests evenly inside), scalars up to the next delimiter.
     fn skip_value(&mut self) -> Result<(), DocError> {
-        let start = self.pos;
-        let mut depth = 0usize;
-        loop {
-            match self.peek() {
-                Some(b'"') => self.skip_string()?,
-                Some(b'{' | b'[') => {
+        let (open, close) = match self.peek() {
+            Some(b'"') => return self.skip_string(),
+            Some(b'{') => (b'{', b'}'),
+            Some(b'[') => (b'[', b']'),
+            _ => return self.skip_scalar(),
+        };
+        self.pos += 1;
+        let mut depth = 1usize;
+        while depth > 0 {
+            let rest = &self.bytes[self.pos..];
+            let Some(i) = memchr::memchr3(b'"', open, close, rest) else {
+                return Err(DocError::Syntax(self.bytes.len()));
+            };
+            self.pos += i;
+            match rest[i] {
+                b'"' => self.skip_string()?,
+                b if b == open => {
                     depth += 1;
                     self.pos += 1;
                 }
-                Some(b'}' | b']') if depth > 0 => {
+                _ => {
                     depth -= 1;
                     self.pos += 1;
                 }
-                Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') | None if depth == 0 => {
-                    return if self.pos > start {
-                        Ok(())
-                    } else {
-                        Err(DocError::Syntax(self.pos))
-                    };
-                }
-                Some(_) => self.pos += 1,
-                None => return Err(DocError::Syntax(self.pos)),
-            }
-            if depth == 0 && self.pos > start && matches!(self.bytes[start], b'"' | b'{' | b'[') {
-                return Ok(());
             }
         }
+        Ok(())
+    }
+
+    /// Moves past a number or literal, up to the next delimiter.
+    fn skip_scalar(&mut self) -> Result<(), DocError> {
+        let start = self.pos;
+        while !matches!(
+            self.peek(),
+            Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') | None
+        ) {
+            self.pos += 1;
+        }
+        if self.pos == start {
+            return Err(DocError::Syntax(self.pos));
+        }
+        Ok(())
     }
 
     /// Moves past a string literal (at its opening quote).
