@@ -20,11 +20,11 @@
 //!   string) and then the value, a proper prefix first — `{"b":2}` < `{"b":2,"a":1}` <
 //!   `{"b":2,"c":2}`, whatever the names sort as after the first difference.
 //!
-//! [`compare_raw`] / [`encode_key_raw`] are the same except that strings (member names
-//! too) compare by Unicode code point, for views with `"collation": "raw"`.
-//! Known difference, to settle with the views work: CouchDB's raw collation falls back to
-//! Erlang term order for the *types* too (numbers < `false` < `null` < `true` < objects <
-//! arrays < strings); here raw mode keeps the view type order above.
+//! [`compare_raw`] / [`encode_key_raw`] give the order of views with `"collation": "raw"`,
+//! where CouchDB compares keys as Erlang terms: by type numbers < `false` < `null` < `true`
+//! (atoms, by name) < objects (tuples) < arrays (lists) < strings (binaries); strings and
+//! member names by their UTF-8 bytes (= code point order), a proper prefix first; numbers,
+//! arrays and objects within their type as above.
 //!
 //! # Encoding
 //!
@@ -62,6 +62,10 @@ pub const ICU_COLLATOR_VERSION: &str = "2.4.0";
 /// the layout changes so stored indexes know to rebuild.
 pub const KEY_FORMAT_VERSION: u32 = 1;
 
+/// Version of the raw-mode layout on top of [`KEY_FORMAT_VERSION`]: 2 since raw keys
+/// order their types as Erlang terms.
+pub const RAW_KEY_FORMAT_VERSION: u32 = 2;
+
 /// The `icu_collator` version behind [`encode_key`]'s string sort keys, for stored indexes
 /// to record next to their keys (see the module docs).
 pub fn collator_version() -> &'static str {
@@ -90,8 +94,8 @@ pub fn compare(a: &Value, b: &Value) -> Ordering {
     cmp_value(a, b, Mode::Icu)
 }
 
-/// Compares two view keys with strings in code point order (`"collation": "raw"`); the
-/// type order and everything else are as in [`compare`].
+/// Compares two view keys as CouchDB's `"collation": "raw"` does (Erlang term order; see
+/// the module docs).
 pub fn compare_raw(a: &Value, b: &Value) -> Ordering {
     cmp_value(a, b, Mode::Raw)
 }
@@ -110,15 +114,23 @@ pub fn encode_key_raw(v: &Value, out: &mut Vec<u8>) {
 // ---------------------------------------------------------------------------------------
 // Comparison
 
-fn type_rank(v: &Value) -> u8 {
-    match v {
-        Value::Null => 0,
-        Value::Bool(false) => 1,
-        Value::Bool(true) => 2,
-        Value::Number(_) => 3,
-        Value::String(_) => 4,
-        Value::Array(_) => 5,
-        Value::Object(_) => 6,
+/// The type tag of `v`: its rank among types, and its first byte when encoded.
+fn tag(v: &Value, mode: Mode) -> u8 {
+    match (mode, v) {
+        (Mode::Icu, Value::Null) => TAG_NULL,
+        (Mode::Icu, Value::Bool(false)) => TAG_FALSE,
+        (Mode::Icu, Value::Bool(true)) => TAG_TRUE,
+        (Mode::Icu, Value::Number(_)) => TAG_NUMBER,
+        (Mode::Icu, Value::String(_)) => TAG_STRING,
+        (Mode::Icu, Value::Array(_)) => TAG_ARRAY,
+        (Mode::Icu, Value::Object(_)) => TAG_OBJECT,
+        (Mode::Raw, Value::Number(_)) => RAW_NUMBER,
+        (Mode::Raw, Value::Bool(false)) => RAW_FALSE,
+        (Mode::Raw, Value::Null) => RAW_NULL,
+        (Mode::Raw, Value::Bool(true)) => RAW_TRUE,
+        (Mode::Raw, Value::Object(_)) => RAW_OBJECT,
+        (Mode::Raw, Value::Array(_)) => RAW_ARRAY,
+        (Mode::Raw, Value::String(_)) => RAW_STRING,
     }
 }
 
@@ -128,7 +140,7 @@ fn cmp_value(a: &Value, b: &Value, mode: Mode) -> Ordering {
         (Value::String(x), Value::String(y)) => cmp_str(x, y, mode),
         (Value::Array(x), Value::Array(y)) => cmp_array(x, y, mode),
         (Value::Object(x), Value::Object(y)) => cmp_object(x, y, mode),
-        _ => type_rank(a).cmp(&type_rank(b)),
+        _ => tag(a, mode).cmp(&tag(b, mode)),
     }
 }
 
@@ -228,6 +240,16 @@ const TAG_NUMBER: u8 = 0x05;
 const TAG_STRING: u8 = 0x06;
 const TAG_ARRAY: u8 = 0x07;
 const TAG_OBJECT: u8 = 0x08;
+// Raw mode's tags, in Erlang term order: number < atom (false < null < true, by name) <
+// tuple (an object) < list (an array) < binary (a string). Object member names keep
+// `TAG_STRING` in both modes.
+const RAW_NUMBER: u8 = 0x10;
+const RAW_FALSE: u8 = 0x11;
+const RAW_NULL: u8 = 0x12;
+const RAW_TRUE: u8 = 0x13;
+const RAW_OBJECT: u8 = 0x14;
+const RAW_ARRAY: u8 = 0x15;
+const RAW_STRING: u8 = 0x16;
 
 /// Ends a string's bytes. Followed only by a tag, [`END`] or the end of the key, all
 /// below [`STR_ESCAPE`].
@@ -242,27 +264,18 @@ const NUM_POS: u8 = 0x04;
 const NUM_POS_INF: u8 = 0x05;
 
 fn encode_value(v: &Value, out: &mut Vec<u8>, mode: Mode) {
+    out.push(tag(v, mode));
     match v {
-        Value::Null => out.push(TAG_NULL),
-        Value::Bool(false) => out.push(TAG_FALSE),
-        Value::Bool(true) => out.push(TAG_TRUE),
-        Value::Number(n) => {
-            out.push(TAG_NUMBER);
-            encode_num(&classify(n), out);
-        }
-        Value::String(s) => {
-            out.push(TAG_STRING);
-            encode_str(s, out, mode);
-        }
+        Value::Null | Value::Bool(_) => {}
+        Value::Number(n) => encode_num(&classify(n), out),
+        Value::String(s) => encode_str(s, out, mode),
         Value::Array(items) => {
-            out.push(TAG_ARRAY);
             for item in items {
                 encode_value(item, out, mode);
             }
             out.push(END);
         }
         Value::Object(members) => {
-            out.push(TAG_OBJECT);
             for (name, value) in members {
                 // The tag keeps a member (even one named "") above END.
                 out.push(TAG_STRING);
@@ -410,7 +423,7 @@ pub fn encoded_len(enc: &[u8]) -> Option<usize> {
 /// for any other key, the whole key. Keys of one group are exactly the keys starting with
 /// these bytes, so a group is a contiguous range in encoded order.
 pub fn group_prefix_len(enc: &[u8], level: usize) -> Option<usize> {
-    if enc.first() != Some(&TAG_ARRAY) {
+    if !matches!(enc.first(), Some(&(TAG_ARRAY | RAW_ARRAY))) {
         return encoded_len(enc);
     }
     let mut pos = 1;
@@ -426,11 +439,11 @@ pub fn group_prefix_len(enc: &[u8], level: usize) -> Option<usize> {
 fn skip_value(enc: &[u8], pos: usize) -> Option<usize> {
     let pos_after = pos + 1;
     match *enc.get(pos)? {
-        TAG_NULL | TAG_FALSE | TAG_TRUE => Some(pos_after),
-        TAG_NUMBER => skip_number(enc, pos_after),
-        TAG_STRING => skip_string(enc, pos_after),
-        TAG_ARRAY => skip_items(enc, pos_after, false),
-        TAG_OBJECT => skip_items(enc, pos_after, true),
+        TAG_NULL | TAG_FALSE | TAG_TRUE | RAW_FALSE | RAW_NULL | RAW_TRUE => Some(pos_after),
+        TAG_NUMBER | RAW_NUMBER => skip_number(enc, pos_after),
+        TAG_STRING | RAW_STRING => skip_string(enc, pos_after),
+        TAG_ARRAY | RAW_ARRAY => skip_items(enc, pos_after, false),
+        TAG_OBJECT | RAW_OBJECT => skip_items(enc, pos_after, true),
         _ => None,
     }
 }
@@ -560,15 +573,25 @@ mod tests {
 
     #[test]
     fn raw_order() {
+        // Erlang term order: numbers < false < null < true < objects < arrays < strings.
         let table: Vec<Value> = [
-            "null",
-            "false",
-            "true",
             "-1e400",
             "-5",
             "0",
             "1",
             "1e400",
+            "false",
+            "null",
+            "true",
+            "{}",
+            r#"{"B":1}"#,
+            r#"{"a":1}"#,
+            r#"{"a":1,"b":0}"#,
+            "[]",
+            "[1]",
+            "[null]",
+            r#"["B"]"#,
+            r#"["a"]"#,
             r#""""#,
             r#""A""#,
             r#""B""#,
@@ -579,12 +602,6 @@ mod tests {
             r#""é""#,
             r#""\uffff""#,
             r#""😀""#,
-            "[]",
-            r#"["B"]"#,
-            r#"["a"]"#,
-            "{}",
-            r#"{"B":1}"#,
-            r#"{"a":1}"#,
         ]
         .iter()
         .map(|t| v(t))
@@ -597,6 +614,8 @@ mod tests {
         // U+0000 is a 0x00 byte in raw keys: escaped, so a string ending early still sorts
         // below one that continues with U+0000, even with more key after it.
         let table: Vec<Value> = [
+            r#"{"a":1,"b":1}"#,
+            r#"{"a\u0000":1}"#,
             r#"[["a"]]"#,
             r#"[["a"],null]"#,
             r#"[["a"],"z"]"#,
@@ -604,16 +623,14 @@ mod tests {
             r#"[["a\u0000"],null]"#,
             r#"[["a\u0000\u0000"]]"#,
             r#"[["a\u0001"]]"#,
-            r#"{"a":1,"b":1}"#,
-            r#"{"a\u0000":1}"#,
         ]
         .iter()
         .map(|t| v(t))
         .collect();
         check_table(&table, compare_raw, key_raw);
         // In ICU collation U+0000 is completely ignorable.
-        assert_eq!(compare(&table[0], &table[3]), Ordering::Equal);
-        assert_eq!(key(&table[0]), key(&table[3]));
+        assert_eq!(compare(&table[2], &table[5]), Ordering::Equal);
+        assert_eq!(key(&table[2]), key(&table[5]));
     }
 
     #[test]
@@ -758,7 +775,21 @@ mod tests {
         .map(|t| v(t))
         .collect();
         check_table(&table, compare, key);
-        check_table(&table, compare_raw, key_raw);
+        let raw: Vec<Value> = [
+            "{}",
+            r#"{"":1}"#,
+            r#"{"":null}"#,
+            r#"{"a":null}"#,
+            "[]",
+            "[null]",
+            "[[]]",
+            r#"[""]"#,
+            r#""""#,
+        ]
+        .iter()
+        .map(|t| v(t))
+        .collect();
+        check_table(&raw, compare_raw, key_raw);
     }
 
     #[test]

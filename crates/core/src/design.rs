@@ -15,6 +15,11 @@ pub struct ViewDef {
     pub map: String,
     /// The reduce source: a built-in name such as `_sum`, or JavaScript.
     pub reduce: Option<String>,
+    /// The view's own `options` (part of the signature, as in CouchDB).
+    pub options: Option<Value>,
+    /// `"collation": "raw"` in the view's `options` (where CouchDB reads it) or, failing
+    /// that, in the design document's: keys sort as Erlang terms instead of by ICU.
+    pub raw_collation: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -28,8 +33,6 @@ pub struct ViewGroupDef {
     pub include_design: bool,
     /// `options.local_seq`: map functions see `_local_seq`.
     pub local_seq: bool,
-    /// `options.collation == "raw"`: keys sort by code point instead of ICU collation.
-    pub raw_collation: bool,
     options: Value,
 }
 
@@ -52,9 +55,10 @@ impl ViewGroupDef {
             Some(o @ Value::Object(_)) => o.clone(),
             Some(_) => return Err(DesignError("`options` must be an object".into())),
         };
+        let raw_default = is_raw(&options);
         let (views, lib) = match ddoc.get("views") {
             None | Some(Value::Null) => (Vec::new(), None),
-            Some(Value::Object(vs)) => parse_views(vs)?,
+            Some(Value::Object(vs)) => parse_views(vs, raw_default)?,
             Some(_) => return Err(DesignError("`views` must be an object".into())),
         };
         Ok(ViewGroupDef {
@@ -63,7 +67,6 @@ impl ViewGroupDef {
             lib,
             include_design: options.get("include_design") == Some(&Value::Bool(true)),
             local_seq: options.get("local_seq") == Some(&Value::Bool(true)),
-            raw_collation: options.get("collation") == Some(&json!("raw")),
             options,
         })
     }
@@ -90,19 +93,34 @@ impl ViewGroupDef {
         self.views.iter().enumerate().find(|(_, v)| v.name == name)
     }
 
+    /// Whether view number `view` sorts its keys raw (see [`ViewDef::raw_collation`]).
+    pub fn raw(&self, view: usize) -> bool {
+        self.views.get(view).is_some_and(|v| v.raw_collation)
+    }
+
     /// Hex MD5 of everything that determines the index contents.
     pub fn signature(&self) -> String {
         let views: Vec<Value> = self
             .views
             .iter()
-            .map(|v| json!([v.name, v.map, v.reduce]))
+            .map(|v| match &v.options {
+                None => json!([v.name, v.map, v.reduce]),
+                Some(o) => json!([v.name, v.map, v.reduce, o]),
+            })
             .collect();
         let canonical = json!([self.language, views, self.options, self.lib]);
         hex::encode(Md5::digest(canonical.to_string().as_bytes()))
     }
 }
 
-fn parse_views(vs: &Map<String, Value>) -> Result<(Vec<ViewDef>, Option<Value>), DesignError> {
+fn is_raw(options: &Value) -> bool {
+    options.get("collation") == Some(&json!("raw"))
+}
+
+fn parse_views(
+    vs: &Map<String, Value>,
+    raw_default: bool,
+) -> Result<(Vec<ViewDef>, Option<Value>), DesignError> {
     let mut views = Vec::new();
     let mut lib = None;
     for (name, v) in vs {
@@ -110,13 +128,13 @@ fn parse_views(vs: &Map<String, Value>) -> Result<(Vec<ViewDef>, Option<Value>),
             lib = Some(v.clone());
             continue;
         }
-        views.push(parse_view(name, v)?);
+        views.push(parse_view(name, v, raw_default)?);
     }
     views.sort_by(|a, b| a.name.cmp(&b.name));
     Ok((views, lib))
 }
 
-fn parse_view(name: &str, v: &Value) -> Result<ViewDef, DesignError> {
+fn parse_view(name: &str, v: &Value, raw_default: bool) -> Result<ViewDef, DesignError> {
     let obj = v
         .as_object()
         .ok_or_else(|| DesignError(format!("View {name} must be an object")))?;
@@ -133,10 +151,25 @@ fn parse_view(name: &str, v: &Value) -> Result<ViewDef, DesignError> {
             )))
         }
     };
+    let options = match obj.get("options") {
+        None | Some(Value::Null) => None,
+        Some(o @ Value::Object(_)) => Some(o.clone()),
+        Some(_) => {
+            return Err(DesignError(format!(
+                "View {name} has options that are not an object"
+            )))
+        }
+    };
+    let raw_collation = match options.as_ref().and_then(|o| o.get("collation")) {
+        Some(_) => options.as_ref().is_some_and(is_raw),
+        None => raw_default,
+    };
     Ok(ViewDef {
         name: name.to_owned(),
         map,
         reduce,
+        options,
+        raw_collation,
     })
 }
 
@@ -163,8 +196,30 @@ mod tests {
         assert_eq!(g.views[0].name, "a");
         assert_eq!(g.views[1].reduce.as_deref(), Some("_sum"));
         assert_eq!(g.lib, Some(json!({"m": "exports.x = 1"})));
-        assert!(g.include_design && g.raw_collation && !g.local_seq);
+        assert!(g.include_design && g.raw(0) && g.raw(1) && !g.local_seq);
         assert_eq!(g.language, "javascript");
+    }
+
+    #[test]
+    fn collation_is_read_per_view() {
+        let g = group(json!({
+            "views": {
+                "icu": {"map": "f"},
+                "raw": {"map": "f", "options": {"collation": "raw"}},
+                "set": {"map": "f", "options": {"collation": "icu"}}
+            }
+        }));
+        assert_eq!([g.raw(0), g.raw(1), g.raw(2)], [false, true, false]);
+        let g = group(json!({
+            "options": {"collation": "raw"},
+            "views": {"a": {"map": "f"}, "b": {"map": "f", "options": {"collation": "unicode"}}}
+        }));
+        assert_eq!([g.raw(0), g.raw(1)], [true, false]);
+        let plain = group(json!({"views": {"v": {"map": "f"}}}));
+        let with = group(json!({"views": {"v": {"map": "f", "options": {"collation": "raw"}}}}));
+        assert_ne!(plain.signature(), with.signature());
+        let bad = json!({"views": {"v": {"map": "f", "options": 1}}});
+        assert!(ViewGroupDef::from_ddoc(bad.as_object().unwrap()).is_err());
     }
 
     #[test]

@@ -31,6 +31,9 @@
 //! (`Couch.recursivelySeal` → `Object.freeze`): one document object is shared by every
 //! view, and a map function's writes to it are silently ignored (or throw a `TypeError` in
 //! strict-mode code or from mutating methods such as `push`), so no view can affect another.
+//! The document's top-level members are built only when first read (see `lazy.rs`); the
+//! text given to [`ViewRuntime::map_doc`] must be a stored, already validated document: its
+//! outline is checked at once, a member's value when it is read.
 //! Emitted keys and values are converted with `JSON.stringify` semantics after the map
 //! function returns, as CouchDB does; integral numbers come out as JSON integers.
 //!

@@ -483,4 +483,49 @@ fn design_options_lib_and_raw_collation() {
         vec![json!("B"), json!("a"), json!("b")],
         "raw: code points"
     );
+    // CouchDB reads `collation` from each view's own options; raw keys sort as Erlang terms
+    // (numbers < false < null < true < objects < arrays < strings).
+    let mixed = "function(doc) { if (doc._id === 'a') [\"x\", [1], {\"k\": 1}, true, null, false, 2, [], \"X\"].forEach(function(k) { emit(k, null); }); }";
+    let per_view = json!({"views": {
+        "raw": {"map": mixed, "options": {"collation": "raw"}},
+        "icu": {"map": mixed}
+    }});
+    s.put("/db/_design/per_view", &per_view.to_string());
+    let k = keys(&s.get("/db/_design/per_view/_view/raw").json());
+    assert_eq!(
+        k,
+        vec![
+            json!(2),
+            json!(false),
+            json!(null),
+            json!(true),
+            json!({"k": 1}),
+            json!([]),
+            json!([1]),
+            json!("X"),
+            json!("x")
+        ]
+    );
+    let k = keys(&s.get("/db/_design/per_view/_view/icu").json());
+    assert_eq!(
+        k,
+        vec![
+            json!(null),
+            json!(false),
+            json!(true),
+            json!(2),
+            json!("x"),
+            json!("X"),
+            json!([]),
+            json!([1]),
+            json!({"k": 1})
+        ]
+    );
+    let r = s.get("/db/_design/per_view/_view/raw?startkey=true&endkey=%5B%5D");
+    assert_eq!(
+        keys(&r.json()),
+        vec![json!(true), json!({"k": 1}), json!([])]
+    );
+    let r = s.get("/db/_design/per_view/_view/raw?startkey=%22a%22&endkey=1");
+    assert_eq!(r.status, 400, "raw order decides which ranges are reversed");
 }

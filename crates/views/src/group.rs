@@ -67,7 +67,7 @@ impl Group {
     }
 
     pub fn collation(&self) -> String {
-        collation_tag(self.def.raw_collation)
+        collation_tag(self.def.views.iter().map(|v| v.raw_collation))
     }
 
     /// Runs `f` with the reducer of view `view`.

@@ -68,17 +68,29 @@ fn increment(b: &mut Vec<u8>) {
     }
 }
 
-/// The collation a key encoding depends on; an index written with another is rebuilt.
-pub fn collation_tag(raw: bool) -> String {
-    if raw {
-        format!("raw/k{}", collate::KEY_FORMAT_VERSION)
-    } else {
-        format!(
+/// The collations an index's key encodings depend on, given whether each view sorts raw;
+/// an index written with other ones is rebuilt.
+pub fn collation_tag(raw: impl IntoIterator<Item = bool>) -> String {
+    let (mut icu, mut raws) = (false, false);
+    for r in raw {
+        (icu, raws) = (icu || !r, raws || r);
+    }
+    let mut parts = Vec::new();
+    if icu || !raws {
+        parts.push(format!(
             "icu-{}/k{}",
             collate::collator_version(),
             collate::KEY_FORMAT_VERSION
-        )
+        ));
     }
+    if raws {
+        parts.push(format!(
+            "raw/k{}.{}",
+            collate::KEY_FORMAT_VERSION,
+            collate::RAW_KEY_FORMAT_VERSION
+        ));
+    }
+    parts.join("+")
 }
 
 /// The checkpoint of an index: everything below `seq` is in the trees under `roots`.
@@ -238,7 +250,7 @@ mod tests {
         let m = Meta {
             seq: 9,
             next_node: 77,
-            collation: collation_tag(false),
+            collation: collation_tag([false]),
             roots: vec![
                 None,
                 Some(Entry {

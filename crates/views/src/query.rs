@@ -231,7 +231,7 @@ pub(crate) fn run(
     if q.reduce && g.reduces[view] != ReduceKind::None {
         reduce_rows(views, g, meta, nodes, view, q, out)
     } else {
-        map_rows(meta, nodes, root, q, g.def.raw_collation, out)
+        map_rows(meta, nodes, root, q, g.def.raw(view), out)
     }
 }
 
@@ -320,7 +320,7 @@ fn reduce_rows(
             Admit::Stop => ControlFlow::Break(()),
         })
     };
-    'ranges: for range in q.ranges(g.def.raw_collation) {
+    'ranges: for range in q.ranges(g.def.raw(view)) {
         let level = match q.grouping {
             Grouping::None => {
                 if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &range)? {

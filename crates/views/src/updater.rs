@@ -365,7 +365,7 @@ fn map_chunk(
                 .map_err(|e| js_failure(e, &item.id))?;
             for (view, emitted) in per_view.into_iter().enumerate() {
                 if let Ok(pairs) = emitted {
-                    push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw_collation);
+                    push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));
                 }
             }
         }

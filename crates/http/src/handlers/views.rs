@@ -72,7 +72,7 @@ impl ViewArgs {
     pub fn for_view(p: &Params, g: &Group, n: usize) -> ApiResult<ViewArgs> {
         let args = ViewArgs::parse(p, g.reduces[n] != ReduceKind::None)?;
         args.query
-            .check_range(g.def.raw_collation)
+            .check_range(g.def.raw(n))
             .map_err(ApiError::QueryParse)?;
         Ok(args)
     }
