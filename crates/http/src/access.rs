@@ -91,6 +91,11 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
             let sec = security_of(state, db)?;
             match need {
                 Need::DbAdmin => sec.check_admin(user)?,
+                Need::MemberListing
+                    if is_system_db(db) && users_listing_public(endpoint, state) =>
+                {
+                    sec.check_member(user)?
+                }
                 Need::MemberListing if is_system_db(db) => sec.check_admin(user).map_err(|_| {
                     denied(
                         user,
@@ -118,6 +123,41 @@ fn endpoint_db(endpoint: &Endpoint) -> Option<&str> {
 
 pub fn is_system_db(name: &str) -> bool {
     name == USERS_DB
+}
+
+/// A `[chttpd_auth]` setting, or CouchDB 2's `[couch_httpd_auth]` one.
+fn auth_setting(node: &crate::NodeConfig, key: &str) -> Option<String> {
+    node.get("chttpd_auth", key)
+        .or_else(|| node.get("couch_httpd_auth", key))
+}
+
+/// The user-document fields anyone may read (`public_fields`, comma-separated), and
+/// whether the setting exists at all.
+pub fn public_fields(node: &crate::NodeConfig) -> Option<Vec<String>> {
+    let fields = auth_setting(node, "public_fields")?;
+    Some(
+        fields
+            .split(',')
+            .map(|f| f.trim().to_string())
+            .filter(|f| !f.is_empty())
+            .collect(),
+    )
+}
+
+/// Whether members who are not admins may list `_users` through `_all_docs` (and
+/// `_design_docs`): CouchDB allows it when `users_db_public = true` and `public_fields`
+/// is set, and then shows each document's public fields only.
+fn users_listing_public(endpoint: &Endpoint, state: &AppState) -> bool {
+    let listing = matches!(
+        endpoint,
+        Endpoint::DbOp(_, DbOp::AllDocs | DbOp::AllDocsQueries | DbOp::DesignDocs)
+    );
+    listing
+        && auth_setting(&state.node, "users_db_public")
+            .as_deref()
+            .map(str::trim)
+            == Some("true")
+        && public_fields(&state.node).is_some()
 }
 
 /// The security object of an existing database (404 `not_found` if it does not exist).

@@ -194,14 +194,16 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::DbOp(db, op) => {
             let handle = state.couch.get(&db)?;
             match op {
-                DbOp::AllDocs => all_docs::all_docs(handle, req, all_docs::Namespace::All).await,
+                DbOp::AllDocs => {
+                    all_docs::all_docs(&state, handle, req, all_docs::Namespace::All).await
+                }
                 DbOp::DesignDocs => {
-                    all_docs::all_docs(handle, req, all_docs::Namespace::Design).await
+                    all_docs::all_docs(&state, handle, req, all_docs::Namespace::Design).await
                 }
                 DbOp::LocalDocs => {
-                    all_docs::all_docs(handle, req, all_docs::Namespace::Local).await
+                    all_docs::all_docs(&state, handle, req, all_docs::Namespace::Local).await
                 }
-                DbOp::AllDocsQueries => all_docs::queries(handle, req).await,
+                DbOp::AllDocsQueries => all_docs::queries(&state, handle, req).await,
                 DbOp::BulkDocs => bulk::bulk_docs(&state, handle, req).await,
                 DbOp::BulkGet => bulk::bulk_get(handle, req).await,
                 DbOp::Changes => changes::changes(state, handle, req).await,

@@ -671,6 +671,81 @@ fn require_valid_user() {
     assert_eq!(s.get("/").status, 200);
 }
 
+/// `users_db_public = true` with `public_fields` set lets members list `_users`, seeing
+/// only the public fields of every document (their own too, as CouchDB's `_all_docs`);
+/// single reads of others' documents show the public fields whatever that setting says.
+#[test]
+fn users_db_public_lists_public_fields() {
+    let s = Server::start_with_ini(&format!(
+        "{FAST}users_db_public = true\npublic_fields = name, nick\n[couchdb]\nusers_db_security_editable = true\n"
+    ));
+    assert_eq!(s.put("/_users/_security", "{}").status, 200);
+    for (name, pw) in [BOB, EVE] {
+        let doc = json!({"name": name, "password": pw, "roles": ["r"], "type": "user", "nick": format!("{name}!")});
+        let r = s.put(
+            &format!("/_users/org.couchdb.user:{name}"),
+            &doc.to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let listed = s.as_user(BOB, "GET", "/_users/_all_docs?include_docs=true", None);
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let docs: Vec<Value> = listed.json()["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["id"].as_str().unwrap().starts_with("org.couchdb.user:"))
+        .map(|r| r["doc"].clone())
+        .collect();
+    assert_eq!(docs.len(), 2);
+    for doc in &docs {
+        let mut keys: Vec<&str> = doc
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["_id", "_rev", "name", "nick"], "{doc}");
+    }
+    let queried = s.as_user(
+        EVE,
+        "POST",
+        "/_users/_all_docs/queries",
+        Some(r#"{"queries":[{"include_docs":true,"keys":["org.couchdb.user:bob"]}]}"#),
+    );
+    assert_eq!(queried.status, 200, "{}", queried.text);
+    let doc = &queried.json()["results"][0]["rows"][0]["doc"];
+    assert_eq!(doc["nick"], "bob!");
+    assert!(
+        doc.get("derived_key").is_none() && doc.get("roles").is_none(),
+        "{doc}"
+    );
+    let other = s
+        .as_user(EVE, "GET", "/_users/org.couchdb.user:bob", None)
+        .json();
+    assert_eq!(
+        (other["name"].as_str(), other.get("salt")),
+        (Some("bob"), None)
+    );
+    // Other listings stay admin-only.
+    assert_eq!(s.as_user(BOB, "GET", "/_users/_changes", None).status, 403);
+    assert_eq!(
+        s.as_user(BOB, "GET", "/_users/_local_docs", None).status,
+        403
+    );
+    // Admins see everything.
+    let all = s.get("/_users/_all_docs?include_docs=true&key=%22org.couchdb.user:bob%22");
+    assert!(all.json()["rows"][0]["doc"].get("derived_key").is_some());
+    // Without public_fields the setting lets no one list.
+    let s = Server::start_with_ini(&format!(
+        "{FAST}users_db_public = true\n[couchdb]\nusers_db_security_editable = true\n"
+    ));
+    assert_eq!(s.put("/_users/_security", "{}").status, 200);
+    add_user(&s, BOB, &[]);
+    assert_eq!(s.as_user(BOB, "GET", "/_users/_all_docs", None).status, 403);
+}
+
 const VDU: &str = r#"function(newDoc, oldDoc, userCtx, secObj) {
   if (newDoc._deleted) { return; }
   if (!newDoc.type) { throw({forbidden: 'doc.type is required'}); }

@@ -7,7 +7,7 @@ use crate::handlers::doc::local_json;
 use crate::render::{seq, winner_json_with, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, JSON};
 use crate::req::{require_json, Params};
-use crate::Req;
+use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
@@ -57,6 +57,9 @@ struct Query {
     update_seq: bool,
     opts: DocOpts,
     atts: AttOpts,
+    /// For a non-admin listing `_users` (`users_db_public`): the only members documents
+    /// show besides `_id`, `_rev` and the other `_` fields.
+    public_only: Option<Vec<String>>,
 }
 
 impl Query {
@@ -115,6 +118,7 @@ impl Query {
                 ..Default::default()
             },
             atts: AttOpts::from_params(p)?,
+            public_only: None,
         };
         if let Some(k) = key {
             if q.keys.is_some() {
@@ -221,11 +225,33 @@ fn render_row(db: &Database, row: &AllDocsRow, q: &Query) -> Vec<u8> {
                 tracing::warn!(id = %row.id, error = ?e, "reading attachments");
                 None
             });
-            winner_json_with(&row.id, info, b, &q.opts, atts)
+            let doc = winner_json_with(&row.id, info, b, &q.opts, atts);
+            match &q.public_only {
+                Some(fields) => public_part(&doc, fields),
+                None => doc,
+            }
         });
         out = with_doc(out, doc);
     }
     out
+}
+
+/// A document reduced to its `_` members and `fields` (CouchDB's `strip_non_public_fields`,
+/// which leaves the document's id, revision and attachment stubs).
+fn public_part(doc: &[u8], fields: &[String]) -> Vec<u8> {
+    let Ok(members) = serde_json::from_slice::<serde_json::Map<String, Value>>(doc) else {
+        return doc.to_vec();
+    };
+    let kept: serde_json::Map<String, Value> = members
+        .into_iter()
+        .filter(|(k, _)| k.starts_with('_') || fields.contains(k))
+        .collect();
+    serde_json::to_vec(&kept).expect("json")
+}
+
+/// The public-fields filter for this reader (`Query::public_only`).
+fn public_only(state: &AppState, db: &Database, req: &Req) -> ApiResult<Option<Vec<String>>> {
+    Ok(super::doc::users_reader(state, db, req)?.map(|(_, fields)| fields))
 }
 
 /// Runs one query, writing the complete response object through `out`.
@@ -372,19 +398,25 @@ fn count_before(db: &Database, q: &Query, ns: Namespace) -> ApiResult<u64> {
     Ok(n)
 }
 
-pub async fn all_docs(db: Arc<Database>, mut req: Req, ns: Namespace) -> ApiResult<Response> {
+pub async fn all_docs(
+    state: &AppState,
+    db: Arc<Database>,
+    mut req: Req,
+    ns: Namespace,
+) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
-    let q = if req.method == "POST" {
+    let mut q = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.json().await?;
         Query::from_body(&body, &req.params)?
     } else {
         Query::from_params(&req.params)?
     };
+    q.public_only = public_only(state, &db, &req)?;
     Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
 }
 
-pub async fn queries(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn queries(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let body = req.json().await?;
@@ -392,9 +424,15 @@ pub async fn queries(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
         .get("queries")
         .and_then(Value::as_array)
         .ok_or_else(|| ApiError::bad_request("Request body must contain a `queries` array"))?;
+    let public = public_only(state, &db, &req)?;
     let qs = list
         .iter()
-        .map(|b| Query::from_body(b, &req.params))
+        .map(|b| {
+            Query::from_body(b, &req.params).map(|q| Query {
+                public_only: public.clone(),
+                ..q
+            })
+        })
         .collect::<ApiResult<Vec<_>>>()?;
     let out =
         blocking(move || query_results(&qs, |q, out| run(&db, q, Namespace::All, out))).await?;

@@ -144,7 +144,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
 
 /// For a reader of `_users` who is not its admin: the security object and the public
 /// fields (`[chttpd_auth] public_fields`) that `users::filter_read` needs.
-fn users_reader(
+pub(crate) fn users_reader(
     state: &AppState,
     db: &Database,
     req: &Req,
@@ -156,13 +156,7 @@ fn users_reader(
     if sec.is_admin(&req.user) {
         return Ok(None);
     }
-    let public = state
-        .node
-        .get_or("chttpd_auth", "public_fields", "")
-        .split(',')
-        .map(|f| f.trim().to_string())
-        .filter(|f| !f.is_empty())
-        .collect();
+    let public = crate::access::public_fields(&state.node).unwrap_or_default();
     Ok(Some((sec, public)))
 }
 
