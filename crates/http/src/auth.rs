@@ -187,14 +187,17 @@ impl Authenticator {
         node: &NodeConfig,
         couch: &Couch,
     ) -> Result<Option<(UserCtx, String)>, ApiError> {
-        let Some(known) = lookup(name, node, couch)? else {
-            return Ok(None);
-        };
+        let known = lookup(name, node, couch)?;
         let lockout = LockoutConfig::from_section(&node.section("chttpd_auth_lockout"));
-        let salt = known.hash.salt().to_string();
+        // Unknown names count too, under an empty salt, as CouchDB counts them.
+        let salt = known
+            .as_ref()
+            .map_or_else(String::new, |k| k.hash.salt().to_string());
         self.lockout.check(name, &salt, peer, &lockout, now_ms())?;
-        if self.verify(name, password, &known.hash) {
-            return Ok(Some((UserCtx::named(name, known.roles), salt)));
+        if let Some(known) = known {
+            if self.verify(name, password, &known.hash) {
+                return Ok(Some((UserCtx::named(name, known.roles), salt)));
+            }
         }
         self.lockout
             .record_failure(name, &salt, peer, &lockout, now_ms());

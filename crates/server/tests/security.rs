@@ -560,6 +560,17 @@ fn lockout_after_repeated_failures() {
     assert_eq!(status, 403);
     // other users are unaffected
     assert_eq!(s.get("/_session").status, 200);
+    // names that do not exist are counted too: guessing cannot tell them apart by the answer
+    for _ in 0..5 {
+        assert_eq!(
+            s.as_user(("nobody", "x"), "GET", "/_session", None).status,
+            401
+        );
+    }
+    assert_eq!(
+        s.as_user(("nobody", "x"), "GET", "/_session", None).status,
+        403
+    );
 }
 
 fn hs256(secret: &[u8], claims: &Value) -> String {
