@@ -83,7 +83,7 @@ pub const JS_STACK_LIMIT: usize = 1024 * 1024;
 pub const MAX_NESTING: usize = 512;
 
 /// Resource limits of one [`ViewRuntime`] or [`Validator`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// Wall-clock budget of one call into JavaScript.
     pub timeout: Duration,

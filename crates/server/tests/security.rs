@@ -772,6 +772,41 @@ const VDU: &str = r#"function(newDoc, oldDoc, userCtx, secObj) {
   }
 }"#;
 
+/// Compiled validate functions are reused across requests only while the design documents
+/// stay the same: an edit, a new design document or a deletion applies to the next write.
+#[test]
+fn edited_validate_functions_apply_to_the_next_write() {
+    let s = Server::start_with_ini(FAST);
+    s.create_db("db");
+    let refuse = |t: &str| {
+        json!({"validate_doc_update": format!(
+            "function(d) {{ if (d.type === '{t}') throw({{forbidden: 'no {t}'}}); }}"
+        )})
+    };
+    let write = |n: usize, t: &str| s.put(&format!("/db/d{n}"), &json!({"type": t}).to_string());
+    let r = s.put("/db/_design/v", &refuse("a").to_string());
+    assert_eq!(r.status, 201);
+    let rev = r.json()["rev"].as_str().unwrap().to_string();
+    for n in 0..4 {
+        assert_eq!(write(n, "a").status, 403);
+        assert_eq!(write(10 + n, "b").status, 201);
+    }
+    let mut edited = refuse("b");
+    edited["_rev"] = json!(rev);
+    let r = s.put("/db/_design/v", &edited.to_string());
+    assert_eq!(r.status, 201);
+    let rev = r.json()["rev"].as_str().unwrap().to_string();
+    for n in 0..4 {
+        assert_eq!(write(20 + n, "a").status, 201);
+        assert_eq!(write(30 + n, "b").status, 403);
+    }
+    assert_eq!(s.put("/db/_design/w", &refuse("c").to_string()).status, 201);
+    assert_eq!(write(40, "c").status, 403);
+    assert_eq!(s.delete(&format!("/db/_design/v?rev={rev}")).status, 200);
+    assert_eq!(write(41, "b").status, 201);
+    assert_eq!(write(42, "c").status, 403);
+}
+
 #[test]
 fn validate_doc_update_runs_on_every_write() {
     let s = Server::start_with_ini(FAST);
