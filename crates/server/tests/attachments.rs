@@ -68,6 +68,36 @@ fn inline_upload_stubs_and_standalone_reads() {
         true,
     );
     assert_eq!(r.status, 416);
+    // Several ranges: one multipart/byteranges body, framed as CouchDB frames it.
+    let r = s.req_with(
+        "GET",
+        "/db/doc/hello.txt",
+        None,
+        &[("range", "bytes=0-1,6-7")],
+        true,
+    );
+    assert_eq!(r.status, 206);
+    let ctype = r.header("content-type").unwrap();
+    let boundary = ctype
+        .strip_prefix("multipart/byteranges; boundary=\"")
+        .and_then(|b| b.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{ctype}"));
+    let expected = format!(
+        "--{boundary}\r\nContent-Type: application/x-hello\r\nContent-Range: bytes 0-1/11\r\n\r\nhe\r\n--{boundary}\r\nContent-Type: application/x-hello\r\nContent-Range: bytes 6-7/11\r\n\r\nwo\r\n--{boundary}--"
+    );
+    assert_eq!(r.text, expected);
+    assert_eq!(
+        r.header("content-length"),
+        Some(expected.len().to_string().as_str())
+    );
+    for (range, status) in [
+        ("bytes=0-", 200),
+        ("bytes=0-1,7-3", 416),
+        ("bytes=0-1,30-40", 416),
+    ] {
+        let r = s.req_with("GET", "/db/doc/hello.txt", None, &[("range", range)], true);
+        assert_eq!(r.status, status, "{range}");
+    }
     let r = s.req_with(
         "GET",
         "/db/doc/hello.txt",

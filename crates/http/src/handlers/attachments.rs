@@ -440,25 +440,71 @@ fn gunzip(data: &[u8]) -> ApiResult<Vec<u8>> {
     Ok(out)
 }
 
-/// A parsed `Range: bytes=…` header: one range, CouchDB serves single ranges.
-fn byte_range(value: &str, len: u64) -> Option<Result<(u64, u64), ()>> {
+/// Most ranges one request may ask for; with more, CouchDB sends the whole attachment.
+const MAX_RANGES: usize = 9;
+
+/// A parsed `Range: bytes=…` header, as CouchDB reads it: `None` to send the whole
+/// attachment (no header, one that does not parse, a first range of `0-`, too many
+/// ranges), `Err` for 416, or the inclusive ranges, ends clamped to the length.
+fn byte_ranges(value: &str, len: u64) -> Option<Result<Vec<(u64, u64)>, ()>> {
     let spec = value.trim().strip_prefix("bytes=")?;
-    if spec.contains(',') {
-        return None;
+    let mut ranges = Vec::new();
+    for part in spec.split(',') {
+        let (a, b) = part.split_once('-')?;
+        let (a, b) = (a.trim(), b.trim());
+        let last = len.saturating_sub(1);
+        let range = match (a.parse::<u64>().ok(), b.parse::<u64>().ok()) {
+            (Some(a), Some(b)) if a <= b => (a, b.min(last)),
+            (Some(_), Some(_)) => return Some(Err(())),
+            (Some(0), None) if b.is_empty() && ranges.is_empty() => return None,
+            (Some(a), None) if b.is_empty() => (a, last),
+            (None, Some(n)) if a.is_empty() && n > 0 => (len.saturating_sub(n), last),
+            _ => return None,
+        };
+        if len == 0 || range.0 >= len {
+            return Some(Err(()));
+        }
+        ranges.push(range);
     }
-    let (a, b) = spec.split_once('-')?;
-    let (a, b) = (a.trim(), b.trim());
-    let range = match (a.parse::<u64>().ok(), b.parse::<u64>().ok()) {
-        (Some(a), Some(b)) if a <= b => (a, b.min(len.saturating_sub(1))),
-        (Some(a), None) if b.is_empty() => (a, len.saturating_sub(1)),
-        (None, Some(n)) if a.is_empty() && n > 0 => (len.saturating_sub(n), len.saturating_sub(1)),
-        _ => return None,
-    };
-    Some(if len == 0 || range.0 >= len {
-        Err(())
-    } else {
-        Ok(range)
-    })
+    (ranges.len() <= MAX_RANGES).then_some(Ok(ranges))
+}
+
+/// The framing of a `multipart/byteranges` body: the part headers before each range's
+/// bytes, the separators, and the body's total length.
+struct ByteRanges {
+    boundary: String,
+    heads: Vec<String>,
+    len: u64,
+}
+
+impl ByteRanges {
+    fn new(ranges: &[(u64, u64)], content_type: &str, total: u64) -> ByteRanges {
+        let boundary = hex::encode(rand::random::<[u8; 16]>());
+        let heads: Vec<String> = ranges
+            .iter()
+            .map(|(from, to)| {
+                format!(
+                    "\r\nContent-Type: {content_type}\r\nContent-Range: bytes {from}-{to}/{total}\r\n\r\n"
+                )
+            })
+            .collect();
+        // "--B", then per range its head, its bytes and "\r\n--B", then "--".
+        let framing = 2 + boundary.len() + 2;
+        let per_range: u64 = ranges
+            .iter()
+            .zip(&heads)
+            .map(|((from, to), head)| (head.len() + 4 + boundary.len()) as u64 + (to - from + 1))
+            .sum();
+        ByteRanges {
+            len: framing as u64 + per_range,
+            boundary,
+            heads,
+        }
+    }
+
+    fn content_type(&self) -> String {
+        format!("multipart/byteranges; boundary=\"{}\"", self.boundary)
+    }
 }
 
 /// `/{db}/{docid}/{attname}`: `GET`/`HEAD` read, `PUT` uploads (streamed), `DELETE`.
@@ -715,9 +761,12 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
             .insert(header::ETAG, HeaderValue::from_str(&etag).expect("ascii"));
         return Ok(resp);
     }
-    let range = match req.header("range").and_then(|r| byte_range(r, len)) {
-        None => None,
-        Some(Ok(r)) => Some(r),
+    let ranges = match req.header("range").and_then(|r| byte_ranges(r, len)) {
+        None => Vec::new(),
+        // Several ranges of content stored gzip-compressed: the whole of it, as CouchDB,
+        // which serves ranges of identity-encoded attachments only.
+        Some(Ok(r)) if r.len() > 1 && gzip => Vec::new(),
+        Some(Ok(r)) => r,
         Some(Err(())) => {
             let mut resp = crate::reply::json(
                 StatusCode::RANGE_NOT_SATISFIABLE,
@@ -730,6 +779,10 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
             return Ok(resp);
         }
     };
+    if ranges.len() > 1 {
+        return Ok(multiple_ranges(db, digest, &ranges, &content_type, &etag, len, &req).await);
+    }
+    let range = ranges.first().copied();
     // Compressed content goes out as stored to clients that accept gzip (whole bodies
     // only), decompressed on the fly to the others.
     let send_gzip = gzip
@@ -798,6 +851,61 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
         *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
     }
     Ok(resp)
+}
+
+/// 206 with a `multipart/byteranges` body: per range a part with its `Content-Type` and
+/// `Content-Range`, as CouchDB's `send_ranges_multipart` frames them.
+async fn multiple_ranges(
+    db: Arc<Database>,
+    digest: [u8; 16],
+    ranges: &[(u64, u64)],
+    content_type: &str,
+    etag: &str,
+    len: u64,
+    req: &Req,
+) -> Response {
+    let framing = ByteRanges::new(ranges, content_type, len);
+    let (body_len, multipart_type) = (framing.len, framing.content_type());
+    let mut resp = if req.method == "HEAD" {
+        Response::new(axum::body::Body::empty())
+    } else {
+        let ranges = ranges.to_vec();
+        stream("application/octet-stream", move |out| {
+            let marker = format!("\r\n--{}", framing.boundary);
+            out.write(&marker.as_bytes()[2..]);
+            for ((from, to), head) in ranges.iter().zip(&framing.heads) {
+                out.write(head.as_bytes());
+                let chunks = db
+                    .attachment_chunks(&digest, *from..to + 1)?
+                    .ok_or_else(|| {
+                        ApiError::Db(settee_db::Error::Internal("attachment content".into()))
+                    })?;
+                for c in chunks {
+                    if !out.write(&c?) {
+                        return Ok(());
+                    }
+                }
+                out.write(marker.as_bytes());
+            }
+            out.write(b"--");
+            Ok(())
+        })
+        .await
+    };
+    *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&multipart_type).expect("ascii"),
+    );
+    h.insert(header::ETAG, HeaderValue::from_str(etag).expect("ascii"));
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("must-revalidate"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    resp
 }
 
 impl AttOpts {
@@ -1015,12 +1123,24 @@ mod tests {
 
     #[test]
     fn ranges() {
-        assert_eq!(byte_range("bytes=0-4", 10), Some(Ok((0, 4))));
-        assert_eq!(byte_range("bytes=5-", 10), Some(Ok((5, 9))));
-        assert_eq!(byte_range("bytes=-3", 10), Some(Ok((7, 9))));
-        assert_eq!(byte_range("bytes=8-100", 10), Some(Ok((8, 9))));
-        assert_eq!(byte_range("bytes=10-12", 10), Some(Err(())));
-        assert_eq!(byte_range("bytes=0-1,3-4", 10), None);
-        assert_eq!(byte_range("items=0-1", 10), None);
+        assert_eq!(byte_ranges("bytes=0-4", 10), Some(Ok(vec![(0, 4)])));
+        assert_eq!(byte_ranges("bytes=5-", 10), Some(Ok(vec![(5, 9)])));
+        assert_eq!(byte_ranges("bytes=-3", 10), Some(Ok(vec![(7, 9)])));
+        assert_eq!(byte_ranges("bytes=8-100", 10), Some(Ok(vec![(8, 9)])));
+        assert_eq!(byte_ranges("bytes=10-12", 10), Some(Err(())));
+        assert_eq!(byte_ranges("bytes=4-2", 10), Some(Err(())));
+        assert_eq!(
+            byte_ranges("bytes=0-1, 3-4,-2", 10),
+            Some(Ok(vec![(0, 1), (3, 4), (8, 9)]))
+        );
+        assert_eq!(byte_ranges("bytes=0-", 10), None, "CouchDB sends it whole");
+        assert_eq!(
+            byte_ranges("bytes=1-2,0-", 10),
+            Some(Ok(vec![(1, 2), (0, 9)]))
+        );
+        assert_eq!(byte_ranges("bytes=0-1,x", 10), None);
+        assert_eq!(byte_ranges("items=0-1", 10), None);
+        let many = vec!["0-0"; MAX_RANGES + 1].join(",");
+        assert_eq!(byte_ranges(&format!("bytes={many}"), 10), None);
     }
 }
