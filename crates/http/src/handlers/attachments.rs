@@ -1140,7 +1140,7 @@ mod tests {
         );
         assert_eq!(byte_ranges("bytes=0-1,x", 10), None);
         assert_eq!(byte_ranges("items=0-1", 10), None);
-        let many = vec!["0-0"; MAX_RANGES + 1].join(",");
+        let many = ["0-0"; MAX_RANGES + 1].join(",");
         assert_eq!(byte_ranges(&format!("bytes={many}"), 10), None);
     }
 }
