@@ -262,9 +262,21 @@ impl<'a, 'js> Parser<'a, 'js> {
         Ok(())
     }
 
-    /// Moves past a string literal (at its opening quote).
+    /// Moves past a string literal (at its opening quote): the first bytes one by one
+    /// (most strings are short), the rest of a long one by `memchr`.
     fn skip_string(&mut self) -> Result<(), DocError> {
         self.pos += 1;
+        let near = self.bytes.len().min(self.pos + 24);
+        while self.pos < near {
+            match self.bytes[self.pos] {
+                b'"' => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                b'\\' => self.pos += 2,
+                _ => self.pos += 1,
+            }
+        }
         loop {
             let rest = &self.bytes[self.pos..];
             match memchr::memchr2(b'"', b'\\', rest) {
