@@ -324,13 +324,18 @@ impl Database {
     }
 
     /// The stored bodies with these ids (a revision's `body`), as of `snap`, in order, read
-    /// in place.
-    pub fn bodies_in<'s>(&self, snap: &Snapshot<'s>, body_ids: &[u64]) -> Result<Vec<Pinned<'s>>> {
+    /// in place; their blocks go into the block cache only with `fill_cache`.
+    pub fn bodies_in<'s>(
+        &self,
+        snap: &Snapshot<'s>,
+        body_ids: &[u64],
+        fill_cache: bool,
+    ) -> Result<Vec<Pinned<'s>>> {
         let keys: Vec<Vec<u8>> = body_ids
             .iter()
             .map(|&b| seq_key(self.id, b).to_vec())
             .collect();
-        snap.multi_get_pinned(Cf::Bodies, &keys)?
+        snap.multi_get_pinned(Cf::Bodies, &keys, fill_cache)?
             .into_iter()
             .zip(body_ids)
             .map(|(v, b)| v.ok_or_else(|| missing_body(*b)))

@@ -315,13 +315,17 @@ pub struct Snapshot<'a> {
 }
 
 impl<'a> Snapshot<'a> {
-    /// Like `multi_get`, without copying the values out of RocksDB's blocks, and without
-    /// adding the blocks read to the block cache: for scans that read each value once
-    /// (an index build), where caching would only evict what other readers use.
-    pub fn multi_get_pinned(&self, cf: Cf, keys: &[Vec<u8>]) -> Result<Vec<Option<Pinned<'a>>>> {
+    /// Like `multi_get`, without copying the values out of RocksDB's blocks; the blocks
+    /// read are added to the block cache only with `fill_cache`.
+    pub fn multi_get_pinned(
+        &self,
+        cf: Cf,
+        keys: &[Vec<u8>],
+        fill_cache: bool,
+    ) -> Result<Vec<Option<Pinned<'a>>>> {
         let mut ro = ReadOptions::default();
         ro.set_snapshot(&self.snap);
-        ro.fill_cache(false);
+        ro.fill_cache(fill_cache);
         self.store
             .db
             .batched_multi_get_cf_opt(self.store.handle(cf), keys, false, &ro)

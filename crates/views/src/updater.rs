@@ -32,6 +32,12 @@ use std::sync::Mutex;
 
 /// Documents per chunk sent to a map worker.
 const CHUNK_DOCS: usize = 256;
+/// Above this average body size a worker reads bodies without filling the block cache:
+/// a chunk then spans many blocks that no other chunk needs, and caching them only evicts
+/// what other readers use (11 KB docs: 36k -> 48k docs/s). Below it, the blocks at a
+/// chunk's ends are shared with the neighbouring chunks, and caching them saves
+/// decompressing them twice (150-byte docs: ~8% faster).
+const UNCACHED_BODY_BYTES: usize = 2048;
 /// Rows a round holds in memory before it is written.
 const ROUND_ROWS: usize = 1_500_000;
 /// Pending node bytes that a bulk load writes out early.
@@ -315,6 +321,7 @@ fn map_worker(
     abort: &AtomicBool,
 ) {
     let mut rt: Option<ViewRuntime> = None;
+    let mut body_bytes = 0;
     loop {
         let chunk = match rx.lock().expect("work queue").recv() {
             Ok(c) => c,
@@ -323,7 +330,8 @@ fn map_worker(
         if abort.load(Ordering::Relaxed) {
             continue;
         }
-        let res = map_chunk(source, &limits, &mut rt, chunk);
+        let fill_cache = body_bytes <= UNCACHED_BODY_BYTES;
+        let res = map_chunk(source, &limits, &mut rt, chunk, fill_cache, &mut body_bytes);
         if res.is_err() {
             abort.store(true, Ordering::Relaxed);
             rt = None;
@@ -334,18 +342,25 @@ fn map_worker(
     }
 }
 
+/// Maps one chunk; `body_bytes` becomes the average size of its bodies.
 fn map_chunk(
     source: Source<'_>,
     limits: &Limits,
     rt: &mut Option<ViewRuntime>,
     chunk: Vec<Item>,
+    fill_cache: bool,
+    body_bytes: &mut usize,
 ) -> Result<Vec<Mapped>> {
     let g = source.g;
     let body_ids: Vec<u64> = chunk
         .iter()
         .filter_map(|i| Some(i.doc.as_ref()?.body))
         .collect();
-    let mut bodies = source.db.bodies_in(source.snap, &body_ids)?.into_iter();
+    let bodies = source.db.bodies_in(source.snap, &body_ids, fill_cache)?;
+    if !bodies.is_empty() {
+        *body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / bodies.len();
+    }
+    let mut bodies = bodies.into_iter();
     let mut out = Vec::with_capacity(chunk.len());
     for item in chunk {
         let mut rows = Vec::new();
