@@ -278,7 +278,11 @@ impl<'a, 'js> Parser<'a, 'js> {
             }
         }
         loop {
-            let rest = &self.bytes[self.pos..];
+            // An escape at the very end leaves `pos` past the text.
+            let rest = self
+                .bytes
+                .get(self.pos..)
+                .ok_or(DocError::Syntax(self.bytes.len()))?;
             match memchr::memchr2(b'"', b'\\', rest) {
                 Some(i) if rest[i] == b'"' => {
                     self.pos += i + 1;
@@ -286,9 +290,6 @@ impl<'a, 'js> Parser<'a, 'js> {
                 }
                 Some(i) => self.pos += i + 2,
                 None => return Err(DocError::Syntax(self.bytes.len())),
-            }
-            if self.pos > self.bytes.len() {
-                return Err(DocError::Syntax(self.bytes.len()));
             }
         }
     }

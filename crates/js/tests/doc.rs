@@ -154,6 +154,9 @@ fn invalid_json_is_rejected() {
         "{\"a\" 1}",
         "{a:1}",
         "{\"a\":\"unterminated}",
+        "{\"a\":\"ends in an escape\\",
+        "{\"a\":[\"x\\",
+        "{\"a\":{\"k\":\"a long string that ends in an escape\\",
         "{} {}",
     ];
     let mut rt = runtime(vec![view("v", "function(doc) { emit(1, 1); }")]);
