@@ -293,3 +293,26 @@ fn documents_with_many_members_map_the_same() {
     let expected: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(round_trip(&text), expected);
 }
+
+/// Every truncation and single-byte corruption of a document either maps or fails cleanly:
+/// the outline scan and the member parser never read past the text.
+#[test]
+fn damaged_documents_never_panic() {
+    let text = r#"{"_id":"d","s":"a \"quoted\" \\ string with an escape at the end\\","n":[1,-2.5e3,{"k":["x\\y",null,true]}],"o":{"deep":{"er":"yes"}},"t":"tail"}"#;
+    let mut rt = runtime(vec![view(
+        "v",
+        "function(doc) { emit(doc.s, [doc.n, doc.o, doc.t, doc.zz]); }",
+    )]);
+    let bytes = text.as_bytes();
+    for cut in 0..bytes.len() {
+        let _ = rt.map_doc(&text[..cut]);
+    }
+    for at in 0..bytes.len() {
+        for b in [b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b' '] {
+            let mut damaged = bytes.to_vec();
+            damaged[at] = b;
+            let _ = rt.map_doc(std::str::from_utf8(&damaged).unwrap());
+        }
+    }
+    assert!(rt.map_doc(text).unwrap()[0].is_ok());
+}
