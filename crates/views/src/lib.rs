@@ -85,6 +85,8 @@ pub struct Views {
     pub(crate) workers: usize,
     pub tasks: Tasks,
     locks: Mutex<HashMap<layout::IndexPrefix, Arc<Mutex<()>>>>,
+    /// Indexes being compacted (`compact_running`).
+    compacting: Mutex<std::collections::HashSet<layout::IndexPrefix>>,
 }
 
 /// What `GET /{db}/_design/{ddoc}/_info` reports about an index.
@@ -94,6 +96,7 @@ pub struct IndexInfo {
     pub language: String,
     pub update_seq: u64,
     pub updater_running: bool,
+    pub compact_running: bool,
     pub file_bytes: u64,
     pub active_bytes: u64,
 }
@@ -105,6 +108,7 @@ impl Views {
             workers: config.workers,
             tasks: Tasks::default(),
             locks: Mutex::new(HashMap::new()),
+            compacting: Mutex::new(Default::default()),
         })
     }
 
@@ -187,19 +191,51 @@ impl Views {
         let meta = updater::load_meta(store.as_ref(), g)?;
         let (lo, hi) = g.prefix.range();
         let file_bytes = store.approximate_size(Cf::Views, &lo, &hi);
-        let updater_running = self.lock(g).try_lock().is_err();
+        let compact_running = self
+            .compacting
+            .lock()
+            .expect("compacting")
+            .contains(&g.prefix);
+        let updater_running = !compact_running && self.lock(g).try_lock().is_err();
         Ok(IndexInfo {
             signature: g.signature(),
             language: g.def.language.clone(),
             update_seq: meta.seq,
             updater_running,
+            compact_running,
             file_bytes,
             active_bytes: file_bytes,
         })
     }
 
-    /// Reclaims the space of replaced tree nodes (RocksDB compaction of the index's keys).
+    /// Starts [`Views::compact`] on a background thread; `compact_running` is true from
+    /// this call until it ends (errors are logged).
+    pub fn compact_later(self: &Arc<Self>, db: Arc<Database>, g: Arc<Group>) {
+        self.compacting
+            .lock()
+            .expect("compacting")
+            .insert(g.prefix.clone());
+        let views = self.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = views.compact(&db, &g) {
+                tracing::warn!(db = %db.name, ddoc = %g.ddoc_id, error = %e, "view compaction failed");
+            }
+            views
+                .compacting
+                .lock()
+                .expect("compacting")
+                .remove(&g.prefix);
+        });
+    }
+
+    /// Compacts the index: rewrites its trees densely (waiting for a running update), then
+    /// has RocksDB compact the index's key range to reclaim the space.
     pub fn compact(&self, db: &Database, g: &Group) -> Result<()> {
+        {
+            let lock = self.lock(g);
+            let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            updater::rebuild(self, db, g)?;
+        }
         let (lo, hi) = g.prefix.range();
         db.store().compact_range(Cf::Views, &lo, &hi);
         Ok(())

@@ -169,6 +169,14 @@ fn round(
     }
     batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
     let built = started.elapsed();
+    commit(store, batch, wrote_early)?;
+    tracing::debug!(ddoc = %g.ddoc_id, seq = last_seq, fresh, ?mapped, ?built,
+        committed = ?started.elapsed(), "view update round");
+    Ok(done)
+}
+
+/// Writes a round's (or a rebuild's) final batch, which carries the checkpoint.
+fn commit(store: &Store, batch: settee_storage::Batch<'_>, wrote_early: bool) -> Result<()> {
     if wrote_early {
         // A bulk load wrote nodes or back-index entries early, without the WAL (the WAL's
         // compression was a tenth of the build): make them durable by flushing before the
@@ -178,9 +186,72 @@ fn round(
     } else {
         store.write(batch, false)?;
     }
-    tracing::debug!(ddoc = %g.ddoc_id, seq = last_seq, fresh, ?mapped, ?built,
-        committed = ?started.elapsed(), "view update round");
-    Ok(done)
+    Ok(())
+}
+
+/// Rewrites every view's tree with full nodes, as CouchDB's view compaction does (trees
+/// that incremental updates left with underfull nodes get dense again), and range-deletes
+/// the old nodes: they all have ids below the first new one. The caller holds the index's
+/// lock; readers keep their snapshots of the old trees. Rows, reductions and the
+/// checkpoint are unchanged. A crash before the final batch leaves the old trees in place
+/// (and some unreferenced new nodes, which the next rebuild deletes).
+pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
+    let store = db.store().as_ref();
+    let snap = store.snapshot();
+    let mut meta = load_meta(&snap, g)?;
+    let first_new = meta.next_node;
+    let mut sink = StoreSink::new(store, g, first_new, true);
+    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
+    let nodes = SnapNodes { read: &snap, g };
+    for i in 0..meta.roots.len() {
+        let old = meta.roots[i].take();
+        meta.roots[i] = std::thread::scope(|s| -> Result<Option<tree::Entry>> {
+            let (tx, rx) = sync_channel::<Vec<Row>>(4);
+            let reader = s.spawn(|| stream_rows(&nodes, old.as_ref(), tx));
+            let built = g.with_reducer(i, &mut js, |red| {
+                tree::build(&mut sink, red, rx.into_iter().flatten())
+            });
+            // A tree read short must not replace the whole one.
+            reader.join().expect("row reader panicked")?;
+            Ok(built)
+        })?;
+    }
+    meta.next_node = sink.next;
+    let wrote_early = sink.wrote_early;
+    let mut batch = store.batch();
+    sink.finish(&mut batch);
+    batch.delete_range(Cf::Views, &g.prefix.node(0), &g.prefix.node(first_new));
+    batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
+    commit(store, batch, wrote_early)?;
+    tracing::debug!(ddoc = %g.ddoc_id, old_nodes_below = first_new,
+        new_nodes = meta.next_node - first_new, "view index rebuilt");
+    Ok(())
+}
+
+/// Sends every row of a tree, in order, in batches.
+fn stream_rows(
+    nodes: &dyn NodeRead,
+    root: Option<&tree::Entry>,
+    tx: SyncSender<Vec<Row>>,
+) -> Result<()> {
+    let mut batch = Vec::with_capacity(1024);
+    let all = tree::Range {
+        lo: std::ops::Bound::Unbounded,
+        hi: std::ops::Bound::Unbounded,
+    };
+    // A break means the builder is gone (it panicked); its caller reports that.
+    let _ = tree::fold(nodes, root, &all, false, &mut |row| {
+        batch.push(row.clone());
+        if batch.len() < 1024 {
+            return ControlFlow::Continue(());
+        }
+        match tx.send(std::mem::replace(&mut batch, Vec::with_capacity(1024))) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(()),
+        }
+    })?;
+    let _ = tx.send(batch);
+    Ok(())
 }
 
 /// Runs reader → workers → collector for one round; returns the last seq read and

@@ -386,7 +386,7 @@ pub async fn design_info(
             "name": ddoc,
             "view_index": {
                 "collator_versions": [settee_core::collate::collator_version()],
-                "compact_running": false,
+                "compact_running": info.compact_running,
                 "language": info.language,
                 "purge_seq": 0,
                 "signature": info.signature,
@@ -419,12 +419,7 @@ pub async fn compact_design(
         let (state, db) = (state.clone(), db.clone());
         blocking(move || load_ddoc_group(&state, &db, &ddoc)).await?
     };
-    let views = state.views.clone();
-    std::thread::spawn(move || {
-        if let Err(e) = views.compact(&db, &g) {
-            tracing::warn!(error = %e, "view compaction failed");
-        }
-    });
+    state.views.compact_later(db, g);
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
