@@ -193,8 +193,9 @@ fn commit(store: &Store, batch: settee_storage::Batch<'_>, wrote_early: bool) ->
 /// that incremental updates left with underfull nodes get dense again), and range-deletes
 /// the old nodes: they all have ids below the first new one. The caller holds the index's
 /// lock; readers keep their snapshots of the old trees. Rows, reductions and the
-/// checkpoint are unchanged. A crash before the final batch leaves the old trees in place
-/// (and some unreferenced new nodes, which the next rebuild deletes).
+/// checkpoint are unchanged. A crash before the final batch leaves the old trees in place,
+/// plus unreferenced new nodes above the checkpoint's next node id, which later writes
+/// overwrite and a later rebuild's range delete removes.
 pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
     let store = db.store().as_ref();
     let snap = store.snapshot();
