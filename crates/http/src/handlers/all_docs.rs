@@ -57,8 +57,8 @@ struct Query {
     update_seq: bool,
     opts: DocOpts,
     atts: AttOpts,
-    /// For a non-admin listing `_users` (`users_db_public`): the only members documents
-    /// show besides `_id`, `_rev` and the other `_` fields.
+    /// For a non-admin listing `_users` (`users_db_public`): the only members included
+    /// documents show.
     public_only: Option<Vec<String>>,
 }
 
@@ -236,15 +236,16 @@ fn render_row(db: &Database, row: &AllDocsRow, q: &Query) -> Vec<u8> {
     out
 }
 
-/// A document reduced to its `_` members and `fields` (CouchDB's `strip_non_public_fields`,
-/// which leaves the document's id, revision and attachment stubs).
+/// A document reduced to `fields`. CouchDB's listing strips the rendered document, so even
+/// `_id` and `_rev` stay only if listed in `public_fields` (single reads strip the body and
+/// keep them).
 fn public_part(doc: &[u8], fields: &[String]) -> Vec<u8> {
     let Ok(members) = serde_json::from_slice::<serde_json::Map<String, Value>>(doc) else {
         return doc.to_vec();
     };
     let kept: serde_json::Map<String, Value> = members
         .into_iter()
-        .filter(|(k, _)| k.starts_with('_') || fields.contains(k))
+        .filter(|(k, _)| fields.contains(k))
         .collect();
     serde_json::to_vec(&kept).expect("json")
 }
