@@ -18,6 +18,11 @@ fn with_att(extra: Value) -> String {
     doc.to_string()
 }
 
+/// `GET /db/doc/hello.txt` as the admin with this `Range` header.
+fn hello_range(s: &Server, range: &str) -> common::Resp {
+    s.req_with("GET", "/db/doc/hello.txt", None, &[("range", range)], true)
+}
+
 #[test]
 fn inline_upload_stubs_and_standalone_reads() {
     let s = Server::start();
@@ -42,40 +47,16 @@ fn inline_upload_stubs_and_standalone_reads() {
     assert_eq!(r.header("accept-ranges"), Some("bytes"));
     let etag = r.header("etag").unwrap().to_string();
     assert_eq!(etag, "\"XrY7u+Ae7tCTyyK7j1rNww==\"");
-    let r = s.req_with(
-        "GET",
-        "/db/doc/hello.txt",
-        None,
-        &[("range", "bytes=0-4")],
-        true,
-    );
+    let r = hello_range(&s, "bytes=0-4");
     assert_eq!(r.status, 206);
     assert_eq!(r.text, "hello");
     assert_eq!(r.header("content-range"), Some("bytes 0-4/11"));
-    let r = s.req_with(
-        "GET",
-        "/db/doc/hello.txt",
-        None,
-        &[("range", "bytes=-5")],
-        true,
-    );
+    let r = hello_range(&s, "bytes=-5");
     assert_eq!((r.status, r.text.as_str()), (206, "world"));
-    let r = s.req_with(
-        "GET",
-        "/db/doc/hello.txt",
-        None,
-        &[("range", "bytes=20-")],
-        true,
-    );
+    let r = hello_range(&s, "bytes=20-");
     assert_eq!(r.status, 416);
     // Several ranges: one multipart/byteranges body, framed as CouchDB frames it.
-    let r = s.req_with(
-        "GET",
-        "/db/doc/hello.txt",
-        None,
-        &[("range", "bytes=0-1,6-7")],
-        true,
-    );
+    let r = hello_range(&s, "bytes=0-1,6-7");
     assert_eq!(r.status, 206);
     let ctype = r.header("content-type").unwrap();
     let boundary = ctype
@@ -95,8 +76,7 @@ fn inline_upload_stubs_and_standalone_reads() {
         ("bytes=0-1,7-3", 416),
         ("bytes=0-1,30-40", 416),
     ] {
-        let r = s.req_with("GET", "/db/doc/hello.txt", None, &[("range", range)], true);
-        assert_eq!(r.status, status, "{range}");
+        assert_eq!(hello_range(&s, range).status, status, "{range}");
     }
     let r = s.req_with(
         "GET",
