@@ -756,6 +756,22 @@ fn users_db_public_lists_public_fields() {
     assert_eq!(s.put("/_users/_security", "{}").status, 200);
     add_user(&s, BOB, &[]);
     assert_eq!(s.as_user(BOB, "GET", "/_users/_all_docs", None).status, 403);
+    // CouchDB 2's section name works too.
+    let s = Server::start_with_ini(&format!(
+        "{FAST}[couch_httpd_auth]\nusers_db_public = true\npublic_fields = name\n[couchdb]\nusers_db_security_editable = true\n"
+    ));
+    assert_eq!(s.put("/_users/_security", "{}").status, 200);
+    add_user(&s, BOB, &[]);
+    let r = s.as_user(BOB, "GET", "/_users/_all_docs?include_docs=true", None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let bob = r.json()["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["id"] == "org.couchdb.user:bob")
+        .unwrap()["doc"]
+        .clone();
+    assert_eq!(bob, json!({"name": "bob"}));
 }
 
 const VDU: &str = r#"function(newDoc, oldDoc, userCtx, secObj) {
