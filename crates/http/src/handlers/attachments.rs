@@ -827,19 +827,9 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
         })
         .await
     };
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(&content_type)
-            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
-    );
-    h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("ascii"));
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("must-revalidate"),
-    );
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    let content_type = HeaderValue::from_str(&content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    let h = content_headers(&mut resp, content_type, &etag, body_len);
     if send_gzip {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
@@ -893,19 +883,29 @@ async fn multiple_ranges(
         .await
     };
     *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    let multipart_type = HeaderValue::from_str(&multipart_type).expect("ascii");
+    content_headers(&mut resp, multipart_type, etag, body_len);
+    resp
+}
+
+/// The headers every attachment read sends: type, `ETag`, `Accept-Ranges`,
+/// `Cache-Control` and `Content-Length`.
+fn content_headers<'r>(
+    resp: &'r mut Response,
+    content_type: HeaderValue,
+    etag: &str,
+    len: u64,
+) -> &'r mut axum::http::HeaderMap {
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(&multipart_type).expect("ascii"),
-    );
+    h.insert(header::CONTENT_TYPE, content_type);
     h.insert(header::ETAG, HeaderValue::from_str(etag).expect("ascii"));
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("must-revalidate"),
     );
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
-    resp
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h
 }
 
 impl AttOpts {
