@@ -32,7 +32,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--segment", type=int, default=100_000, help="report throughput every N docs")
-    ap.add_argument("--bin", default=os.path.expanduser("~/.cache/settee-target/release/settee"))
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "settee"))
     ap.add_argument("--url", help="use a running server (http://user:pass@host:port) instead of starting one")
     ap.add_argument("--wrk-seconds", type=int, default=10)
     ap.add_argument("--wrk-connections", type=int, default=16)

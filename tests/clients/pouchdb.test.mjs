@@ -3,7 +3,7 @@
 //
 // Run:  node --test tests/clients/pouchdb.test.mjs
 // Env:  SETTEE_BIN  path to the settee binary
-//                   (default $HOME/.cache/settee-target/release/settee)
+//                   (default: the workspace's target/release/settee)
 //       SETTEE_URL  if set (e.g. http://127.0.0.1:5984), use that already
 //                   running server instead of spawning one; it must accept
 //                   admin:secret. Handy to check the tests against CouchDB.
@@ -17,6 +17,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
+import { fileURLToPath } from 'node:url';
 import PouchDB from 'pouchdb';
 import MemoryAdapter from 'pouchdb-adapter-memory';
 
@@ -25,7 +26,7 @@ PouchDB.plugin(MemoryAdapter);
 const ADMIN = { username: 'admin', password: 'secret' };
 const AUTH_HEADER = 'Basic ' + Buffer.from('admin:secret').toString('base64');
 const SETTEE_BIN = process.env.SETTEE_BIN ||
-  path.join(os.homedir(), '.cache/settee-target/release/settee');
+  path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'target', 'release', 'settee');
 
 let baseUrl = null;   // e.g. http://127.0.0.1:12345
 let server = null;    // child process

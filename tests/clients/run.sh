@@ -5,7 +5,7 @@
 #
 #   tests/clients/run.sh
 #
-# Env: SETTEE_BIN  settee binary (default $HOME/.cache/settee-target/release/settee)
+# Env: SETTEE_BIN  settee binary (default: the workspace's target/release/settee)
 #      PYTHON      python interpreter to use (default python3)
 #      SKIP_INSTALL=1  skip `npm ci` / `pip install`
 # Exits non-zero if installing fails or any test fails.
@@ -14,7 +14,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 
-export SETTEE_BIN="${SETTEE_BIN:-$HOME/.cache/settee-target/release/settee}"
+export SETTEE_BIN="${SETTEE_BIN:-$here/../../target/release/settee}"
 PYTHON="${PYTHON:-python3}"
 
 if [[ -z "${SETTEE_URL:-}" && ! -x "$SETTEE_BIN" ]]; then

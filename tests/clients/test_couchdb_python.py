@@ -3,7 +3,7 @@
 
 Run:  pytest tests/clients/test_couchdb_python.py
 Env:  SETTEE_BIN  path to the settee binary
-                  (default $HOME/.cache/settee-target/release/settee)
+                  (default: the workspace's target/release/settee)
       SETTEE_URL  if set (e.g. http://127.0.0.1:5984), use that already
                   running server instead of spawning one; it must accept
                   admin:secret.
@@ -43,7 +43,7 @@ from couchdb import http as couchhttp
 ADMIN_USER, ADMIN_PASS = "admin", "secret"
 SETTEE_BIN = os.environ.get(
     "SETTEE_BIN",
-    os.path.join(os.path.expanduser("~"), ".cache/settee-target/release/settee"),
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "release", "settee"),
 )
 
 
