@@ -5,65 +5,67 @@
 (function (root, compileModule) {
   "use strict";
 
+  // CouchDB's CommonJS (share/server/util.js), rewritten: paths resolve segment by segment
+  // from the design document (`root`) or, for `.` and `..`, from the requiring module's
+  // directory; errors are CouchDB's `["error", name, reason]` arrays.
   var cache = Object.create(null);
   var hasOwn = Object.prototype.hasOwnProperty;
 
-  function fail(path, why) {
-    throw new Error("require('" + path + "') failed: " + why);
+  function invalid(reason) {
+    throw ["error", "invalid_require_path", reason];
   }
 
-  // Normalises `path` to segments from the design document root; `dir` is the segments of
-  // the requiring module's directory (null at top level, where only absolute paths work).
-  function segmentsOf(path, dir) {
-    var parts = String(path).split("/");
-    var relative = parts[0] === "." || parts[0] === "..";
-    if (relative && dir === null) fail(path, "relative path outside a module");
-    var segments = relative ? dir.slice() : [];
-    for (var i = 0; i < parts.length; i++) {
-      if (parts[i] === ".") continue;
-      if (parts[i] !== "..") { segments.push(parts[i]); continue; }
-      if (segments.length === 0) fail(path, "path leaves the design document");
-      segments.pop();
-    }
-    return segments;
-  }
-
-  function lookup(path, segments) {
-    var node = root;
-    for (var i = 0; i < segments.length; i++) {
-      var here = segments.slice(0, i).join("/") || "the design document";
-      if (node === null || typeof node !== "object" || !hasOwn.call(node, segments[i])) {
-        fail(path, 'no property "' + segments[i] + '" in ' + here);
+  // `dir` is the node of the requiring module's directory ({current, parent, id}), or
+  // undefined at top level.
+  function resolve(names, dir) {
+    var node = dir;
+    for (var i = 0; i < names.length; i++) {
+      var n = names[i];
+      if (n === "..") {
+        if (node === undefined) throw new TypeError("can't access property \"parent\", mod is undefined");
+        if (!(node.parent && node.parent.parent)) {
+          invalid("Object has no parent " + JSON.stringify(node.current));
+        }
+        node = { id: node.id.slice(0, node.id.lastIndexOf("/")), parent: node.parent.parent, current: node.parent.current };
+        continue;
       }
-      node = node[segments[i]];
+      if (n === ".") {
+        if (node === undefined) throw new TypeError("can't access property \"parent\", mod is undefined");
+        if (!node.parent) invalid("Object has no parent " + JSON.stringify(node.current));
+        node = { id: node.id, parent: node.parent, current: node.current };
+        continue;
+      }
+      if (i === 0) node = { current: root };
+      var next = node.current === null || node.current === undefined ? undefined : node.current[n];
+      if (next === undefined) {
+        invalid('Object has no property "' + n + '". ' + JSON.stringify(node.current));
+      }
+      node = { current: next, parent: node, id: node.id ? node.id + "/" + n : n };
     }
-    if (typeof node !== "string") fail(path, "must name a JavaScript string, not " + typeof node);
-    return node;
-  }
-
-  function load(path, segments) {
-    var source = lookup(path, segments);
-    var id = segments.join("/");
-    var module = { id: id, exports: {} };
-    cache[id] = module; // a circular require sees the partial exports, as in Node
-    try {
-      var body = compileModule(source, id);
-      body.call(globalThis, module, module.exports, makeRequire(segments.slice(0, -1)));
-    } catch (e) {
-      delete cache[id];
-      // Out-of-memory and stack overflow must reach the host unchanged.
-      if (e instanceof InternalError || e instanceof RangeError) throw e;
-      throw new Error("require('" + path + "') raised error " + String(e));
+    if (typeof node.current !== "string") {
+      invalid("Must require a JavaScript string, not: " + typeof node.current);
     }
-    return module;
+    return { current: node.current, parent: node.parent, id: node.id, exports: {} };
   }
 
   function makeRequire(dir) {
-    return function require(path) {
-      var segments = segmentsOf(path, dir);
-      var id = segments.join("/");
-      var module = id in cache ? cache[id] : load(path, segments);
-      return module.exports;
+    return function require(name) {
+      var module = resolve(String(name).split("/"), dir);
+      if (!hasOwn.call(cache, module.id)) {
+        // A module being loaded is cached as an empty object first, so a circular require
+        // gets that object, and a module that failed stays that object.
+        cache[module.id] = {};
+        try {
+          var body = compileModule(module.current, module.id);
+          body.call(globalThis, module, module.exports, makeRequire(module.parent));
+        } catch (e) {
+          // Out-of-memory and stack overflow must reach the host unchanged.
+          if (e instanceof InternalError || e instanceof RangeError) throw e;
+          throw ["error", "compilation_error", "Module require('" + name + "') raised error " + String(e)];
+        }
+        cache[module.id] = module.exports;
+      }
+      return cache[module.id];
     };
   }
 
@@ -77,5 +79,5 @@
     return Array.isArray(value);
   }
 
-  return { require: makeRequire(null), sum: sum, isArray: isArray };
+  return { require: makeRequire(undefined), sum: sum, isArray: isArray };
 })
