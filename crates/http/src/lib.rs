@@ -104,7 +104,11 @@ impl AppState {
             memory_limit: node.get_u64("settee", "js_memory_limit", defaults.memory_limit as u64)
                 as usize,
         };
-        let reduce_limit = node.get_bool("query_server_config", "reduce_limit", true);
+        let reduce_limit = settee_views::ReduceLimit::from_setting(
+            &node
+                .get("query_server_config", "reduce_limit")
+                .unwrap_or_else(|| "true".into()),
+        );
         self.views.set_limits(limits, reduce_limit);
     }
 

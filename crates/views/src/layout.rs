@@ -68,8 +68,12 @@ fn increment(b: &mut Vec<u8>) {
     }
 }
 
-/// The collations an index's key encodings depend on, given whether each view sorts raw;
-/// an index written with other ones is rebuilt.
+/// The order of one document's rows under one key: `v2` = by value (Erlang term order);
+/// indexes written before (emit order) are rebuilt.
+const DUP_ORDER: &str = "dups-v2";
+
+/// The collations an index's key encodings depend on, given whether each view sorts raw,
+/// and the order of equal-key rows; an index written with other ones is rebuilt.
 pub fn collation_tag(raw: impl IntoIterator<Item = bool>) -> String {
     let (mut icu, mut raws) = (false, false);
     for r in raw {
@@ -90,6 +94,7 @@ pub fn collation_tag(raw: impl IntoIterator<Item = bool>) -> String {
             collate::RAW_KEY_FORMAT_VERSION
         ));
     }
+    parts.push(DUP_ORDER.to_owned());
     parts.join("+")
 }
 
@@ -179,6 +184,19 @@ pub fn tree_key(enc_key: &[u8], doc_id: &str, dup: u32) -> Vec<u8> {
     k
 }
 
+/// The length of a tree key without its emit ordinal: the part that rows of one document
+/// under one key share.
+pub fn row_prefix_len(tree_key: &[u8]) -> Option<usize> {
+    let mut i = collate::encoded_len(tree_key)?;
+    loop {
+        match tree_key.get(i..i + 2)? {
+            [0x00, 0x01] => return Some(i + 2),
+            [0x00, 0xFF] => i += 2,
+            _ => i += 1,
+        }
+    }
+}
+
 /// A row's stored value: the doc id, the key's JSON text and the value's JSON text.
 pub fn encode_payload(doc_id: &str, key_json: &[u8], value_json: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(doc_id.len() + key_json.len() + value_json.len() + 6);
@@ -243,6 +261,18 @@ mod tests {
         // Dups follow the first emit of the same key and doc.
         assert!(tree_key(b"\x05", "a", 0) < tree_key(b"\x05", "a", 1));
         assert!(tree_key(b"\x05", "a", 7) < tree_key(b"\x05", "a\0", 0));
+    }
+
+    #[test]
+    fn row_prefix_drops_only_the_ordinal() {
+        let mut enc = Vec::new();
+        collate::encode_key(&serde_json::json!(["k", 1]), &mut enc);
+        for id in ["a", "a\0b", "\0"] {
+            let first = tree_key(&enc, id, 0);
+            assert_eq!(row_prefix_len(&first), Some(first.len()));
+            let later = tree_key(&enc, id, 3);
+            assert_eq!(row_prefix_len(&later), Some(first.len()));
+        }
     }
 
     #[test]

@@ -59,11 +59,32 @@ pub enum Freshness {
     UpdateAfter,
 }
 
+/// CouchDB's `[query_server_config] reduce_limit`: whether a JavaScript reduce whose output
+/// does not shrink fast enough fails (`On`), is only logged (`Log`), or passes (`Off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceLimit {
+    Off,
+    On,
+    Log,
+}
+
+impl ReduceLimit {
+    /// The setting as CouchDB reads it: `false` turns it off, `log` only logs, anything
+    /// else (CouchDB passes it to the JavaScript server as a truthy atom) turns it on.
+    pub fn from_setting(value: &str) -> ReduceLimit {
+        match value.trim() {
+            "false" => ReduceLimit::Off,
+            "log" => ReduceLimit::Log,
+            _ => ReduceLimit::On,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub limits: Limits,
     /// CouchDB's `[query_server_config] reduce_limit`.
-    pub reduce_limit: bool,
+    pub reduce_limit: ReduceLimit,
     /// Map workers per index update (default: the number of cores).
     pub workers: usize,
 }
@@ -72,7 +93,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             limits: Limits::default(),
-            reduce_limit: true,
+            reduce_limit: ReduceLimit::On,
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }
@@ -81,7 +102,7 @@ impl Default for Config {
 pub struct Views {
     /// JavaScript limits and `reduce_limit`, changeable at runtime (`/_config`); an index
     /// update or query reads them once when it starts.
-    settings: std::sync::RwLock<(Limits, bool)>,
+    settings: std::sync::RwLock<(Limits, ReduceLimit)>,
     pub(crate) workers: usize,
     pub tasks: Tasks,
     locks: Mutex<HashMap<layout::IndexPrefix, Arc<Mutex<()>>>>,
@@ -118,12 +139,12 @@ impl Views {
     }
 
     /// CouchDB's `[query_server_config] reduce_limit`.
-    pub fn reduce_limit(&self) -> bool {
+    pub fn reduce_limit(&self) -> ReduceLimit {
         self.settings.read().unwrap().1
     }
 
     /// Applies new limits to runtimes created from now on.
-    pub fn set_limits(&self, limits: Limits, reduce_limit: bool) {
+    pub fn set_limits(&self, limits: Limits, reduce_limit: ReduceLimit) {
         *self.settings.write().unwrap() = (limits, reduce_limit);
     }
 

@@ -3,7 +3,7 @@
 //! by exact key or `group_level`.
 
 use crate::group::{Group, ReduceKind};
-use crate::layout::{decode_payload, push_doc_id, Meta};
+use crate::layout::{self, decode_payload, push_doc_id, Meta};
 use crate::reducer::{decode, JsReducers};
 use crate::tree::{self, Entry, NodeRead, Range, Row};
 use crate::{Error, Result, Views};
@@ -81,6 +81,10 @@ impl ViewQuery {
         let (Some(s), Some(e)) = (&self.start_key, &self.end_key) else {
             return Ok(());
         };
+        // Identical keys (e.g. from `key`) never conflict, whatever the doc ids say.
+        if s == e {
+            return Ok(());
+        }
         let ord = if raw {
             collate::compare_raw(s, e)
         } else {
@@ -152,15 +156,49 @@ impl ViewQuery {
         }
     }
 
+    /// The ranges to read, in output order. Map rows of several keys come in the order of
+    /// the keys, from the last key when descending (CouchDB's coordinator sorts them by the
+    /// key's position); reduce rows always in the keys' order, each key once.
     fn ranges(&self, raw: bool) -> Vec<Range> {
         match &self.keys {
-            Some(keys) => keys
-                .iter()
-                .map(|k| self.range(Some(k), Some(k), raw))
-                .collect(),
+            Some(keys) => {
+                let mut seen = std::collections::HashSet::new();
+                let mut ranges: Vec<Range> = keys
+                    .iter()
+                    .filter(|k| !self.reduce || seen.insert(self.enc(k, raw)))
+                    .map(|k| self.range(Some(k), Some(k), raw))
+                    .collect();
+                if self.descending && !self.reduce {
+                    ranges.reverse();
+                }
+                ranges
+            }
             None => vec![self.range(self.start_key.as_ref(), self.end_key.as_ref(), raw)],
         }
     }
+}
+
+/// CouchDB's `offset` before `skip`: the rank (in the query's direction) of the first row
+/// the ranges hold, or where the last range lies if they hold none.
+fn first_rank(
+    nodes: &dyn NodeRead,
+    root: Option<&Entry>,
+    ranges: &[Range],
+    descending: bool,
+) -> Result<u64> {
+    let rank = |r: &Range| -> Result<u64> {
+        Ok(if descending {
+            tree::rows_after(nodes, root, &r.hi)?
+        } else {
+            tree::rows_before(nodes, root, &r.lo)?
+        })
+    };
+    for r in ranges {
+        if tree::reduce_range(nodes, root, r, &mut tree::NoReduce)?.1 > 0 {
+            return rank(r);
+        }
+    }
+    ranges.last().map_or(Ok(0), rank)
 }
 
 /// Skip and limit over the rows of all ranges, and the response head: sent just before
@@ -244,56 +282,160 @@ fn map_rows(
     out: &mut Out<'_>,
 ) -> Result<()> {
     let total_rows = root.map_or(0, |r| r.count);
-    let head = |offset| Event::Head {
+    let ranges = q.ranges(raw);
+    // As CouchDB's coordinator reports it: the shard's offset plus `skip`, at most the total.
+    let offset = first_rank(nodes, root, &ranges, q.descending)?
+        .saturating_add(q.skip)
+        .min(total_rows);
+    let head = || Event::Head {
         total_rows,
         offset: Some(offset),
         update_seq: meta.seq,
     };
     let mut rows = Rows::new(q);
-    let mut failure = None;
-    for range in q.ranges(raw) {
+    for range in &ranges {
         // Skipped rows are passed over inside the tree, by subtree counts.
         let mut skip = std::mem::take(&mut rows.skip);
-        let mut visit = |row: &Row| -> ControlFlow<()> {
-            // The offset is the rank of the first row emitted.
-            let offset = || -> Result<Event<'static>> {
-                let at = Bound::Included(row.key.clone());
-                let n = if q.descending {
-                    tree::rows_after(nodes, root, &at)?
-                } else {
-                    tree::rows_before(nodes, root, &at)?
-                };
-                Ok(head(n))
-            };
-            match rows.admit(out, offset) {
-                Ok(Admit::Emit) => {}
-                Ok(Admit::Skip) => return ControlFlow::Continue(()),
-                Ok(Admit::Stop) => return ControlFlow::Break(()),
-                Err(e) => {
-                    failure = Some(e);
-                    return ControlFlow::Break(());
-                }
-            }
-            match decode_payload(&row.value) {
-                Some(p) => out(Event::Row {
-                    id: p.doc_id,
-                    key: p.key,
-                    value: p.value,
-                }),
-                None => ControlFlow::Break(()),
-            }
+        let mut reader = RowReader {
+            rows: &mut rows,
+            out: &mut *out,
+            head: &head,
+            nodes,
+            root,
+            descending: q.descending,
+            check_straddle: q.descending && skip > 0,
+            run: Vec::new(),
+            run_prefix: Vec::new(),
+            passed_prefix: None,
+            failure: None,
         };
-        let flow = tree::fold_skipping(nodes, root, &range, q.descending, &mut skip, &mut visit)?;
-        rows.skip = skip;
-        if let Some(e) = failure {
+        let flow = tree::fold_skipping(nodes, root, range, q.descending, &mut skip, &mut |row| {
+            reader.visit(row)
+        })?;
+        let flow = if flow.is_break() {
+            flow
+        } else {
+            reader.flush()
+        };
+        if let Some(e) = reader.failure {
             return Err(e);
         }
+        rows.skip = skip;
         if flow.is_break() {
             break;
         }
     }
-    rows.finish(out, head(total_rows));
+    rows.finish(out, head());
     Ok(())
+}
+
+/// Emits map rows as the tree yields them, except that a descending read still gives one
+/// document's rows under one key by ascending value (their stored order), as CouchDB does:
+/// such a run is collected and emitted reversed.
+struct RowReader<'r, 'o, 'h> {
+    rows: &'r mut Rows,
+    out: &'r mut Out<'o>,
+    head: &'h dyn Fn() -> Event<'static>,
+    nodes: &'r dyn NodeRead,
+    root: Option<&'r Entry>,
+    descending: bool,
+    /// The first row read after the tree skipped rows may sit inside a run whose other
+    /// rows were skipped: those must be the run's first rows in output order instead.
+    check_straddle: bool,
+    run: Vec<Row>,
+    run_prefix: Vec<u8>,
+    /// A run already emitted whole: its remaining rows in the tree are passed over.
+    passed_prefix: Option<Vec<u8>>,
+    failure: Option<Error>,
+}
+
+impl RowReader<'_, '_, '_> {
+    fn visit(&mut self, row: &Row) -> ControlFlow<()> {
+        if !self.descending {
+            return self.emit(row);
+        }
+        let prefix = &row.key[..layout::row_prefix_len(&row.key).unwrap_or(row.key.len())];
+        if self.passed_prefix.as_deref() == Some(prefix) {
+            return ControlFlow::Continue(());
+        }
+        self.passed_prefix = None;
+        if std::mem::take(&mut self.check_straddle) {
+            match self.straddling_run(row, prefix) {
+                Ok(Some(tail)) => {
+                    self.passed_prefix = Some(prefix.to_vec());
+                    return tail.iter().try_for_each(|r| self.emit(r));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+        }
+        if !self.run.is_empty() && self.run_prefix != prefix {
+            self.flush()?;
+        }
+        if self.run.is_empty() {
+            self.run_prefix = prefix.to_vec();
+        }
+        self.run.push(row.clone());
+        ControlFlow::Continue(())
+    }
+
+    /// If rows of `row`'s run with a higher ordinal were skipped, the run's rows to emit
+    /// (ascending, without as many leading rows as were skipped).
+    fn straddling_run(&self, row: &Row, prefix: &[u8]) -> Result<Option<Vec<Row>>> {
+        let mut end = prefix.to_vec();
+        end.extend_from_slice(&[0xFF; 5]);
+        let above = Range {
+            lo: Bound::Excluded(row.key.clone()),
+            hi: Bound::Excluded(end.clone()),
+        };
+        let skipped = tree::reduce_range(self.nodes, self.root, &above, &mut tree::NoReduce)?.1;
+        if skipped == 0 {
+            return Ok(None);
+        }
+        let whole = Range {
+            lo: Bound::Included(prefix.to_vec()),
+            hi: Bound::Excluded(end),
+        };
+        let mut run = Vec::new();
+        let _ = tree::fold(self.nodes, self.root, &whole, false, &mut |r| {
+            run.push(r.clone());
+            ControlFlow::Continue(())
+        })?;
+        Ok(Some(run.split_off((skipped as usize).min(run.len()))))
+    }
+
+    /// Emits the collected run, reversed.
+    fn flush(&mut self) -> ControlFlow<()> {
+        let run = std::mem::take(&mut self.run);
+        run.iter().rev().try_for_each(|r| self.emit(r))
+    }
+
+    fn emit(&mut self, row: &Row) -> ControlFlow<()> {
+        let head = self.head;
+        match self.rows.admit(self.out, || Ok(head())) {
+            Ok(Admit::Emit) => {}
+            Ok(Admit::Skip) => return ControlFlow::Continue(()),
+            Ok(Admit::Stop) => return ControlFlow::Break(()),
+            Err(e) => {
+                self.failure = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        match decode_payload(&row.value) {
+            Some(p) => (self.out)(Event::Row {
+                id: p.doc_id,
+                key: p.key,
+                value: p.value,
+            }),
+            None => {
+                self.failure = Some(Error::Internal("bad view row".into()));
+                ControlFlow::Break(())
+            }
+        }
+    }
 }
 
 fn reduce_rows(

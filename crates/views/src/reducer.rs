@@ -8,14 +8,15 @@
 
 use crate::layout::decode_payload;
 use crate::tree::{Reducer, Row};
+use crate::ReduceLimit;
 use serde_json::{json, Value};
 use settee_core::reduce::Builtin;
 use settee_js::{JsError, Limits, ViewFns, ViewRuntime};
 
 const OK: u8 = 1;
 const ERR: u8 = 2;
-/// CouchDB's `reduce_limit`: output above this many bytes must be under half the input.
-const REDUCE_LIMIT_BYTES: usize = 200;
+/// CouchDB's `reduce_limit`: output longer than this must be under half the input.
+const REDUCE_LIMIT_CHARS: usize = 4096;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReduceFailure {
@@ -113,12 +114,12 @@ fn builtin_partial(r: Result<Value, settee_core::reduce::ReduceError>) -> Vec<u8
 pub struct JsReducers<'a> {
     fns: &'a ViewFns,
     limits: Limits,
-    reduce_limit: bool,
+    reduce_limit: ReduceLimit,
     rt: Option<ViewRuntime>,
 }
 
 impl<'a> JsReducers<'a> {
-    pub fn new(fns: &'a ViewFns, limits: Limits, reduce_limit: bool) -> JsReducers<'a> {
+    pub fn new(fns: &'a ViewFns, limits: Limits, reduce_limit: ReduceLimit) -> JsReducers<'a> {
         JsReducers {
             fns,
             limits,
@@ -132,9 +133,12 @@ impl<'a> JsReducers<'a> {
         JsReducer { all: self, view }
     }
 
+    /// Runs one reduce call; `input` is the length CouchDB's JavaScript server would see
+    /// for the call's arguments (see [`input_length`]).
     fn call(
         &mut self,
-        input_len: usize,
+        view: usize,
+        input: usize,
         f: impl FnOnce(&mut ViewRuntime) -> Result<Value, JsError>,
     ) -> Vec<u8> {
         if self.rt.is_none() {
@@ -145,7 +149,14 @@ impl<'a> JsReducers<'a> {
         }
         let rt = self.rt.as_mut().expect("started above");
         match f(rt) {
-            Ok(v) => self.limited(v, input_len),
+            Ok(v) => self.limited(v, input),
+            Err(JsError::Thrown(message)) if !is_fatal(&message) => {
+                // CouchDB logs what a reduce function throws and takes `null` as its result.
+                let name = self.fns.views.get(view).map_or("", |v| v.name.as_str());
+                tracing::warn!(target: "settee_js", view = name,
+                    "reduce function raised exception: {message}");
+                ok(&Value::Null)
+            }
             Err(e) => {
                 if matches!(e, JsError::Timeout | JsError::OutOfMemory) {
                     self.rt = None; // a stopped runtime is not reused
@@ -155,21 +166,49 @@ impl<'a> JsReducers<'a> {
         }
     }
 
-    fn limited(&self, v: Value, input_len: usize) -> Vec<u8> {
+    /// CouchDB's `reduce_limit` check: output longer than 4096 characters and more than
+    /// half the input fails the reduction (as the value `{"reduce_overflow_error": reason}`,
+    /// which CouchDB shows as an error row), or is only logged with `reduce_limit = log`.
+    fn limited(&self, v: Value, input: usize) -> Vec<u8> {
         let out = ok(&v);
-        let len = out.len() - 1;
-        if self.reduce_limit && len > REDUCE_LIMIT_BYTES && len * 2 > input_len {
-            let text = String::from_utf8_lossy(&out[1..]);
-            let preview: String = text.chars().take(100).collect();
-            return err(
-                "reduce_overflow_error",
-                &format!(
-                    "Reduce output must shrink more rapidly: Current output: '{preview}'... (first 100 of {len} bytes)"
-                ),
-            );
+        if self.reduce_limit == ReduceLimit::Off {
+            return out;
         }
-        out
+        // CouchDB measures the JSON of the list of the view's reductions: `[value]`.
+        let output = js_length(&out[1..]) + 2;
+        if output <= REDUCE_LIMIT_CHARS || output * 2 <= input {
+            return out;
+        }
+        let reason = format!(
+            "Reduce output must shrink more rapidly: input size: {input} output size: {output}"
+        );
+        if self.reduce_limit == ReduceLimit::Log {
+            tracing::warn!(target: "settee_js", "reduce_overflow_error: {reason}");
+            return out;
+        }
+        ok(&json!({ "reduce_overflow_error": reason }))
     }
+}
+
+/// What CouchDB's JavaScript server throws to fail the call instead of logging: the string
+/// `"fatal_error"` or an array starting with `"fatal"`.
+fn is_fatal(message: &str) -> bool {
+    message == "fatal_error" || message.starts_with(r#"["fatal""#)
+}
+
+/// The length of JSON text as JavaScript counts it (UTF-16 code units).
+fn js_length(json: &[u8]) -> usize {
+    String::from_utf8_lossy(json).encode_utf16().count()
+}
+
+/// The length of the request line CouchDB's JavaScript server gets for a reduce call,
+/// minus the length of the function source, which is what it compares the output with:
+/// `["reduce",["<source>"],<kvs>]` or `["rereduce",["<source>"],<values>]`.
+fn input_length(source: &str, rereduce: bool, args_json_len: usize) -> usize {
+    let quoted = js_length(&serde_json::to_vec(source).expect("json"));
+    let command = if rereduce { "rereduce" } else { "reduce" };
+    // `["` + command + `",[` + quoted source + `],` + args + `]`
+    2 + command.len() + 3 + quoted + 2 + args_json_len + 1 - js_length(source.as_bytes())
 }
 
 pub fn js_error(e: &JsError) -> Vec<u8> {
@@ -186,6 +225,10 @@ pub fn js_error_parts(e: &JsError) -> (&'static str, String) {
             "os_process_error",
             "JavaScript call exceeded the memory limit".into(),
         ),
+        // A function that throws "fatal_error" makes CouchDB's server fail the call.
+        JsError::Thrown(m) if m == "fatal_error" => {
+            ("map_runtime_error", "function raised 'fatal_error'".into())
+        }
         JsError::Thrown(m) => ("reduce_error", m.clone()),
         JsError::Internal(m) => ("os_process_error", m.clone()),
     }
@@ -198,25 +241,70 @@ pub struct JsReducer<'r, 'a> {
 
 impl Reducer for JsReducer<'_, '_> {
     fn reduce(&mut self, rows: &[&Row]) -> Vec<u8> {
-        let input_len = rows.iter().map(|r| r.value.len()).sum();
         let rows = match parse_rows(rows) {
             Ok(r) => r,
             Err(e) => return e,
         };
         let refs: Vec<(&Value, &str, &Value)> =
             rows.iter().map(|(k, id, v)| (k, id.as_str(), v)).collect();
+        // `[[[key,id],value],...]`: the commas and brackets, plus each part's JSON.
+        let args_len = 2
+            + rows.len().saturating_sub(1)
+            + rows
+                .iter()
+                .map(|(k, id, v)| 6 + json_len(k) + json_len(&json!(id)) + json_len(v))
+                .sum::<usize>();
+        let input = self.input(false, args_len);
         let view = self.view;
-        self.all.call(input_len, |rt| rt.reduce(view, &refs))
+        self.all.call(view, input, |rt| rt.reduce(view, &refs))
     }
 
     fn rereduce(&mut self, parts: &[&[u8]]) -> Vec<u8> {
-        let input_len = parts.iter().map(|p| p.len()).sum();
         let values = match parse_parts(parts) {
             Ok(v) => v,
             Err(e) => return e,
         };
         let refs: Vec<&Value> = values.iter().collect();
+        let args_len =
+            2 + values.len().saturating_sub(1) + values.iter().map(json_len).sum::<usize>();
+        let input = self.input(true, args_len);
         let view = self.view;
-        self.all.call(input_len, |rt| rt.rereduce(view, &refs))
+        self.all.call(view, input, |rt| rt.rereduce(view, &refs))
+    }
+}
+
+impl JsReducer<'_, '_> {
+    fn input(&self, rereduce: bool, args_len: usize) -> usize {
+        let source = self.all.fns.views[self.view]
+            .reduce
+            .as_deref()
+            .unwrap_or_default();
+        input_length(source, rereduce, args_len)
+    }
+}
+
+fn json_len(v: &Value) -> usize {
+    js_length(&serde_json::to_vec(v).expect("json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_length_is_the_request_line_without_the_source() {
+        let src = "function(k, v) { return \"x\"; }";
+        let line = serde_json::to_string(&json!(["reduce", [src], [[[1, "a"], 2]]])).unwrap();
+        let args = serde_json::to_string(&json!([[[1, "a"], 2]])).unwrap();
+        assert_eq!(input_length(src, false, args.len()), line.len() - src.len());
+        let line = serde_json::to_string(&json!(["rereduce", [src], [1, 2]])).unwrap();
+        assert_eq!(input_length(src, true, 5), line.len() - src.len());
+    }
+
+    #[test]
+    fn thrown_fatal_errors_are_recognised() {
+        assert!(is_fatal("fatal_error"));
+        assert!(is_fatal(r#"["fatal","oops","why"]"#));
+        assert!(!is_fatal("Error: boom"));
     }
 }

@@ -55,17 +55,24 @@ struct ToMap {
     rev: String,
     body: u64,
     conflicts: Vec<String>,
+    deleted_conflicts: Vec<String>,
     local_seq: Option<u64>,
 }
 
 impl ToMap {
+    /// The document as CouchDB's indexer gives it to map functions: opened with
+    /// `conflicts` and `deleted_conflicts` (and `local_seq` when the design document asks),
+    /// those members in CouchDB's order after the body, attachment stubs last.
     fn json(&self, id: &str, body: &[u8]) -> Vec<u8> {
         let mut j = DocJson::new(id, Some(&self.rev), body);
+        if let Some(seq) = self.local_seq {
+            j.member("_local_seq", &json!(seq));
+        }
         if !self.conflicts.is_empty() {
             j.member("_conflicts", &json!(self.conflicts));
         }
-        if let Some(seq) = self.local_seq {
-            j.member("_local_seq", &json!(seq));
+        if !self.deleted_conflicts.is_empty() {
+            j.member("_deleted_conflicts", &json!(self.deleted_conflicts));
         }
         j.finish()
     }
@@ -359,18 +366,22 @@ fn item(g: &Group, c: Change, last: &mut u64) -> Item {
     *last = c.seq;
     let indexed = g.def.include_design || !c.id.starts_with("_design/");
     let doc = match c.info.tree.winner() {
-        Some(w) if !w.deleted && indexed => w.body.map(|body| ToMap {
-            rev: w.rev.to_string(),
-            body,
-            conflicts: c
-                .info
-                .tree
-                .leaves()
-                .into_iter()
-                .filter(|l| !l.deleted && l.rev != w.rev)
-                .map(|l| l.rev.to_string())
-                .collect(),
-            local_seq: g.def.local_seq.then_some(c.info.seq),
+        Some(w) if !w.deleted && indexed => w.body.map(|body| {
+            let leaves = c.info.tree.leaves();
+            let others = |deleted: bool| -> Vec<String> {
+                leaves
+                    .iter()
+                    .filter(|l| l.deleted == deleted && l.rev != w.rev)
+                    .map(|l| l.rev.to_string())
+                    .collect()
+            };
+            ToMap {
+                rev: w.rev.to_string(),
+                body,
+                conflicts: others(false),
+                deleted_conflicts: others(true),
+                local_seq: g.def.local_seq.then_some(c.info.seq),
+            }
         }),
         _ => None,
     };
@@ -466,7 +477,9 @@ fn js_failure(e: JsError, doc_id: &str) -> Error {
     Error::Js(e)
 }
 
-/// Encodes one view's emits of one document as rows.
+/// Encodes one view's emits of one document as rows. Rows of equal keys are ordered by
+/// value in Erlang term order ([`collate::compare_raw`]), emit order breaking ties, as
+/// CouchDB sorts a document's emits before storing equal keys' values together.
 fn push_rows(
     rows: &mut Vec<(u32, Vec<u8>, Vec<u8>)>,
     view: u32,
@@ -474,19 +487,32 @@ fn push_rows(
     pairs: Vec<(Value, Value)>,
     raw: bool,
 ) {
-    let mut seen: HashMap<Vec<u8>, u32> = HashMap::new();
-    for (k, v) in pairs {
-        let mut enc = Vec::with_capacity(32);
-        if raw {
-            collate::encode_key_raw(&k, &mut enc);
+    let mut encoded: Vec<(Vec<u8>, Value, Value)> = pairs
+        .into_iter()
+        .map(|(k, v)| {
+            let mut enc = Vec::with_capacity(32);
+            if raw {
+                collate::encode_key_raw(&k, &mut enc);
+            } else {
+                collate::encode_key(&k, &mut enc);
+            }
+            (enc, k, v)
+        })
+        .collect();
+    if encoded.len() > 1 {
+        encoded.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| collate::compare_raw(&a.2, &b.2)));
+    }
+    let mut dup = 0;
+    for i in 0..encoded.len() {
+        dup = if i > 0 && encoded[i].0 == encoded[i - 1].0 {
+            dup + 1
         } else {
-            collate::encode_key(&k, &mut enc);
-        }
-        let dup = seen.entry(enc.clone()).or_insert(0);
-        let key = tree_key(&enc, id, *dup);
-        *dup += 1;
-        let key_json = serde_json::to_vec(&k).expect("json");
-        let value_json = serde_json::to_vec(&v).expect("json");
+            0
+        };
+        let (enc, k, v) = &encoded[i];
+        let key = tree_key(enc, id, dup);
+        let key_json = serde_json::to_vec(k).expect("json");
+        let value_json = serde_json::to_vec(v).expect("json");
         rows.push((view, key, encode_payload(id, &key_json, &value_json)));
     }
 }
