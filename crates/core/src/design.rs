@@ -71,24 +71,6 @@ impl ViewGroupDef {
         })
     }
 
-    /// A group for a `_temp_view` request body (`map`, `reduce`, `language`, `options`).
-    pub fn temp_view(body: &Map<String, Value>) -> Result<ViewGroupDef, DesignError> {
-        let mut view = Map::new();
-        for k in ["map", "reduce"] {
-            if let Some(v) = body.get(k) {
-                view.insert(k.to_owned(), v.clone());
-            }
-        }
-        let mut ddoc = Map::new();
-        ddoc.insert("views".into(), json!({ "temp": view }));
-        for k in ["language", "options"] {
-            if let Some(v) = body.get(k) {
-                ddoc.insert(k.to_owned(), v.clone());
-            }
-        }
-        ViewGroupDef::from_ddoc(&ddoc)
-    }
-
     pub fn view(&self, name: &str) -> Option<(usize, &ViewDef)> {
         self.views.iter().enumerate().find(|(_, v)| v.name == name)
     }

@@ -50,7 +50,6 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
         Endpoint::DbOp(_, op) => match op {
             DbOp::Compact | DbOp::CompactDesign(_) | DbOp::ViewCleanup | DbOp::Purge => DbAdmin,
             DbOp::Security | DbOp::RevsLimit | DbOp::PurgedInfosLimit if !read => DbAdmin,
-            DbOp::TempView => ServerAdmin,
             DbOp::AllDocs
             | DbOp::AllDocsQueries
             | DbOp::DesignDocs

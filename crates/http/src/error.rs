@@ -21,6 +21,8 @@ pub enum ApiError {
     PreconditionFailed(String),
     TooLarge,
     NotImplemented(String),
+    /// `410 gone`.
+    Gone(String),
     /// An error whose name is not fixed (from views and the JavaScript sandbox).
     Named(StatusCode, String, String),
 }
@@ -165,6 +167,7 @@ impl ApiError {
                 "the request entity is too large".into(),
             ),
             ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
+            ApiError::Gone(r) => (S::GONE, "gone", r.clone()),
             ApiError::Named(status, _, reason) => (*status, "unknown_error", reason.clone()),
         }
     }

@@ -8,6 +8,7 @@ mod auth;
 mod cors;
 mod error;
 mod handlers;
+mod mrargs;
 pub mod node_config;
 mod render;
 mod reply;

@@ -19,13 +19,6 @@ impl Params {
         )
     }
 
-    /// These parameters with `first` taking precedence (a POST body over the query string).
-    pub fn merged(&self, first: Vec<(String, String)>) -> Params {
-        let mut all = first;
-        all.extend(self.0.iter().cloned());
-        Params(all)
-    }
-
     pub fn get(&self, k: &str) -> Option<&str> {
         self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
     }
@@ -35,80 +28,51 @@ impl Params {
         ks.iter().find_map(|k| self.get(k).map(|v| (*k, v)))
     }
 
+    /// All parameters in order of appearance.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// CouchDB's `parse_boolean` (views, `_all_docs`, `_all_dbs`): `true`/`false` in any
+    /// letter case, else `400 query_parse_error`.
     pub fn bool(&self, k: &str) -> ApiResult<Option<bool>> {
-        match self.get(k) {
-            None => Ok(None),
-            Some("true") => Ok(Some(true)),
-            Some("false") => Ok(Some(false)),
-            Some(v) => Err(ApiError::QueryParse(format!(
-                "Invalid boolean parameter: \"{v}\""
-            ))),
-        }
+        self.get(k)
+            .map(|v| crate::mrargs::parse_boolean(crate::mrargs::Val::Text(v)))
+            .transpose()
     }
 
     pub fn flag(&self, k: &str) -> ApiResult<bool> {
         Ok(self.bool(k)?.unwrap_or(false))
     }
 
+    /// CouchDB's rule for document and `_changes` options (`revs=true`, ...): on only for
+    /// exactly `true`; any other value is ignored, as CouchDB ignores it.
+    pub fn is_true(&self, k: &str) -> bool {
+        self.get(k) == Some("true")
+    }
+
+    /// CouchDB's `parse_pos_int`: a non-negative integer.
     pub fn uint(&self, k: &str) -> ApiResult<Option<u64>> {
-        match self.get(k) {
-            None => Ok(None),
-            Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
-                ApiError::QueryParse(format!("Invalid value for positive integer: \"{v}\""))
-            }),
-        }
+        self.get(k)
+            .map(|v| crate::mrargs::parse_pos_int(crate::mrargs::Val::Text(v)))
+            .transpose()
     }
 
     pub fn json(&self, k: &str) -> ApiResult<Option<Value>> {
-        self.get(k).map(|v| parse_param_json(k, v)).transpose()
+        self.get(k).map(decode_param_json).transpose()
     }
 
     pub fn json_any(&self, ks: &[&str]) -> ApiResult<Option<Value>> {
         self.get_any(ks)
-            .map(|(k, v)| parse_param_json(k, v))
+            .map(|(_, v)| decode_param_json(v))
             .transpose()
-    }
-
-    /// A POST body's members as parameters, taking precedence over these (CouchDB accepts
-    /// `keys` and any query parameter in the body). Doc ids and `stale`/`update` are taken
-    /// as text, everything else as JSON.
-    pub fn with_body(&self, body: &Value) -> ApiResult<Params> {
-        let obj = body
-            .as_object()
-            .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
-        let pairs = obj
-            .iter()
-            .map(|(k, v)| {
-                let text = match (k.as_str(), v) {
-                    (
-                        "startkey_docid" | "start_key_docid" | "endkey_docid" | "end_key_docid"
-                        | "stale" | "update",
-                        Value::String(s),
-                    ) => s.clone(),
-                    (_, v) => v.to_string(),
-                };
-                (k.clone(), text)
-            })
-            .collect();
-        Ok(self.merged(pairs))
-    }
-
-    /// Rejects parameters Settee knows but does not implement on this route.
-    pub fn reject(&self, names: &[&str], context: &str) -> ApiResult<()> {
-        for n in names {
-            if self.get(n).is_some() {
-                return Err(ApiError::bad_request(format!(
-                    "`{n}` is not supported {context} by this Settee version"
-                )));
-            }
-        }
-        Ok(())
     }
 }
 
-fn parse_param_json(k: &str, v: &str) -> ApiResult<Value> {
-    serde_json::from_str(v)
-        .map_err(|_| ApiError::QueryParse(format!("Invalid JSON value for `{k}`: {v}")))
+/// A JSON query parameter, decoded; text that is not JSON is CouchDB's `400 bad_request`
+/// "invalid UTF-8 JSON", as for a body.
+pub fn decode_param_json(v: &str) -> ApiResult<Value> {
+    serde_json::from_str(v).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))
 }
 
 pub async fn body_bytes(body: Body, limit: usize) -> ApiResult<Bytes> {

@@ -218,7 +218,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
                 DbOp::Security => database::security(&state, handle, req).await,
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
-                DbOp::TempView => views::temp_view(state, handle, req).await,
+                DbOp::TempView => views::temp_view(req).await,
                 DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
                 DbOp::ViewQueries(ddoc, view) => {
                     views::view_queries(state, handle, ddoc, view, req).await

@@ -4,9 +4,10 @@ use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::AttOpts;
 use crate::handlers::doc::local_json;
+use crate::mrargs::{MrArgs, ViewType};
 use crate::render::{seq, winner_json_with, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, JSON};
-use crate::req::{require_json, Params};
+use crate::req::{decode_param_json, require_json};
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -22,33 +23,12 @@ pub enum Namespace {
     Local,
 }
 
-/// Where a JSON key falls among document ids (which are all strings): below every id,
-/// at an id, or above every id — CouchDB's collation puts numbers before strings and
-/// arrays/objects after them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Bound {
-    Low,
-    Id(String),
-    High,
-}
-
-impl Bound {
-    fn of(v: &Value) -> Bound {
-        match v {
-            Value::String(s) => Bound::Id(s.clone()),
-            Value::Array(_) | Value::Object(_) => Bound::High,
-            _ => Bound::Low,
-        }
-    }
-}
-
 #[derive(Clone, Debug, Default)]
 struct Query {
     keys: Option<Vec<Value>>,
-    start: Option<Bound>,
-    end: Option<Bound>,
-    start_docid: Option<String>,
-    end_docid: Option<String>,
+    /// Where the range starts and ends, as document ids (`None`: the first or last).
+    start: Option<String>,
+    end: Option<String>,
     inclusive_end: bool,
     limit: Option<u64>,
     skip: u64,
@@ -63,141 +43,81 @@ struct Query {
 }
 
 impl Query {
-    fn from_params(p: &Params) -> ApiResult<Query> {
-        for k in ["group", "group_level", "reduce"] {
-            if p.get(k).is_some() && !(k == "reduce" && p.get(k) == Some("false")) {
-                return Err(ApiError::QueryParse(format!(
-                    "`{k}` is invalid for _all_docs (it has no reduce)"
-                )));
-            }
-        }
-        for k in ["attachments", "att_encoding_info", "sorted"] {
-            p.bool(k)?;
-        }
-        if let Some(s) = p.get("stale") {
-            if !["ok", "update_after", "false"].contains(&s) {
-                return Err(ApiError::QueryParse(format!(
-                    "Invalid value for `stale`: {s}"
-                )));
-            }
-        }
-        if let Some(u) = p.get("update") {
-            if !["true", "false", "lazy"].contains(&u) {
-                return Err(ApiError::QueryParse(format!(
-                    "Invalid value for `update`: {u}"
-                )));
-            }
-        }
-        let key = p.json("key")?;
-        let keys = match p.json("keys")? {
-            None => None,
-            Some(Value::Array(a)) => Some(a),
-            Some(_) => return Err(ApiError::QueryParse("`keys` must be an array".into())),
-        };
-        let mut q = Query {
-            keys,
-            start: p
-                .json_any(&["startkey", "start_key"])?
-                .as_ref()
-                .map(Bound::of),
-            end: p.json_any(&["endkey", "end_key"])?.as_ref().map(Bound::of),
-            start_docid: p
-                .get_any(&["startkey_docid", "start_key_docid"])
-                .map(|(_, v)| v.to_string()),
-            end_docid: p
-                .get_any(&["endkey_docid", "end_key_docid"])
-                .map(|(_, v)| v.to_string()),
-            inclusive_end: p.bool("inclusive_end")?.unwrap_or(true),
-            limit: p.uint("limit")?,
-            skip: p.uint("skip")?.unwrap_or(0),
-            descending: p.flag("descending")?,
-            include_docs: p.flag("include_docs")?,
-            update_seq: p.flag("update_seq")?,
-            opts: DocOpts {
-                conflicts: p.flag("conflicts")?,
-                ..Default::default()
-            },
-            atts: AttOpts::from_params(p)?,
-            public_only: None,
-        };
-        if let Some(k) = key {
-            if q.keys.is_some() {
-                return Err(ApiError::QueryParse(
-                    "`keys` is incompatible with `key`, `start_key` and `end_key`".into(),
-                ));
-            }
-            q.start = Some(Bound::of(&k));
-            q.end = Some(Bound::of(&k));
-            q.inclusive_end = true;
-        }
-        if q.keys.is_some() && (q.start.is_some() || q.end.is_some()) {
+    /// Checks the arguments as CouchDB does for `_all_docs` (a map view without a key
+    /// range check) and turns them into an id range or a list of ids.
+    fn from_args(a: MrArgs) -> ApiResult<Query> {
+        a.validate(ViewType::Map)?;
+        if a.partition.is_some() {
             return Err(ApiError::QueryParse(
-                "`keys` is incompatible with `key`, `start_key` and `end_key`".into(),
+                "`partition` parameter is not supported on this db".into(),
             ));
         }
-        Ok(q)
+        // Only a string key bounds the ids; otherwise the doc-id bound applies, if given
+        // (CouchDB's `all_docs_key_opts`).
+        let bound = |key: &Option<Value>, docid: &Option<String>| match key {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => docid.clone(),
+        };
+        Ok(Query {
+            keys: a.key_list(),
+            start: bound(&a.start_key, &a.start_key_docid),
+            end: bound(&a.end_key, &a.end_key_docid),
+            inclusive_end: a.inclusive_end,
+            limit: a.limit,
+            skip: a.skip,
+            descending: a.descending,
+            include_docs: a.include_docs,
+            update_seq: a.update_seq,
+            opts: DocOpts {
+                conflicts: a.conflicts.unwrap_or(false),
+                ..Default::default()
+            },
+            atts: AttOpts {
+                inline: a.attachments,
+                encoding_info: a.att_encoding_info,
+                since_pos: 0,
+            },
+            public_only: None,
+        })
     }
 
-    /// Applies the members of a POST body (`keys` and any query parameter).
-    fn from_body(body: &Value, base: &Params) -> ApiResult<Query> {
-        Query::from_params(&base.with_body(body)?)
-    }
-
-    /// `[lower, upper)` over ids, or `None` when the range is empty.
-    fn id_range(&self, ns: Namespace) -> Option<(String, Option<String>)> {
+    /// `[lower, upper)` over ids (`None`: no upper bound), clamped to the namespace as
+    /// CouchDB clamps `_design_docs`; it may be empty.
+    fn id_range(&self, ns: Namespace) -> (String, Option<String>) {
         let after = |s: &str| format!("{s}\0");
-        // Ids are unique keys, so a `*_docid` only matters when it excludes the bound id.
-        let (lo_b, hi_b, lo_docid) = if self.descending {
-            (&self.end, &self.start, &self.end_docid)
+        let (lo, hi) = if self.descending {
+            let lo = match &self.end {
+                None => String::new(),
+                Some(e) if self.inclusive_end => e.clone(),
+                Some(e) => after(e),
+            };
+            (lo, self.start.as_deref().map(after))
         } else {
-            (&self.start, &self.end, &self.start_docid)
-        };
-        let mut lo = match lo_b {
-            None | Some(Bound::Low) => String::new(),
-            Some(Bound::High) => return None,
-            Some(Bound::Id(s)) => {
-                let exclusive = if self.descending {
-                    !self.inclusive_end
+            let hi = self.end.as_deref().map(|e| {
+                if self.inclusive_end {
+                    after(e)
                 } else {
-                    false
-                };
-                let docid_past = lo_docid.as_deref().is_some_and(|d| d > s.as_str());
-                if exclusive || docid_past {
-                    after(s)
-                } else {
-                    s.clone()
+                    e.to_owned()
                 }
-            }
-        };
-        let mut hi = match hi_b {
-            None | Some(Bound::High) => None,
-            Some(Bound::Low) => return None,
-            Some(Bound::Id(s)) => {
-                let inclusive = if self.descending {
-                    true
-                } else {
-                    self.inclusive_end
-                };
-                Some(if inclusive { after(s) } else { s.clone() })
-            }
+            });
+            (self.start.clone().unwrap_or_default(), hi)
         };
         let (ns_lo, ns_hi) = match ns {
             Namespace::All => ("", None),
             Namespace::Design => ("_design/", Some("_design0")),
             Namespace::Local => ("_local/", Some("_local0")),
         };
-        if lo.as_str() < ns_lo {
-            lo = ns_lo.to_string();
-        }
-        if let Some(nh) = ns_hi {
-            if hi.as_deref().is_none_or(|h| h > nh) {
-                hi = Some(nh.to_string());
-            }
-        }
-        if hi.as_deref().is_some_and(|h| h <= lo.as_str()) {
-            return None;
-        }
-        Some((lo, hi))
+        let lo = if lo.as_str() < ns_lo {
+            ns_lo.to_owned()
+        } else {
+            lo
+        };
+        let hi = match (hi, ns_hi) {
+            (Some(h), Some(n)) if h.as_str() > n => Some(n.to_owned()),
+            (None, Some(n)) => Some(n.to_owned()),
+            (h, _) => h,
+        };
+        (lo, hi)
     }
 }
 
@@ -294,14 +214,25 @@ fn run(
             ControlFlow::Break(())
         }
     };
-    let offset: Value = if q.keys.is_some() || ns == Namespace::Local {
-        Value::Null
-    } else {
-        json!(count_before(db, q, ns)? + q.skip)
+    let (lo, hi) = q.id_range(ns);
+    let offset: Value = match (&q.keys, ns, &total) {
+        (Some(_), _, _) | (_, Namespace::Local, _) => Value::Null,
+        // As CouchDB's coordinator reports it: documents before the start, plus `skip`,
+        // at most the total.
+        (None, _, total) => {
+            let before = count_before(db, q, &lo, hi.as_deref())?;
+            let total = total.as_u64().unwrap_or(u64::MAX);
+            json!(before.saturating_add(q.skip).min(total))
+        }
     };
     let mut head = format!("{{\"total_rows\":{total},\"offset\":{offset}");
     if q.update_seq {
-        head.push_str(&format!(",\"update_seq\":{}", seq(db.update_seq())));
+        // With `keys`, CouchDB's coordinator has no sequence to show.
+        let update_seq = match q.keys {
+            Some(_) => Value::Null,
+            None => seq(db.update_seq()),
+        };
+        head.push_str(&format!(",\"update_seq\":{update_seq}"));
     }
     head.push_str(",\"rows\":[\r\n");
     if !out(head.as_bytes()) {
@@ -338,7 +269,7 @@ fn run(
                 }
             }
         }
-    } else if let Some((lo, hi)) = q.id_range(ns) {
+    } else if hi.as_deref().is_none_or(|h| h > lo.as_str()) {
         if ns == Namespace::Local {
             db.scan_local(
                 lo.as_bytes(),
@@ -370,31 +301,20 @@ fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
     out
 }
 
-/// Rows that sort before the first row of the range (CouchDB's `offset`).
-fn count_before(db: &Database, q: &Query, ns: Namespace) -> ApiResult<u64> {
-    let Some((lo, hi)) = q.id_range(ns) else {
-        return Ok(0);
-    };
-    let ns_lo: &[u8] = match ns {
-        Namespace::Design => b"_design/",
-        _ => b"",
-    };
+/// Documents before where the range starts, in its direction: CouchDB folds over every
+/// document id (for `_design_docs` too) and counts those it passes.
+fn count_before(db: &Database, q: &Query, lo: &str, hi: Option<&str>) -> ApiResult<u64> {
     let mut n = 0u64;
     let count = |_: AllDocsRow| {
         n += 1;
         ControlFlow::Continue(())
     };
     if q.descending {
-        let ns_hi: Option<&[u8]> = if ns == Namespace::Design {
-            Some(b"_design0")
-        } else {
-            None
-        };
         if let Some(h) = hi {
-            db.scan_docs(h.as_bytes(), ns_hi, false, false, count)?;
+            db.scan_docs(h.as_bytes(), None, false, false, count)?;
         }
-    } else if lo.as_bytes() > ns_lo {
-        db.scan_docs(ns_lo, Some(lo.as_bytes()), false, false, count)?;
+    } else if !lo.is_empty() {
+        db.scan_docs(b"", Some(lo.as_bytes()), false, false, count)?;
     }
     Ok(n)
 }
@@ -406,30 +326,56 @@ pub async fn all_docs(
     ns: Namespace,
 ) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
-    let mut q = if req.method == "POST" {
+    let args = if req.method == "POST" {
         require_json(&req.headers)?;
-        let body = req.json().await?;
-        Query::from_body(&body, &req.params)?
+        let body = match req.json().await? {
+            Value::Object(m) => m,
+            _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
+        };
+        if body.get("keys").is_some_and(|k| !k.is_array()) {
+            return Err(ApiError::bad_request(
+                "`keys` body member must be an array.",
+            ));
+        }
+        MrArgs::from_body_and_query(&body, &req.params)?
     } else {
-        Query::from_params(&req.params)?
+        if let Some(k) = req.params.get("keys") {
+            if !decode_param_json(k)?.is_array() {
+                return Err(ApiError::bad_request("`keys` parameter must be an array."));
+            }
+        }
+        MrArgs::from_query(&req.params)?
     };
+    let mut q = Query::from_args(args)?;
     q.public_only = public_only(state, &db, &req)?;
     Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
 }
 
+/// `POST /{db}/_all_docs/queries` (CouchDB does not check this request's content type).
 pub async fn queries(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
-    require_json(&req.headers)?;
     let body = req.json().await?;
-    let list = body
-        .get("queries")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::bad_request("Request body must contain a `queries` array"))?;
+    let body = body
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
+    let list = match body.get("queries") {
+        None => {
+            return Err(ApiError::bad_request(
+                "POST body must include `queries` parameter.",
+            ))
+        }
+        Some(Value::Array(l)) => l,
+        Some(_) => return Err(ApiError::bad_request("`queries` member must be an array.")),
+    };
+    let base = MrArgs::from_query(&req.params)?;
     let public = public_only(state, &db, &req)?;
     let qs = list
         .iter()
         .map(|b| {
-            Query::from_body(b, &req.params).map(|q| Query {
+            let b = b
+                .as_object()
+                .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
+            Query::from_args(base.for_query_object(b)?).map(|q| Query {
                 public_only: public.clone(),
                 ..q
             })

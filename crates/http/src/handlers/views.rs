@@ -3,9 +3,11 @@
 
 use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{doc_json, seq, with_doc, DocOpts};
+use crate::handlers::attachments::AttOpts;
+use crate::mrargs::{GroupLevel, MrArgs, Update, ViewType};
+use crate::render::{doc_json, doc_json_with, seq, with_doc, DocOpts};
 use crate::reply::{json, json_bytes, ok_true, stream, JSON};
-use crate::req::{require_json, Params};
+use crate::req::require_json;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -23,6 +25,7 @@ pub struct ViewArgs {
     pub query: ViewQuery,
     pub include_docs: bool,
     pub conflicts: bool,
+    pub atts: AttOpts,
     pub update_seq: bool,
     pub fresh: Freshness,
 }
@@ -31,128 +34,60 @@ fn parse_error(msg: &str) -> ApiError {
     ApiError::QueryParse(msg.to_owned())
 }
 
-fn freshness(p: &Params) -> ApiResult<Freshness> {
-    let mut fresh = Freshness::Update;
-    if let Some(s) = p.get("stale") {
-        fresh = match s {
-            "ok" => Freshness::Stale,
-            "update_after" => Freshness::UpdateAfter,
-            "false" => Freshness::Update,
-            _ => return Err(parse_error("Invalid value for `stale`.")),
-        };
-    }
-    if let Some(u) = p.get("update") {
-        fresh = match u {
-            "true" => Freshness::Update,
-            "false" => Freshness::Stale,
-            "lazy" => Freshness::UpdateAfter,
-            _ => return Err(parse_error("Invalid value for `update`.")),
-        };
-    }
-    Ok(fresh)
-}
-
-fn grouping(p: &Params) -> ApiResult<Grouping> {
-    let group = p.bool("group")?;
-    let level = p.uint("group_level")?;
-    Ok(match (group, level) {
-        (Some(false), Some(n)) if n > 0 => {
-            return Err(parse_error(
-                "Can't specify group=false and group_level>0 at the same time",
-            ))
-        }
-        (_, Some(0)) | (None | Some(false), None) => Grouping::None,
-        (_, Some(n)) => Grouping::Level(n as usize),
-        (Some(true), None) => Grouping::Exact,
-    })
-}
-
 impl ViewArgs {
-    /// Parses and validates parameters for view number `n` of `g`, key range included.
-    pub fn for_view(p: &Params, g: &Group, n: usize) -> ApiResult<ViewArgs> {
-        let args = ViewArgs::parse(p, g.reduces[n] != ReduceKind::None)?;
-        args.query
+    /// Validates the arguments for view number `n` of `g` as CouchDB does (a single key in
+    /// `keys` counts as `key`; then `validate_args`, then the key range).
+    pub fn for_view(mut a: MrArgs, g: &Group, n: usize) -> ApiResult<ViewArgs> {
+        a.single_key_as_key();
+        let has_reduce = g.reduces[n] != ReduceKind::None;
+        let view_type = if has_reduce && a.reduce != Some(false) {
+            ViewType::Red
+        } else {
+            ViewType::Map
+        };
+        let level = a.validate(view_type)?;
+        if a.partition.is_some() {
+            return Err(parse_error(
+                "`partition` parameter is not supported in this design doc",
+            ));
+        }
+        let query = ViewQuery {
+            keys: a.key_list(),
+            start_key: a.start_key,
+            end_key: a.end_key,
+            start_docid: a.start_key_docid,
+            end_docid: a.end_key_docid,
+            inclusive_end: a.inclusive_end,
+            descending: a.descending,
+            skip: a.skip,
+            limit: a.limit,
+            reduce: view_type == ViewType::Red,
+            grouping: match level {
+                None => Grouping::None,
+                Some(GroupLevel::Exact) => Grouping::Exact,
+                Some(GroupLevel::Level(l)) => {
+                    Grouping::Level(usize::try_from(l).unwrap_or(usize::MAX))
+                }
+            },
+        };
+        query
             .check_range(g.def.raw(n))
             .map_err(ApiError::QueryParse)?;
-        Ok(args)
-    }
-
-    /// Parses and validates parameters as CouchDB's `validate_args` does, for a view that
-    /// has a reduce function (`has_reduce`) or not.
-    pub fn parse(p: &Params, has_reduce: bool) -> ApiResult<ViewArgs> {
-        if p.get("partition").is_some() {
-            return Err(parse_error(
-                "`partition` parameter is not supported in this database.",
-            ));
-        }
-        for k in [
-            "sorted",
-            "stable",
-            "attachments",
-            "att_encoding_info",
-            "local_seq",
-        ] {
-            p.bool(k)?;
-        }
-        let reduce_param = p.bool("reduce")?;
-        if reduce_param == Some(true) && !has_reduce {
-            return Err(parse_error("Reduce is invalid for map-only views."));
-        }
-        let reduce = has_reduce && reduce_param != Some(false);
-        let grouping = grouping(p)?;
-        if !reduce && grouping != Grouping::None {
-            return Err(parse_error("Invalid use of grouping on a map view."));
-        }
-        let keys = match p.json("keys")? {
-            None => None,
-            Some(Value::Array(a)) => Some(a),
-            Some(_) => return Err(parse_error("`keys` must be an array of strings.")),
-        };
-        if reduce && keys.is_some() && grouping != Grouping::Exact {
-            return Err(parse_error(
-                "Multi-key fetchs for reduce views must use `group=true`",
-            ));
-        }
-        let include_docs = p.flag("include_docs")?;
-        if reduce && include_docs {
-            return Err(parse_error("`include_docs` is invalid for reduce"));
-        }
-        let conflicts = p.bool("conflicts")?;
-        if reduce && conflicts.is_some() {
-            return Err(parse_error("`conflicts` is invalid for reduce views."));
-        }
-        let mut query = ViewQuery {
-            keys,
-            start_key: p.json_any(&["startkey", "start_key"])?,
-            end_key: p.json_any(&["endkey", "end_key"])?,
-            start_docid: p
-                .get_any(&["startkey_docid", "start_key_docid"])
-                .map(|(_, v)| v.to_owned()),
-            end_docid: p
-                .get_any(&["endkey_docid", "end_key_docid"])
-                .map(|(_, v)| v.to_owned()),
-            inclusive_end: p.bool("inclusive_end")?.unwrap_or(true),
-            descending: p.flag("descending")?,
-            skip: p.uint("skip")?.unwrap_or(0),
-            limit: p.uint("limit")?,
-            reduce,
-            grouping,
-        };
-        if let Some(k) = p.json("key")? {
-            query.start_key = Some(k.clone());
-            query.end_key = Some(k);
-        }
-        if query.keys.is_some() && (query.start_key.is_some() || query.end_key.is_some()) {
-            return Err(parse_error(
-                "`keys` is incompatible with `key`, `start_key` and `end_key`",
-            ));
-        }
         Ok(ViewArgs {
             query,
-            include_docs,
-            conflicts: conflicts.unwrap_or(false),
-            update_seq: p.flag("update_seq")?,
-            fresh: freshness(p)?,
+            include_docs: a.include_docs,
+            conflicts: a.conflicts.unwrap_or(false),
+            atts: AttOpts {
+                inline: a.attachments,
+                encoding_info: a.att_encoding_info,
+                since_pos: 0,
+            },
+            update_seq: a.update_seq,
+            fresh: match a.update {
+                Update::True => Freshness::Update,
+                Update::False => Freshness::Stale,
+                Update::Lazy => Freshness::UpdateAfter,
+            },
         })
     }
 }
@@ -224,6 +159,23 @@ pub fn validate_design(id: &str, doc: &ParsedDoc) -> ApiResult<()> {
         .map_err(|e| ApiError::from(settee_views::Error::Js(e)))
 }
 
+/// A POST body as CouchDB's `json_body_obj` takes it.
+fn body_object(body: Value) -> ApiResult<Map<String, Value>> {
+    match body {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::bad_request("Request body must be a JSON object")),
+    }
+}
+
+/// `queries` of a body, if any (CouchDB's `get_view_queries`).
+fn queries_member(body: &Map<String, Value>) -> ApiResult<Option<Vec<Value>>> {
+    match body.get("queries") {
+        None => Ok(None),
+        Some(Value::Array(q)) => Ok(Some(q.clone())),
+        Some(_) => Err(ApiError::bad_request("`queries` member must be an array.")),
+    }
+}
+
 pub async fn view(
     state: AppState,
     db: Arc<Database>,
@@ -232,12 +184,20 @@ pub async fn view(
     mut req: Req,
 ) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
-    let params = if req.method == "POST" {
+    let args = if req.method == "POST" {
         require_json(&req.headers)?;
-        let body = req.json().await?;
-        req.params.with_body(&body)?
+        let body = body_object(req.json().await?)?;
+        if queries_member(&body)?.is_some() {
+            return Err(ApiError::bad_request(
+                "The `queries` parameter is no longer supported at this endpoint",
+            ));
+        }
+        if body.get("keys").is_some_and(|k| !k.is_array()) {
+            return Err(ApiError::bad_request("`keys` member must be an array."));
+        }
+        MrArgs::from_body_and_query(&body, &req.params)?
     } else {
-        req.params.clone()
+        MrArgs::from_query(&req.params)?
     };
     let (g, n, db) = {
         let (state, db) = (state.clone(), db.clone());
@@ -247,7 +207,7 @@ pub async fn view(
         })
         .await?
     };
-    let args = ViewArgs::for_view(&params, &g, n)?;
+    let args = ViewArgs::for_view(args, &g, n)?;
     let views = state.views.clone();
     Ok(stream(JSON, move |sink| {
         run(&views, &db, &g, n, &args, &mut |b| sink.write(b))
@@ -264,19 +224,21 @@ pub async fn view_queries(
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    let body = req.json().await?;
-    let list = body
-        .get("queries")
-        .and_then(Value::as_array)
-        .cloned()
-        .ok_or_else(|| ApiError::bad_request("Request body must contain a `queries` array"))?;
+    let body = body_object(req.json().await?)?;
+    let list = queries_member(&body)?
+        .ok_or_else(|| ApiError::bad_request("POST body must include `queries` parameter."))?;
+    let base = MrArgs::from_query(&req.params)?;
     let views = state.views.clone();
-    let base = req.params.clone();
     let out = blocking(move || {
         let (g, n) = load_group(&state, &db, &ddoc, &view)?;
         let args = list
             .iter()
-            .map(|b| ViewArgs::for_view(&base.with_body(b)?, &g, n))
+            .map(|q| {
+                let q = q
+                    .as_object()
+                    .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
+                ViewArgs::for_view(base.for_query_object(q)?, &g, n)
+            })
             .collect::<ApiResult<Vec<_>>>()?;
         query_results(&args, |a, out| run(&views, &db, &g, n, a, out))
     })
@@ -325,7 +287,7 @@ fn run(
                 row.extend_from_slice(value);
                 row.push(b'}');
                 if args.include_docs {
-                    row = with_doc(row, linked_doc(db, id, value, args.conflicts));
+                    row = with_doc(row, row_doc(db, id, value, args));
                 }
                 row
             }
@@ -333,8 +295,7 @@ fn run(
                 let sep: &[u8] = if first { b"" } else { b",\r\n" };
                 first = false;
                 let mut row = sep.to_vec();
-                serde_json::to_writer(&mut row, &json!({"key": key, "value": value}))
-                    .expect("json");
+                serde_json::to_writer(&mut row, &reduce_row(key, value)).expect("json");
                 row
             }
         };
@@ -349,26 +310,60 @@ fn run(
     Ok(())
 }
 
-/// The document a row's `include_docs` shows: the one a `{"_id": …}` value links to (at
-/// its `_rev` if given), else the row's own, or `null`.
-fn linked_doc(db: &Database, id: &str, value: &[u8], conflicts: bool) -> Option<Vec<u8>> {
-    let linked: Option<(String, Option<Rev>)> = match serde_json::from_slice::<Value>(value) {
-        Ok(Value::Object(m)) => m.get("_id").and_then(Value::as_str).map(|lid| {
-            let rev = m
-                .get("_rev")
-                .and_then(Value::as_str)
-                .and_then(|r| Rev::parse(r).ok());
-            (lid.to_owned(), rev)
+/// A reduce row; a reduction that overflowed `reduce_limit` is shown as CouchDB's
+/// coordinator shows it, as an error row with a `null` key.
+fn reduce_row(key: &Value, value: &Value) -> Value {
+    match value.as_object() {
+        Some(m) if m.len() == 1 && m.contains_key("reduce_overflow_error") => json!({
+            "key": null,
+            "error": "reduce_overflow_error",
+            "reason": m["reduce_overflow_error"],
         }),
-        _ => None,
-    };
-    let (doc_id, rev) = linked.unwrap_or_else(|| (id.to_owned(), None));
-    let doc = db.open_doc(&doc_id, rev.as_ref()).ok()?;
-    let opts = DocOpts {
-        conflicts,
-        ..Default::default()
-    };
-    Some(doc_json(&doc, &opts))
+        _ => json!({"key": key, "value": value}),
+    }
+}
+
+/// The document a row's `include_docs` shows (`None` renders `null`), as CouchDB picks it
+/// from the emitted value:
+/// * `{"_id": id}` (and `"_rev"`): that document (revision; a deleted revision shows as
+///   deleted), fetched without the query's document options; `{"_id": null}`: none;
+/// * `{"_rev": rev}` without `_id`: the row's own document at that revision;
+/// * anything else: the row's own document, with `_conflicts` and attachments as asked.
+///
+/// A deleted document, or a revision that is missing or not parseable, shows as `null`.
+fn row_doc(db: &Database, id: &str, value: &[u8], args: &ViewArgs) -> Option<Vec<u8>> {
+    let value: Option<Map<String, Value>> = serde_json::from_slice(value).ok();
+    let member = |k: &str| value.as_ref().and_then(|m| m.get(k));
+    let rev = |r: &Value| r.as_str().and_then(|r| Rev::parse(r).ok());
+    match member("_id") {
+        Some(Value::Null) => None,
+        Some(linked) => {
+            let linked = linked.as_str()?;
+            let doc = match member("_rev") {
+                Some(r) => db.open_doc(linked, Some(&rev(r)?)).ok()?,
+                None => db.open_doc(linked, None).ok()?,
+            };
+            Some(doc_json(&doc, &DocOpts::default()))
+        }
+        None => {
+            let doc = match member("_rev") {
+                Some(r) => db.open_doc(id, Some(&rev(r)?)).ok()?,
+                None => db.open_doc(id, None).ok()?,
+            };
+            if doc.deleted {
+                return None;
+            }
+            let opts = DocOpts {
+                conflicts: args.conflicts && member("_rev").is_none(),
+                ..Default::default()
+            };
+            let atts = args.atts.render(db, &doc.body).unwrap_or_else(|e| {
+                tracing::warn!(id, error = ?e, "reading attachments");
+                None
+            });
+            Some(doc_json_with(&doc, &opts, atts))
+        }
+    }
 }
 
 pub async fn design_info(
@@ -456,23 +451,10 @@ pub async fn view_cleanup(state: AppState, db: Arc<Database>, req: Req) -> ApiRe
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
-/// `POST /{db}/_temp_view`: a view defined in the request body, indexed like a design
-/// document's (identical bodies share an index; `_view_cleanup` removes it).
-pub async fn temp_view(state: AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
-    allow(&req.method, "POST")?;
-    require_json(&req.headers)?;
-    let body = req.json().await?;
-    let obj = body
-        .as_object()
-        .ok_or_else(|| ApiError::bad_request("Request body must be a JSON object"))?;
-    let def =
-        ViewGroupDef::temp_view(obj).map_err(|e| ApiError::from(settee_views::Error::from(e)))?;
-    check_language(&def)?;
-    let g = Arc::new(Group::new(db.id, "_temp_view", def));
-    let args = ViewArgs::for_view(&req.params, &g, 0)?;
-    let views = state.views.clone();
-    Ok(stream(JSON, move |sink| {
-        run(&views, &db, &g, 0, &args, &mut |b| sink.write(b))
-    })
-    .await)
+/// `/{db}/_temp_view`: CouchDB 3 has no temporary views and answers `410 gone` to any
+/// method.
+pub async fn temp_view(_req: Req) -> ApiResult<Response> {
+    Err(ApiError::Gone(
+        "Temporary views are not supported in CouchDB".into(),
+    ))
 }
