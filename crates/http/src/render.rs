@@ -17,14 +17,15 @@ pub struct DocOpts {
 }
 
 impl DocOpts {
+    /// CouchDB's `parse_doc_query`: each option is on only for exactly `true`.
     pub fn from_params(p: &Params) -> ApiResult<DocOpts> {
-        let meta = p.flag("meta")?;
+        let meta = p.is_true("meta");
         Ok(DocOpts {
-            revs: p.flag("revs")?,
-            revs_info: p.flag("revs_info")? || meta,
-            conflicts: p.flag("conflicts")? || meta,
-            deleted_conflicts: p.flag("deleted_conflicts")? || meta,
-            local_seq: p.flag("local_seq")?,
+            revs: p.is_true("revs"),
+            revs_info: p.is_true("revs_info") || meta,
+            conflicts: p.is_true("conflicts") || meta,
+            deleted_conflicts: p.is_true("deleted_conflicts") || meta,
+            local_seq: p.is_true("local_seq"),
         })
     }
 }

@@ -353,8 +353,8 @@ pub struct AttOpts {
 impl AttOpts {
     pub fn from_params(p: &crate::req::Params) -> ApiResult<AttOpts> {
         let mut opts = AttOpts {
-            inline: p.flag("attachments")?,
-            encoding_info: p.flag("att_encoding_info")?,
+            inline: p.is_true("attachments"),
+            encoding_info: p.is_true("att_encoding_info"),
             since_pos: 0,
         };
         if let Some(raw) = p.get("atts_since") {

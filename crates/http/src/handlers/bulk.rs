@@ -137,10 +137,10 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let opts = DocOpts {
-        revs: req.params.flag("revs")?,
+        revs: req.params.is_true("revs"),
         ..Default::default()
     };
-    let latest = req.params.flag("latest")?;
+    let latest = req.params.is_true("latest");
     let atts = super::attachments::AttOpts::from_params(&req.params)?;
     let body = req.json().await?;
     let items = body

@@ -147,9 +147,6 @@ fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
 
 impl Opts {
     fn parse(p: &Params, body: Option<&Value>) -> ApiResult<Opts> {
-        for k in ["attachments", "att_encoding_info"] {
-            p.bool(k)?;
-        }
         let (heartbeat, timeout) = feed_timing(p)?;
         let style = p.get("style").unwrap_or("main_only");
         if !["main_only", "all_docs"].contains(&style) {
@@ -183,10 +180,11 @@ impl Opts {
                 None => SeqArg::Seq(0),
             },
             limit: p.uint("limit")?,
-            descending: p.flag("descending")?,
-            include_docs: p.flag("include_docs")?,
+            // CouchDB's `parse_changes_query`: on only for exactly `true`.
+            descending: p.is_true("descending"),
+            include_docs: p.is_true("include_docs"),
             all_docs_style: style == "all_docs",
-            conflicts: p.flag("conflicts")?,
+            conflicts: p.is_true("conflicts"),
             heartbeat,
             timeout,
             seq_interval: p.uint("seq_interval")?.filter(|n| *n > 0),

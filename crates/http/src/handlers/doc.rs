@@ -72,7 +72,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
         return open_revs(db, id, req, opts, atts).await;
     }
     let rev = parse_rev_param(&req)?;
-    let latest = req.params.flag("latest")?;
+    let latest = req.params.is_true("latest");
     let wants_multipart = req
         .header("accept")
         .is_some_and(|a| a.contains("multipart/related"));
@@ -186,7 +186,7 @@ async fn open_revs(
                 .collect::<ApiResult<_>>()?,
         )
     };
-    let latest = req.params.flag("latest")?;
+    let latest = req.params.is_true("latest");
     let wants_multipart = req
         .header("accept")
         .is_some_and(|a| a.contains("multipart/mixed"));
@@ -403,7 +403,8 @@ pub(crate) fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Optio
 
 async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
     validate_doc_id(&id)?;
-    let new_edits = req.params.bool("new_edits")?.unwrap_or(true);
+    // CouchDB: `false` replicates, `true` (or anything else) edits.
+    let new_edits = req.params.get("new_edits") != Some("false");
     let batch = batch_ok(&req)?;
     let multipart = req
         .header("content-type")
