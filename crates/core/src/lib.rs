@@ -11,6 +11,7 @@ pub mod reduce;
 mod rev;
 mod revtree;
 mod seq;
+pub mod uuids;
 pub mod varint;
 
 pub use doc::{
