@@ -38,6 +38,9 @@ pub struct NodeConfig {
 
 #[derive(Default)]
 struct State {
+    /// The built-in defaults (CouchDB's `default.ini`): the settings Settee honours, at
+    /// the values it uses when nothing else sets them.
+    defaults: Layer,
     /// Values from the read-only files, later files winning.
     base: Layer,
     /// The writable layer, as persisted.
@@ -51,8 +54,14 @@ struct State {
 }
 
 impl State {
-    fn layers(&self) -> [&Layer; 4] {
-        [&self.unpersisted, &self.startup, &self.local, &self.base]
+    fn layers(&self) -> [&Layer; 5] {
+        [
+            &self.unpersisted,
+            &self.startup,
+            &self.local,
+            &self.base,
+            &self.defaults,
+        ]
     }
 
     fn get(&self, section: &str, key: &str) -> Option<&String> {
@@ -87,11 +96,12 @@ impl State {
             .collect()
     }
 
-    /// Whether a layer below the writable one still sets the key.
+    /// Whether a layer below the writable one still sets the key (so that deleting it
+    /// must be persisted as an empty value).
     fn base_has(&self, section: &str, key: &str) -> bool {
-        self.base
-            .get(section)
-            .and_then(|s| s.get(key))
+        [&self.base, &self.defaults]
+            .into_iter()
+            .find_map(|l| l.get(section).and_then(|m| m.get(key)))
             .is_some_and(Option::is_some)
     }
 }
@@ -224,6 +234,69 @@ pub fn validate(section: &str, key: &str, value: &str) -> Result<(), ConfigError
     }
 }
 
+/// Settee's `default.ini`: the lowest configuration layer, which `_config` shows as
+/// CouchDB shows its own `default.ini` values. It lists only settings Settee honours, at
+/// the values Settee uses when nothing else sets them (where Settee's default differs
+/// from CouchDB's, as `max_http_request_size`, Settee's is shown). Settings read from
+/// either of two sections (`[chttpd_auth]` or CouchDB 2's `[couch_httpd_auth]`) are left
+/// out, since a default in the first would hide a value set in the second.
+pub fn builtin_defaults() -> Sections {
+    let limits = settee_views::Limits::default();
+    let entries: Vec<(&str, &str, String)> = vec![
+        ("vendor", "name", "Settee".into()),
+        ("vendor", "version", env!("CARGO_PKG_VERSION").into()),
+        ("couchdb", "database_dir", "./settee-data".into()),
+        ("couchdb", "default_security", "admin_only".into()),
+        (
+            "couchdb",
+            "max_document_size",
+            settee_core::MAX_DOCUMENT_SIZE.to_string(),
+        ),
+        (
+            "couchdb",
+            "os_process_timeout",
+            limits.timeout.as_millis().to_string(),
+        ),
+        ("couchdb", "users_db_security_editable", "false".into()),
+        ("chttpd", "bind_address", "127.0.0.1".into()),
+        ("chttpd", "port", "5984".into()),
+        (
+            "chttpd",
+            "max_http_request_size",
+            crate::HttpConfig::default().max_http_request_size.to_string(),
+        ),
+        ("chttpd", "require_valid_user", "false".into()),
+        ("chttpd", "admin_only_all_dbs", "true".into()),
+        ("chttpd", "enable_cors", "false".into()),
+        ("chttpd", "changes_timeout", "60000".into()),
+        ("chttpd", "max_db_number_for_dbs_info_req", "100".into()),
+        (
+            "chttpd",
+            "authentication_handlers",
+            "{chttpd_auth, cookie_authentication_handler}, {chttpd_auth, default_authentication_handler}".into(),
+        ),
+        ("cors", "credentials", "false".into()),
+        ("uuids", "algorithm", "sequential".into()),
+        ("uuids", "max_count", "1000".into()),
+        (
+            "attachments",
+            "compressible_types",
+            "text/*, application/javascript, application/json, application/xml".into(),
+        ),
+        ("attachments", "compression_level", "8".into()),
+        ("query_server_config", "reduce_limit", "true".into()),
+        ("settee", "js_memory_limit", limits.memory_limit.to_string()),
+        ("settee", "view_index_workers", "0".into()),
+    ];
+    let mut out = Sections::new();
+    for (section, key, value) in entries {
+        out.entry(section.to_string())
+            .or_default()
+            .insert(key.to_string(), value);
+    }
+    out
+}
+
 impl NodeConfig {
     /// Reads `files` (read-only, in order) and then `local` (created when first written).
     pub fn load(files: &[PathBuf], local: PathBuf) -> Result<NodeConfig, ConfigError> {
@@ -253,6 +326,15 @@ impl NodeConfig {
                 ..State::default()
             }),
         }
+    }
+
+    /// Installs the built-in defaults, the lowest layer (kept by `_reload`).
+    pub fn set_defaults(&self, defaults: Sections) {
+        let layer = defaults
+            .into_iter()
+            .map(|(n, s)| (n, s.into_iter().map(|(k, v)| (k, Some(v))).collect()))
+            .collect();
+        self.state.write().unwrap().defaults = layer;
     }
 
     pub fn get(&self, section: &str, key: &str) -> Option<String> {
@@ -461,6 +543,34 @@ mod tests {
         c.set("admins", "cli", "new").unwrap();
         c.reload().unwrap();
         assert_eq!(c.get("admins", "cli").as_deref(), Some("new"));
+    }
+
+    #[test]
+    fn defaults_are_the_lowest_layer() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base.ini");
+        std::fs::write(&base, "[uuids]\nmax_count = 7\n").unwrap();
+        let local = dir.path().join("local.ini");
+        let c = NodeConfig::load(std::slice::from_ref(&base), local.clone()).unwrap();
+        c.set_defaults(builtin_defaults());
+        assert_eq!(c.get("uuids", "algorithm").as_deref(), Some("sequential"));
+        assert_eq!(
+            c.get("uuids", "max_count").as_deref(),
+            Some("7"),
+            "files win"
+        );
+        assert_eq!(c.all()["query_server_config"]["reduce_limit"], "true");
+        // deleting a default is persisted as an empty value, and survives _reload
+        assert_eq!(
+            c.delete("uuids", "algorithm").unwrap().as_deref(),
+            Some("sequential")
+        );
+        assert!(std::fs::read_to_string(&local)
+            .unwrap()
+            .contains("algorithm = \n"));
+        c.reload().unwrap();
+        assert_eq!(c.get("uuids", "algorithm"), None);
+        assert_eq!(c.get("vendor", "name").as_deref(), Some("Settee"));
     }
 
     #[test]

@@ -80,6 +80,15 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
             .clamp(1, u32::MAX.into()) as u32
     };
     let node = NodeConfig::load(&files, local_path.clone()).map_err(|e| e.to_string())?;
+    node.set_defaults(settee_http::node_config::builtin_defaults());
+    // What the command line (or environment) chose, shown by `_config` for this run.
+    if args.data_dir.is_some() {
+        node.set_transient("couchdb", "database_dir", &data_dir.display().to_string());
+    }
+    if let Some(bind) = args.bind {
+        node.set_transient("chttpd", "bind_address", &bind.ip().to_string());
+        node.set_transient("chttpd", "port", &bind.port().to_string());
+    }
     let iterations = iterations_in(&node);
     if hash_local_admins(&local_path, iterations)? {
         node.reload().map_err(|e| e.to_string())?;
