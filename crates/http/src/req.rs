@@ -124,3 +124,13 @@ pub fn etag_value(headers: &HeaderMap, name: axum::http::HeaderName) -> Option<S
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().trim_matches('"').to_string())
 }
+
+/// CouchDB's `etag_match`: whether `If-None-Match` lists `etag` (quoted, as sent), the
+/// header split at commas and spaces, `W/` prefixes ignored.
+pub fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
+    header_str(headers, "if-none-match").is_some_and(|v| {
+        v.split([',', ' '])
+            .filter(|t| !t.is_empty())
+            .any(|t| t.strip_prefix("W/").unwrap_or(t) == etag)
+    })
+}

@@ -27,6 +27,21 @@ enum Feed {
 }
 
 impl Feed {
+    /// `_changes`'s `feed` (`live` is CouchDB's other name for `continuous`).
+    fn for_changes(p: &Params) -> ApiResult<Feed> {
+        Ok(match p.get("feed").unwrap_or("normal") {
+            "normal" => Feed::Normal,
+            "longpoll" => Feed::Longpoll,
+            "continuous" | "live" => Feed::Continuous,
+            "eventsource" => Feed::EventSource,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "Supported `feed` types: normal, continuous, live, longpoll, eventsource",
+                ))
+            }
+        })
+    }
+
     fn parse(p: &Params) -> ApiResult<Feed> {
         Ok(match p.get("feed").unwrap_or("normal") {
             "normal" => Feed::Normal,
@@ -57,12 +72,8 @@ impl std::fmt::Debug for ViewFilter {
 }
 
 impl ViewFilter {
-    fn load(state: &AppState, db: &Database, spec: Option<&str>) -> ApiResult<ViewFilter> {
-        let spec =
-            spec.ok_or_else(|| ApiError::bad_request("`view` filter parameter is not provided."))?;
-        let (ddoc, view) = spec.split_once('/').ok_or_else(|| {
-            ApiError::bad_request("`view` must be of the form `designname/viewname`")
-        })?;
+    fn load(state: &AppState, db: &Database, ddoc: &str, view: &str) -> ApiResult<ViewFilter> {
+        design_member(db, ddoc, &["views", view])?;
         let (g, n) = super::views::load_group(state, db, ddoc, view)?;
         Ok(ViewFilter(g, n))
     }
@@ -99,6 +110,106 @@ fn view_emits(rt: &mut settee_js::ViewRuntime, c: &Change) -> ApiResult<bool> {
         .map_err(|e| ApiError::from(settee_views::Error::Js(e)))?;
     Ok(matches!(res.first(), Some(Ok(rows)) if !rows.is_empty()))
 }
+
+/// The `filter` a request names, before its design document is read.
+#[derive(Debug, PartialEq)]
+enum FilterSpec {
+    None,
+    DocIds(HashSet<String>),
+    Design,
+    View(String, String),
+    /// `designname/filtername`: a JavaScript filter function.
+    Function(String, String),
+    Selector,
+}
+
+/// `name` split at `/` into non-empty parts, as CouchDB's `string:tokens`.
+fn tokens(name: &str) -> Vec<&str> {
+    name.split('/').filter(|t| !t.is_empty()).collect()
+}
+
+/// CouchDB's `configure_filter`: the filter named by `filter`, with CouchDB's errors.
+/// `body` is a POST's JSON body (`None` for an empty one).
+fn filter_spec(p: &Params, post: bool, body: Option<&Value>) -> ApiResult<FilterSpec> {
+    let invalid_json = || ApiError::bad_request("invalid UTF-8 JSON");
+    Ok(match p.get("filter").unwrap_or("") {
+        "_doc_ids" => {
+            let ids = if post {
+                body.ok_or_else(invalid_json)?.get("doc_ids").cloned()
+            } else {
+                let raw = p.get("doc_ids").unwrap_or("null");
+                Some(serde_json::from_str(raw).map_err(|_| invalid_json())?)
+            };
+            FilterSpec::DocIds(doc_ids(ids.as_ref().unwrap_or(&Value::Null))?)
+        }
+        "_selector" => {
+            if !post {
+                return Err(ApiError::bad_request(
+                    "Selector must be specified in POST payload",
+                ));
+            }
+            match body.ok_or_else(invalid_json)?.get("selector") {
+                Some(Value::Object(_)) => FilterSpec::Selector,
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "Selector error: expected a JSON object",
+                    ))
+                }
+            }
+        }
+        "_design" => FilterSpec::Design,
+        "_view" => {
+            let view = p.get("view").unwrap_or("");
+            if view.is_empty() {
+                return Err(ApiError::bad_request(
+                    "`view` filter parameter is not provided.",
+                ));
+            }
+            match tokens(view).as_slice() {
+                [d, v] => FilterSpec::View(d.to_string(), v.to_string()),
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "`view` must be of the form `designname/viewname`",
+                    ))
+                }
+            }
+        }
+        name if name.starts_with('_') => {
+            return Err(ApiError::bad_request("unknown builtin filter name"))
+        }
+        name => match tokens(name).as_slice() {
+            [] => FilterSpec::None,
+            [d, f] => FilterSpec::Function(d.to_string(), f.to_string()),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "`filter` must be of the form `designname/filtername`",
+                ))
+            }
+        },
+    })
+}
+
+/// Checks that design document `ddoc` exists and has the member at `path`, with
+/// CouchDB's 404s: `missing`/`deleted` for the document, `missing json key: K` for the
+/// first absent key, `json_mismatch` where a value on the way is not an object.
+fn design_member(db: &Database, ddoc: &str, path: &[&str]) -> ApiResult<()> {
+    let doc = db.open_doc(&format!("_design/{ddoc}"), None)?;
+    let mut at: Value = serde_json::from_slice(settee_core::split_stored(&doc.body).0)
+        .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
+    for key in path {
+        let Value::Object(mut members) = at else {
+            return Err(ApiError::NotFound("json_mismatch".into()));
+        };
+        at = members
+            .remove(*key)
+            .ok_or_else(|| ApiError::NotFound(format!("missing json key: {key}")))?;
+    }
+    Ok(())
+}
+
+/// `limit`'s value when none is given: CouchDB's `#changes_args.limit` default, which
+/// `seq_interval` counts down from.
+const DEFAULT_LIMIT: u64 = 1_000_000_000_000_000;
 
 #[derive(Clone, Debug)]
 struct Opts {
@@ -145,37 +256,81 @@ fn doc_ids(v: &Value) -> ApiResult<HashSet<String>> {
         .collect()
 }
 
+/// A positive integer as Erlang's `list_to_integer/1` reads it (`None`: not an integer;
+/// `Some(None)`: zero or negative).
+fn positive(v: &str) -> Option<Option<u64>> {
+    let digits = v.strip_prefix('+').unwrap_or(v);
+    if let Some(neg) = digits.strip_prefix('-') {
+        return (!neg.is_empty() && neg.bytes().all(|b| b.is_ascii_digit())).then_some(None);
+    }
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Digits only: an overflow is a very large positive number.
+    Some(Some(digits.parse::<u64>().unwrap_or(u64::MAX)).filter(|n| *n > 0))
+}
+
+/// What the query string sets, checked in the order given as CouchDB's
+/// `parse_changes_query` does (the first bad parameter is the error).
+struct Timing {
+    heartbeat: Option<Duration>,
+    timeout: Duration,
+    seq_interval: Option<u64>,
+}
+
+fn parse_timing(p: &Params, changes_timeout: Duration) -> ApiResult<Timing> {
+    let mut t = Timing {
+        heartbeat: None,
+        timeout: changes_timeout,
+        seq_interval: None,
+    };
+    for (k, v) in p.pairs() {
+        match k {
+            "heartbeat" if v == "true" => t.heartbeat = Some(changes_timeout),
+            "heartbeat" => match positive(v) {
+                Some(Some(ms)) => t.heartbeat = Some(Duration::from_millis(ms).min(changes_timeout)),
+                Some(None) => return Err(ApiError::bad_request(
+                    "The heartbeat value should be a positive integer (in milliseconds).",
+                )),
+                None => return Err(ApiError::bad_request(
+                    "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).",
+                )),
+            },
+            "seq_interval" => match positive(v) {
+                Some(Some(n)) => t.seq_interval = Some(n),
+                _ => return Err(ApiError::bad_request("invalid_seq_interval")),
+            },
+            "timeout" => {
+                t.timeout = millis(p, "timeout")?
+                    .unwrap_or(changes_timeout)
+                    .min(changes_timeout)
+            }
+            "limit" => {
+                p.uint("limit")?;
+            }
+            "since" => {
+                parse_seq(v)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
 impl Opts {
-    fn parse(p: &Params, body: Option<&Value>) -> ApiResult<Opts> {
-        let (heartbeat, timeout) = feed_timing(p)?;
+    /// Parses everything but the filter, which needs the database (see `changes`).
+    fn parse(p: &Params, changes_timeout: Duration) -> ApiResult<Opts> {
+        let timing = parse_timing(p, changes_timeout)?;
         let style = p.get("style").unwrap_or("main_only");
         if !["main_only", "all_docs"].contains(&style) {
             return Err(ApiError::bad_request(
                 "Invalid `style` parameter: use main_only or all_docs",
             ));
         }
-        let filter = match p.get("filter") {
-            None => Filter::None,
-            Some("_doc_ids") => {
-                let from_body = body.and_then(|b| b.get("doc_ids"));
-                let ids = match (from_body, p.json("doc_ids")?) {
-                    (Some(v), _) => doc_ids(v)?,
-                    (None, Some(v)) => doc_ids(&v)?,
-                    (None, None) => return Err(ApiError::bad_request("filter=_doc_ids needs a `doc_ids` list")),
-                };
-                Filter::DocIds(ids)
-            }
-            Some("_design") => Filter::Design,
-            Some("_view") => Filter::None, // resolved by the handler, which can read the ddoc
-            Some(other) => {
-                return Err(ApiError::bad_request(format!(
-                    "filter `{other}` is not supported by this Settee version (only _doc_ids, _design and _view are)"
-                )))
-            }
-        };
+        let since = p.get("since").or_else(|| p.get("last-event-id"));
         Ok(Opts {
-            feed: Feed::parse(p)?,
-            since: match p.get("since") {
+            feed: Feed::Normal,
+            since: match since {
                 Some(s) => parse_seq(s)?,
                 None => SeqArg::Seq(0),
             },
@@ -185,10 +340,10 @@ impl Opts {
             include_docs: p.is_true("include_docs"),
             all_docs_style: style == "all_docs",
             conflicts: p.is_true("conflicts"),
-            heartbeat,
-            timeout,
-            seq_interval: p.uint("seq_interval")?.filter(|n| *n > 0),
-            filter,
+            heartbeat: timing.heartbeat,
+            timeout: timing.timeout,
+            seq_interval: timing.seq_interval,
+            filter: Filter::None,
             js_limits: Default::default(),
             atts: super::attachments::AttOpts::from_params(p)?,
         })
@@ -241,13 +396,15 @@ fn render_change(db: &Database, c: &Change, o: &Opts, show_seq: bool) -> Vec<u8>
 }
 
 /// Reads matching changes after `since`, calling `row` for each until it breaks or `limit`
-/// is reached. Returns the last sequence seen and the number of rows sent.
+/// is reached. Returns the last sequence seen and the number of rows sent. `row` gets the
+/// seq the row shows: with `seq_interval=N` only rows sent while the remaining limit is a
+/// multiple of N show theirs (others `null`), as CouchDB's fabric counts them.
 fn scan(
     db: &Database,
     o: &Opts,
     since: u64,
     limit: u64,
-    row: &mut dyn FnMut(u64, Vec<u8>) -> bool,
+    row: &mut dyn FnMut(Option<u64>, Vec<u8>) -> bool,
 ) -> ApiResult<(u64, u64)> {
     let mut last = since;
     let mut sent = 0u64;
@@ -275,9 +432,11 @@ fn scan(
                 }
             }
         }
+        let show = o
+            .seq_interval
+            .is_none_or(|n| (limit - sent).is_multiple_of(n));
         sent += 1;
-        let show = o.seq_interval.is_none_or(|n| sent.is_multiple_of(n));
-        if row(c.seq, render_change(db, &c, o, show)) {
+        if row(show.then_some(c.seq), render_change(db, &c, o, show)) {
             ControlFlow::Continue(())
         } else {
             ControlFlow::Break(())
@@ -306,11 +465,17 @@ fn normal_body(
 ) -> ApiResult<()> {
     out(b"{\"results\":[\n");
     let mut first = true;
-    let (mut last, _) = scan(db, o, since, o.limit.unwrap_or(u64::MAX), &mut |_, row| {
-        let ok = out(if first { b"" } else { b",\n" }) && out(&row);
-        first = false;
-        ok
-    })?;
+    let (mut last, _) = scan(
+        db,
+        o,
+        since,
+        o.limit.unwrap_or(DEFAULT_LIMIT),
+        &mut |_, row| {
+            let ok = out(if first { b"" } else { b",\n" }) && out(&row);
+            first = false;
+            ok
+        },
+    )?;
     if o.descending && first {
         last = db.update_seq();
     }
@@ -328,30 +493,55 @@ fn normal_body(
 }
 
 pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD,POST")?;
-    let body = if req.method == "POST" {
+    allow(&req.method, "GET,POST,HEAD")?;
+    let post = req.method == "POST";
+    let body = if post {
+        crate::req::require_json(&req.headers)?;
         let b = req.bytes().await?;
         if b.is_empty() {
             None
         } else {
-            Some(crate::req::parse_json(&b)?)
+            match crate::req::parse_json(&b)? {
+                v @ Value::Object(_) => Some(v),
+                _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
+            }
         }
     } else {
         None
     };
-    if body.as_ref().is_some_and(|b| b.get("selector").is_some()) {
-        return Err(ApiError::bad_request(
-            "selector filters are not supported by this Settee version",
-        ));
+    let changes_timeout =
+        Duration::from_millis(state.node.get_u64("chttpd", "changes_timeout", 60_000));
+    let mut o = Opts::parse(&req.params, changes_timeout)?;
+    // An EventSource reconnecting says where it stopped.
+    if req.params.get("feed") == Some("eventsource") {
+        if let Some(id) = req.header("last-event-id") {
+            o.since = parse_seq(id)?;
+        }
     }
-    let mut o = Opts::parse(&req.params, body.as_ref())?;
-    if req.params.get("filter") == Some("_view") {
-        let spec = req.params.get("view").map(str::to_owned);
-        let (st, d) = (state.clone(), db.clone());
-        let f = blocking(move || ViewFilter::load(&st, &d, spec.as_deref())).await?;
-        o.filter = Filter::View(f);
-        o.js_limits = state.views.limits();
-    }
+    o.filter = match filter_spec(&req.params, post, body.as_ref())? {
+        FilterSpec::None => Filter::None,
+        FilterSpec::DocIds(ids) => Filter::DocIds(ids),
+        FilterSpec::Design => Filter::Design,
+        FilterSpec::View(ddoc, view) => {
+            let (st, d) = (state.clone(), db.clone());
+            let f = blocking(move || ViewFilter::load(&st, &d, &ddoc, &view)).await?;
+            o.js_limits = state.views.limits();
+            Filter::View(f)
+        }
+        FilterSpec::Function(ddoc, name) => {
+            let d = db.clone();
+            blocking(move || design_member(&d, &ddoc, &["filters", name.as_str()])).await?;
+            return Err(ApiError::NotImplemented(
+                "filter functions are not supported by this Settee version".into(),
+            ));
+        }
+        FilterSpec::Selector => {
+            return Err(ApiError::NotImplemented(
+                "selector filters (Mango) are not supported by this Settee version".into(),
+            ))
+        }
+    };
+    o.feed = Feed::for_changes(&req.params)?;
     match o.feed {
         Feed::Normal => {
             let since = start_seq(&db, &o);
@@ -410,7 +600,7 @@ fn continuous(db: Arc<Database>, o: Opts) -> Response {
     tokio::spawn(async move {
         let mut seen_rx = db.watch_seq();
         let mut since = start_seq(&db, &o);
-        let mut left = o.limit.unwrap_or(u64::MAX);
+        let mut left = o.limit.unwrap_or(DEFAULT_LIMIT);
         let idle = o.heartbeat.unwrap_or(o.timeout);
         loop {
             let (db2, o2) = (db.clone(), o.clone());
@@ -428,11 +618,11 @@ fn continuous(db: Arc<Database>, o: Opts) -> Response {
             for (s, row) in rows {
                 left -= 1;
                 let chunk = if eventsource {
+                    // `id:` is the row's seq as JSON (quoted, or `null`), as CouchDB's.
+                    let id = s.map_or(Value::Null, seq);
                     let mut c = b"data: ".to_vec();
                     c.extend_from_slice(&row);
-                    c.extend_from_slice(
-                        format!("\nid: {}\n\n", settee_core::format_seq(s)).as_bytes(),
-                    );
+                    c.extend_from_slice(format!("\nid: {id}\n\n").as_bytes());
                     c
                 } else {
                     let mut c = row;
@@ -468,14 +658,21 @@ fn continuous(db: Arc<Database>, o: Opts) -> Response {
             let _ = tx.send(Bytes::from(tail)).await;
         }
     });
-    stream_async(
+    let mut resp = stream_async(
         if eventsource {
             "text/event-stream"
         } else {
             JSON
         },
         rx,
-    )
+    );
+    if eventsource {
+        resp.headers_mut().insert(
+            axum::http::header::CACHE_CONTROL,
+            axum::http::HeaderValue::from_static("no-cache"),
+        );
+    }
+    resp
 }
 
 // ---- _db_updates ------------------------------------------------------------------------
