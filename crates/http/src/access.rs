@@ -28,14 +28,27 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
     let read = matches!(method, "GET" | "HEAD");
     match endpoint {
         Endpoint::Root | Endpoint::Up | Endpoint::Uuids | Endpoint::Session => Anyone,
-        Endpoint::AllDbs | Endpoint::DbsInfo => {
+        Endpoint::AllDbs(_) | Endpoint::DbsInfo(_) => {
             if node.get_bool("chttpd", "admin_only_all_dbs", true) {
                 ServerAdmin
             } else {
                 Anyone
             }
         }
-        Endpoint::UnknownServer(_) => Anyone,
+        // CouchDB's chttpd_auth_request: `_`-paths need a server admin, except these
+        // exact paths (and Fauxton's files for reading).
+        Endpoint::Favicon | Endpoint::Replicate(false) => Anyone,
+        Endpoint::Utils(_) if read => Anyone,
+        Endpoint::UnknownServer(segs) if segs.len() == 1 && segs[0] == "_stats" => Anyone,
+        Endpoint::UnknownServer(_)
+        | Endpoint::Utils(_)
+        | Endpoint::Replicate(true)
+        | Endpoint::Scheduler(_)
+        | Endpoint::Reshard(_)
+        | Endpoint::ClusterSetup
+        | Endpoint::SearchAnalyze
+        | Endpoint::NouveauAnalyze
+        | Endpoint::ReloadQueryServers => ServerAdmin,
         Endpoint::DbUpdates | Endpoint::ActiveTasks | Endpoint::Membership | Endpoint::Node(..) => {
             ServerAdmin
         }

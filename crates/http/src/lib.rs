@@ -52,7 +52,8 @@ pub struct Inner {
     /// The live configuration (`/_node/_local/_config`).
     pub node: Arc<NodeConfig>,
     pub config: HttpConfig,
-    uuids: Mutex<handlers::server::UuidGen>,
+    /// The `[uuids]` generator; replaced when the configured algorithm changes.
+    uuids: Mutex<Option<settee_core::uuids::Generator>>,
     tasks: handlers::database::Tasks,
 }
 
@@ -79,7 +80,7 @@ impl AppState {
             auth: auth::Authenticator::default(),
             node,
             config,
-            uuids: Mutex::new(handlers::server::UuidGen::new()),
+            uuids: Mutex::new(None),
             tasks: Default::default(),
         }));
         state.apply_settings();
@@ -113,8 +114,39 @@ impl AppState {
         self.views.set_limits(limits, reduce_limit);
     }
 
+    /// `n` ids from `[uuids] algorithm` (`utc_id` takes `utc_id_suffix`). As CouchDB's
+    /// generator, it starts afresh when the setting changes; an unknown algorithm is a
+    /// 500 `unknown_uuid_algorithm`.
+    pub fn uuids(&self, n: usize) -> ApiResult<Vec<String>> {
+        use settee_core::uuids::{Algorithm, Generator};
+        let name = self.node.get_or("uuids", "algorithm", "random");
+        let suffix = self.node.get_or("uuids", "utc_id_suffix", "");
+        let algorithm = Algorithm::parse(&name, &suffix).map_err(|name| {
+            ApiError::Named(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown_uuid_algorithm".into(),
+                name,
+            )
+        })?;
+        let mut slot = self.uuids.lock().unwrap();
+        if slot.as_ref().map(Generator::algorithm) != Some(&algorithm) {
+            *slot = Some(Generator::new(algorithm));
+        }
+        let generator = slot.as_mut().expect("set above");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut entropy = |buf: &mut [u8]| rand::RngCore::fill_bytes(&mut rand::thread_rng(), buf);
+        Ok((0..n).map(|_| generator.next(&mut entropy, now)).collect())
+    }
+
+    /// One id for a new document. Where the configured algorithm is unknown (which
+    /// `/_uuids` reports), a random id is used rather than failing the write.
     pub fn next_uuid(&self) -> String {
-        self.uuids.lock().unwrap().next()
+        match self.uuids(1) {
+            Ok(mut ids) => ids.pop().expect("one id"),
+            Err(_) => hex::encode(rand::random::<[u8; 16]>()),
+        }
     }
 
     /// `[chttpd] max_http_request_size`, read live (the startup value is the default).
@@ -142,12 +174,20 @@ pub struct Req {
     /// In a mutex only so that `&Req` is `Send` across awaits.
     body: Mutex<Option<Body>>,
     limit: usize,
+    /// Milliseconds spent receiving the body (CouchDB's `X-CouchDB-Body-Time`).
+    body_time: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Req {
     pub async fn bytes(&mut self) -> ApiResult<bytes::Bytes> {
         let body = self.body.get_mut().unwrap().take().unwrap_or_default();
-        req::body_bytes(body, self.limit).await
+        let started = std::time::Instant::now();
+        let read = req::body_bytes(body, self.limit).await;
+        self.body_time.store(
+            started.elapsed().as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        read
     }
 
     /// The body parsed as JSON (`bad_request` / `invalid UTF-8 JSON` otherwise).
@@ -188,6 +228,7 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
             .is_some_and(|v| v != "0");
     let challenge = auth::challenge(&parts.headers, &state.node);
     let mut set_cookie = None;
+    let body_time = Arc::new(std::sync::atomic::AtomicU64::new(0));
     // CORS: settings are read per request; a preflight is answered before authentication.
     let cors = cors::ForRequest::new(&state.node, &parts.headers);
     let preflight = cors
@@ -196,7 +237,8 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let mut resp = match preflight {
         Some(resp) => resp,
         None => {
-            let mut resp = match route(state, parts, body, &peer, &mut set_cookie).await {
+            let routed = route(state, parts, body, &peer, &mut set_cookie, &body_time).await;
+            let mut resp = match routed {
                 Ok(r) => r,
                 Err(e) => {
                     let mut resp = reply::err_to_response(e);
@@ -224,11 +266,15 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
         h.append(axum::http::header::SET_COOKIE, c);
     }
     h.insert("server", HeaderValue::from_static(SERVER_HEADER));
-    let id = format!("{:010x}", rand::random::<u64>() & 0xff_ffff_ffff);
+    // As CouchDB's chttpd: a fresh 5-byte nonce per request (a client-sent
+    // X-Couch-Request-ID is not echoed), and the body's receive time.
+    let id = hex::encode(rand::random::<[u8; 5]>());
     h.insert(
         "x-couch-request-id",
         HeaderValue::from_str(&id).expect("hex"),
     );
+    let ms = body_time.load(std::sync::atomic::Ordering::Relaxed);
+    h.insert("x-couchdb-body-time", HeaderValue::from(ms));
     resp
 }
 
@@ -238,6 +284,7 @@ async fn route(
     body: Body,
     peer: &str,
     set_cookie: &mut Option<String>,
+    body_time: &Arc<std::sync::atomic::AtomicU64>,
 ) -> ApiResult<Response> {
     let endpoint = router::parse(parts.uri.path())?;
     let creds = auth::Credentials {
@@ -256,6 +303,7 @@ async fn route(
         peer: peer.to_string(),
         body: Mutex::new(Some(body)),
         limit: state.max_http_request_size(),
+        body_time: body_time.clone(),
     };
     access::authorize(&state, &endpoint, &req)?;
     router::dispatch(state, endpoint, req).await

@@ -3,7 +3,9 @@
 //! dispatched by one exhaustive `match`.
 
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{all_docs, attachments, bulk, changes, database, doc, node, server, views};
+use crate::handlers::{
+    all_docs, attachments, bulk, changes, database, doc, node, server, unavailable, views,
+};
 use crate::{AppState, Req};
 use axum::response::Response;
 use percent_encoding::percent_decode_str;
@@ -13,8 +15,10 @@ pub enum Endpoint {
     Root,
     Up,
     Uuids,
-    AllDbs,
-    DbsInfo,
+    /// `/_all_dbs`; `true` when more path segments follow.
+    AllDbs(bool),
+    /// `/_dbs_info`; `true` when more path segments follow.
+    DbsInfo(bool),
     DbUpdates,
     ActiveTasks,
     Session,
@@ -30,7 +34,23 @@ pub enum Endpoint {
     LocalAttachment(String),
     /// Attachments and design-document functions are later work; answered with 501.
     DbUnimplemented(String, &'static str),
-    UnknownServer(String),
+    /// `/favicon.ico`
+    Favicon,
+    /// `/_utils` (Fauxton); `true` for a file path below it.
+    Utils(bool),
+    /// `/_replicate`; `true` when more path segments follow.
+    Replicate(bool),
+    /// `/_scheduler/…` (the segments after `_scheduler`).
+    Scheduler(Vec<String>),
+    /// `/_reshard/…` (the segments after `_reshard`).
+    Reshard(Vec<String>),
+    ClusterSetup,
+    SearchAnalyze,
+    NouveauAnalyze,
+    ReloadQueryServers,
+    /// Any other `/_…` path: CouchDB takes it for a database name (`/_config`, `/_stats`,
+    /// `/_restart`, … were removed in 2.0 and 3.0); the path's segments.
+    UnknownServer(Vec<String>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +97,9 @@ pub enum NodeOp {
     Section(String),
     /// `_config/{section}/{key}`
     Key(String, String),
-    /// Node statistics and restarts: later work (501).
-    Unimplemented(&'static str),
+    /// Node statistics, versions, restarts: later work (501 for the `method` CouchDB
+    /// serves, 405 for others).
+    Unimplemented(&'static str, &'static str),
     Missing,
 }
 
@@ -93,42 +114,83 @@ fn decode(seg: &str) -> ApiResult<String> {
 
 pub fn parse(path: &str) -> ApiResult<Endpoint> {
     let raw: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if raw[0] == "_utils" {
+        // CouchDB tells `/_utils` (redirected) from `/_utils/…` (Fauxton's files) by the
+        // raw path.
+        return Ok(Endpoint::Utils(raw.len() > 1));
+    }
+    if is_server_path(raw[0]) {
+        // CouchDB splits server paths at `/` dropping empty segments (`/_utils/` is
+        // `/_utils`); database paths keep them, as attachment names may hold `//`.
+        let segs = raw
+            .iter()
+            .filter(|s| !s.is_empty())
+            .map(|s| decode(s))
+            .collect::<ApiResult<Vec<String>>>()?;
+        return Ok(parse_server(
+            &segs.iter().map(String::as_str).collect::<Vec<_>>(),
+        ));
+    }
     let segs = raw
         .iter()
         .map(|s| decode(s))
         .collect::<ApiResult<Vec<String>>>()?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     Ok(match segs.as_slice() {
-        [""] => Endpoint::Root,
-        ["_up"] => Endpoint::Up,
-        ["_uuids"] => Endpoint::Uuids,
-        ["_all_dbs"] => Endpoint::AllDbs,
-        ["_dbs_info"] => Endpoint::DbsInfo,
-        ["_db_updates"] => Endpoint::DbUpdates,
-        ["_active_tasks"] => Endpoint::ActiveTasks,
-        ["_session"] => Endpoint::Session,
-        ["_membership"] => Endpoint::Membership,
-        ["_node"] | ["_node", ""] => Endpoint::Node(String::new(), NodeOp::Incomplete),
-        ["_node", node, rest @ ..] => Endpoint::Node(node.to_string(), parse_node(rest)),
-        [s, ..] if s.starts_with('_') && !SYSTEM_DBS.contains(s) => {
-            Endpoint::UnknownServer(s.to_string())
-        }
         [db] | [db, ""] => Endpoint::Db(db.to_string()),
         [db, rest @ ..] => parse_in_db(db, rest),
         [] => Endpoint::Root,
     })
 }
 
+/// Whether a path's first (raw) segment names a server resource rather than a database.
+fn is_server_path(first: &str) -> bool {
+    let first = percent_decode_str(first).decode_utf8_lossy();
+    first.is_empty()
+        || first == "favicon.ico"
+        || (first.starts_with('_') && !SYSTEM_DBS.contains(&first.as_ref()))
+}
+
+fn parse_server(segs: &[&str]) -> Endpoint {
+    let owned = |rest: &[&str]| rest.iter().map(|s| s.to_string()).collect();
+    match segs {
+        [] => Endpoint::Root,
+        ["favicon.ico", ..] => Endpoint::Favicon,
+        ["_up"] => Endpoint::Up,
+        ["_uuids"] => Endpoint::Uuids,
+        ["_all_dbs", rest @ ..] => Endpoint::AllDbs(!rest.is_empty()),
+        ["_dbs_info", rest @ ..] => Endpoint::DbsInfo(!rest.is_empty()),
+        ["_db_updates"] => Endpoint::DbUpdates,
+        ["_active_tasks"] => Endpoint::ActiveTasks,
+        ["_session"] => Endpoint::Session,
+        ["_membership"] => Endpoint::Membership,
+        ["_node"] => Endpoint::Node(String::new(), NodeOp::Incomplete),
+        ["_node", node, rest @ ..] => Endpoint::Node(node.to_string(), parse_node(rest)),
+        ["_replicate", rest @ ..] => Endpoint::Replicate(!rest.is_empty()),
+        ["_scheduler", rest @ ..] => Endpoint::Scheduler(owned(rest)),
+        ["_reshard", rest @ ..] => Endpoint::Reshard(owned(rest)),
+        ["_cluster_setup", ..] => Endpoint::ClusterSetup,
+        ["_search_analyze", ..] => Endpoint::SearchAnalyze,
+        ["_nouveau_analyze", ..] => Endpoint::NouveauAnalyze,
+        ["_reload_query_servers", ..] => Endpoint::ReloadQueryServers,
+        other => Endpoint::UnknownServer(owned(other)),
+    }
+}
+
 fn parse_node(rest: &[&str]) -> NodeOp {
+    use NodeOp::Unimplemented as U;
     match rest {
-        [] | [""] => NodeOp::Info,
+        [] => NodeOp::Info,
         ["_config"] => NodeOp::Config,
         ["_config", "_reload"] => NodeOp::Reload,
         ["_config", section] => NodeOp::Section(section.to_string()),
         ["_config", section, key] => NodeOp::Key(section.to_string(), key.to_string()),
-        ["_stats", ..] | ["_system"] | ["_prometheus"] => NodeOp::Unimplemented("node statistics"),
-        ["_versions"] => NodeOp::Unimplemented("_versions"),
-        ["_restart"] => NodeOp::Unimplemented("_restart"),
+        ["_stats", ..] => U("node statistics", "GET"),
+        ["_system"] => U("node statistics", "GET"),
+        ["_prometheus"] => U("node statistics", "GET"),
+        ["_versions"] => U("_versions", "GET"),
+        ["_smoosh", "status"] => U("compaction scheduling (_smoosh)", "GET"),
+        ["_restart"] => U("_restart", "POST"),
         _ => NodeOp::Missing,
     }
 }
@@ -183,8 +245,8 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Root => server::root(&state, &req),
         Endpoint::Up => server::up(&req),
         Endpoint::Uuids => server::uuids(&state, &req),
-        Endpoint::AllDbs => server::all_dbs(&state, &req),
-        Endpoint::DbsInfo => server::dbs_info(&state, req).await,
+        Endpoint::AllDbs(extra) => server::all_dbs(&state, &req, extra),
+        Endpoint::DbsInfo(extra) => server::dbs_info(&state, req, extra).await,
         Endpoint::DbUpdates => changes::db_updates(&state, req).await,
         Endpoint::ActiveTasks => server::active_tasks(&state, &req),
         Endpoint::Session => server::session(&state, req).await,
@@ -237,10 +299,16 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),
-        Endpoint::UnknownServer(name) => {
-            settee_core::validate_db_name(&name)?;
-            Err(ApiError::NotFound("Database does not exist.".into()))
-        }
+        Endpoint::Favicon => unavailable::favicon(&req),
+        Endpoint::Utils(file) => unavailable::utils(&req, file),
+        Endpoint::Replicate(extra) => unavailable::replicate(req, extra).await,
+        Endpoint::Scheduler(rest) => unavailable::scheduler(&req, &rest),
+        Endpoint::Reshard(rest) => unavailable::reshard(&req, &rest),
+        Endpoint::ClusterSetup => unavailable::cluster_setup(req).await,
+        Endpoint::SearchAnalyze => unavailable::search_analyze(req).await,
+        Endpoint::NouveauAnalyze => unavailable::nouveau_analyze(&req),
+        Endpoint::ReloadQueryServers => unavailable::reload_query_servers(&req),
+        Endpoint::UnknownServer(segs) => unavailable::unknown(&req, &segs),
     }
 }
 
@@ -284,10 +352,36 @@ mod tests {
             parse("/db/_design/d/_show/x").unwrap(),
             Endpoint::DbUnimplemented(..)
         ));
-        assert!(matches!(
+        assert_eq!(
             parse("/_foo").unwrap(),
-            Endpoint::UnknownServer(_)
-        ));
+            Endpoint::UnknownServer(vec!["_foo".into()])
+        );
+        assert_eq!(
+            parse("/_config/a/").unwrap(),
+            Endpoint::UnknownServer(vec!["_config".into(), "a".into()])
+        );
+        assert_eq!(parse("/_all_dbs/").unwrap(), Endpoint::AllDbs(false));
+        assert_eq!(parse("/_all_dbs/x").unwrap(), Endpoint::AllDbs(true));
+        assert_eq!(parse("/_utils").unwrap(), Endpoint::Utils(false));
+        assert_eq!(parse("/_utils/").unwrap(), Endpoint::Utils(true));
+        assert_eq!(parse("/_utils/index.html").unwrap(), Endpoint::Utils(true));
+        assert_eq!(
+            parse("/_scheduler/docs/_replicator").unwrap(),
+            Endpoint::Scheduler(vec!["docs".into(), "_replicator".into()])
+        );
+        assert_eq!(
+            parse("/_node/_local/_config/").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::Config)
+        );
+        assert_eq!(
+            parse("/_node/_local/_restart").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::Unimplemented("_restart", "POST"))
+        );
+        assert_eq!(parse("/favicon.ico").unwrap(), Endpoint::Favicon);
+        assert_eq!(
+            parse("/_replicator/_all_docs").unwrap(),
+            Endpoint::DbOp("_replicator".into(), DbOp::AllDocs)
+        );
         assert_eq!(
             parse("/_node/_local/_config/a%2Fb/k").unwrap(),
             Endpoint::Node("_local".into(), NodeOp::Key("a/b".into(), "k".into()))

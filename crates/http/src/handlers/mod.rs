@@ -8,6 +8,7 @@ pub mod database;
 pub mod doc;
 pub mod node;
 pub mod server;
+pub mod unavailable;
 pub mod views;
 
 use crate::error::{ApiError, ApiResult};

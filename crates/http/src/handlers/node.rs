@@ -32,8 +32,8 @@ const BLACKLISTED_SECTIONS: &[&str] = &[
 pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResult<Response> {
     match op {
         NodeOp::Incomplete => Err(ApiError::bad_request("Incomplete path to _node request")),
+        // CouchDB answers `/_node/_local` whatever the method.
         NodeOp::Info => {
-            allow(&req.method, "GET")?;
             check_node(node)?;
             Ok(json(StatusCode::OK, &json!({ "name": NODE_NAME })))
         }
@@ -56,9 +56,13 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
         }
         NodeOp::Key(section, key) => config_key(state, node, &section, &key, req).await,
         NodeOp::Missing => Err(ApiError::NotFound("missing".into())),
-        NodeOp::Unimplemented(what) => Err(ApiError::NotImplemented(format!(
-            "{what} is not supported by this Settee version"
-        ))),
+        NodeOp::Unimplemented(what, method) => {
+            allow(&req.method, method)?;
+            check_node(node)?;
+            Err(ApiError::NotImplemented(format!(
+                "{what} is not supported by this Settee version"
+            )))
+        }
     }
 }
 
@@ -104,7 +108,7 @@ async fn config_key(
             check_writable(section)?;
             let value = match req.json().await? {
                 Value::String(s) => s.trim().to_string(),
-                _ => return Err(ApiError::bad_request("Config values must be strings")),
+                _ => return Err(ApiError::bad_request("a JSON string expected")),
             };
             let value = if section == "admins" {
                 hash_admin_password(state, &value)

@@ -6,24 +6,33 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::database::db_info_json;
 use crate::reply::json;
 use crate::{AppState, Req};
-use axum::http::{Method, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
-use rand::Rng;
 use serde_json::{json, Value};
 use settee_auth::cookie::CookieOptions;
 
+/// What `GET /` lists under `features`: only what Settee really provides (CouchDB's
+/// `config:features()`). JavaScript runs on QuickJS (CouchDB 3.4+ advertises `quickjs`
+/// when that engine is available). Not listed: `access-ready` (per-document `_access`),
+/// `partitioned`, `pluggable-storage-engines`, `reshard`, `scheduler` (the replicator),
+/// `search`, `nouveau`.
+pub const FEATURES: &[&str] = &["quickjs"];
+
 pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    Ok(json(
-        StatusCode::OK,
-        &json!({
-            "couchdb": "Welcome",
-            "version": "3.5.2",
-            "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
-            "features": [],
-            "vendor": {"name": "Settee", "version": env!("CARGO_PKG_VERSION")},
-        }),
-    ))
+    let mut body = json!({
+        "couchdb": "Welcome",
+        "version": "3.5.2",
+        "git_sha": env!("SETTEE_GIT_SHA"),
+        "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
+        "features": FEATURES,
+    });
+    // As CouchDB: the `[vendor]` section, when it has any keys.
+    let vendor = state.node.section("vendor");
+    if !vendor.is_empty() {
+        body["vendor"] = json!(vendor);
+    }
+    Ok(json(StatusCode::OK, &body))
 }
 
 pub fn up(req: &Req) -> ApiResult<Response> {
@@ -31,66 +40,103 @@ pub fn up(req: &Req) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &json!({"status": "ok", "seeds": {}})))
 }
 
-/// CouchDB's default `sequential` uuid algorithm: a random 26-hex prefix and a 6-hex
-/// suffix that grows by random steps, so ids from one server sort roughly by time.
-pub struct UuidGen {
-    prefix: String,
-    suffix: u32,
-}
-
-impl UuidGen {
-    pub fn new() -> UuidGen {
-        UuidGen {
-            prefix: new_prefix(),
-            suffix: rand::thread_rng().gen_range(0..0x1000),
-        }
+/// An integer as Erlang's `list_to_integer/1` reads it (optional sign, decimal digits),
+/// saturating instead of growing a bignum; `None` where Erlang raises `badarg`.
+fn erlang_integer(s: &str) -> Option<i128> {
+    let (neg, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-
-    pub fn next(&mut self) -> String {
-        self.suffix += rand::thread_rng().gen_range(1..0xffe);
-        if self.suffix >= 0xfff000 {
-            self.prefix = new_prefix();
-            self.suffix = rand::thread_rng().gen_range(0..0x1000);
-        }
-        format!("{}{:06x}", self.prefix, self.suffix)
-    }
+    let n = digits.bytes().fold(0i128, |n, d| {
+        n.saturating_mul(10).saturating_add((d - b'0') as i128)
+    });
+    Some(if neg { -n } else { n })
 }
 
-fn new_prefix() -> String {
-    let bytes: [u8; 13] = rand::random();
-    hex::encode(bytes)
-}
-
+/// `GET /_uuids?count=N`, with the cache-busting headers CouchDB sends.
 pub fn uuids(state: &AppState, req: &Req) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD")?;
-    let count = req.params.uint("count")?.unwrap_or(1);
+    allow(&req.method, "GET")?;
     let max = state
         .node
         .get_u64("uuids", "max_count", state.config.max_uuid_count as u64);
-    if count > max {
-        return Err(ApiError::bad_request(format!(
-            "count parameter too large (max {max})"
-        )));
-    }
-    let ids: Vec<String> = (0..count).map(|_| state.next_uuid()).collect();
-    Ok(json(StatusCode::OK, &json!({"uuids": ids})))
+    let positive = || ApiError::bad_request("count must be a positive integer");
+    let count = match req.params.get("count") {
+        None => 1,
+        Some(v) => match erlang_integer(v).ok_or_else(positive)? {
+            n if n > max as i128 => return Err(ApiError::bad_request("count parameter too large")),
+            n if n < 0 => return Err(positive()),
+            n => n as usize,
+        },
+    };
+    let ids = state.uuids(count)?;
+    let etag = settee_core::uuids::etag_of_strings(&ids);
+    let mut resp = if crate::req::etag_matches(&req.headers, &etag) {
+        let mut r = Response::new(axum::body::Body::empty());
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        let mut r = json(StatusCode::OK, &json!({ "uuids": ids }));
+        let h = r.headers_mut();
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert(
+            header::EXPIRES,
+            HeaderValue::from_static("Mon, 01 Jan 1990 00:00:00 GMT"),
+        );
+        h.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+        r
+    };
+    resp.headers_mut()
+        .insert(header::ETAG, HeaderValue::from_str(&etag).expect("ascii"));
+    Ok(resp)
 }
 
-/// Applies `startkey`/`endkey`/`descending`/`skip`/`limit` to a sorted list of names.
-fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
-    let p = &req.params;
-    let str_param = |ks: &[&str]| -> ApiResult<Option<String>> {
-        match p.json_any(ks)? {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(ApiError::QueryParse(format!(
-                "`{}` must be a string",
-                ks[0]
-            ))),
+/// A `startkey`/`endkey` bound for database names. CouchDB lists the shards database's
+/// `_all_docs`, whose keys compare as Erlang terms: every non-string JSON value sorts
+/// before every name, and names compare by bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NameKey {
+    NonString,
+    Name(String),
+}
+
+impl NameKey {
+    fn of(v: Value) -> NameKey {
+        match v {
+            Value::String(s) => NameKey::Name(s),
+            _ => NameKey::NonString,
         }
+    }
+
+    fn cmp_name(&self, name: &str) -> std::cmp::Ordering {
+        match self {
+            NameKey::NonString => std::cmp::Ordering::Less,
+            NameKey::Name(k) => k.as_str().cmp(name),
+        }
+    }
+}
+
+/// Applies `startkey`/`endkey` (or `key`), `inclusive_end`, `descending`, `skip` and
+/// `limit` to the sorted list of names, as CouchDB's `_all_docs` over the shards database.
+fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
+    use std::cmp::Ordering::{Greater, Less};
+    let p = &req.params;
+    if p.get("keys").is_some() {
+        return Err(ApiError::bad_request(
+            "`keys` is not supported by /_all_dbs and /_dbs_info in this Settee version",
+        ));
+    }
+    let key = p.json("key")?.map(NameKey::of);
+    let start = p.json_any(&["startkey", "start_key"])?.map(NameKey::of);
+    let end = p.json_any(&["endkey", "end_key"])?.map(NameKey::of);
+    // `key=K` is `startkey=K&endkey=K`, as in CouchDB's view parameters.
+    let (start, end) = match key {
+        Some(k) => (Some(k.clone()), Some(k)),
+        None => (start, end),
     };
-    let start = str_param(&["startkey", "start_key"])?;
-    let end = str_param(&["endkey", "end_key"])?;
     let descending = p.flag("descending")?;
     let inclusive_end = p.bool("inclusive_end")?.unwrap_or(true);
     let skip = p.uint("skip")?.unwrap_or(0) as usize;
@@ -99,74 +145,79 @@ fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
     if descending {
         names.reverse();
     }
-    let after_start = |n: &String| match &start {
-        None => true,
-        Some(s) if descending => n <= s,
-        Some(s) => n >= s,
-    };
-    let before_end = |n: &String| match &end {
-        None => true,
-        Some(e) if descending => {
-            if inclusive_end {
-                n >= e
-            } else {
-                n > e
-            }
-        }
-        Some(e) => {
-            if inclusive_end {
-                n <= e
-            } else {
-                n < e
-            }
-        }
+    // Ordering of the bound relative to a name, in scan direction.
+    let dir = |o: std::cmp::Ordering| if descending { o.reverse() } else { o };
+    let after_start = |n: &String| start.as_ref().is_none_or(|s| dir(s.cmp_name(n)) != Greater);
+    let before_end = |n: &String| {
+        end.as_ref().is_none_or(|e| match dir(e.cmp_name(n)) {
+            Less => false,
+            std::cmp::Ordering::Equal => inclusive_end,
+            Greater => true,
+        })
     };
     Ok(names
         .into_iter()
-        .filter(after_start)
+        .skip_while(|n| !after_start(n))
         .take_while(before_end)
         .skip(skip)
         .take(limit)
         .collect())
 }
 
-pub fn all_dbs(state: &AppState, req: &Req) -> ApiResult<Response> {
+/// CouchDB serves `/_all_dbs/…` with the `/_all_dbs` handler, which then fails on its
+/// first row (after starting a `200` response) because the path is not `/_all_dbs`; the
+/// nearest well-formed answer is the `not_found` CouchDB gives unknown sub-paths.
+fn no_sub_path(extra: bool) -> ApiResult<()> {
+    if extra {
+        return Err(ApiError::NotFound("missing".into()));
+    }
+    Ok(())
+}
+
+pub fn all_dbs(state: &AppState, req: &Req, extra: bool) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
+    no_sub_path(extra)?;
     let names = select_names(req, state.couch.names())?;
     Ok(json(StatusCode::OK, &json!(names)))
 }
 
-pub async fn dbs_info(state: &AppState, mut req: Req) -> ApiResult<Response> {
+pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
-    let names = if req.method == Method::POST {
+    let names: Vec<Value> = if req.method == Method::POST {
         crate::req::require_json(&req.headers)?;
         let body = req.json().await?;
-        let keys = body
-            .get("keys")
-            .and_then(Value::as_array)
-            .ok_or_else(|| ApiError::bad_request("`keys` member must exist."))?;
-        if keys.len() > 100 {
-            return Err(ApiError::bad_request(
-                "`keys` member must be less than or equal to 100",
-            ));
+        let Value::Object(body) = body else {
+            return Err(ApiError::bad_request("Request body must be a JSON object"));
+        };
+        let keys = match body.get("keys") {
+            None => return Err(ApiError::bad_request("`keys` member must exist.")),
+            Some(Value::Array(keys)) => keys.clone(),
+            Some(_) => return Err(ApiError::bad_request("`keys` member must be an array.")),
+        };
+        let max = state
+            .node
+            .get_u64("chttpd", "max_db_number_for_dbs_info_req", 100);
+        if keys.len() as u64 > max {
+            return Err(ApiError::bad_request("too_many_keys"));
         }
-        keys.iter()
-            .map(|k| {
-                k.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| ApiError::bad_request("`keys` must be strings"))
-            })
-            .collect::<ApiResult<Vec<String>>>()?
+        keys
     } else {
+        no_sub_path(extra)?;
         select_names(&req, state.couch.names())?
+            .into_iter()
+            .map(Value::String)
+            .collect()
     };
     let state = state.clone();
     let out = blocking(move || {
         Ok(names
             .into_iter()
-            .map(|name| match state.couch.get(&name) {
-                Ok(db) => json!({"key": name, "info": db_info_json(&state, &db)}),
-                Err(_) => json!({"key": name, "error": "not_found"}),
+            .map(|key| {
+                let db = key.as_str().and_then(|name| state.couch.get(name).ok());
+                match db {
+                    Some(db) => json!({"key": key, "info": db_info_json(&state, &db)}),
+                    None => json!({"key": key, "error": "not_found"}),
+                }
             })
             .collect::<Vec<Value>>())
     })

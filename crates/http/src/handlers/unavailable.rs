@@ -1,0 +1,213 @@
+//! Server routes CouchDB 3.5 serves whose features Settee does not have (Fauxton, the
+//! replicator and its scheduler, resharding, cluster setup, full-text search), and paths
+//! CouchDB takes for database names (`/_config`, `/_stats`, … removed in 2.0/3.0).
+//!
+//! Each route keeps CouchDB's grammar — its methods (405 with `Allow`), content-type and
+//! parameter checks, and its answers for unknown sub-paths — and then answers the way
+//! CouchDB does when that feature is unavailable where such an answer exists (no Fauxton
+//! files: 404 `Not found.`; Nouveau disabled: 404 `missing`), else `501 not_implemented`.
+
+use super::allow;
+use crate::error::{ApiError, ApiResult};
+use crate::reply::{json, ok_true};
+use crate::Req;
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Value};
+
+fn absent(what: &str) -> ApiError {
+    ApiError::NotImplemented(format!("{what} is not supported by this Settee version"))
+}
+
+/// What mochiweb's `serve_file` answers for a file the document root lacks.
+fn file_not_found(cache_control: &'static str) -> Response {
+    let mut resp = Response::new(Body::from("Not found."));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
+    resp
+}
+
+/// `/favicon.ico`: CouchDB serves it from Fauxton's files, which Settee does not ship.
+pub fn favicon(req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD")?;
+    Ok(file_not_found("public, max-age=31536000"))
+}
+
+/// `/_utils` redirects to `/_utils/`; files below it are Fauxton's, which Settee does not
+/// ship (as a CouchDB built without Fauxton).
+pub fn utils(req: &Req, file: bool) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD")?;
+    if file {
+        return Ok(file_not_found("private, must-revalidate"));
+    }
+    let host = req.header("host").unwrap_or("localhost");
+    let location = format!("http://{host}{}/", req.uri.path());
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(resp)
+}
+
+/// Whether the request carries a body at all (`Content-Length` or chunked).
+fn has_body(req: &Req) -> bool {
+    req.header("content-length").is_some() || req.header("transfer-encoding").is_some()
+}
+
+/// `POST /_replicate`. CouchDB reads the body of `/_replicate` as a JSON object before
+/// anything else (its "possibly_hack" of local endpoints), so a request without one fails
+/// that way whatever its method.
+pub async fn replicate(mut req: Req, extra: bool) -> ApiResult<Response> {
+    if !extra {
+        if !has_body(&req) {
+            return Err(ApiError::bad_request("Missing request body"));
+        }
+        if !req.json().await?.is_object() {
+            return Err(ApiError::bad_request("Request body must be a JSON object"));
+        }
+    }
+    allow(&req.method, "POST")?;
+    crate::req::require_json(&req.headers)?;
+    Err(absent("replication"))
+}
+
+/// `/_scheduler/jobs[/{id}]`, `/_scheduler/docs[/{db…}[/{docid}]]`.
+pub fn scheduler(req: &Req, rest: &[String]) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD")?;
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let replicator = |db: &str| db == "_replicator" || db.ends_with("/_replicator");
+    match rest.as_slice() {
+        ["jobs"] | ["jobs", _] | ["docs"] => {}
+        ["docs", db] | ["docs", db, _] if replicator(db) => {}
+        ["docs", path @ ..] => {
+            // Unencoded database paths: `a/b/_replicator[/docid]`.
+            let at = path.iter().position(|p| *p == "_replicator");
+            if !matches!(at, Some(i) if path.len() >= 2 && path.len() - i <= 2) {
+                return Err(ApiError::BadRequest(String::new()));
+            }
+        }
+        _ => return Ok(json(StatusCode::NOT_FOUND, &json!({"error": "not found"}))),
+    }
+    Err(absent("the replication scheduler"))
+}
+
+/// `/_reshard`, `/_reshard/state`, `/_reshard/jobs[/{id}[/state]]`.
+pub fn reshard(req: &Req, rest: &[String]) -> ApiResult<Response> {
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let methods = match rest.as_slice() {
+        [] => "GET,HEAD",
+        ["state"] | ["jobs", _, "state"] => "GET,HEAD,PUT",
+        ["jobs"] => "GET,HEAD,POST",
+        ["jobs", _] => "GET,HEAD,DELETE",
+        _ => return Err(ApiError::NotFound("missing".into())),
+    };
+    allow(&req.method, methods)?;
+    if matches!(req.method.as_str(), "PUT" | "POST") {
+        crate::req::require_json(&req.headers)?;
+    }
+    Err(absent("resharding"))
+}
+
+/// `/_cluster_setup`: Settee is one node, set up when it first starts (an admin exists,
+/// `_users` is created at startup), so its state is `single_node_enabled`; the actions
+/// that configure clustering are not supported.
+pub async fn cluster_setup(mut req: Req) -> ApiResult<Response> {
+    match req.method.as_str() {
+        "GET" | "HEAD" => {
+            if let Some(dbs) = req.params.get("ensure_dbs_exist") {
+                crate::req::parse_json(dbs.as_bytes())?;
+            }
+            Ok(json(
+                StatusCode::OK,
+                &json!({"state": "single_node_enabled"}),
+            ))
+        }
+        "POST" => {
+            crate::req::require_json(&req.headers)?;
+            let body = req.bytes().await?;
+            let Ok(Value::Object(setup)) = serde_json::from_slice::<Value>(&body) else {
+                return Err(ApiError::bad_request("Missing JSON body'"));
+            };
+            const ACTIONS: &[&str] = &[
+                "enable_cluster",
+                "finish_cluster",
+                "enable_single_node",
+                "add_node",
+                "remove_node",
+                "receive_cookie",
+            ];
+            match setup.get("action").and_then(Value::as_str) {
+                Some(a) if ACTIONS.contains(&a) => Err(absent("cluster setup")),
+                _ => Err(ApiError::bad_request("Invalid Action'")),
+            }
+        }
+        _ => Err(ApiError::MethodNotAllowed("GET,POST")),
+    }
+}
+
+/// `/_search_analyze` (Clouseau full-text search): parameters checked as CouchDB does.
+pub async fn search_analyze(mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "GET,POST")?;
+    let (analyzer, text) = if req.method == "POST" {
+        crate::req::require_json(&req.headers)?;
+        let Value::Object(mut body) = req.json().await? else {
+            return Err(ApiError::bad_request("Request body must be a JSON object"));
+        };
+        (body.remove("analyzer"), body.remove("text"))
+    } else {
+        let p = |k| req.params.get(k).map(|v| Value::String(v.to_string()));
+        (p("analyzer"), p("text"))
+    };
+    match analyzer {
+        None => return Err(ApiError::bad_request("analyzer parameter is mandatory")),
+        Some(Value::String(_)) => {}
+        Some(Value::Object(o)) if !o.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "analyzer parameter must be a string or an object",
+            ))
+        }
+    }
+    match text {
+        None => Err(ApiError::bad_request("text parameter is mandatory")),
+        Some(Value::String(_)) => Err(absent("full-text search")),
+        Some(_) => Err(ApiError::bad_request("text parameter must be a string")),
+    }
+}
+
+/// `/_nouveau_analyze`: CouchDB answers 404 while Nouveau is disabled, as it is here.
+pub fn nouveau_analyze(req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    Err(ApiError::NotFound("missing".into()))
+}
+
+/// `POST /_reload_query_servers`: CouchDB restarts its JavaScript processes. Settee's
+/// sandboxes hold no state between design-document versions, so there is nothing to drop.
+pub fn reload_query_servers(req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    crate::req::require_json(&req.headers)?;
+    Ok(ok_true(StatusCode::OK))
+}
+
+/// Any other `/_…` path is a database name to CouchDB, and never an existing one.
+pub fn unknown(req: &Req, segs: &[String]) -> ApiResult<Response> {
+    if let [name] = segs {
+        match req.method.as_str() {
+            "PUT" => settee_core::validate_db_name(name)?,
+            "DELETE" if req.params.get("rev").is_some() => {
+                return Err(ApiError::bad_request(
+                    "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a document instead?",
+                ))
+            }
+            _ => {}
+        }
+    }
+    Err(ApiError::Db(settee_db::Error::DbNotFound))
+}
