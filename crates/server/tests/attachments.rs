@@ -341,8 +341,9 @@ fn compressible_types_are_stored_gzipped() {
         &[("accept-encoding", "gzip")],
     );
     assert_eq!(r.body.len() as u64, encoded, "sent as stored");
+    // CouchDB serves ranges of identity-encoded attachments only: this one whole
     let r = s.req_with("GET", "/db/d/t.txt", None, &[("range", "bytes=4-8")], true);
-    assert_eq!((r.status, r.text.as_str()), (206, "work "));
+    assert_eq!((r.status, r.text == text), (200, true));
     let inline = s.get("/db/d?attachments=true").json();
     assert_eq!(inline["_attachments"]["t.txt"]["data"], data);
     // streamed uploads too

@@ -80,7 +80,18 @@ struct ContentWriter {
 
 enum Sink {
     Plain(settee_db::AttWriter),
-    Gzip(flate2::write::GzEncoder<settee_db::AttWriter>),
+    /// A zlib stream with a gzip wrapper (see [`gzip_stream`]).
+    Gzip(flate2::write::ZlibEncoder<settee_db::AttWriter>),
+}
+
+/// The compressor CouchDB stores attachments with: zlib (flate2's system-zlib backend)
+/// set up as `couch_stream` does, `deflateInit2(level, Z_DEFLATED, 16 + 15, 8,
+/// Z_DEFAULT_STRATEGY)`, so that zlib writes the gzip header itself (mtime 0, its OS
+/// byte) and the stored bytes, and therefore the `digest` (md5 of the stored bytes), are
+/// the ones CouchDB reports for the same upload.
+fn gzip_stream<W: std::io::Write>(w: W, level: u32) -> flate2::write::ZlibEncoder<W> {
+    let compress = flate2::Compress::new_gzip(flate2::Compression::new(level), 15);
+    flate2::write::ZlibEncoder::new_with_compress(w, compress)
 }
 
 /// Contents stored from the parts of a `multipart/related` upload, by attachment name.
@@ -97,10 +108,7 @@ impl ContentWriter {
     fn new(db: &Database, limit: u64, gzip_level: Option<u32>) -> ContentWriter {
         let w = db.attachment_writer(u64::MAX);
         let sink = match gzip_level {
-            Some(level) => Sink::Gzip(flate2::write::GzEncoder::new(
-                w,
-                flate2::Compression::new(level),
-            )),
+            Some(level) => Sink::Gzip(gzip_stream(w, level)),
             None => Sink::Plain(w),
         };
         ContentWriter {
@@ -195,9 +203,19 @@ impl StoredAtts {
         }
     }
 
+    /// Adds or replaces an attachment written through the standalone or form APIs: it
+    /// comes first, before the revision's other attachments, as CouchDB lists them
+    /// (`NewAtts ++ OldAtts`).
+    fn put_first(&mut self, name: String, content_type: &str, revpos: u64, w: &Written) {
+        let rest = std::mem::take(&mut self.stubs);
+        self.insert(name.clone(), content_type, revpos, w);
+        self.stubs
+            .extend(rest.into_iter().filter(|(n, _)| *n != name));
+    }
+
     fn remove(&mut self, name: &str) -> Option<Value> {
-        self.encodings.remove(name);
-        self.stubs.remove(name)
+        self.encodings.shift_remove(name);
+        self.stubs.shift_remove(name)
     }
 
     fn gzip(&self, name: &str) -> bool {
@@ -286,8 +304,15 @@ pub fn resolve(
             return Err(bad(format!("Invalid attachment data for {name}")));
         };
         if att.get("stub") == Some(&Value::Bool(true)) {
+            // A stub needs nothing but `stub: true`; one naming a later `revpos` than the
+            // stored attachment's does not describe it (CouchDB: missing_stub).
+            let given_pos = att.get("revpos").and_then(Value::as_u64);
             let prev = old
                 .and_then(|o| o.stubs.get(&name))
+                .filter(|p| {
+                    let stored = p.get("revpos").and_then(Value::as_u64).unwrap_or(0);
+                    given_pos.is_none_or(|g| g <= stored)
+                })
                 .cloned()
                 .ok_or_else(|| {
                     ApiError::Named(
@@ -516,7 +541,7 @@ pub async fn attachment(
     req: Req,
 ) -> ApiResult<Response> {
     match req.method.as_str() {
-        "GET" | "HEAD" => get(db, id, name, req).await,
+        "GET" | "HEAD" => get(state, db, id, name, req).await,
         "PUT" => put(state, db, id, name, req).await,
         "DELETE" => delete(state, db, id, name, req).await,
         _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
@@ -607,9 +632,16 @@ async fn upload(
     db: &Database,
     req: &mut Req,
     content_type: &str,
+    gzipped: bool,
 ) -> ApiResult<Written> {
     use futures_util::StreamExt;
-    let level = Compression::from_config(state).level_for(content_type);
+    // Content sent gzip-encoded is stored as sent; its `length` is then the encoded one,
+    // as CouchDB does not know the identity length either.
+    let level = if gzipped {
+        None
+    } else {
+        Compression::from_config(state).level_for(content_type)
+    };
     let mut w = ContentWriter::new(db, max_size(state), level);
     let mut md5 = md5::Md5::default();
     let mut body = req.take_body().into_data_stream();
@@ -622,7 +654,8 @@ async fn upload(
         md5::Digest::update(&mut md5, &bytes);
         w.write(&bytes)?;
     }
-    let written = w.finish()?;
+    let mut written = w.finish()?;
+    written.gzip |= gzipped;
     if let Some(sent) = req.header("content-md5") {
         let got: [u8; 16] = md5::Digest::finalize(md5).into();
         if STANDARD.decode(sent.trim()).ok().as_deref() != Some(&got[..]) {
@@ -636,41 +669,142 @@ async fn upload(
     Ok(written)
 }
 
-/// The stored bytes of the revision an attachment change edits: `rev`'s, or `{}` for a
-/// document that does not exist yet (which then needs no `rev`).
-async fn edited(db: &Arc<Database>, id: &str, rev: Option<Rev>) -> ApiResult<Vec<u8>> {
+/// The revision an attachment change edits, opened as CouchDB opens it.
+struct Edited {
+    rev: Option<Rev>,
+    /// Its stored body and attachment stubs (`{}` for a new document).
+    stored: Vec<u8>,
+    /// A deleted revision stays deleted when its attachments are edited, as in CouchDB,
+    /// which edits the revision it opened whatever it is.
+    deleted: bool,
+}
+
+/// 409 `not_found`/`missing_rev`: an attachment change names a revision the document
+/// does not have (CouchDB's answer for `{{not_found, missing}, Rev}`).
+fn missing_rev() -> ApiError {
+    ApiError::Named(
+        StatusCode::CONFLICT,
+        "not_found".into(),
+        "missing_rev".into(),
+    )
+}
+
+fn missing_attachment() -> ApiError {
+    ApiError::Db(settee_db::Error::NotFound("Document is missing attachment"))
+}
+
+/// With `rev`, that revision of the document (409 `missing_rev` if it has none such);
+/// without, a new document, which conflicts with an existing live one (checked before
+/// the upload is stored).
+async fn edited(db: &Arc<Database>, id: &str, rev: Option<Rev>) -> ApiResult<Edited> {
     let (db, id) = (db.clone(), id.to_string());
-    blocking(move || match (&rev, db.open_doc(&id, rev.as_ref())) {
-        (Some(_), Ok(d)) if !d.deleted => Ok(d.body),
-        (None, Err(settee_db::Error::NotFound(_))) => Ok(b"{}".to_vec()),
-        _ => Err(ApiError::Db(settee_db::Error::Conflict)),
+    blocking(move || match rev {
+        Some(rev) => match db.open_doc(&id, Some(&rev)) {
+            Ok(d) => Ok(Edited {
+                rev: Some(rev),
+                stored: d.body,
+                deleted: d.deleted,
+            }),
+            Err(settee_db::Error::NotFound(_)) => Err(missing_rev()),
+            Err(e) => Err(e.into()),
+        },
+        None => match db.open_doc(&id, None) {
+            Ok(_) => Err(ApiError::Db(settee_db::Error::Conflict)),
+            Err(settee_db::Error::NotFound(_)) => Ok(Edited {
+                rev: None,
+                stored: b"{}".to_vec(),
+                deleted: false,
+            }),
+            Err(e) => Err(e.into()),
+        },
     })
     .await
 }
 
-/// Writes `edit` (the edited revision, if any, and its stored bytes) with `atts` instead of
-/// its attachments, and answers as CouchDB does.
+/// Writes the edited revision with `atts` instead of its attachments; the new revision.
 async fn write_atts(
     state: &AppState,
     db: Arc<Database>,
     req: &Req,
     id: &str,
-    edit: (Option<Rev>, &[u8]),
+    edit: Edited,
     atts: &StoredAtts,
-    status: StatusCode,
-) -> ApiResult<Response> {
-    let (rev, stored) = edit;
+) -> ApiResult<Rev> {
     let doc = ParsedDoc {
         id: Some(id.to_string()),
-        revs: rev.map(|r| (r.pos, vec![r.id])),
-        deleted: false,
-        body: join_stored(split_stored(stored).0, atts.section().as_deref()),
+        revs: edit.rev.map(|r| (r.pos, vec![r.id])),
+        deleted: edit.deleted,
+        body: join_stored(split_stored(&edit.stored).0, atts.section().as_deref()),
         atts: None,
     };
-    let rev = super::doc::write_one(state, db, req, doc, true, false).await?;
-    let mut resp = super::doc::created(req, id, rev.as_ref(), false);
-    *resp.status_mut() = status;
-    Ok(resp)
+    super::doc::write_one(state, db, req, doc, true, false)
+        .await?
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("no revision written".into())))
+}
+
+/// CouchDB's answer to an attachment change: `{"ok","id","rev"}`, no `ETag`; a `PUT`
+/// (201) also gives the attachment's `Location`: the database name as it is, the
+/// document id and attachment name encoded as `couch_util:url_encode` does.
+fn changed(req: &Req, id: &str, name: &str, rev: &Rev, status: StatusCode) -> Response {
+    let mut resp = crate::reply::json(
+        status,
+        &json!({"ok": true, "id": id, "rev": rev.to_string()}),
+    );
+    if status == StatusCode::CREATED {
+        let db = req
+            .uri
+            .path()
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let db = percent_encoding::percent_decode_str(db).decode_utf8_lossy();
+        let path = format!("/{db}/{}/{}", url_encode(id), url_encode(name));
+        let loc = super::server::absolute_uri(req, &path)
+            .ok()
+            .and_then(|l| HeaderValue::from_str(&l).ok());
+        if let Some(loc) = loc {
+            resp.headers_mut().insert(header::LOCATION, loc);
+        }
+    }
+    resp
+}
+
+/// `couch_util:url_encode`: letters, digits and `_ . - :` stay, every other byte is
+/// `%XX`.
+fn url_encode(s: &str) -> String {
+    const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'-')
+        .remove(b':');
+    percent_encoding::utf8_percent_encode(s, KEEP).to_string()
+}
+
+fn check_name(name: &str) -> ApiResult<()> {
+    if name.starts_with('_') {
+        return Err(bad(format!(
+            "Attachment name '{name}' starts with prohibited character '_'"
+        )));
+    }
+    Ok(())
+}
+
+/// The upload's `Content-Encoding`: `identity` (compressed here if its type is
+/// compressible) or `gzip` (stored as sent); CouchDB refuses others.
+fn upload_encoding(req: &Req) -> ApiResult<bool> {
+    let enc = req
+        .header("content-encoding")
+        .unwrap_or("identity")
+        .trim()
+        .to_ascii_lowercase();
+    match enc.as_str() {
+        "identity" => Ok(false),
+        "gzip" => Ok(true),
+        _ => Err(ApiError::BadContentType(
+            "Only gzip and identity content-encodings are supported",
+        )),
+    }
 }
 
 async fn put(
@@ -680,32 +814,23 @@ async fn put(
     name: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    settee_core::validate_doc_id(&id)?;
-    if name.starts_with('_') {
-        return Err(bad(format!(
-            "Attachment name '{name}' starts with prohibited character '_'"
-        )));
-    }
+    check_name(&name)?;
+    let gzipped = upload_encoding(&req)?;
     let rev = super::doc::reconcile_rev(&req, None)?;
+    if rev.is_none() {
+        settee_core::validate_doc_id(&id)?;
+    }
     let content_type = req
         .header("content-type")
         .unwrap_or("application/octet-stream")
         .to_string();
-    let base = edited(&db, &id, rev.clone()).await?;
-    let written = upload(state, &db, &mut req, &content_type).await?;
-    let mut atts = StoredAtts::of(&base);
-    let revpos = rev.as_ref().map_or(1, |r| r.pos + 1);
-    atts.insert(name, &content_type, revpos, &written);
-    write_atts(
-        state,
-        db,
-        &req,
-        &id,
-        (rev, &base),
-        &atts,
-        StatusCode::CREATED,
-    )
-    .await
+    let base = edited(&db, &id, rev).await?;
+    let written = upload(state, &db, &mut req, &content_type, gzipped).await?;
+    let mut atts = StoredAtts::of(&base.stored);
+    let revpos = base.rev.as_ref().map_or(1, |r| r.pos + 1);
+    atts.put_first(name.clone(), &content_type, revpos, &written);
+    let rev = write_atts(state, db, &req, &id, base, &atts).await?;
+    Ok(changed(&req, &id, &name, &rev, StatusCode::CREATED))
 }
 
 async fn delete(
@@ -715,28 +840,146 @@ async fn delete(
     name: String,
     req: Req,
 ) -> ApiResult<Response> {
-    let rev =
-        super::doc::reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
-    let base = edited(&db, &id, Some(rev.clone())).await?;
-    let mut atts = StoredAtts::of(&base);
+    check_name(&name)?;
+    let Some(rev) = super::doc::reconcile_rev(&req, None)? else {
+        // CouchDB looks for the document and the attachment, then its write (a new
+        // document) conflicts.
+        let (db, id) = (db.clone(), id.clone());
+        let doc = blocking(move || Ok(db.open_doc(&id, None)?)).await?;
+        if !StoredAtts::of(&doc.body).stubs.contains_key(&name) {
+            return Err(missing_attachment());
+        }
+        return Err(ApiError::Db(settee_db::Error::Conflict));
+    };
+    let base = edited(&db, &id, Some(rev)).await?;
+    let mut atts = StoredAtts::of(&base.stored);
     if atts.remove(&name).is_none() {
-        return Err(ApiError::Db(settee_db::Error::NotFound(
-            "Document is missing attachment",
-        )));
+        return Err(missing_attachment());
     }
-    write_atts(
-        state,
-        db,
-        &req,
-        &id,
-        (Some(rev), &base),
-        &atts,
-        StatusCode::OK,
-    )
-    .await
+    let rev = write_atts(state, db, &req, &id, base, &atts).await?;
+    Ok(changed(&req, &id, &name, &rev, StatusCode::OK))
 }
 
-async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult<Response> {
+/// `POST /{db}/{docid}` with a `multipart/form-data` body, as an HTML form uploads files:
+/// a `_doc` field (the document's JSON) or a `_rev` field (the revision to edit, kept as
+/// it is), and `_attachments` file fields, named by their file names, which replace
+/// same-named attachments. CouchDB requires a `Referer` of the same host (a guard against
+/// forms posted from other sites) and answers 201 with the new revision as `ETag`.
+pub async fn form(
+    state: &AppState,
+    db: Arc<Database>,
+    id: String,
+    mut req: Req,
+) -> ApiResult<Response> {
+    check_referer(&req)?;
+    settee_core::validate_doc_id(&id)?;
+    let ct = req.header("content-type").unwrap_or("").to_string();
+    if !ct.to_ascii_lowercase().starts_with("multipart/form-data") {
+        return Err(ApiError::BadContentType(
+            "Content-Type must be multipart/form-data",
+        ));
+    }
+    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
+    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
+    let compression = Compression::from_config(state);
+    let limit = max_size(state);
+    let (mut doc_field, mut rev_field, mut files) = (None, None, Vec::new());
+    while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
+        match (field.name(), field.file_name()) {
+            (Some("_attachments"), Some(file)) => {
+                let name = file.to_string();
+                check_name(&name)?;
+                let content_type = field
+                    .content_type()
+                    .map_or_else(|| "application/octet-stream".to_string(), |m| m.to_string());
+                let mut w = ContentWriter::new(&db, limit, compression.level_for(&content_type));
+                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                    w.write(&chunk)?;
+                }
+                files.push((name, content_type, w.finish()?));
+            }
+            (Some("_doc"), _) => doc_field = Some(field.text().await.map_err(multipart_error)?),
+            (Some("_rev"), _) => rev_field = Some(field.text().await.map_err(multipart_error)?),
+            _ => {}
+        }
+    }
+    let rev = match doc_field {
+        Some(text) => {
+            let mut doc = settee_core::parse_doc(crate::req::parse_json(text.as_bytes())?)?;
+            doc.id = Some(id.clone());
+            if let Some(rev) = super::doc::reconcile_rev(&req, doc.rev())? {
+                doc.revs.get_or_insert((rev.pos, vec![rev.id]));
+            }
+            let mut followed = Followed::new();
+            let sent = doc.atts.take().unwrap_or_default();
+            let mut atts = Map::new();
+            for (name, content_type, written) in files {
+                atts.insert(
+                    name.clone(),
+                    json!({"content_type": content_type, "follows": true}),
+                );
+                followed.insert(name, written);
+            }
+            for (name, att) in sent {
+                atts.entry(name).or_insert(att);
+            }
+            doc.atts = (!atts.is_empty()).then_some(atts);
+            super::doc::write_one_with(state, db, &req, doc, true, false, followed)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::Db(settee_db::Error::Internal("no revision written".into()))
+                })?
+        }
+        None => {
+            let rev = Rev::parse(rev_field.as_deref().unwrap_or(""))?;
+            let revpos = rev.pos + 1;
+            let base = edited(&db, &id, Some(rev)).await?;
+            let mut atts = StoredAtts::of(&base.stored);
+            for (name, content_type, written) in files.into_iter().rev() {
+                atts.put_first(name, &content_type, revpos, &written);
+            }
+            write_atts(state, db, &req, &id, base, &atts).await?
+        }
+    };
+    let rev = rev.to_string();
+    let mut resp = crate::reply::json(
+        StatusCode::CREATED,
+        &json!({"ok": true, "id": id, "rev": rev}),
+    );
+    let etag = HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII");
+    resp.headers_mut().insert(header::ETAG, etag);
+    Ok(resp)
+}
+
+/// CouchDB's `validate_referer`: the `Referer` must name this host (the request's
+/// `X-Forwarded-Host`, else `Host`).
+fn check_referer(req: &Req) -> ApiResult<()> {
+    let referer = req
+        .header("referer")
+        .ok_or_else(|| ApiError::bad_request("Referer header required."))?;
+    let host = req
+        .header("x-forwarded-host")
+        .or_else(|| req.header("host"))
+        .unwrap_or("");
+    let netloc = referer
+        .split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or("");
+    if netloc != host {
+        return Err(ApiError::bad_request("Referer header must match host."));
+    }
+    Ok(())
+}
+
+async fn get(
+    state: &AppState,
+    db: Arc<Database>,
+    id: String,
+    name: String,
+    req: Req,
+) -> ApiResult<Response> {
     let rev = req.params.get("rev").map(Rev::parse).transpose()?;
     let db2 = db.clone();
     let doc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;
@@ -763,9 +1006,9 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
     }
     let ranges = match req.header("range").and_then(|r| byte_ranges(r, len)) {
         None => Vec::new(),
-        // Several ranges of content stored gzip-compressed: the whole of it, as CouchDB,
-        // which serves ranges of identity-encoded attachments only.
-        Some(Ok(r)) if r.len() > 1 && gzip => Vec::new(),
+        // CouchDB serves ranges of identity-encoded attachments only: of content stored
+        // gzip-compressed a valid range gets the whole of it.
+        Some(Ok(_)) if gzip => Vec::new(),
         Some(Ok(r)) => r,
         Some(Err(())) => {
             let mut resp = crate::reply::json(
@@ -783,21 +1026,22 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
         return Ok(multiple_ranges(db, digest, &ranges, &content_type, &etag, len, &req).await);
     }
     let range = ranges.first().copied();
-    // Compressed content goes out as stored to clients that accept gzip (whole bodies
-    // only), decompressed on the fly to the others.
-    let send_gzip = gzip
-        && range.is_none()
-        && req
-            .header("accept-encoding")
-            .is_some_and(|a| a.to_ascii_lowercase().contains("gzip"));
+    // Compressed content goes out as stored to clients that accept gzip, decompressed on
+    // the fly to the others.
+    let send_gzip = gzip && accepts_gzip(&req);
     let stored_len = if gzip {
         db.attachment_length(&digest)?.unwrap_or(0)
     } else {
         len
     };
+    // Content uploaded gzip-encoded has no known identity length (its `length` is the
+    // encoded one; CouchDB tells them apart by the two lengths being equal): decoded, it
+    // goes out without a Content-Length.
+    let unknown_len = gzip && !send_gzip && len == stored_len;
     let (from, to) = range.unwrap_or((0, len.saturating_sub(1)));
     let body_len = match (send_gzip, len) {
         (true, _) => stored_len,
+        _ if unknown_len => u64::MAX,
         (false, 0) => 0,
         (false, _) => to - from + 1,
     };
@@ -830,8 +1074,17 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
     let content_type = HeaderValue::from_str(&content_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
     let h = content_headers(&mut resp, content_type, &etag, body_len);
+    if unknown_len {
+        h.remove(header::CONTENT_LENGTH);
+    }
+    if gzip {
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("none"));
+    }
     if send_gzip {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    if let Some(csp) = csp_header(state, "attachments", "sandbox") {
+        h.insert("content-security-policy", csp);
     }
     if range.is_some() {
         h.insert(
@@ -839,8 +1092,40 @@ async fn get(db: Arc<Database>, id: String, name: String, req: Req) -> ApiResult
             HeaderValue::from_str(&format!("bytes {from}-{to}/{len}")).expect("ascii"),
         );
         *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    } else if !gzip || send_gzip {
+        // The md5 of the bytes sent, on whole bodies sent as stored.
+        let md5 = HeaderValue::from_str(&STANDARD.encode(digest)).expect("ascii");
+        h.insert("content-md5", md5);
     }
     Ok(resp)
+}
+
+/// Whether `Accept-Encoding` admits gzip (a `q=0` refuses it; `*` admits it).
+fn accepts_gzip(req: &Req) -> bool {
+    let Some(accept) = req.header("accept-encoding") else {
+        return false;
+    };
+    accept.split(',').any(|item| {
+        let mut parts = item.split(';');
+        let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = parts
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f64>().ok())
+            .unwrap_or(1.0);
+        (coding == "gzip" || coding == "*") && q > 0.0
+    })
+}
+
+/// `Content-Security-Policy` for a kind of user content (`[csp] <kind>_enable`, on by
+/// default, with `<kind>_header_value`), as CouchDB 3.2+ sends with attachments.
+pub fn csp_header(state: &AppState, kind: &str, default: &str) -> Option<HeaderValue> {
+    if !state.node.get_bool("csp", &format!("{kind}_enable"), true) {
+        return None;
+    }
+    let value = state
+        .node
+        .get_or("csp", &format!("{kind}_header_value"), default);
+    HeaderValue::from_str(&value).ok()
 }
 
 /// 206 with a `multipart/byteranges` body: per range a part with its `Content-Type` and
@@ -1120,6 +1405,56 @@ impl std::io::Read for ChunkReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gzip_digest(chunks: &[&[u8]], level: u32) -> (String, usize) {
+        use std::io::Write;
+        let mut w = gzip_stream(Vec::new(), level);
+        for c in chunks {
+            w.write_all(c).unwrap();
+        }
+        let out = w.finish().unwrap();
+        let d: [u8; 16] =
+            md5::Digest::finalize(<md5::Md5 as md5::Digest>::new_with_prefix(&out)).into();
+        (digest_text(&d), out.len())
+    }
+
+    /// Known answers computed independently with Python's zlib (system zlib 1.2.13), set up
+    /// as CouchDB's `couch_stream` sets up Erlang's: `zlib.compressobj(level,
+    /// zlib.DEFLATED, 31, 8, zlib.Z_DEFAULT_STRATEGY)`, md5 of `compress(data) + flush()`.
+    #[test]
+    fn gzip_matches_couchdb_zlib() {
+        let lorem: &[u8] = b"Lorem ipsum dolor sit amet, consectetur adipiscing elit. ";
+        assert_eq!(
+            gzip_digest(&[lorem], 8),
+            ("md5-YN87iUCmrmEkr1fotlZQ+w==".into(), 72)
+        );
+        let eleven = lorem.repeat(11);
+        assert_eq!(
+            gzip_digest(&[&eleven], 8),
+            ("md5-oHZnUr3YBDM9jwJKVM6t2g==".into(), 82)
+        );
+        assert_eq!(
+            gzip_digest(&[&eleven], 1),
+            ("md5-ar0J5b7Bxf8UhICkF3GLXQ==".into(), 85)
+        );
+        assert_eq!(
+            gzip_digest(&[&eleven], 9),
+            ("md5-cdQcTvccNOWD/hsooKPpRg==".into(), 82)
+        );
+        assert_eq!(
+            gzip_digest(&[b""], 8),
+            ("md5-cCkGbCesb17xjWYNV0GXmg==".into(), 20)
+        );
+        // Large content fed in uneven pieces (as uploads arrive) compresses the same.
+        let big: Vec<u8> = (0..20000)
+            .flat_map(|i| format!("line {i} of a compressible text attachment\n").into_bytes())
+            .collect();
+        let pieces: Vec<&[u8]> = big.chunks(4093).collect();
+        assert_eq!(
+            gzip_digest(&pieces, 8),
+            ("md5-34hLNNez290UngqWgG9w3w==".into(), 50758)
+        );
+    }
 
     #[test]
     fn ranges() {

@@ -27,7 +27,8 @@ pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> A
         "PUT" => put(state, db, id, req).await,
         "DELETE" => delete(state, db, id, req).await,
         "COPY" => copy(state, db, id, req).await,
-        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE,COPY")),
+        "POST" => super::attachments::form(state, db, id, req).await,
+        _ => Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,POST,PUT,COPY")),
     }
 }
 
