@@ -1,6 +1,7 @@
 //! Who is asking, and what they may do — pure functions over values, no I/O and no HTTP.
 //!
 //! - [`password`]: CouchDB's PBKDF2 password hashes (config `[admins]` and `_users` docs).
+//! - [`password_rules`]: how new `_users` passwords are checked and hashed.
 //! - [`cookie`]: `AuthSession` cookies (HMAC-signed, time-limited, renewed).
 //! - [`jwt`]: `Authorization: Bearer` JSON Web Tokens checked against `[jwt_keys]`.
 //! - [`proxy`]: proxy authentication headers and their HMAC token.
@@ -17,6 +18,7 @@ mod ini;
 pub mod jwt;
 pub mod lockout;
 pub mod password;
+pub mod password_rules;
 pub mod proxy;
 pub mod security;
 pub mod users;

@@ -92,14 +92,16 @@ pub fn denied(ctx: &UserCtx, reason: &str) -> Denied {
     }
 }
 
-/// Checks a security object a client sends, with CouchDB's reasons.
+/// Checks a security object a client sends, with CouchDB's reasons (`couch_db:
+/// validate_security_object/1`): `admins`, then `members` (or, without it, the 1.0-era
+/// `readers`), each an object whose `names` and `roles` are lists of strings.
 pub fn validate(v: &Value) -> Result<(), String> {
     let obj = v
         .as_object()
         .ok_or("Security object must be a JSON object")?;
-    for section in ["admins", "members"] {
-        let Some(s) = obj.get(section) else { continue };
-        let s = s
+    let members = obj.get("members").or_else(|| obj.get("readers"));
+    for section in [obj.get("admins"), members].into_iter().flatten() {
+        let s = section
             .as_object()
             .ok_or("admins or members must be a JSON list of strings")?;
         for field in ["names", "roles"] {
@@ -189,5 +191,20 @@ mod tests {
             "roles must be a JSON list of strings"
         );
         assert!(validate(&json!([])).is_err());
+        assert_eq!(
+            validate(&json!({"readers": {"names": [1]}})).unwrap_err(),
+            "names must be a JSON list of strings",
+            "readers stand for members"
+        );
+        assert!(validate(&json!({"members": {}, "readers": {"names": [1]}})).is_ok());
+        assert_eq!(
+            validate(&json!({"admins": ["a"]})).unwrap_err(),
+            "admins or members must be a JSON list of strings"
+        );
+        assert_eq!(
+            validate(&json!({"admins": {"names": [1]}, "members": {"roles": [1]}})).unwrap_err(),
+            "names must be a JSON list of strings",
+            "admins first"
+        );
     }
 }

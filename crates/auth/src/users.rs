@@ -5,6 +5,7 @@
 //! `validate_doc_update`.
 
 use crate::password::PasswordHash;
+use crate::password_rules::PasswordRules;
 use crate::security::SecurityObject;
 use crate::{Denied, UserCtx};
 use serde_json::{Map, Value};
@@ -38,22 +39,26 @@ pub struct UserWrite<'a> {
     pub old: Option<&'a Map<String, Value>>,
     pub ctx: &'a UserCtx,
     pub sec: &'a SecurityObject,
-    /// `[chttpd_auth] iterations`.
-    pub iterations: u32,
+    /// How a new `password` is checked and hashed.
+    pub rules: &'a PasswordRules,
 }
 
 /// Checks a write to `_users` and replaces a plaintext `password` by its hash (the
-/// plaintext is never stored). Design and local documents are not user documents; the
-/// caller applies the ordinary rules to them.
+/// plaintext is never stored): the hash fields are set where the document has them and
+/// appended otherwise, and `password` removed, keeping the other members' order, as
+/// CouchDB's `lists:keystore` does. A `null` password is left as it is. Design and local
+/// documents are not user documents; the caller applies the ordinary rules to them.
 pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(), UsersError> {
     let admin = w.sec.is_admin(w.ctx);
     if !admin && w.ctx.name.is_some() && w.ctx.name.as_deref() != doc_name(w.id) {
         return Err(UsersError::NotFound);
     }
     if let Some(Value::String(pw)) = body.get("password") {
-        let hash = PasswordHash::new(pw, w.iterations);
-        body.remove("password");
-        body.extend(hash.user_doc_fields());
+        let hash = w.rules.hash(pw).map_err(UsersError::Denied)?;
+        for (k, v) in hash.user_doc_fields() {
+            body.insert(k, v);
+        }
+        body.shift_remove("password");
     }
     if w.deleted {
         let old_name = w.old.and_then(|o| o.get("name")).and_then(Value::as_str);
@@ -69,7 +74,8 @@ pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(),
     validate_names(body)
 }
 
-fn roles(doc: &Map<String, Value>) -> Vec<String> {
+/// A document's `roles` (its strings; none if it has no list).
+pub fn roles(doc: &Map<String, Value>) -> Vec<String> {
     doc.get("roles")
         .and_then(Value::as_array)
         .map(|a| {
@@ -227,12 +233,10 @@ pub fn filter_read(
     Ok(kept)
 }
 
-/// A user as authentication needs it: roles and password hash, if the document is a
-/// valid user document with a PBKDF2 hash.
+/// A user as authentication needs it: roles and password hash (CouchDB looks at neither
+/// `type` nor anything else: the validation of writes keeps user documents well formed).
+/// `None` when the document has no usable hash.
 pub fn credentials(doc: &Map<String, Value>) -> Option<(Vec<String>, PasswordHash)> {
-    if doc.get("type").and_then(Value::as_str) != Some("user") {
-        return None;
-    }
     Some((roles(doc), PasswordHash::from_user_doc(doc)?))
 }
 
@@ -256,13 +260,17 @@ mod tests {
     ) -> Result<Map<String, Value>, UsersError> {
         let old = old.map(obj);
         let sec = SecurityObject::default();
+        let rules = PasswordRules {
+            iterations: 5,
+            ..PasswordRules::default()
+        };
         let w = UserWrite {
             id,
             deleted: false,
             old: old.as_ref(),
             ctx,
             sec: &sec,
-            iterations: 5,
+            rules: &rules,
         };
         let mut b = obj(body);
         prepare_write(&w, &mut b).map(|()| b)
@@ -286,6 +294,45 @@ mod tests {
         assert!(roles.is_empty());
         assert!(hash.verify("pw"));
         assert_eq!(doc["password_scheme"], "pbkdf2");
+        let keys: Vec<&str> = doc.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "_id",
+                "name",
+                "type",
+                "roles",
+                "password_scheme",
+                "pbkdf2_prf",
+                "iterations",
+                "derived_key",
+                "salt"
+            ],
+            "members keep their places, hash fields are appended, password goes"
+        );
+        let again = write(
+            "org.couchdb.user:bob",
+            Value::Object(doc.clone())
+                .as_object()
+                .map(|d| {
+                    let mut d = d.clone();
+                    d.insert("password".into(), "new".into());
+                    Value::Object(d)
+                })
+                .unwrap(),
+            None,
+            &UserCtx::anonymous(),
+        )
+        .unwrap();
+        let keys2: Vec<&str> = again.keys().map(String::as_str).collect();
+        assert_eq!(keys2, keys, "existing hash fields are replaced in place");
+        let null = json!({"_id": "org.couchdb.user:bob", "name": "bob", "type": "user", "roles": [], "password": null});
+        let kept = write("org.couchdb.user:bob", null, None, &UserCtx::anonymous()).unwrap();
+        assert_eq!(
+            kept["password"],
+            Value::Null,
+            "a null password is left alone"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::handlers::attachments;
 use crate::AppState;
 use serde_json::{Map, Value};
 use settee_auth::password::DEFAULT_ITERATIONS;
+use settee_auth::password_rules::PasswordRules;
 use settee_auth::security::SecurityObject;
 use settee_auth::users::{self, UserWrite, UsersError};
 use settee_auth::UserCtx;
@@ -24,7 +25,7 @@ pub struct Admission {
     sec: SecurityObject,
     sec_json: Value,
     users_db: bool,
-    iterations: u32,
+    passwords: PasswordRules,
     limits: settee_js::Limits,
     /// `[couchdb] max_attachment_size`.
     att_limit: u64,
@@ -84,12 +85,8 @@ impl Admission {
             followed: attachments::Followed::new(),
             validator: None,
             db_name: db.name.clone(),
-            users_db: crate::access::is_system_db(&db.name),
-            iterations: crate::auth::auth_section(&state.node)
-                .get("iterations")
-                .and_then(|v| v.trim().parse::<u32>().ok())
-                .filter(|n| *n > 0)
-                .unwrap_or(DEFAULT_ITERATIONS),
+            users_db: crate::access::is_users_db(&state.node, &db.name),
+            passwords: password_rules(&state.node),
         }
     }
 
@@ -188,16 +185,32 @@ impl Admission {
             old,
             ctx: &self.user,
             sec: &self.sec,
-            iterations: self.iterations,
+            rules: &self.passwords,
         };
         users::prepare_write(&w, &mut body).map_err(|e| match e {
             UsersError::NotFound => ApiError::Db(settee_db::Error::NotFound("missing")),
             UsersError::Denied(d) => d.into(),
         })?;
-        body.remove("_id");
+        body.shift_remove("_id");
         doc.body =
             settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
         Ok(())
+    }
+}
+
+/// `[chttpd_auth]` (or legacy `[couch_httpd_auth]`) `password_scheme`, `pbkdf2_prf`,
+/// `iterations` and `password_regexp`.
+fn password_rules(node: &crate::NodeConfig) -> PasswordRules {
+    let section = crate::auth::auth_section(node);
+    let get = |k: &str| section.get(k).map(|v| v.trim().to_string());
+    PasswordRules {
+        scheme: get("password_scheme").unwrap_or_else(|| "pbkdf2".into()),
+        prf: get("pbkdf2_prf").unwrap_or_else(|| "sha256".into()),
+        iterations: get("iterations")
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(DEFAULT_ITERATIONS),
+        regexp: get("password_regexp"),
     }
 }
 
