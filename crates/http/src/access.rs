@@ -108,6 +108,33 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
                 {
                     sec.check_member(user)?
                 }
+                // chttpd_auth_request: `_all_docs` and `_changes` of `_users` are for
+                // server admins (401 even for a named user or a database admin) ...
+                Need::MemberListing
+                    if is_system_db(db)
+                        && matches!(
+                            endpoint,
+                            Endpoint::DbOp(_, DbOp::AllDocs | DbOp::AllDocsQueries | DbOp::Changes)
+                        ) =>
+                {
+                    return Err(ApiError::unauthorized("You are not a server admin."));
+                }
+                // ... and its design documents, so its views, for database admins
+                // (couch_users_db:after_doc_read).
+                Need::MemberListing
+                    if is_system_db(db)
+                        && matches!(
+                            endpoint,
+                            Endpoint::DbOp(_, DbOp::View(..) | DbOp::ViewQueries(..))
+                        ) =>
+                {
+                    sec.check_admin(user).map_err(|_| {
+                        ApiError::Forbidden(
+                            "Only administrators can view design docs in the users database."
+                                .into(),
+                        )
+                    })?
+                }
                 Need::MemberListing if is_system_db(db) => sec.check_admin(user).map_err(|_| {
                     denied(
                         user,
@@ -135,6 +162,21 @@ fn endpoint_db(endpoint: &Endpoint) -> Option<&str> {
 
 pub fn is_system_db(name: &str) -> bool {
     name == USERS_DB
+}
+
+/// The authentication database: `[chttpd_auth] authentication_db` (default `_users`).
+pub fn auth_db(node: &crate::NodeConfig) -> String {
+    node.get("chttpd_auth", "authentication_db")
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| USERS_DB.to_string())
+}
+
+/// Whether writes to the database follow the rules of user documents (password hashing,
+/// who may write which): `_users`, any `…/_users`, and the configured authentication
+/// database, as CouchDB's `couch_db:is_users_db/1` decides.
+pub fn is_users_db(node: &crate::NodeConfig, name: &str) -> bool {
+    name == USERS_DB || name.ends_with("/_users") || name == auth_db(node)
 }
 
 /// A `[chttpd_auth]` setting, or CouchDB 2's `[couch_httpd_auth]` one.

@@ -13,8 +13,8 @@ use base64::Engine;
 use serde_json::{Map, Value};
 use settee_auth::cookie::{self, CookieOptions, CookieStatus, COOKIE_NAME};
 use settee_auth::lockout::{Lockout, LockoutConfig};
-use settee_auth::password::PasswordHash;
-use settee_auth::users::{self, USERS_DB};
+use settee_auth::password::{PasswordHash, Scheme};
+use settee_auth::users;
 use settee_auth::{jwt, proxy, UserCtx, ADMIN_ROLE};
 use settee_db::Couch;
 use sha2::{Digest, Sha256};
@@ -170,6 +170,10 @@ impl Authenticator {
         let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
         let pair = String::from_utf8(decoded).map_err(|_| bad())?;
         let (name, password) = pair.split_once(':').ok_or_else(bad)?;
+        if (name, password) == ("_", "_") {
+            // CouchDB's way for a browser to drop its Basic credentials: anonymous.
+            return Ok(None);
+        }
         let (user, _) = self
             .login(name, password, creds.peer, node, couch)?
             .ok_or_else(bad)?;
@@ -195,6 +199,7 @@ impl Authenticator {
             .map_or_else(String::new, |k| k.hash.salt().to_string());
         self.lockout.check(name, &salt, peer, &lockout, now_ms())?;
         if let Some(known) = known {
+            check_iterations(&known.hash, node)?;
             if self.verify(name, password, &known.hash) {
                 return Ok(Some((UserCtx::named(name, known.roles), salt)));
             }
@@ -312,30 +317,86 @@ fn by_proxy(headers: &HeaderMap, node: &NodeConfig) -> Result<Option<Authenticat
     Ok(user.map(|u| Authenticated::by(u, Some("proxy"))))
 }
 
-/// Finds a user: server admins in `[admins]` first, then `_users`.
+/// Finds a user as CouchDB's `chttpd_auth_cache:get_user_creds/2` does: a server admin
+/// of `[admins]` (whose roles gain those of a user document of the same name), else the
+/// user document in the authentication database (`[chttpd_auth] authentication_db`). A
+/// user document with conflicts is refused (401) unless `[chttpd_auth]
+/// allow_conflicted_user_docs` is true.
 pub fn lookup(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<Known>, ApiError> {
-    if let Some(hash) = node
+    let admin = node
         .get("admins", name)
-        .and_then(|s| PasswordHash::parse(&s))
-    {
-        return Ok(Some(Known {
-            roles: vec![ADMIN_ROLE.to_string()],
-            hash,
-        }));
+        .and_then(|s| PasswordHash::parse(&s));
+    let doc = user_doc(name, node, couch)?;
+    if let Some(hash) = admin {
+        let mut roles = vec![ADMIN_ROLE.to_string()];
+        if let Some(doc) = &doc {
+            roles.extend(users::roles(doc));
+        }
+        return Ok(Some(Known { roles, hash }));
     }
-    let Ok(db) = couch.get(USERS_DB) else {
+    Ok(doc
+        .as_ref()
+        .and_then(users::credentials)
+        .map(|(roles, hash)| Known { roles, hash }))
+}
+
+/// The user's document in the authentication database, if it exists and is not deleted.
+fn user_doc(
+    name: &str,
+    node: &NodeConfig,
+    couch: &Couch,
+) -> Result<Option<Map<String, Value>>, ApiError> {
+    let Ok(db) = couch.get(&crate::access::auth_db(node)) else {
         return Ok(None);
     };
-    let doc = match db.open_doc(&format!("{}{name}", users::PREFIX), None) {
-        Ok(d) if !d.deleted => d,
-        Ok(_) | Err(settee_db::Error::NotFound(_)) => return Ok(None),
+    let id = format!("{}{name}", users::PREFIX);
+    let doc = match db.open_doc(&id, None) {
+        Ok(d) => d,
+        Err(settee_db::Error::NotFound(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
+    let conflicted = db.doc_info(&id)?.is_some_and(|info| {
+        info.tree
+            .leaves()
+            .into_iter()
+            .filter(|leaf| !leaf.deleted)
+            .count()
+            > 1
+    });
+    if conflicted && !node.get_bool("chttpd_auth", "allow_conflicted_user_docs", false) {
+        return Err(ApiError::unauthorized(
+            "User document conflicts must be resolved before the document is used for \
+             authentication purposes.",
+        ));
+    }
     let body = settee_core::split_stored(&doc.body).0;
-    let Ok(body) = serde_json::from_slice::<Map<String, Value>>(body) else {
-        return Ok(None);
+    Ok(serde_json::from_slice::<Map<String, Value>>(body).ok())
+}
+
+/// `[chttpd_auth] min_iterations` and `max_iterations`: a user document hashed with fewer
+/// or more PBKDF2 iterations cannot log in (403), as CouchDB's `verify_iterations`.
+fn check_iterations(hash: &PasswordHash, node: &NodeConfig) -> Result<(), ApiError> {
+    let Scheme::Pbkdf2 { iterations, .. } = hash.scheme() else {
+        return Ok(());
     };
-    Ok(users::credentials(&body).map(|(roles, hash)| Known { roles, hash }))
+    let section = auth_section(node);
+    let bound = |k: &str, default: u64| {
+        section
+            .get(k)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    if u64::from(iterations) < bound("min_iterations", 1) {
+        return Err(ApiError::Forbidden(
+            "Iteration count is too low for this server".into(),
+        ));
+    }
+    if u64::from(iterations) > bound("max_iterations", 1_000_000_000) {
+        return Err(ApiError::Forbidden(
+            "Iteration count is too high for this server".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The `WWW-Authenticate` value for a 401, where CouchDB sends one: the request's

@@ -246,17 +246,29 @@ pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiRes
 pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,PUT")?;
     if req.method == "PUT" {
-        if crate::access::is_system_db(&db.name)
-            && !state
+        // Only the exact value `false` (the default) protects the authentication
+        // database, as CouchDB compares the setting's text.
+        if db.name == crate::access::auth_db(&state.node)
+            && state
                 .node
-                .get_bool("couchdb", "users_db_security_editable", false)
+                .get_or("couchdb", "users_db_security_editable", "false")
+                == "false"
         {
             return Err(ApiError::Forbidden(
                 "You can't edit the security object of the user database.".into(),
             ));
         }
         let v = req.json().await?;
-        settee_auth::security::validate(&v).map_err(ApiError::BadRequest)?;
+        if !v.is_object() {
+            return Err(ApiError::bad_request(
+                "Security object must be a JSON object",
+            ));
+        }
+        // CouchDB's shards refuse the object and its coordinator answers 500 with the
+        // reason (chttpd_security_tests).
+        settee_auth::security::validate(&v).map_err(|reason| {
+            ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), reason)
+        })?;
         blocking(move || Ok(db.set_props(|p| p.security = v)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }
