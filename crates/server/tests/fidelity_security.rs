@@ -1085,3 +1085,86 @@ fn form_data_uploads() {
         "application/octet-stream"
     );
 }
+
+/// attachment_names_test.exs and attachment_paths_test.exs: names with non-ASCII
+/// characters, slashes and `%2F`, in documents and design documents of a database whose
+/// name has a slash; the `_` prefix is refused everywhere.
+#[test]
+fn attachment_names_and_paths() {
+    let s = Server::start();
+    s.create_db("db");
+    let good = json!({"_id": "good_doc", "_attachments": {"Kолян.txt": {"content_type": "application/octet-stream", "data": "VGhpcyBpcyBhIGJhc2U2NCBlbmNvZGVkIHRleHQ="}}});
+    assert_eq!(s.post("/db", &good.to_string()).status, 201);
+    let r = s.get("/db/good_doc/K%D0%BE%D0%BB%D1%8F%D0%BD.txt");
+    assert_eq!(r.text, "This is a base64 encoded text");
+    assert_eq!(r.header("etag"), Some("\"aEI7pOYCRBLTRQvvqYrrJQ==\""));
+    let underscore = json!({"_id": "bin_doc2", "_attachments": {"_foo.txt": {"content_type": "text/plain", "data": "VGhpcyBpcyBhIGJhc2U2NCBlbmNvZGVkIHRleHQ="}}});
+    let prohibited = e(
+        400,
+        "bad_request",
+        "Attachment name '_foo.txt' starts with prohibited character '_'",
+    );
+    assert_eq!(
+        err(&s.put("/db/bin_doc2", &underscore.to_string())),
+        prohibited
+    );
+    assert_eq!(err(&s.post("/db", &underscore.to_string())), prohibited);
+    assert_eq!(s.get("/db/bin_doc2/_foo.txt").status, 404);
+    let r = s.req_with(
+        "PUT",
+        "/db/bin_doc3/_foo.txt",
+        Some("x"),
+        &[("content-type", "text/plain")],
+        true,
+    );
+    assert_eq!(err(&r), prohibited);
+
+    s.create_db("db%2Fwith_slashes");
+    for id in ["bin_doc", "_design/bin_doc"] {
+        let doc = json!({"_id": id, "_attachments": {
+            "foo/bar.txt": {"content_type": "text/plain", "data": "VGhpcyBpcyBhIGJhc2U2NCBlbmNvZGVkIHRleHQ="},
+            "foo%2Fbaz.txt": {"content_type": "text/plain", "data": "V2UgbGlrZSBwZXJjZW50IHR3byBGLg=="}
+        }});
+        let r = s.post("/db%2Fwith_slashes", &doc.to_string());
+        assert_eq!(r.status, 201, "{}", r.text);
+        let rev = r.json()["rev"].as_str().unwrap().to_string();
+        let base = format!("/db%2Fwith_slashes/{id}");
+        for path in ["foo/bar.txt", "foo%2Fbar.txt"] {
+            let r = s.get(&format!("{base}/{path}"));
+            assert_eq!(r.status, 200, "{id} {path}");
+            assert_eq!(r.text, "This is a base64 encoded text");
+            assert_eq!(r.header("content-type"), Some("text/plain"));
+        }
+        assert_eq!(s.get(&format!("{base}/foo/baz.txt")).status, 404);
+        assert_eq!(
+            s.get(&format!("{base}/foo%252Fbaz.txt")).text,
+            "We like percent two F."
+        );
+        let put = |path: &str| {
+            s.req_with(
+                "PUT",
+                path,
+                Some("This is no base64 encoded text"),
+                &[("content-type", "text/plain;charset=utf-8")],
+                true,
+            )
+        };
+        assert_eq!(
+            err(&put(&format!("{base}/foo/attachment.txt"))),
+            e(409, "conflict", "Document update conflict.")
+        );
+        let r = put(&format!("{base}/foo/bar2.txt?rev={rev}"));
+        assert_eq!(r.status, 201, "{}", r.text);
+        let encoded_id = id.replace('/', "%2F");
+        let host = s.url.trim_start_matches("http://");
+        assert_eq!(
+            r.header("location"),
+            Some(format!("http://{host}/db/with_slashes/{encoded_id}/foo%2Fbar2.txt").as_str())
+        );
+        let doc = s.get(&base).json();
+        let att = &doc["_attachments"]["foo/bar2.txt"];
+        assert_eq!(att["content_type"], "text/plain;charset=utf-8");
+        assert_eq!(att["length"], 30);
+        assert!(doc["_attachments"]["foo%2Fbaz.txt"].is_object());
+    }
+}
