@@ -144,21 +144,20 @@ impl PasswordHash {
     /// A fresh PBKDF2 hash under `prf`, with a random 128-bit salt (32 hex digits, as
     /// `couch_uuids:random()`).
     pub fn with_prf(password: &str, prf: Prf, iterations: u32) -> PasswordHash {
-        let salt = random_salt();
-        let scheme = Scheme::Pbkdf2 { prf, iterations };
-        PasswordHash {
-            derived_hex: derive(scheme, password, &salt),
-            scheme,
-            salt,
-        }
+        PasswordHash::hashed(Scheme::Pbkdf2 { prf, iterations }, password, None)
     }
 
     /// A fresh `simple` hash (`[chttpd_auth] password_scheme = simple`).
     pub fn simple(password: &str) -> PasswordHash {
-        let salt = random_salt();
+        PasswordHash::hashed(Scheme::Simple, password, None)
+    }
+
+    /// The password hashed under `scheme` with `salt`, or a new random salt.
+    pub fn hashed(scheme: Scheme, password: &str, salt: Option<&str>) -> PasswordHash {
+        let salt = salt.map_or_else(random_salt, str::to_string);
         PasswordHash {
-            derived_hex: derive(Scheme::Simple, password, &salt),
-            scheme: Scheme::Simple,
+            derived_hex: derive(scheme, password, &salt),
+            scheme,
             salt,
         }
     }

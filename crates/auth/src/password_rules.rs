@@ -5,8 +5,9 @@
 //! all match, each optionally with a reason: `[".{10,}", {"[A-Z]"}, {"\\d", "Needs a
 //! digit."}]`.
 
-use crate::password::{PasswordHash, Prf, DEFAULT_ITERATIONS};
+use crate::password::{PasswordHash, Prf, Scheme, DEFAULT_ITERATIONS};
 use crate::Denied;
+use serde_json::{Map, Value};
 
 /// CouchDB's reason when the hashing settings are unusable.
 pub const SERVER_ERROR: &str = "Server cannot hash passwords at this time.";
@@ -41,17 +42,51 @@ impl PasswordRules {
     /// for a password that misses a requirement, 403 `forbidden` when the settings are
     /// unusable.
     pub fn hash(&self, password: &str) -> Result<PasswordHash, Denied> {
-        let server_error = || Denied::Forbidden(SERVER_ERROR.into());
-        let hash = match self.scheme.as_str() {
-            "simple" => None,
-            "pbkdf2" => Some(Prf::parse(self.prf.trim()).ok_or_else(server_error)?),
-            _ => return Err(server_error()),
-        };
+        self.hash_with_salt(password, None)
+    }
+
+    /// [`PasswordRules::hash`] keeping a salt (rehashing on login keeps the salt, so the
+    /// user's session cookies stay valid).
+    pub fn hash_with_salt(
+        &self,
+        password: &str,
+        salt: Option<&str>,
+    ) -> Result<PasswordHash, Denied> {
+        let scheme = self
+            .target()
+            .ok_or_else(|| Denied::Forbidden(SERVER_ERROR.into()))?;
         self.check(password)?;
-        Ok(match hash {
-            None => PasswordHash::simple(password),
-            Some(prf) => PasswordHash::with_prf(password, prf, self.iterations),
-        })
+        Ok(PasswordHash::hashed(scheme, password, salt))
+    }
+
+    /// The scheme new passwords are hashed with; `None` when the settings name none.
+    fn target(&self) -> Option<Scheme> {
+        match self.scheme.as_str() {
+            "simple" => Some(Scheme::Simple),
+            "pbkdf2" => Some(Scheme::Pbkdf2 {
+                prf: Prf::parse(self.prf.trim())?,
+                iterations: self.iterations,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether a user document's stored hash is not what these settings would store, so
+    /// that a successful login rehashes it (CouchDB 3.4+'s `upgrade_hash_on_auth`,
+    /// `couch_password_hasher:needs_upgrade/1`): the scheme, the iterations and, for
+    /// PBKDF2, the PRF must all match; a `simple` document has no iterations, so it never
+    /// matches.
+    pub fn needs_upgrade(&self, doc: &Map<String, Value>) -> bool {
+        let same_scheme =
+            doc.get("password_scheme").and_then(Value::as_str) == Some(self.scheme.as_str());
+        let same_iterations =
+            doc.get("iterations").and_then(Value::as_u64) == Some(u64::from(self.iterations));
+        let same_prf = doc.get("pbkdf2_prf").and_then(Value::as_str) == Some(self.prf.trim());
+        match self.scheme.as_str() {
+            "simple" => !(same_scheme && same_iterations),
+            "pbkdf2" => !(same_scheme && same_iterations && same_prf),
+            _ => true,
+        }
     }
 
     fn check(&self, password: &str) -> Result<(), Denied> {
@@ -231,6 +266,27 @@ mod tests {
         };
         assert_eq!(reason(bad_scheme.hash("x")), server);
         assert!(rules("[]").hash("x").is_ok());
+    }
+
+    #[test]
+    fn upgrade_when_the_stored_hash_differs_from_the_settings() {
+        let r = rules("[]");
+        let doc = |v: serde_json::Value| v.as_object().unwrap().clone();
+        let current = doc(
+            serde_json::json!({"password_scheme": "pbkdf2", "pbkdf2_prf": "sha256", "iterations": 1}),
+        );
+        assert!(!r.needs_upgrade(&current));
+        let sha1 = doc(serde_json::json!({"password_scheme": "pbkdf2", "iterations": 1}));
+        assert!(r.needs_upgrade(&sha1));
+        let more = doc(
+            serde_json::json!({"password_scheme": "pbkdf2", "pbkdf2_prf": "sha256", "iterations": 2}),
+        );
+        assert!(r.needs_upgrade(&more));
+        let simple = doc(serde_json::json!({"password_scheme": "simple", "password_sha": "x"}));
+        assert!(r.needs_upgrade(&simple));
+        let h = r.hash_with_salt("pw", Some("salty")).unwrap();
+        assert_eq!(h.salt(), "salty");
+        assert!(h.verify("pw"));
     }
 
     #[test]

@@ -55,10 +55,7 @@ pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(),
     }
     if let Some(Value::String(pw)) = body.get("password") {
         let hash = w.rules.hash(pw).map_err(UsersError::Denied)?;
-        for (k, v) in hash.user_doc_fields() {
-            body.insert(k, v);
-        }
-        body.shift_remove("password");
+        set_hash(body, &hash);
     }
     if w.deleted {
         let old_name = w.old.and_then(|o| o.get("name")).and_then(Value::as_str);
@@ -72,6 +69,15 @@ pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(),
         validate_roles_change(w.ctx, body, w.old)?;
     }
     validate_names(body)
+}
+
+/// Stores a hash in a user document as CouchDB does (`lists:keystore`): its fields replace
+/// the document's in place or are appended, and `password` goes.
+pub fn set_hash(body: &mut Map<String, Value>, hash: &PasswordHash) {
+    for (k, v) in hash.user_doc_fields() {
+        body.insert(k, v);
+    }
+    body.shift_remove("password");
 }
 
 /// A document's `roles` (its strings; none if it has no list).

@@ -7,7 +7,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments;
 use crate::AppState;
 use serde_json::{Map, Value};
-use settee_auth::password::DEFAULT_ITERATIONS;
 use settee_auth::password_rules::PasswordRules;
 use settee_auth::security::SecurityObject;
 use settee_auth::users::{self, UserWrite, UsersError};
@@ -86,7 +85,7 @@ impl Admission {
             validator: None,
             db_name: db.name.clone(),
             users_db: crate::access::is_users_db(&state.node, &db.name),
-            passwords: password_rules(&state.node),
+            passwords: crate::auth::password_rules(&state.node),
         }
     }
 
@@ -195,22 +194,6 @@ impl Admission {
         doc.body =
             settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
         Ok(())
-    }
-}
-
-/// `[chttpd_auth]` (or legacy `[couch_httpd_auth]`) `password_scheme`, `pbkdf2_prf`,
-/// `iterations` and `password_regexp`.
-fn password_rules(node: &crate::NodeConfig) -> PasswordRules {
-    let section = crate::auth::auth_section(node);
-    let get = |k: &str| section.get(k).map(|v| v.trim().to_string());
-    PasswordRules {
-        scheme: get("password_scheme").unwrap_or_else(|| "pbkdf2".into()),
-        prf: get("pbkdf2_prf").unwrap_or_else(|| "sha256".into()),
-        iterations: get("iterations")
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| *n > 0)
-            .unwrap_or(DEFAULT_ITERATIONS),
-        regexp: get("password_regexp"),
     }
 }
 

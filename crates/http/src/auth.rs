@@ -13,13 +13,14 @@ use base64::Engine;
 use serde_json::{Map, Value};
 use settee_auth::cookie::{self, CookieOptions, CookieStatus, COOKIE_NAME};
 use settee_auth::lockout::{Lockout, LockoutConfig};
-use settee_auth::password::{PasswordHash, Scheme};
+use settee_auth::password::{PasswordHash, Scheme, DEFAULT_ITERATIONS};
+use settee_auth::password_rules::PasswordRules;
 use settee_auth::users;
 use settee_auth::{jwt, proxy, UserCtx, ADMIN_ROLE};
 use settee_db::Couch;
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The outcome of authentication.
@@ -47,10 +48,21 @@ impl Authenticated {
     }
 }
 
-/// A known user: roles and password hash (whose salt also keys their cookies).
+/// A known user: roles and password hash (whose salt also keys their cookies), and the
+/// user document they come from, if any.
 pub struct Known {
     pub roles: Vec<String>,
     pub hash: PasswordHash,
+    pub doc: Option<UserDoc>,
+}
+
+/// A user document as read for authentication.
+pub struct UserDoc {
+    id: String,
+    rev: settee_core::Rev,
+    /// The stored bytes (body and attachment stubs).
+    stored: Vec<u8>,
+    body: Map<String, Value>,
 }
 
 /// The authentication handlers CouchDB ships, by their short names.
@@ -121,6 +133,8 @@ pub struct Authenticator {
     /// once per credential (and again after a password change).
     verified: Mutex<HashSet<[u8; 32]>>,
     lockout: Lockout,
+    /// Users whose password hash is being upgraded (or was, less than 5 s ago).
+    upgrading: Arc<Mutex<HashSet<String>>>,
 }
 
 /// What a request offers to authenticate with.
@@ -201,12 +215,52 @@ impl Authenticator {
         if let Some(known) = known {
             check_iterations(&known.hash, node)?;
             if self.verify(name, password, &known.hash) {
+                if let Some(doc) = known.doc {
+                    self.maybe_upgrade(name, password, doc, node, couch);
+                }
                 return Ok(Some((UserCtx::named(name, known.roles), salt)));
             }
         }
         self.lockout
             .record_failure(name, &salt, peer, &lockout, now_ms());
         Ok(None)
+    }
+
+    /// CouchDB 3.4+'s `upgrade_hash_on_auth` (default on): after a successful login with
+    /// a user document hashed otherwise than the settings say, the document is rewritten
+    /// with the password hashed anew under them, keeping the salt; in the background, at
+    /// most once per user every 5 s, as `couch_password_hasher` does.
+    fn maybe_upgrade(
+        &self,
+        name: &str,
+        password: &str,
+        doc: UserDoc,
+        node: &NodeConfig,
+        couch: &Couch,
+    ) {
+        if !node.get_bool("chttpd_auth", "upgrade_hash_on_auth", true) {
+            return;
+        }
+        let rules = password_rules(node);
+        if !rules.needs_upgrade(&doc.body) {
+            return;
+        }
+        let Ok(db) = couch.get(&crate::access::auth_db(node)) else {
+            return;
+        };
+        if !self.upgrading.lock().unwrap().insert(name.to_string()) {
+            return;
+        }
+        let (name, password) = (name.to_string(), password.to_string());
+        let upgrading = self.upgrading.clone();
+        std::thread::spawn(move || {
+            match rehash(&db, doc, &password, &rules) {
+                Ok(()) => tracing::info!(user = %name, "upgraded the stored password hash"),
+                Err(e) => tracing::warn!(user = %name, error = %e, "upgrading a password hash"),
+            }
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            upgrading.lock().unwrap().remove(&name);
+        });
     }
 
     fn verify(&self, name: &str, password: &str, hash: &PasswordHash) -> bool {
@@ -330,22 +384,26 @@ pub fn lookup(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<Kno
     if let Some(hash) = admin {
         let mut roles = vec![ADMIN_ROLE.to_string()];
         if let Some(doc) = &doc {
-            roles.extend(users::roles(doc));
+            roles.extend(users::roles(&doc.body));
         }
-        return Ok(Some(Known { roles, hash }));
+        return Ok(Some(Known {
+            roles,
+            hash,
+            doc: None,
+        }));
     }
-    Ok(doc
-        .as_ref()
-        .and_then(users::credentials)
-        .map(|(roles, hash)| Known { roles, hash }))
+    let Some(doc) = doc else {
+        return Ok(None);
+    };
+    Ok(users::credentials(&doc.body).map(|(roles, hash)| Known {
+        roles,
+        hash,
+        doc: Some(doc),
+    }))
 }
 
 /// The user's document in the authentication database, if it exists and is not deleted.
-fn user_doc(
-    name: &str,
-    node: &NodeConfig,
-    couch: &Couch,
-) -> Result<Option<Map<String, Value>>, ApiError> {
+fn user_doc(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<UserDoc>, ApiError> {
     let Ok(db) = couch.get(&crate::access::auth_db(node)) else {
         return Ok(None);
     };
@@ -355,22 +413,80 @@ fn user_doc(
         Err(settee_db::Error::NotFound(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let conflicted = db.doc_info(&id)?.is_some_and(|info| {
-        info.tree
-            .leaves()
-            .into_iter()
-            .filter(|leaf| !leaf.deleted)
-            .count()
-            > 1
-    });
-    if conflicted && !node.get_bool("chttpd_auth", "allow_conflicted_user_docs", false) {
+    let live_leaves = doc
+        .info
+        .tree
+        .leaves()
+        .into_iter()
+        .filter(|l| !l.deleted)
+        .count();
+    if live_leaves > 1 && !node.get_bool("chttpd_auth", "allow_conflicted_user_docs", false) {
         return Err(ApiError::unauthorized(
             "User document conflicts must be resolved before the document is used for \
              authentication purposes.",
         ));
     }
-    let body = settee_core::split_stored(&doc.body).0;
-    Ok(serde_json::from_slice::<Map<String, Value>>(body).ok())
+    let Ok(body) = serde_json::from_slice(settee_core::split_stored(&doc.body).0) else {
+        return Ok(None);
+    };
+    Ok(Some(UserDoc {
+        id,
+        rev: doc.rev,
+        stored: doc.body,
+        body,
+    }))
+}
+
+/// Writes the user document with the password hashed under `rules` (same salt) in place
+/// of its hash fields, as an admin would, on the revision it was read at.
+fn rehash(
+    db: &Arc<settee_db::Database>,
+    doc: UserDoc,
+    password: &str,
+    rules: &PasswordRules,
+) -> Result<(), String> {
+    let salt = doc.body.get("salt").and_then(Value::as_str);
+    let hash = rules
+        .hash_with_salt(password, salt)
+        .map_err(|e| e.to_string())?;
+    let mut body = doc.body;
+    users::set_hash(&mut body, &hash);
+    let json = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+    let stubs = settee_core::split_stored(&doc.stored).1;
+    let parsed = settee_core::ParsedDoc {
+        id: Some(doc.id),
+        revs: Some((doc.rev.pos, vec![doc.rev.id])),
+        deleted: false,
+        body: settee_core::join_stored(&json, stubs),
+        atts: None,
+    };
+    let rx = db
+        .update_docs(vec![parsed], true)
+        .map_err(|e| e.to_string())?;
+    match rx.blocking_recv() {
+        Ok(Ok(results)) => match results.into_iter().next() {
+            Some(settee_db::UpdateResult::Err { error, .. }) => Err(error.to_string()),
+            _ => Ok(()),
+        },
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `[chttpd_auth]` (or legacy `[couch_httpd_auth]`) `password_scheme`, `pbkdf2_prf`,
+/// `iterations` and `password_regexp`: how new `_users` passwords are hashed.
+pub fn password_rules(node: &NodeConfig) -> PasswordRules {
+    let section = auth_section(node);
+    let get = |k: &str| section.get(k).map(|v| v.trim().to_string());
+    PasswordRules {
+        scheme: get("password_scheme").unwrap_or_else(|| "pbkdf2".into()),
+        prf: get("pbkdf2_prf").unwrap_or_else(|| "sha256".into()),
+        iterations: get("iterations")
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(DEFAULT_ITERATIONS),
+        regexp: get("password_regexp"),
+    }
 }
 
 /// `[chttpd_auth] min_iterations` and `max_iterations`: a user document hashed with fewer

@@ -167,6 +167,52 @@ fn user_passwords_are_hashed_as_couchdb_stores_them() {
     assert!(doc.get("derived_key").is_none());
 }
 
+/// couch_password_hasher (CouchDB 3.4+, `upgrade_hash_on_auth` on by default): a login
+/// with a user document hashed otherwise than the settings say rewrites it under them,
+/// keeping the salt (so session cookies stay valid), in the background.
+#[test]
+fn password_hashes_are_upgraded_on_login() {
+    let s = Server::start_with_ini(FAST);
+    // as an old client library writes it: PBKDF2-SHA1, 10 iterations
+    // (hashlib.pbkdf2_hmac("sha1", b"pw", b"salt", 10).hex())
+    let legacy = json!({
+        "name": "legacy", "roles": [], "type": "user", "password_scheme": "pbkdf2",
+        "iterations": 10, "derived_key": "21666cdc0723a960de8307513199d3f1071c7f22", "salt": "salt"
+    });
+    let r = s.put("/_users/org.couchdb.user:legacy", &legacy.to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(session_as(&s, "legacy", "pw").status, 200);
+    let mut upgraded = Value::Null;
+    for _ in 0..200 {
+        upgraded = s.get("/_users/org.couchdb.user:legacy").json();
+        if upgraded["_rev"].as_str().unwrap().starts_with("2-") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        keys(&upgraded),
+        [
+            "_id",
+            "_rev",
+            "name",
+            "roles",
+            "type",
+            "password_scheme",
+            "iterations",
+            "derived_key",
+            "salt",
+            "pbkdf2_prf"
+        ]
+    );
+    assert_eq!(upgraded["pbkdf2_prf"], "sha256");
+    assert_eq!(upgraded["iterations"], 1);
+    assert_eq!(upgraded["salt"], "salt");
+    assert_eq!(upgraded["derived_key"].as_str().unwrap().len(), 64);
+    assert_eq!(session_as(&s, "legacy", "pw").status, 200);
+    assert_eq!(session_as(&s, "legacy", "px").status, 401);
+}
+
 /// `[chttpd_auth] password_scheme = simple` stores `password_sha` (SHA-1 of password and
 /// salt) as CouchDB 1.x did, and such users log in; an unknown scheme cannot hash.
 #[test]
