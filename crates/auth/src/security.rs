@@ -93,12 +93,11 @@ pub fn denied(ctx: &UserCtx, reason: &str) -> Denied {
 }
 
 /// Checks a security object a client sends, with CouchDB's reasons (`couch_db:
-/// validate_security_object/1`): `admins`, then `members` (or, without it, the 1.0-era
-/// `readers`), each an object whose `names` and `roles` are lists of strings.
+/// validate_security_object/1`): an object (else `bad_request`, as `set_security/2`
+/// throws); `admins`, then `members` (or, without it, the 1.0-era `readers`), each an
+/// object whose `names` and `roles` are lists of strings.
 pub fn validate(v: &Value) -> Result<(), String> {
-    let obj = v
-        .as_object()
-        .ok_or("Security object must be a JSON object")?;
+    let obj = v.as_object().ok_or("bad_request")?;
     let members = obj.get("members").or_else(|| obj.get("readers"));
     for section in [obj.get("admins"), members].into_iter().flatten() {
         let s = section

@@ -509,6 +509,7 @@ fn security_object_validation() {
             "admins or members must be a JSON list of strings"
         )
     );
+    assert_eq!(put(r#"["foo"]"#), e(500, "error", "bad_request"));
     assert_eq!(s.get("/db/_security").json(), before, "nothing was stored");
 }
 
