@@ -174,16 +174,20 @@ impl Authenticator {
         let Some(value) = header_str(creds.headers, header::AUTHORIZATION.as_str()) else {
             return Ok(None);
         };
-        let Some(encoded) = value
-            .strip_prefix("Basic ")
-            .or_else(|| value.strip_prefix("basic "))
-        else {
+        // CouchDB's `basic_name_pw`: another scheme is a malformed header (400), and so
+        // is undecodable base64; decoded credentials without a colon are none at all.
+        let encoded = match value.split_once(' ') {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("basic") => rest,
+            _ => return Err(ApiError::bad_request("Authorization header is invalid")),
+        };
+        let decoded = STANDARD
+            .decode(encoded.trim())
+            .map_err(|_| ApiError::bad_request("Authorization header has invalid base64 value"))?;
+        let bad = || ApiError::unauthorized("Name or password is incorrect.");
+        let pair = String::from_utf8(decoded).map_err(|_| bad())?;
+        let Some((name, password)) = pair.split_once(':') else {
             return Ok(None);
         };
-        let bad = || ApiError::unauthorized("Name or password is incorrect.");
-        let decoded = STANDARD.decode(encoded.trim()).map_err(|_| bad())?;
-        let pair = String::from_utf8(decoded).map_err(|_| bad())?;
-        let (name, password) = pair.split_once(':').ok_or_else(bad)?;
         if (name, password) == ("_", "_") {
             // CouchDB's way for a browser to drop its Basic credentials: anonymous.
             return Ok(None);

@@ -337,6 +337,25 @@ fn credentials_follow_the_authentication_db_at_once() {
     add_user_in(&s, "_users", "elsewhere", "pw", &[]);
     assert_eq!(session_as(&s, "elsewhere", "pw").status, 401);
 
+    // couch_httpd_auth:basic_name_pw
+    let auth = |value: &str| s.anon("GET", "/_session", None, &[("authorization", value)]);
+    assert_eq!(
+        err(&auth("Bearer abc")),
+        e(400, "bad_request", "Authorization header is invalid")
+    );
+    assert_eq!(
+        err(&auth("Basic !!!")),
+        e(
+            400,
+            "bad_request",
+            "Authorization header has invalid base64 value"
+        )
+    );
+    assert_eq!(
+        auth("Basic bm9jb2xvbg==").json()["userCtx"]["name"],
+        Value::Null,
+        "no colon"
+    );
     let r = session_as(&s, "_", "_");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["userCtx"], json!({"name": null, "roles": []}));
