@@ -15,6 +15,73 @@ pub const USERS_DB: &str = "_users";
 /// User documents' ids are this prefix and the user name.
 pub const PREFIX: &str = "org.couchdb.user:";
 
+/// The design document an authentication database is born with, as in CouchDB (whose
+/// auth cache creates it): clients and replicas see the rules as a `validate_doc_update`
+/// function.
+pub const AUTH_DDOC_ID: &str = "_design/_auth";
+
+/// Settee's own JavaScript statement of the rules [`prepare_write`] applies natively, with
+/// the same reasons in the same order. Settee does not run it where it is stored
+/// unchanged (the native checks are the same); an edited copy runs like any other.
+pub const AUTH_VALIDATE_JS: &str = r#"function (newDoc, oldDoc, userCtx, secObj) {
+  // Settee: the rules of user documents (also enforced natively by the server).
+  function forbid(reason) { throw ({forbidden: reason}); }
+  function isAdmin() {
+    if (userCtx.roles.indexOf('_admin') !== -1) { return true; }
+    var admins = (secObj && secObj.admins) || {};
+    if ((admins.names || []).indexOf(userCtx.name) !== -1) { return true; }
+    var roles = admins.roles || [];
+    return userCtx.roles.some(function (r) { return roles.indexOf(r) !== -1; });
+  }
+  if (newDoc._deleted === true) {
+    if (isAdmin() || (oldDoc && userCtx.name === oldDoc.name)) { return; }
+    forbid('Only admins may delete other user docs.');
+  }
+  if (newDoc.type !== 'user') { forbid('doc.type must be user'); }
+  if (!newDoc.name) { forbid('doc.name is required'); }
+  if (!newDoc.roles) { forbid('doc.roles must exist'); }
+  if (!Array.isArray(newDoc.roles)) { forbid('doc.roles must be an array'); }
+  newDoc.roles.forEach(function (r) {
+    if (typeof r !== 'string') { forbid('doc.roles can only contain strings'); }
+  });
+  if (newDoc._id !== 'org.couchdb.user:' + newDoc.name) {
+    forbid('Doc ID must be of the form org.couchdb.user:name');
+  }
+  if (oldDoc && oldDoc.name !== newDoc.name) { forbid('Usernames can not be changed.'); }
+  if (newDoc.password_sha && !newDoc.salt) {
+    forbid('Users with password_sha must have a salt.See /_utils/script/couch.js for example code.');
+  }
+  var scheme = newDoc.password_scheme;
+  if (scheme && ['simple', 'pbkdf2', 'bcrypt'].indexOf(scheme) === -1) {
+    forbid('Password scheme `' + scheme + '` not supported.');
+  }
+  if (scheme === 'pbkdf2') {
+    if (typeof newDoc.iterations !== 'number') { forbid('iterations must be a number.'); }
+    if (typeof newDoc.derived_key !== 'string') { forbid('derived_key must be a string.'); }
+  }
+  if (!isAdmin()) {
+    if (oldDoc) {
+      if (userCtx.name !== newDoc.name) { forbid('You may only update your own user document.'); }
+      var was = JSON.stringify(oldDoc.roles.slice().sort());
+      var is = JSON.stringify(newDoc.roles.slice().sort());
+      if (was !== is) { forbid('Only _admin may edit roles'); }
+    } else if (newDoc.roles.length > 0) {
+      forbid('Only _admin may set roles');
+    }
+  }
+  newDoc.roles.forEach(function (r) {
+    if (r.charAt(0) === '_') { forbid('No system roles (starting with underscore) in users db.'); }
+  });
+  var name = '' + newDoc.name;
+  if (name.charAt(0) === '_') { forbid('Username may not start with underscore.'); }
+  if (name.indexOf(':') !== -1) { forbid('Character `:` is not allowed in usernames.'); }
+}"#;
+
+/// The body of [`AUTH_DDOC_ID`].
+pub fn auth_ddoc_body() -> Value {
+    serde_json::json!({"language": "javascript", "validate_doc_update": AUTH_VALIDATE_JS})
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UsersError {
     /// A user who is not an admin touched another user's document (CouchDB answers 404).

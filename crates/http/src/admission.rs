@@ -100,7 +100,7 @@ impl Admission {
         if design {
             self.sec.check_admin(&self.user)?;
         } else if self.validator.is_none() {
-            self.validator = Some(load_validator(db, self.limits)?);
+            self.validator = Some(load_validator(db, self.limits, self.users_db)?);
         }
         let has_vdu = matches!(&self.validator, Some(l) if l.validator.is_some());
         let checks = !design && (self.users_db || has_vdu);
@@ -199,8 +199,8 @@ impl Admission {
 
 /// The `validate_doc_update` functions of the database's design documents, compiled, or
 /// this thread's cached ones if the design documents and limits are unchanged.
-fn load_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Loaded> {
-    let fingerprint = fingerprint(db, limits)?;
+fn load_validator(db: &Database, limits: settee_js::Limits, users_db: bool) -> ApiResult<Loaded> {
+    let fingerprint = fingerprint(db, limits, users_db)?;
     let cached = VALIDATORS.with_borrow_mut(|cache| {
         let at = cache
             .iter()
@@ -212,14 +212,15 @@ fn load_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Loaded>
     }
     Ok(Loaded {
         fingerprint,
-        validator: compile_validator(db, limits)?,
+        validator: compile_validator(db, limits, users_db)?,
     })
 }
 
 /// A hash of the design documents' ids and winning revisions and of the limits.
-fn fingerprint(db: &Database, limits: settee_js::Limits) -> ApiResult<u64> {
+fn fingerprint(db: &Database, limits: settee_js::Limits, users_db: bool) -> ApiResult<u64> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     limits.hash(&mut h);
+    users_db.hash(&mut h);
     db.scan_docs(b"_design/", Some(b"_design0"), false, false, |row| {
         row.id.hash(&mut h);
         if let Some(w) = row.info.as_ref().and_then(|i| i.tree.winner()) {
@@ -231,7 +232,13 @@ fn fingerprint(db: &Database, limits: settee_js::Limits) -> ApiResult<u64> {
 }
 
 /// Compiles the `validate_doc_update` functions of the database's design documents.
-fn compile_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Option<Validator>> {
+/// In a users database, `_design/_auth` with Settee's own validate function is not run:
+/// `users_rules` applies the same rules natively.
+fn compile_validator(
+    db: &Database,
+    limits: settee_js::Limits,
+    users_db: bool,
+) -> ApiResult<Option<Validator>> {
     let mut sources = Vec::new();
     let mut failed = None;
     db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
@@ -240,7 +247,11 @@ fn compile_validator(db: &Database, limits: settee_js::Limits) -> ApiResult<Opti
         };
         match serde_json::from_slice::<Value>(settee_core::split_stored(&body).0) {
             Ok(ddoc) => {
-                if let Some(source) = ddoc.get("validate_doc_update").and_then(Value::as_str) {
+                let source = ddoc.get("validate_doc_update").and_then(Value::as_str);
+                let native = users_db
+                    && row.id == settee_auth::users::AUTH_DDOC_ID
+                    && source == Some(settee_auth::users::AUTH_VALIDATE_JS);
+                if let Some(source) = source.filter(|_| !native) {
                     sources.push(ValidateSource {
                         ddoc_id: row.id.clone(),
                         source: source.to_string(),

@@ -15,6 +15,7 @@ mod reply;
 mod req;
 mod router;
 
+pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
 pub use node_config::NodeConfig;
 

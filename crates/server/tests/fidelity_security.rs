@@ -1234,3 +1234,97 @@ fn attachment_names_and_paths() {
         assert!(doc["_attachments"]["foo%2Fbaz.txt"].is_object());
     }
 }
+
+/// users_db_test.exs: the users database is born with `_design/_auth` and its validate
+/// function (Settee's own statement of the rules, which behaves as the native checks
+/// where it is copied); an edited copy in `_users` runs like any validate function.
+#[test]
+fn users_db_is_born_with_the_auth_ddoc() {
+    let s = Server::start_with_ini(FAST);
+    let ddoc = s.get("/_users/_design/_auth").json();
+    assert_eq!(ddoc["language"], "javascript");
+    let source = ddoc["validate_doc_update"].as_str().unwrap().to_string();
+    assert!(source.starts_with("function"), "{source}");
+    // the function holds the same rules where it runs
+    s.create_db("copy");
+    assert_eq!(s.put("/copy/_security", "{}").status, 200);
+    let copied = json!({"language": "javascript", "validate_doc_update": source});
+    assert_eq!(
+        s.put("/copy/_design/_auth", &copied.to_string()).status,
+        201
+    );
+    let put = |id: &str, doc: Value, admin: bool| {
+        s.req_with(
+            "PUT",
+            &format!("/copy/{id}"),
+            Some(&doc.to_string()),
+            &[("content-type", "application/json")],
+            admin,
+        )
+    };
+    assert_eq!(
+        err(&put("x", json!({"type": "x"}), true)),
+        e(403, "forbidden", "doc.type must be user")
+    );
+    assert_eq!(
+        err(&put(
+            "org.couchdb.user:b",
+            json!({"name": "c", "type": "user", "roles": []}),
+            true
+        )),
+        e(
+            403,
+            "forbidden",
+            "Doc ID must be of the form org.couchdb.user:name"
+        )
+    );
+    assert_eq!(
+        err(&put(
+            "org.couchdb.user:a",
+            json!({"name": "a", "type": "user", "roles": ["_x"]}),
+            true
+        )),
+        e(
+            403,
+            "forbidden",
+            "No system roles (starting with underscore) in users db."
+        )
+    );
+    assert_eq!(
+        err(&put(
+            "org.couchdb.user:a",
+            json!({"name": "a", "type": "user", "roles": ["r"]}),
+            false
+        )),
+        e(403, "forbidden", "Only _admin may set roles")
+    );
+    let r = put(
+        "org.couchdb.user:a",
+        json!({"name": "a", "type": "user", "roles": []}),
+        false,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = put(
+        "org.couchdb.user:_a",
+        json!({"name": "_a", "type": "user", "roles": []}),
+        true,
+    );
+    assert_eq!(
+        err(&r),
+        e(403, "forbidden", "Username may not start with underscore.")
+    );
+
+    // edited in _users, it runs there
+    let mut edited = ddoc.clone();
+    edited["validate_doc_update"] =
+        json!("function(newDoc) { if (newDoc.nick === 'no') { throw({forbidden: 'custom'}); } }");
+    assert_eq!(
+        s.put("/_users/_design/_auth", &edited.to_string()).status,
+        201
+    );
+    let doc = json!({"name": "n", "password": "pw", "roles": [], "type": "user", "nick": "no"});
+    assert_eq!(
+        err(&s.put("/_users/org.couchdb.user:n", &doc.to_string())),
+        e(403, "forbidden", "custom")
+    );
+}

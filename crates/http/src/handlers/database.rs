@@ -61,7 +61,18 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let security = settee_auth::security::default_for(
                 state.node.get("couchdb", "default_security").as_deref(),
             );
-            blocking(move || Ok(couch.create(&name2, security)?)).await?;
+            let node = state.node.clone();
+            blocking(move || {
+                couch.create(&name2, security)?;
+                if name2 == crate::access::auth_db(&node) {
+                    // Born with `_design/_auth`, as CouchDB's auth cache gives it.
+                    if let Err(e) = crate::auth::ensure_auth_ddoc(&couch, &node) {
+                        tracing::warn!(error = %e, "writing _design/_auth");
+                    }
+                }
+                Ok(())
+            })
+            .await?;
             let mut resp = ok_true(StatusCode::CREATED);
             if let Some(loc) = location(&req, &[name]) {
                 resp.headers_mut().insert("location", loc);
