@@ -6,6 +6,7 @@ pub mod collate;
 pub mod design;
 mod doc;
 mod error;
+pub mod etf;
 mod names;
 pub mod reduce;
 mod rev;

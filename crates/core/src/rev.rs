@@ -2,7 +2,7 @@
 //! any other id (allowed from replication peers) as its bytes. Ordering of ids is the
 //! byte order of that representation, which is what CouchDB's winner rule compares.
 
-use crate::Error;
+use crate::{etf, Error};
 use md5::{Digest, Md5};
 use std::fmt;
 
@@ -18,11 +18,9 @@ impl RevId {
         &self.0
     }
 
-    /// Parses the part after `N-`. 32 characters must be hex (as CouchDB requires).
+    /// Parses the part after `N-`. 32 characters must be hex (as CouchDB requires); any
+    /// other text, even none (`1-`), is an id as CouchDB's `parse_rev` takes it.
     pub fn parse(s: &str) -> Option<Self> {
-        if s.is_empty() {
-            return None;
-        }
         if s.len() == 32 {
             let mut raw = [0u8; 16];
             hex::decode_to_slice(s.to_ascii_lowercase(), &mut raw).ok()?;
@@ -66,9 +64,6 @@ impl Rev {
             return Err(invalid());
         }
         let pos: u64 = pos.parse().map_err(|_| invalid())?;
-        if pos == 0 {
-            return Err(invalid());
-        }
         Ok(Rev {
             pos,
             id: RevId::parse(id).ok_or_else(invalid)?,
@@ -88,18 +83,65 @@ impl fmt::Debug for Rev {
     }
 }
 
-/// Deterministic revision id: the same parent, deletion flag and body always give the same
-/// id, so two nodes that make the same edit agree (as CouchDB's do).
-pub fn new_rev_id(parent: Option<&Rev>, deleted: bool, body: &[u8]) -> RevId {
-    let mut h = Md5::new();
-    h.update([u8::from(deleted)]);
-    if let Some(p) = parent {
-        h.update(p.pos.to_be_bytes());
-        h.update((p.id.as_bytes().len() as u32).to_be_bytes());
-        h.update(p.id.as_bytes());
+/// CouchDB's revision id for an edit (`couch_db:new_revid`): the MD5 of the Erlang term
+/// `[Deleted, ParentPos, ParentId, Body, Atts]` (a new document's parent is `0, 0`; `Atts`
+/// is `{Name, Type, Md5}` per attachment, in reverse order). Computed from the revision's
+/// stored bytes, so the same edit gets the same id here and in CouchDB.
+pub fn new_rev_id(parent: Option<&Rev>, deleted: bool, stored: &[u8]) -> RevId {
+    let (body, atts) = crate::doc::split_stored(stored);
+    let mut t = vec![etf::VERSION];
+    etf::list_header(5, &mut t);
+    etf::atom(if deleted { "true" } else { "false" }, &mut t);
+    match parent {
+        None => {
+            etf::integer(0, &mut t);
+            etf::integer(0, &mut t);
+        }
+        Some(p) => {
+            etf::integer(p.pos as i64, &mut t);
+            etf::binary(p.id.as_bytes(), &mut t);
+        }
     }
-    h.update(body);
-    RevId(h.finalize().as_slice().into())
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(v) => etf::value(&v, &mut t),
+        // Stored bodies are JSON objects; anything else is still hashed deterministically.
+        Err(_) => etf::binary(body, &mut t),
+    }
+    let digested = atts.map(attachment_digests).unwrap_or_default();
+    if !digested.is_empty() {
+        etf::list_header(digested.len(), &mut t);
+        for (name, kind, md5) in digested.iter().rev() {
+            etf::small_tuple(3, &mut t);
+            etf::binary(name.as_bytes(), &mut t);
+            etf::binary(kind.as_bytes(), &mut t);
+            etf::binary(md5, &mut t);
+        }
+    }
+    etf::nil(&mut t);
+    etf::nil(&mut t);
+    RevId(Md5::digest(&t).as_slice().into())
+}
+
+/// `(name, content_type, md5)` of each attachment stub with an `md5-` digest, in order.
+fn attachment_digests(section: &[u8]) -> Vec<(String, String, Vec<u8>)> {
+    use base64::Engine;
+    let stubs: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(crate::doc::split_encodings(section).0).unwrap_or_default();
+    stubs
+        .into_iter()
+        .filter_map(|(name, stub)| {
+            let digest = stub.get("digest")?.as_str()?.strip_prefix("md5-")?;
+            let md5 = base64::engine::general_purpose::STANDARD
+                .decode(digest)
+                .ok()?;
+            let kind = stub
+                .get("content_type")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            Some((name, kind, md5))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -114,17 +156,36 @@ mod tests {
         assert_eq!(r.to_string(), "3-0123456789abcdef0123456789abcdef");
         let odd = Rev::parse("1-abc").unwrap();
         assert_eq!(odd.to_string(), "1-abc");
+        // As CouchDB's parse_rev: no id and position 0 parse (and then match nothing).
+        assert_eq!(Rev::parse("1-").unwrap().to_string(), "1-");
+        assert_eq!(Rev::parse("0-abc").unwrap().pos, 0);
         for bad in [
             "",
             "1",
             "-abc",
             "x-abc",
-            "0-abc",
-            "1-",
             "1-zz23456789abcdef0123456789abcdef",
         ] {
             assert!(Rev::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Revision ids CouchDB gave for these edits (its test suite and issue threads).
+    #[test]
+    fn rev_ids_match_couchdb() {
+        let new = |body: &str| new_rev_id(None, false, body.as_bytes()).to_string();
+        assert_eq!(new(r#"{}"#), "967a00dff5e02add41819138abb3284d");
+        assert_eq!(new(r#"{"a":1,"b":1}"#), "fb8a93eb436b7e799a7bbc578a08e9a5");
+        assert_eq!(
+            new(r#"{"joan":"is great"}"#),
+            "9b0890fa11b66dc9f0cc4917e11553d1"
+        );
+        let r0 = Rev::parse("1-47f3268e7546965196b57572099f4372").unwrap();
+        assert_eq!(new(r#"{"val":"r0"}"#), r0.id.to_string());
+        let r1 = new_rev_id(Some(&r0), false, br#"{"val":"r1"}"#);
+        assert_eq!(r1.to_string(), "1d8171ab3a91475cfece749291e6f897");
+        let r2 = new_rev_id(Some(&Rev::new(2, r1)), false, br#"{"val":"r2"}"#);
+        assert_eq!(r2.to_string(), "3fb0a342d2ce092fdcc77856dbe8a2ef");
     }
 
     #[test]
