@@ -58,7 +58,7 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
         },
         Endpoint::Doc(..)
         | Endpoint::Attachment(..)
-        | Endpoint::LocalAttachment(_)
+        | Endpoint::DbBadRequest(..)
         | Endpoint::DbUnimplemented(..) => Member,
         Endpoint::DbOp(_, op) => match op {
             DbOp::Compact | DbOp::CompactDesign(_) | DbOp::ViewCleanup | DbOp::Purge => DbAdmin,
@@ -154,7 +154,7 @@ fn endpoint_db(endpoint: &Endpoint) -> Option<&str> {
         | Endpoint::DbOp(db, _)
         | Endpoint::Doc(db, _)
         | Endpoint::Attachment(db, ..)
-        | Endpoint::LocalAttachment(db)
+        | Endpoint::DbBadRequest(db, _)
         | Endpoint::DbUnimplemented(db, _) => Some(db),
         _ => None,
     }

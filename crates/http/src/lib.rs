@@ -8,6 +8,7 @@ mod auth;
 mod cors;
 mod error;
 mod handlers;
+mod location;
 mod mrargs;
 pub mod node_config;
 mod render;
@@ -172,6 +173,9 @@ pub struct Req {
     pub authenticated_by: Option<&'static str>,
     /// The client's IP address.
     pub peer: String,
+    /// `[chttpd] decode_plus_to_space`: a `+` in a path (and a `COPY` destination) is a
+    /// space.
+    pub decode_plus_to_space: bool,
     /// In a mutex only so that `&Req` is `Send` across awaits.
     body: Mutex<Option<Body>>,
     limit: usize,
@@ -279,6 +283,36 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
     resp
 }
 
+/// The path to route, as CouchDB reads it: `%` must start a valid escape (in the query
+/// string too), and with `decode_plus_to_space` a `+` is a space.
+fn request_path(uri: &Uri, decode_plus_to_space: bool) -> ApiResult<String> {
+    let raw = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str());
+    router::check_url_encoding(raw)?;
+    Ok(if decode_plus_to_space {
+        uri.path().replace('+', "%20")
+    } else {
+        uri.path().to_string()
+    })
+}
+
+/// `X-HTTP-Method-Override` for clients that can only POST: honoured on POST requests
+/// for the methods CouchDB lists, ignored otherwise.
+fn method_override(method: Method, headers: &HeaderMap) -> Method {
+    const ALLOWED: &[&str] = &[
+        "GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "CONNECT", "COPY",
+    ];
+    let wanted = headers
+        .get("x-http-method-override")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    match wanted {
+        Some(m) if method == Method::POST && ALLOWED.contains(&m) => {
+            Method::from_bytes(m.as_bytes()).unwrap_or(method)
+        }
+        _ => method,
+    }
+}
+
 async fn route(
     state: AppState,
     parts: axum::http::request::Parts,
@@ -287,7 +321,8 @@ async fn route(
     set_cookie: &mut Option<String>,
     body_time: &Arc<std::sync::atomic::AtomicU64>,
 ) -> ApiResult<Response> {
-    let endpoint = router::parse(parts.uri.path())?;
+    let plus = state.node.get_bool("chttpd", "decode_plus_to_space", false);
+    let endpoint = router::parse(&request_path(&parts.uri, plus)?)?;
     let creds = auth::Credentials {
         headers: &parts.headers,
         peer,
@@ -295,13 +330,14 @@ async fn route(
     let authn = state.auth.authenticate(&creds, &state.node, &state.couch)?;
     *set_cookie = authn.set_cookie;
     let req = Req {
-        method: parts.method,
+        method: method_override(parts.method, &parts.headers),
         params: req::Params::parse(parts.uri.query()),
         uri: parts.uri,
         headers: parts.headers,
         user: authn.user,
         authenticated_by: authn.handler,
         peer: peer.to_string(),
+        decode_plus_to_space: plus,
         body: Mutex::new(Some(body)),
         limit: state.max_http_request_size(),
         body_time: body_time.clone(),

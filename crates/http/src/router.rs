@@ -30,8 +30,9 @@ pub enum Endpoint {
     Doc(String, String),
     /// `/{db}/{docid}/{attname…}` (the name may contain `/`).
     Attachment(String, String, String),
-    /// `/{db}/_local/{id}/…`: CouchDB's local documents take no attachments (400).
-    LocalAttachment(String),
+    /// A path CouchDB refuses inside a database (`/{db}/_local`, `/{db}/_local/{id}/…`):
+    /// 400 with this reason, after the database's access check.
+    DbBadRequest(String, &'static str),
     /// Attachments and design-document functions are later work; answered with 501.
     DbUnimplemented(String, &'static str),
     /// `/favicon.ico`
@@ -105,39 +106,62 @@ pub enum NodeOp {
 
 const SYSTEM_DBS: &[&str] = &["_users", "_replicator", "_global_changes"];
 
-fn decode(seg: &str) -> ApiResult<String> {
+fn decode(seg: &str) -> Option<String> {
     percent_decode_str(seg)
         .decode_utf8()
+        .ok()
         .map(|s| s.into_owned())
-        .map_err(|_| ApiError::bad_request("invalid UTF-8 in path"))
 }
 
+/// CouchDB's `check_url_encoding` over the raw path and query: every `%` starts a
+/// two-hex-digit escape.
+pub fn check_url_encoding(raw: &str) -> ApiResult<()> {
+    let b = raw.as_bytes();
+    let bad = b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && !(b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+                && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit))
+    });
+    if bad {
+        return Err(ApiError::bad_request("invalid_url_encoding"));
+    }
+    Ok(())
+}
+
+/// Parses a raw path. As CouchDB's `string:tokens(Path, "/")`, empty segments are dropped
+/// (`/db/doc/` is the document). A segment that is not UTF-8 once decoded is refused as
+/// CouchDB refuses it there: a database name, a document id or an attachment name.
 pub fn parse(path: &str) -> ApiResult<Endpoint> {
-    let raw: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    if raw[0] == "_utils" {
+    let all: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if all[0] == "_utils" {
         // CouchDB tells `/_utils` (redirected) from `/_utils/…` (Fauxton's files) by the
         // raw path.
-        return Ok(Endpoint::Utils(raw.len() > 1));
+        return Ok(Endpoint::Utils(all.len() > 1));
     }
-    if is_server_path(raw[0]) {
-        // CouchDB splits server paths at `/` dropping empty segments (`/_utils/` is
-        // `/_utils`); database paths keep them, as attachment names may hold `//`.
-        let segs = raw
-            .iter()
-            .filter(|s| !s.is_empty())
-            .map(|s| decode(s))
-            .collect::<ApiResult<Vec<String>>>()?;
-        return Ok(parse_server(
-            &segs.iter().map(String::as_str).collect::<Vec<_>>(),
-        ));
+    let raw: Vec<&str> = all.into_iter().filter(|s| !s.is_empty()).collect();
+    let mut segs = Vec::with_capacity(raw.len());
+    for (i, seg) in raw.iter().enumerate() {
+        let decoded = decode(seg).ok_or_else(|| {
+            let in_ns = matches!(raw.get(1), Some(&"_design") | Some(&"_local"));
+            match i {
+                0 => ApiError::bad_request("invalid UTF-8 in path"),
+                1 => settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into())
+                    .into(),
+                2 if in_ns => {
+                    settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into())
+                        .into()
+                }
+                _ => ApiError::bad_request("Attachment name is not UTF-8 encoded"),
+            }
+        })?;
+        segs.push(decoded);
     }
-    let segs = raw
-        .iter()
-        .map(|s| decode(s))
-        .collect::<ApiResult<Vec<String>>>()?;
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    if raw.first().is_none_or(|first| is_server_path(first)) {
+        return Ok(parse_server(&segs));
+    }
     Ok(match segs.as_slice() {
-        [db] | [db, ""] => Endpoint::Db(db.to_string()),
+        [db] => Endpoint::Db(db.to_string()),
         [db, rest @ ..] => parse_in_db(db, rest),
         [] => Endpoint::Root,
     })
@@ -232,8 +256,13 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_design", ddoc, att @ ..] => {
             Endpoint::Attachment(db.clone(), format!("_design/{ddoc}"), att.join("/"))
         }
+        ["_local"] | ["_local/"] => {
+            Endpoint::DbBadRequest(db.clone(), "Invalid _local document id.")
+        }
         ["_local", id] => Endpoint::Doc(db, format!("_local/{id}")),
-        ["_local", _, ..] => Endpoint::LocalAttachment(db.clone()),
+        ["_local", _, ..] => {
+            Endpoint::DbBadRequest(db.clone(), "_local documents do not accept attachments.")
+        }
         [id] => Endpoint::Doc(db, id.to_string()),
         [id, att @ ..] => Endpoint::Attachment(db.clone(), id.to_string(), att.join("/")),
         [] => Endpoint::Db(db),
@@ -275,7 +304,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::PurgedInfosLimit => {
                     database::revs_limit(handle, req, database::Limit::PurgedInfos).await
                 }
-                DbOp::Purge => bulk::purge(handle, req).await,
+                DbOp::Purge => bulk::purge(&state, handle, req).await,
                 DbOp::RevsDiff => bulk::revs_diff(handle, req, false).await,
                 DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
                 DbOp::Security => database::security(&state, handle, req).await,
@@ -293,9 +322,10 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Attachment(db, id, name) => {
             attachments::attachment(&state, state.couch.get(&db)?, id, name, req).await
         }
-        Endpoint::LocalAttachment(_) => Err(ApiError::bad_request(
-            "_local documents do not accept attachments.",
-        )),
+        Endpoint::DbBadRequest(db, reason) => {
+            state.couch.get(&db)?;
+            Err(ApiError::bad_request(reason))
+        }
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),
@@ -315,6 +345,44 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn empty_segments_and_local_ids_as_couchdb() {
+        assert_eq!(
+            parse("/db//doc/").unwrap(),
+            Endpoint::Doc("db".into(), "doc".into())
+        );
+        for p in ["/db/_local", "/db/_local/", "/db/_local%2F"] {
+            assert_eq!(
+                parse(p).unwrap(),
+                Endpoint::DbBadRequest("db".into(), "Invalid _local document id."),
+                "{p}"
+            );
+        }
+        assert!(matches!(
+            parse("/db/_local/a/b").unwrap(),
+            Endpoint::DbBadRequest(_, "_local documents do not accept attachments.")
+        ));
+        assert_eq!(
+            parse("/db/a+b").unwrap(),
+            Endpoint::Doc("db".into(), "a+b".into())
+        );
+        let bad = parse("/db/%FF").unwrap_err().parts();
+        assert_eq!(bad.1, "illegal_docid");
+        assert_eq!(bad.2, "Document id must be valid UTF-8");
+    }
+
+    #[test]
+    fn url_encoding_is_checked() {
+        assert!(check_url_encoding("/db/a%20b?x=%2F").is_ok());
+        for bad in ["/db/a%2", "/db/%zz", "/db/x?k=%"] {
+            let e = check_url_encoding(bad).unwrap_err().parts();
+            assert_eq!(
+                (e.1.as_ref(), e.2.as_str()),
+                ("bad_request", "invalid_url_encoding")
+            );
+        }
+    }
 
     #[test]
     fn paths() {
