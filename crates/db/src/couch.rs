@@ -252,6 +252,11 @@ impl Couch {
             batch.delete(Cf::Meta, &meta::db_name_key(name));
             batch.delete(Cf::Meta, &meta::stats_key(id));
             batch.delete(Cf::Meta, &meta::props_key(id));
+            batch.delete_range(
+                Cf::Meta,
+                &meta::purge_key(id, 0),
+                &meta::purge_key(id + 1, 0),
+            );
             let (lo, hi) = db_range(id);
             for cf in Cf::PER_DB {
                 batch.delete_range(cf, &lo, &hi);

@@ -354,6 +354,54 @@ impl Database {
         }
     }
 
+    /// The database's counters as of `snap`.
+    pub fn stats_in(&self, snap: &Snapshot<'_>) -> Result<Stats> {
+        match snap.get(Cf::Meta, &meta::stats_key(self.id))? {
+            Some(v) => Ok(Stats::decode(&v)?),
+            None => Ok(Stats::default()),
+        }
+    }
+
+    /// A document's info as of `snap`.
+    pub fn doc_info_in(&self, snap: &Snapshot<'_>, id: &str) -> Result<Option<DocInfo>> {
+        self.read_info(snap, id)
+    }
+
+    /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after
+    /// purge `since` (in purge order); `None` when some of those purges are no longer
+    /// recorded (only the last `_purged_infos_limit` are kept).
+    pub fn purged_in(&self, snap: &Snapshot<'_>, since: u64) -> Result<(u64, Option<Vec<String>>)> {
+        let now = self.stats_in(snap)?.purge_seq;
+        if now <= since {
+            return Ok((now, Some(Vec::new())));
+        }
+        let corrupt = || Error::Storage(settee_storage::Error::Corrupted("purge record".into()));
+        let lo = meta::purge_key(self.id, since + 1);
+        let hi = meta::purge_key(self.id + 1, 0);
+        let mut ids = Vec::new();
+        let mut expected = since + 1;
+        for item in snap.range(Cf::Meta, &lo, &hi, false) {
+            let (k, v) = item?;
+            let n = k
+                .get(9..17)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(corrupt)?;
+            if n != expected {
+                return Ok((now, None));
+            }
+            expected += 1;
+            let record: Value = match v.split_first() {
+                Some((&writer::PURGE_V1, json)) => {
+                    serde_json::from_slice(json).map_err(|_| corrupt())?
+                }
+                _ => return Err(corrupt()),
+            };
+            ids.push(record["id"].as_str().ok_or_else(corrupt)?.to_string());
+        }
+        Ok((now, (expected == now + 1).then_some(ids)))
+    }
+
     pub fn doc_info(&self, id: &str) -> Result<Option<DocInfo>> {
         self.read_info(self.store.as_ref(), id)
     }

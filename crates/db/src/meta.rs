@@ -36,6 +36,14 @@ pub fn event_key(seq: u64) -> Vec<u8> {
     with_db(b'U', seq)
 }
 
+/// `Q | db | purge_seq` → a purge: the document id and the revisions purged (for view
+/// indexes, which must drop the rows of purged documents).
+pub fn purge_key(db: DbId, purge_seq: u64) -> Vec<u8> {
+    let mut k = with_db(b'Q', db);
+    k.extend_from_slice(&purge_seq.to_be_bytes());
+    k
+}
+
 pub const EVENT_PREFIX: &[u8] = b"U";
 pub const EVENT_END: &[u8] = b"V";
 

@@ -32,8 +32,9 @@ pub(crate) enum Job {
         revs: IdRevs,
         reply: oneshot::Sender<Result<IdRevs>>,
     },
-    /// Compaction step: drop bodies of non-leaf revisions for up to `limit` documents
-    /// starting at id `from`; replies with where to continue (`None` when done).
+    /// Compaction step: stem to `_revs_limit` and drop bodies of non-leaf revisions for up
+    /// to `limit` documents starting at id `from`; replies with where to continue (`None`
+    /// when done).
     Prune {
         from: Vec<u8>,
         limit: usize,
@@ -60,7 +61,7 @@ pub enum UpdateResult {
     Err { id: String, error: Error },
 }
 
-/// A write to a local document. `rev` is the `N` of `0-N` the client claims to replace.
+/// A write to a local document. `rev` is the `N` of the `0-N` the client sent.
 #[derive(Clone, Debug)]
 pub struct LocalUpdate {
     pub id: String,
@@ -282,13 +283,19 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// An interactive edit: `_rev` must name a leaf (or be absent for a new or deleted doc).
+    /// An interactive edit, with CouchDB's rules: `_rev` must name a leaf; a document
+    /// without `_rev` must be new or deleted. A document whose leaves are all deleted is
+    /// only recreated, by a live edit without `_rev`, which extends the deleted winner
+    /// (`couch_db_updater:merge_rev_tree`); its tombstone's rev, or deleting it again, is a
+    /// conflict.
     fn edit(&mut self, id: &str, doc: ParsedDoc) -> Result<Rev> {
         let mut info = self.load(id)?.unwrap_or_default();
-        let parent = match (doc.rev(), info.tree.winner()) {
+        let winner = info.tree.winner();
+        let parent = match (doc.rev(), winner) {
+            (Some(_), Some(w)) if w.deleted => return Err(Error::Conflict),
             (Some(r), Some(_)) if info.tree.leaf(&r).is_some() => Some(r),
             (Some(_), _) => return Err(Error::Conflict),
-            (None, Some(w)) if w.deleted => Some(w.rev),
+            (None, Some(w)) if w.deleted && !doc.deleted => Some(w.rev),
             (None, Some(_)) => return Err(Error::Conflict),
             (None, None) => None,
         };
@@ -310,6 +317,11 @@ impl<'a> Txn<'a> {
             .revs
             .clone()
             .ok_or_else(|| Error::bad_request("Document is missing _rev or _revisions"))?;
+        // A path cannot reach below position 1 (`0-x` parses, as in CouchDB, but no
+        // revision lives there).
+        if (pos as usize) < ids.len() {
+            return Err(Error::bad_request("Invalid rev format"));
+        }
         let mut info = self.load(id)?.unwrap_or_default();
         if info.tree.contains(&Rev::new(pos, ids[0].clone())) {
             return Ok(());
@@ -343,6 +355,7 @@ impl<'a> Txn<'a> {
             self.free_bodies(freed);
             if !gone.is_empty() {
                 self.stats.purge_seq += 1;
+                self.log_purge(&id, &gone);
                 let seq = self.next_seq();
                 info.seq = seq;
                 self.docs.get_mut(&id).expect("loaded").now =
@@ -351,6 +364,26 @@ impl<'a> Txn<'a> {
             out.push((id, gone));
         }
         out
+    }
+
+    /// Records a purge under the new `purge_seq` and forgets those beyond
+    /// `_purged_infos_limit` (view indexes that fall further behind are rebuilt).
+    fn log_purge(&mut self, id: &str, revs: &[Rev]) {
+        let dbid = self.db.id;
+        let n = self.stats.purge_seq;
+        let revs: Vec<String> = revs.iter().map(Rev::to_string).collect();
+        let mut v = vec![PURGE_V1];
+        v.extend(serde_json::to_vec(&serde_json::json!({"id": id, "revs": revs})).expect("json"));
+        self.batch
+            .put(Cf::Meta, &crate::meta::purge_key(dbid, n), &v);
+        let keep = self.db.props().purged_infos_limit.max(1);
+        if n > keep {
+            let (lo, hi) = (
+                crate::meta::purge_key(dbid, 0),
+                crate::meta::purge_key(dbid, n - keep + 1),
+            );
+            self.batch.delete_range(Cf::Meta, &lo, &hi);
+        }
     }
 
     fn prune(&mut self, from: &[u8], limit: usize) -> Result<Option<Vec<u8>>> {
@@ -371,8 +404,12 @@ impl<'a> Txn<'a> {
             let Some(mut info) = self.load(&id)? else {
                 continue;
             };
-            let freed = info.tree.prune_bodies();
-            if !freed.is_empty() {
+            // Compaction also applies the current `_revs_limit` to every tree, as CouchDB's
+            // compactor stems documents not updated since the limit was lowered.
+            let before = info.tree.len();
+            let mut freed = info.tree.stem(self.revs_limit);
+            freed.extend(info.tree.prune_bodies());
+            if !freed.is_empty() || info.tree.len() != before {
                 self.free_bodies(freed);
                 self.docs.get_mut(&id).expect("loaded").now = Some(info);
             }
@@ -380,27 +417,16 @@ impl<'a> Txn<'a> {
         Ok(next)
     }
 
+    /// Local documents have no MVCC in CouchDB (`couch_db_updater:update_local_doc_revs`):
+    /// the new revision is the one given plus one (1 without one), whatever is stored;
+    /// a deletion always succeeds with revision 0.
     fn local(&mut self, u: LocalUpdate) -> Result<u64> {
         let key = key_in_db(self.db.id, u.id.as_bytes());
-        let current = self
-            .db
-            .store
-            .get(Cf::Local, &key)?
-            .map(|v| decode_local(&u.id, &v))
-            .transpose()?;
-        let current_rev = current.as_ref().map(|d| d.rev);
-        if u.rev != current_rev && !(u.rev.is_none() && current.is_none()) {
-            return Err(if u.deleted && current.is_none() {
-                Error::NotFound("missing")
-            } else {
-                Error::Conflict
-            });
-        }
         if u.deleted {
             self.batch.delete(Cf::Local, &key);
             return Ok(0);
         }
-        let rev = current_rev.unwrap_or(0) + 1;
+        let rev = u.rev.unwrap_or(0).saturating_add(1);
         let mut v = vec![LOCAL_V1];
         varint::put(&mut v, rev);
         v.extend_from_slice(&u.body);
@@ -472,6 +498,8 @@ fn remove_counts(stats: &mut Stats, id: &str, before: &DocInfo, encoded_len: usi
 }
 
 const LOCAL_V1: u8 = 1;
+/// Format of a purge record (`meta::purge_key`): this byte, then JSON `{"id","revs"}`.
+pub(crate) const PURGE_V1: u8 = 1;
 
 pub(crate) fn decode_local(id: &str, v: &[u8]) -> Result<LocalDoc> {
     let corrupt = || Error::Storage(settee_storage::Error::Corrupted("local document".into()));

@@ -14,6 +14,9 @@ pub struct DocOpts {
     pub conflicts: bool,
     pub deleted_conflicts: bool,
     pub local_seq: bool,
+    /// The database's `_revs_limit`: `_revisions` never lists more ids, as CouchDB cuts
+    /// every revision path it reads to it (before compaction stems the tree).
+    pub revs_limit: Option<usize>,
 }
 
 impl DocOpts {
@@ -26,6 +29,7 @@ impl DocOpts {
             conflicts: p.is_true("conflicts") || meta,
             deleted_conflicts: p.is_true("deleted_conflicts") || meta,
             local_seq: p.is_true("local_seq"),
+            revs_limit: None,
         })
     }
 }
@@ -37,8 +41,13 @@ impl DocOpts {
     }
 }
 
-pub fn revs_json(rev: &Rev, tree: &RevTree) -> Value {
-    let ids: Vec<String> = tree.ancestry(rev).iter().map(|i| i.to_string()).collect();
+pub fn revs_json(rev: &Rev, tree: &RevTree, limit: Option<usize>) -> Value {
+    let ids: Vec<String> = tree
+        .ancestry(rev)
+        .iter()
+        .take(limit.unwrap_or(usize::MAX).max(1))
+        .map(|i| i.to_string())
+        .collect();
     json!({"start": rev.pos, "ids": ids})
 }
 
@@ -80,7 +89,7 @@ pub fn doc_json_with(doc: &OpenDoc, opts: &DocOpts, atts: Option<Vec<u8>>) -> Ve
     }
     let tree = &doc.info.tree;
     if opts.revs {
-        j.member("_revisions", &revs_json(&doc.rev, tree));
+        j.member("_revisions", &revs_json(&doc.rev, tree, opts.revs_limit));
     }
     if opts.revs_info {
         j.member("_revs_info", &revs_info_json(&doc.rev, tree));

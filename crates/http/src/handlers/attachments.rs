@@ -7,6 +7,7 @@
 
 use super::blocking;
 use crate::error::{ApiError, ApiResult};
+use crate::location::url_encode;
 use crate::reply::stream;
 use crate::{AppState, Req};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -544,7 +545,7 @@ pub async fn attachment(
         "GET" | "HEAD" => get(state, db, id, name, req).await,
         "PUT" => put(state, db, id, name, req).await,
         "DELETE" => delete(state, db, id, name, req).await,
-        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
+        _ => Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,PUT")),
     }
 }
 
@@ -745,7 +746,14 @@ async fn write_atts(
 /// CouchDB's answer to an attachment change: `{"ok","id","rev"}`, no `ETag`; a `PUT`
 /// (201) also gives the attachment's `Location`: the database name as it is, the
 /// document id and attachment name encoded as `couch_util:url_encode` does.
-fn changed(req: &Req, id: &str, name: &str, rev: &Rev, status: StatusCode) -> Response {
+fn changed(
+    state: &AppState,
+    req: &Req,
+    id: &str,
+    name: &str,
+    rev: &Rev,
+    status: StatusCode,
+) -> Response {
     let mut resp = crate::reply::json(
         status,
         &json!({"ok": true, "id": id, "rev": rev.to_string()}),
@@ -760,25 +768,11 @@ fn changed(req: &Req, id: &str, name: &str, rev: &Rev, status: StatusCode) -> Re
             .unwrap_or("");
         let db = percent_encoding::percent_decode_str(db).decode_utf8_lossy();
         let path = format!("/{db}/{}/{}", url_encode(id), url_encode(name));
-        let loc = super::server::absolute_uri(req, &path)
-            .ok()
-            .and_then(|l| HeaderValue::from_str(&l).ok());
-        if let Some(loc) = loc {
+        if let Some(loc) = crate::location::absolute_uri(&state.node, req, &path) {
             resp.headers_mut().insert(header::LOCATION, loc);
         }
     }
     resp
-}
-
-/// `couch_util:url_encode`: letters, digits and `_ . - :` stay, every other byte is
-/// `%XX`.
-fn url_encode(s: &str) -> String {
-    const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-        .remove(b'_')
-        .remove(b'.')
-        .remove(b'-')
-        .remove(b':');
-    percent_encoding::utf8_percent_encode(s, KEEP).to_string()
 }
 
 fn check_name(name: &str) -> ApiResult<()> {
@@ -830,7 +824,7 @@ async fn put(
     let revpos = base.rev.as_ref().map_or(1, |r| r.pos + 1);
     atts.put_first(name.clone(), &content_type, revpos, &written);
     let rev = write_atts(state, db, &req, &id, base, &atts).await?;
-    Ok(changed(&req, &id, &name, &rev, StatusCode::CREATED))
+    Ok(changed(state, &req, &id, &name, &rev, StatusCode::CREATED))
 }
 
 async fn delete(
@@ -857,7 +851,7 @@ async fn delete(
         return Err(missing_attachment());
     }
     let rev = write_atts(state, db, &req, &id, base, &atts).await?;
-    Ok(changed(&req, &id, &name, &rev, StatusCode::OK))
+    Ok(changed(state, &req, &id, &name, &rev, StatusCode::OK))
 }
 
 /// `POST /{db}/{docid}` with a `multipart/form-data` body, as an HTML form uploads files:

@@ -18,6 +18,41 @@ fn error_entry(id: &str, e: ApiError) -> Value {
     json!({"id": id, "error": error, "reason": reason})
 }
 
+/// A failed replicated write names the revision too (`update_doc_result_to_json/1`).
+fn replicated_error_entry(id: &str, rev: Option<Rev>, e: ApiError) -> Value {
+    let (_, error, reason) = e.parts();
+    let rev = rev.map(|r| r.to_string()).unwrap_or_else(|| "0-".into());
+    json!({"id": id, "rev": rev, "error": error, "reason": reason})
+}
+
+/// The `docs` member of a `_bulk_docs` body, with CouchDB's errors for other shapes.
+fn bulk_docs_member(body: &mut Map<String, Value>) -> ApiResult<Vec<Value>> {
+    match body.remove("docs") {
+        None => Err(ApiError::bad_request(
+            "POST body must include `docs` parameter.",
+        )),
+        Some(Value::Array(docs)) => Ok(docs),
+        Some(_) => Err(ApiError::bad_request("`docs` parameter must be an array.")),
+    }
+}
+
+/// CouchDB 3 refuses `all_or_nothing` after parsing the documents: 417 with one
+/// `not_implemented` entry per document, naming its revision (`0-` for none).
+fn all_or_nothing_refused(docs: &[ParsedDoc]) -> Response {
+    let entries: Vec<Value> = docs
+        .iter()
+        .map(|d| {
+            let rev = d.rev().map_or_else(|| "0-".to_string(), |r| r.to_string());
+            json!({"id": d.id, "rev": rev, "error": "not_implemented",
+                   "reason": "all_or_nothing is not supported"})
+        })
+        .collect();
+    json(StatusCode::EXPECTATION_FAILED, &Value::Array(entries))
+}
+
+/// A document's position in the request, id and the revision it names.
+type Place = (usize, String, Option<Rev>);
+
 pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
@@ -25,61 +60,57 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     let Value::Object(mut body) = body else {
         return Err(ApiError::bad_request("Request body must be a JSON object"));
     };
-    let new_edits = match body.get("new_edits") {
-        None => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "`new_edits` parameter must be a boolean.",
-            ))
-        }
-    };
-    if body.get("all_or_nothing") == Some(&Value::Bool(true)) {
-        return Err(ApiError::NotImplemented(
-            "all_or_nothing is not supported".into(),
-        ));
-    }
-    let Some(Value::Array(raw)) = body.remove("docs") else {
-        return Err(ApiError::bad_request(
-            "POST body must include `docs` parameter.",
-        ));
-    };
-    // Local documents are written apart; remember their places to keep results in order.
-    let mut docs = Vec::with_capacity(raw.len());
-    let mut locals = Vec::new();
-    // Design documents that fail validation get an error entry in their place.
-    let mut rejected = Vec::new();
-    for (i, v) in raw.into_iter().enumerate() {
-        let local_id = v
-            .get("_id")
-            .and_then(Value::as_str)
-            .filter(|id| id.starts_with("_local/"))
-            .map(str::to_string);
-        if let Some(id) = local_id {
-            locals.push((i, id, v));
-            continue;
-        }
+    let raw = bulk_docs_member(&mut body)?;
+    let new_edits = body.get("new_edits").cloned().unwrap_or(Value::Bool(true));
+    // Every document is parsed and checked before anything is written; one bad document
+    // (not an object, a bad id, no revision with `new_edits: false`) fails the request.
+    let mut parsed = Vec::with_capacity(raw.len());
+    for v in raw {
         let mut d = parse_doc(v)?;
+        if new_edits == Value::Bool(false) && d.revs.is_none() {
+            return Err(super::doc::needs_revs());
+        }
         let id = match d.id.take() {
             Some(id) => id,
-            None if new_edits => state.next_uuid(),
-            None => {
-                return Err(ApiError::bad_request(
-                    "Document must have an _id with new_edits=false",
-                ))
-            }
+            None => state.next_uuid(),
         };
         validate_doc_id(&id)?;
-        d.id = Some(id.clone());
-        docs.push(((i, id), d));
+        d.id = Some(id);
+        parsed.push(d);
     }
-    let (places, parsed): (Vec<(usize, String)>, Vec<ParsedDoc>) = docs.into_iter().unzip();
+    let Value::Bool(new_edits) = new_edits else {
+        return Err(ApiError::bad_request(
+            "`new_edits` parameter must be a boolean.",
+        ));
+    };
+    if new_edits && body.get("all_or_nothing") == Some(&Value::Bool(true)) {
+        return Ok(all_or_nothing_refused(&parsed));
+    }
+    // Local documents are written apart; their places keep the results in order. So do
+    // the entries of documents that admission refused.
+    let mut docs = Vec::with_capacity(parsed.len());
+    let mut locals = Vec::new();
+    let mut placed = Vec::new();
+    for (i, d) in parsed.into_iter().enumerate() {
+        let id = d.id.clone().unwrap_or_default();
+        if DocKind::of(&id) == DocKind::Local {
+            locals.push((i, id, d));
+        } else {
+            docs.push(((i, id, d.rev()), d));
+        }
+    }
+    let (places, parsed): (Vec<Place>, Vec<ParsedDoc>) = docs.into_iter().unzip();
     let mut docs = Vec::with_capacity(parsed.len());
     let admitted = super::doc::admit(state, &db, &req, parsed, new_edits).await?;
-    for ((i, id), result) in places.into_iter().zip(admitted) {
+    let mut written = Vec::with_capacity(places.len());
+    for ((i, id, rev), result) in places.into_iter().zip(admitted) {
         match result {
-            Ok(d) => docs.push(d),
-            Err(e) => rejected.push((i, error_entry(&id, e))),
+            Ok(d) => {
+                written.push(rev);
+                docs.push(d);
+            }
+            Err(e) if new_edits => placed.push((i, error_entry(&id, e))),
+            Err(e) => placed.push((i, replicated_error_entry(&id, rev, e))),
         }
     }
     let results = if docs.is_empty() {
@@ -89,41 +120,45 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     };
     let mut out: Vec<Value> = results
         .into_iter()
-        .filter_map(|r| match r {
+        .zip(written)
+        .filter_map(|(r, rev)| match r {
             UpdateResult::Ok { id, rev: Some(rev) } => {
                 Some(json!({"ok": true, "id": id, "rev": rev.to_string()}))
             }
             UpdateResult::Ok { rev: None, .. } => None,
-            UpdateResult::Err { id, error } => Some(error_entry(&id, error.into())),
+            UpdateResult::Err { id, error } if new_edits => Some(error_entry(&id, error.into())),
+            UpdateResult::Err { id, error } => Some(replicated_error_entry(&id, rev, error.into())),
         })
         .collect();
-    for (i, id, v) in locals {
-        let entry = match write_local(&db, &id, v).await {
+    for (i, id, d) in locals {
+        let entry = match write_local(&db, &id, d).await {
             Ok(rev) => json!({"ok": true, "id": id, "rev": format!("0-{rev}")}),
             Err(e) => error_entry(&id, e),
         };
         if new_edits || entry.get("error").is_some() {
-            rejected.push((i, entry));
+            placed.push((i, entry));
         }
     }
-    rejected.sort_by_key(|(i, _)| *i);
-    for (i, entry) in rejected {
+    placed.sort_by_key(|(i, _)| *i);
+    for (i, entry) in placed {
         out.insert(i.min(out.len()), entry);
     }
     Ok(json(StatusCode::CREATED, &Value::Array(out)))
 }
 
-async fn write_local(db: &Arc<Database>, id: &str, mut v: Value) -> ApiResult<u64> {
-    let rev = match v.as_object_mut().and_then(|o| o.shift_remove("_rev")) {
-        Some(Value::String(s)) => Some(
-            s.strip_prefix("0-")
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| ApiError::bad_request("Invalid rev format"))?,
+/// A local document of `_bulk_docs`: written as CouchDB writes them, without MVCC; its
+/// revision must be `0-N`.
+async fn write_local(db: &Arc<Database>, id: &str, d: ParsedDoc) -> ApiResult<u64> {
+    let rev = match d.revs {
+        None => None,
+        Some((0, ids)) => Some(
+            ids[0]
+                .to_string()
+                .parse()
+                .map_err(|_| ApiError::bad_request("Invalid rev format"))?,
         ),
         Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
-        None => None,
     };
-    let d = parse_doc(v)?;
     let update = LocalUpdate {
         id: id.to_string(),
         rev,
@@ -138,6 +173,7 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     require_json(&req.headers)?;
     let opts = DocOpts {
         revs: req.params.is_true("revs"),
+        revs_limit: Some(db.props().revs_limit as usize),
         ..Default::default()
     };
     let latest = req.params.is_true("latest");
@@ -234,7 +270,7 @@ fn id_revs(body: &Value) -> ApiResult<Vec<(String, Vec<Rev>)>> {
         .map(|(id, revs)| {
             let list = revs
                 .as_array()
-                .ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
+                .ok_or_else(|| ApiError::bad_request("Invalid list of revisions"))?;
             let revs = list
                 .iter()
                 .map(|r| {
@@ -278,14 +314,20 @@ pub async fn revs_diff(
     Ok(json(StatusCode::OK, &body))
 }
 
-pub async fn purge(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let body = req.json().await?;
     let asked = id_revs(&body)?;
-    if asked.len() > 100 {
+    if asked.len() as u64 > state.node.get_u64("purge", "max_document_id_number", 100) {
         return Err(ApiError::bad_request(
             "Exceeded maximum number of documents.",
+        ));
+    }
+    let revs: usize = asked.iter().map(|(_, r)| r.len()).sum();
+    if revs as u64 > state.node.get_u64("purge", "max_revisions_number", 1000) {
+        return Err(ApiError::bad_request(
+            "Exceeded maximum number of revisions.",
         ));
     }
     for (id, _) in &asked {

@@ -3,7 +3,7 @@
 
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::doc::{self, created};
+use crate::handlers::doc;
 use crate::render::seq;
 use crate::reply::{json, ok_true};
 use crate::req::require_json;
@@ -74,7 +74,8 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             })
             .await?;
             let mut resp = ok_true(StatusCode::CREATED);
-            if let Some(loc) = location(&req, &[name]) {
+            let path = format!("/{}", crate::location::url_encode(name));
+            if let Some(loc) = crate::location::absolute_uri(&state.node, &req, &path) {
                 resp.headers_mut().insert("location", loc);
             }
             Ok(resp)
@@ -82,7 +83,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
         "DELETE" => {
             if req.params.get("rev").is_some() {
                 return Err(ApiError::bad_request(
-                    "You tried to DELETE a database with a ?rev= parameter. Did you mean to DELETE a document instead?",
+                    "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a document instead?",
                 ));
             }
             let couch = state.couch.clone();
@@ -94,40 +95,43 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let db = state.couch.get(name)?;
             require_json(&req.headers)?;
             let body = req.json().await?;
+            let batch = doc::batch_ok(&req)?;
             if let Some(local) = body
                 .get("_id")
                 .and_then(Value::as_str)
                 .filter(|i| i.starts_with("_local/"))
             {
                 let local = local.to_string();
-                return doc::put_local(db, local, body, &req).await;
+                return doc::put_local(state, db, local, body, &req, batch).await;
             }
             let mut parsed = settee_core::parse_doc(body)?;
             let id = match parsed.id.take() {
                 Some(id) => id,
-                None => state.next_uuid(),
+                // A new id makes a new document: CouchDB drops any `_rev` sent with it.
+                None => {
+                    parsed.revs = None;
+                    state.next_uuid()
+                }
             };
             settee_core::validate_doc_id(&id)?;
             parsed.id = Some(id.clone());
-            let batch = doc::batch_ok(&req)?;
-            doc::write_one(state, db, &req, parsed, true, batch)
-                .await
-                .map(|rev| created(&req, &id, rev.as_ref(), batch))
+            let rev = doc::write_one(state, db.clone(), &req, parsed, true, batch).await?;
+            if batch {
+                return Ok(doc::accepted(&id));
+            }
+            let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+            // CouchDB's answer to a POST has a Location but no ETag.
+            let location = doc::doc_location(state, &req, name, &id);
+            Ok(doc::write_response(
+                StatusCode::CREATED,
+                &id,
+                &rev,
+                None,
+                location,
+            ))
         }
-        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE,POST")),
+        _ => Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,POST")),
     }
-}
-
-/// `Location` for a created resource: the request's scheme and host plus the path.
-pub fn location(req: &Req, segments: &[&str]) -> Option<axum::http::HeaderValue> {
-    let host = req.header("host")?;
-    let path: Vec<String> = segments
-        .iter()
-        .map(|s| {
-            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-        })
-        .collect();
-    axum::http::HeaderValue::from_str(&format!("http://{host}/{}", path.join("/"))).ok()
 }
 
 /// Background tasks shown by `_active_tasks`.

@@ -5,10 +5,10 @@ use super::{await_write, blocking};
 use crate::admission::Admission;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, Followed, MixedPart};
-use crate::handlers::database::location;
+use crate::location::{absolute_uri, doc_path};
 use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes, with_type};
-use crate::req::etag_value;
+use crate::req::{etag_matches, etag_value};
 use crate::{AppState, Req};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     if id.starts_with("_local/") {
-        return local(db, id, req).await;
+        return local(state, db, id, req).await;
     }
     match req.method.as_str() {
         "GET" | "HEAD" => get(state, db, id, req).await,
@@ -28,9 +28,12 @@ pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> A
         "DELETE" => delete(state, db, id, req).await,
         "COPY" => copy(state, db, id, req).await,
         "POST" => super::attachments::form(state, db, id, req).await,
-        _ => Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,POST,PUT,COPY")),
+        _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
     }
 }
+
+/// The methods CouchDB lists in a document's 405.
+const DOC_METHODS: &str = "DELETE,GET,HEAD,POST,PUT,COPY";
 
 fn etag(rev: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII")
@@ -60,8 +63,32 @@ enum Rendered {
     Multipart(Vec<u8>, Vec<super::attachments::Part>),
 }
 
+/// CouchDB answers a `GET` of `/{db}/_design%2F{name}` with a redirect to the unescaped
+/// path (`chttpd_db:db_req`).
+fn design_redirect(state: &AppState, req: &Req) -> Option<Response> {
+    let raw = req.uri.path_and_query().map_or("", |pq| pq.as_str());
+    let at = raw.to_ascii_lowercase().find("/_design%2f")?;
+    let path = format!(
+        "{}/_design/{}",
+        &raw[..at],
+        &raw[at + "/_design%2f".len()..]
+    );
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    if let Some(loc) = absolute_uri(&state.node, req, &path) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Some(resp)
+}
+
 async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
-    let opts = DocOpts::from_params(&req.params)?;
+    if req.method == "GET" {
+        if let Some(redirect) = design_redirect(state, &req) {
+            return Ok(redirect);
+        }
+    }
+    let mut opts = DocOpts::from_params(&req.params)?;
+    opts.revs_limit = Some(db.props().revs_limit as usize);
     let atts = AttOpts::from_params(&req.params)?;
     let users_view = users_reader(state, &db, &req)?;
     if req.params.get("open_revs").is_some() {
@@ -118,9 +145,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
             settee_core::join_stored(&serde_json::to_vec(&kept).expect("json"), atts.as_deref());
     }
     let tag = doc.rev.to_string();
-    if !opts.has_meta()
-        && etag_value(&req.headers, header::IF_NONE_MATCH).as_deref() == Some(tag.as_str())
-    {
+    if !opts.has_meta() && etag_matches(&req.headers, &format!("\"{tag}\"")) {
         let mut resp = with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
         resp.headers_mut().insert(header::ETAG, etag(&tag));
         return Ok(resp);
@@ -261,15 +286,15 @@ async fn open_revs(
     Ok(json_bytes(StatusCode::OK, out))
 }
 
-/// `batch=ok`: acknowledge with 202 before the commit.
+/// `batch=ok`: acknowledge with 202 before the commit. CouchDB takes any other value
+/// for an ordinary write.
 pub fn batch_ok(req: &Req) -> ApiResult<bool> {
-    match req.params.get("batch") {
-        None => Ok(false),
-        Some("ok") => Ok(true),
-        Some(v) => Err(ApiError::QueryParse(format!(
-            "Invalid value for `batch`: \"{v}\" (only \"ok\" is valid)"
-        ))),
-    }
+    Ok(req.params.get("batch") == Some("ok"))
+}
+
+/// `new_edits=false` (a replicated revision); CouchDB takes any other value as `true`.
+fn new_edits(req: &Req) -> bool {
+    req.params.get("new_edits") != Some("false")
 }
 
 /// Writes one document; `Ok(None)` when acknowledged early (`batch=ok`) or when a
@@ -351,31 +376,33 @@ async fn admit_with(
     .await
 }
 
-/// 201 `{"ok":true,"id","rev"}` with `ETag` and `Location`, or 202 for `batch=ok`.
-pub fn created(req: &Req, id: &str, rev: Option<&Rev>, batch: bool) -> Response {
-    if batch {
-        return json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}));
+/// `{"ok":true,"id","rev"}` with an `ETag` (the quoted revision, or `etag` as given when
+/// it is `Some`) and a `Location`, as CouchDB answers a write; `None`s leave them out.
+pub fn write_response(
+    status: StatusCode,
+    id: &str,
+    rev: &str,
+    etag_value: Option<HeaderValue>,
+    location: Option<HeaderValue>,
+) -> Response {
+    let mut resp = json(status, &json!({"ok": true, "id": id, "rev": rev}));
+    if let Some(tag) = etag_value {
+        resp.headers_mut().insert(header::ETAG, tag);
     }
-    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
-    let mut resp = json(
-        StatusCode::CREATED,
-        &json!({"ok": true, "id": id, "rev": rev}),
-    );
-    resp.headers_mut().insert(header::ETAG, etag(&rev));
-    let db = req
-        .uri
-        .path()
-        .trim_start_matches('/')
-        .split('/')
-        .next()
-        .unwrap_or("");
-    let db = percent_encoding::percent_decode_str(db)
-        .decode_utf8_lossy()
-        .into_owned();
-    if let Some(loc) = location(req, &[&db, id]) {
+    if let Some(loc) = location {
         resp.headers_mut().insert(header::LOCATION, loc);
     }
     resp
+}
+
+/// 202 `{"ok":true,"id"}`: a `batch=ok` write acknowledged before its commit.
+pub fn accepted(id: &str) -> Response {
+    json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}))
+}
+
+/// The `Location` of a document: `/{db}/{docid}` encoded as CouchDB encodes it.
+pub fn doc_location(state: &AppState, req: &Req, db: &str, id: &str) -> Option<HeaderValue> {
+    absolute_uri(&state.node, req, &doc_path(db, id))
 }
 
 /// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.
@@ -404,8 +431,7 @@ pub(crate) fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Optio
 
 async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
     validate_doc_id(&id)?;
-    // CouchDB: `false` replicates, `true` (or anything else) edits.
-    let new_edits = req.params.get("new_edits") != Some("false");
+    let new_edits = new_edits(&req);
     let batch = batch_ok(&req)?;
     let multipart = req
         .header("content-type")
@@ -417,59 +443,105 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
     };
     let mut doc = parse_doc(body)?;
     doc.id = Some(id.clone());
-    if doc.revs.is_none() || new_edits {
-        if let Some(rev) = reconcile_rev(&req, doc.rev())? {
-            if doc.revs.is_none() {
-                doc.revs = Some((rev.pos, vec![rev.id]));
-            }
+    if let Some(rev) = reconcile_rev(&req, doc.rev())? {
+        if doc.revs.is_none() {
+            doc.revs = Some((rev.pos, vec![rev.id]));
         }
     }
     if !new_edits && doc.revs.is_none() {
-        return Err(ApiError::bad_request(
-            "new_edits=false requires a _rev or _revisions",
-        ));
+        return Err(needs_revs());
     }
-    let rev = write_one_with(state, db, &req, doc, new_edits, batch, followed).await?;
-    Ok(created(&req, &id, rev.as_ref(), batch))
+    let deleted = doc.deleted;
+    let rev = write_one_with(state, db.clone(), &req, doc, new_edits, batch, followed).await?;
+    if batch {
+        return Ok(accepted(&id));
+    }
+    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+    // A deletion answers 200, anything else 201 (`chttpd_db:update_doc`).
+    let status = if deleted {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let location = doc_location(state, &req, &db.name, &id);
+    Ok(write_response(
+        status,
+        &id,
+        &rev,
+        Some(etag(&rev)),
+        location,
+    ))
 }
 
+/// CouchDB's answer to a replicated write (`new_edits=false`) without a revision.
+pub fn needs_revs() -> ApiError {
+    ApiError::bad_request(
+        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
+    )
+}
+
+/// `DELETE /{db}/{docid}`: the document must exist (404 `missing` or `deleted`
+/// otherwise, before any revision check); the revision comes from `?rev=` or `If-Match`.
 async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
-    let rev = reconcile_rev(&req, None)?.ok_or(ApiError::Db(settee_db::Error::Conflict))?;
-    let batch = batch_ok(&req)?;
+    let (db2, id2) = (db.clone(), id.clone());
+    blocking(move || Ok(db2.open_doc(&id2, None).map(drop)?)).await?;
+    let rev = reconcile_rev(&req, None)?;
     let doc = ParsedDoc {
         id: Some(id.clone()),
-        revs: Some((rev.pos, vec![rev.id])),
+        revs: rev.map(|r| (r.pos, vec![r.id])),
         deleted: true,
         body: b"{}".to_vec(),
         atts: None,
     };
-    let rev = write_one(state, db, &req, doc, true, batch).await?;
-    if batch {
-        return Ok(json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id})));
-    }
+    let rev = write_one(state, db, &req, doc, true, false).await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
-    let mut resp = json(StatusCode::OK, &json!({"ok": true, "id": id, "rev": rev}));
-    resp.headers_mut().insert(header::ETAG, etag(&rev));
-    Ok(resp)
+    Ok(write_response(
+        StatusCode::OK,
+        &id,
+        &rev,
+        Some(etag(&rev)),
+        None,
+    ))
+}
+
+/// The target of a `COPY`: CouchDB's `parse_copy_destination_header`. A relative
+/// document id, optionally followed by `?rev=…` to overwrite that revision.
+fn copy_destination(req: &Req) -> ApiResult<(String, Option<Rev>)> {
+    let dest = req
+        .header("destination")
+        .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?;
+    if dest.starts_with("http://") || dest.starts_with("https://") {
+        return Err(ApiError::bad_request("Destination URL must be relative."));
+    }
+    let (raw_id, rev) = match dest.split_once('?') {
+        Some((id, query)) => {
+            let value = query.split('=').nth(1).unwrap_or("");
+            (id, Some(Rev::parse(value)?))
+        }
+        None => (dest, None),
+    };
+    Ok((unquote(req, raw_id), rev))
+}
+
+/// `chttpd:unquote`: percent-decoding, with `+` a space under `[chttpd]
+/// decode_plus_to_space` (checked by the caller through the request's routing).
+fn unquote(req: &Req, s: &str) -> String {
+    let s = if req.decode_plus_to_space {
+        s.replace('+', " ")
+    } else {
+        s.to_string()
+    };
+    percent_encoding::percent_decode_str(&s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
-    let dest = req
-        .header("destination")
-        .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?
-        .to_string();
-    let (dest_id, dest_rev) = match dest.split_once("?rev=") {
-        Some((d, r)) => (d.to_string(), Some(Rev::parse(r)?)),
-        None => (dest.clone(), None),
-    };
-    let dest_id = percent_encoding::percent_decode_str(&dest_id)
-        .decode_utf8_lossy()
-        .into_owned();
+    let (dest_id, dest_rev) = copy_destination(&req)?;
     validate_doc_id(&dest_id)?;
-    let rev = parse_rev_param(&req)?;
+    let rev = reconcile_rev(&req, None)?;
     let db2 = db.clone();
-    let src_id = id.clone();
-    let source: OpenDoc = blocking(move || Ok(db2.open_doc(&src_id, rev.as_ref())?)).await?;
+    let source: OpenDoc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;
     let doc = ParsedDoc {
         id: Some(dest_id.clone()),
         revs: dest_rev.map(|r| (r.pos, vec![r.id])),
@@ -478,12 +550,22 @@ async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiR
         body: source.body,
         atts: None,
     };
-    let rev = write_one(state, db, &req, doc, true, false).await?;
-    Ok(created(&req, &dest_id, rev.as_ref(), false))
+    let rev = write_one(state, db.clone(), &req, doc, true, false).await?;
+    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+    let location = doc_location(state, &req, &db.name, &dest_id);
+    Ok(write_response(
+        StatusCode::CREATED,
+        &dest_id,
+        &rev,
+        Some(etag(&rev)),
+        location,
+    ))
 }
 
 // ---- local documents ------------------------------------------------------------------
 
+/// The `N` of a local document's revision `0-N`; any other shape is CouchDB's
+/// `Invalid rev format`.
 fn parse_local_rev(s: &str) -> ApiResult<u64> {
     s.strip_prefix("0-")
         .and_then(|n| n.parse().ok())
@@ -494,70 +576,169 @@ pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
     DocJson::new(&d.id, Some(&format!("0-{}", d.rev)), &d.body).finish()
 }
 
-async fn local(db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
+/// A local document's `ETag`. CouchDB hashes the Erlang term of its revision and body
+/// (`couch_httpd:doc_etag`), so the value is opaque but changes with either; this is the
+/// same shape (a quoted base-36 MD5) over the revision and stored body.
+fn local_etag(rev: u64, body: &[u8]) -> HeaderValue {
+    use md5::Digest;
+    let mut h = md5::Md5::new();
+    h.update(rev.to_be_bytes());
+    h.update(body);
+    let mut n = u128::from_be_bytes(h.finalize().into());
+    let mut digits = Vec::new();
+    loop {
+        digits.push(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.reverse();
+    let text = String::from_utf8(digits).expect("ASCII digits");
+    HeaderValue::from_str(&format!("\"{text}\"")).expect("ASCII")
+}
+
+/// Local documents: no revision tree and no MVCC (CouchDB's `_local` documents, which
+/// replication checkpoints use). Reads of a given `rev` find nothing, as CouchDB looks
+/// revisions up in the document tree where local documents are not.
+async fn local(
+    state: &AppState,
+    db: Arc<Database>,
+    id: String,
+    mut req: Req,
+) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
+            if req.params.get("rev").is_some() || req.params.get("open_revs").is_some() {
+                parse_rev_param(&req)?;
+                return Err(ApiError::NotFound("missing".into()));
+            }
             let d = blocking(move || {
                 db.local_doc(&id)?
                     .ok_or(ApiError::NotFound("missing".into()))
             })
             .await?;
-            Ok(json_bytes(StatusCode::OK, local_json(&d)))
+            let tag = local_etag(d.rev, &d.body);
+            if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
+                let mut resp =
+                    with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
+                resp.headers_mut().insert(header::ETAG, tag);
+                return Ok(resp);
+            }
+            let mut resp = json_bytes(StatusCode::OK, local_json(&d));
+            resp.headers_mut().insert(header::ETAG, tag);
+            Ok(resp)
         }
         "PUT" => {
+            validate_doc_id(&id)?;
+            let batch = batch_ok(&req)?;
             let body = req.json().await?;
-            put_local(db, id, body, &req).await
+            put_local(state, db, id, body, &req, batch).await
         }
         "DELETE" => {
-            let rev = match (
-                req.params.get("rev"),
-                etag_value(&req.headers, header::IF_MATCH),
-            ) {
-                (Some(r), _) => parse_local_rev(r)?,
-                (None, Some(r)) => parse_local_rev(&r)?,
-                (None, None) => return Err(ApiError::Db(settee_db::Error::Conflict)),
-            };
+            let (db2, id2) = (db.clone(), id.clone());
+            blocking(move || {
+                db2.local_doc(&id2)?
+                    .ok_or(ApiError::NotFound("missing".into()))
+            })
+            .await?;
+            let rev = local_rev(&req, None)?;
             let update = LocalUpdate {
                 id: id.clone(),
-                rev: Some(rev),
+                rev,
                 deleted: true,
-                body: Vec::new(),
+                body: b"{}".to_vec(),
             };
             await_write(db.update_local(update)?).await?;
-            Ok(json(
+            Ok(write_response(
                 StatusCode::OK,
-                &json!({"ok": true, "id": id, "rev": "0-0"}),
+                &id,
+                "0-0",
+                Some(local_etag(0, b"{}")),
+                None,
             ))
         }
-        _ => Err(ApiError::MethodNotAllowed("GET,HEAD,PUT,DELETE")),
+        "POST" => super::attachments::form(state, db, id, req).await,
+        "COPY" => Err(ApiError::NotImplemented(
+            "COPY of _local documents is not supported by this Settee version".into(),
+        )),
+        _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
     }
 }
 
-/// Writes a local document from a request body; its `_rev` (or `?rev=`) is `0-N`.
+/// The `N` a local write names through its body's `_rev`, `?rev=` and `If-Match`, which
+/// must agree (as for other documents).
+fn local_rev(req: &Req, body_rev: Option<&Value>) -> ApiResult<Option<u64>> {
+    let body = match body_rev {
+        None => None,
+        Some(Value::String(s)) => Some(parse_local_rev(s)?),
+        Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
+    };
+    let query = req.params.get("rev").map(parse_local_rev).transpose()?;
+    if let (Some(q), Some(b)) = (query, body) {
+        if q != b {
+            return Err(ApiError::bad_request(
+                "Document rev from request body and query string have different values",
+            ));
+        }
+    }
+    let if_match = etag_value(&req.headers, header::IF_MATCH)
+        .map(|s| parse_local_rev(&s))
+        .transpose()?;
+    let explicit = body.or(query);
+    if let (Some(m), Some(e)) = (if_match, explicit) {
+        if m != e {
+            return Err(ApiError::bad_request(
+                "Document rev and etag have different values",
+            ));
+        }
+    }
+    Ok(explicit.or(if_match))
+}
+
+/// Writes a local document from a request body (`PUT`, or `POST /{db}` with a `_local/`
+/// id): 201 with revision `0-N+1` for the `0-N` given (`0-1` without one), whatever is
+/// stored; a body with `_deleted: true` removes it (200, `0-0`).
 pub async fn put_local(
+    state: &AppState,
     db: Arc<Database>,
     id: String,
     mut body: Value,
     req: &Req,
+    batch: bool,
 ) -> ApiResult<Response> {
     validate_doc_id(&id)?;
     let body_rev = body.as_object_mut().and_then(|o| o.shift_remove("_rev"));
     let doc = parse_doc(body)?;
-    let rev = match (body_rev, req.params.get("rev")) {
-        (Some(Value::String(s)), _) => Some(parse_local_rev(&s)?),
-        (Some(_), _) => return Err(ApiError::bad_request("Invalid rev format")),
-        (None, Some(q)) => Some(parse_local_rev(q)?),
-        (None, None) => None,
-    };
+    let rev = local_rev(req, body_rev.as_ref())?;
     let update = LocalUpdate {
         id: id.clone(),
         rev,
         deleted: doc.deleted,
         body: doc.body,
     };
-    let n = await_write(db.update_local(update)?).await?;
-    Ok(json(
-        StatusCode::CREATED,
-        &json!({"ok": true, "id": id, "rev": format!("0-{n}")}),
+    let etag_body = update.body.clone();
+    let rx = db.update_local(update)?;
+    if batch {
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = rx.await {
+                tracing::warn!(error = %e, "batch=ok write failed");
+            }
+        });
+        return Ok(accepted(&id));
+    }
+    let n = await_write(rx).await?;
+    let status = if doc.deleted {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let location = doc_location(state, req, &db.name, &id);
+    Ok(write_response(
+        status,
+        &id,
+        &format!("0-{n}"),
+        Some(local_etag(n, &etag_body)),
+        location,
     ))
 }

@@ -265,7 +265,7 @@ pub async fn session(state: &AppState, mut req: Req) -> ApiResult<Response> {
             let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.node));
             let clear = opts.clear_cookie(crate::auth::now_secs(), false);
             Ok(with_cookie(
-                session_reply(&req, "next", json!({"ok": true}))?,
+                session_reply(state, &req, "next", json!({"ok": true}))?,
                 &clear,
             ))
         }
@@ -325,7 +325,7 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
         tracing::warn!(user = %name, peer = %req.peer, "authentication failed");
         let clear = opts.clear_cookie(now, false);
         let body = json!({"error": "unauthorized", "reason": "Name or password is incorrect."});
-        let mut resp = with_cookie(session_reply(req, "fail", body)?, &clear);
+        let mut resp = with_cookie(session_reply(state, req, "fail", body)?, &clear);
         if resp.status() == StatusCode::OK {
             *resp.status_mut() = StatusCode::UNAUTHORIZED;
         }
@@ -334,7 +334,10 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
     let secret = session_secret(state)?;
     let cookie = crate::auth::session_cookie_header(&opts, &name, &secret, salt.as_bytes(), now);
     let body = json!({"ok": true, "name": name, "roles": user.roles});
-    Ok(with_cookie(session_reply(req, "next", body)?, &cookie))
+    Ok(with_cookie(
+        session_reply(state, req, "next", body)?,
+        &cookie,
+    ))
 }
 
 /// `[chttpd_auth] secret`, created (and persisted) on first use as CouchDB does.
@@ -350,33 +353,18 @@ fn session_secret(state: &AppState) -> ApiResult<String> {
 
 /// 200 with `body`, or a 302 to the `redirect` parameter (`next`/`fail`) when given,
 /// made absolute as CouchDB's `absolute_uri` does.
-fn session_reply(req: &Req, redirect: &str, body: Value) -> ApiResult<Response> {
+fn session_reply(state: &AppState, req: &Req, redirect: &str, body: Value) -> ApiResult<Response> {
     let Some(to) = req.params.get(redirect) else {
         return Ok(json(StatusCode::OK, &body));
     };
-    let location = absolute_uri(req, to)?;
+    if !to.starts_with('/') {
+        return Err(ApiError::bad_request("path must begin with a /."));
+    }
     let mut resp = json(StatusCode::FOUND, &body);
-    if let Ok(v) = axum::http::HeaderValue::from_str(&location) {
+    if let Some(v) = crate::location::absolute_uri(&state.node, req, to) {
         resp.headers_mut().insert(axum::http::header::LOCATION, v);
     }
     Ok(resp)
-}
-
-/// `scheme://host` + `path` for this request: the host from `X-Forwarded-Host` or
-/// `Host`, `https` when `X-Forwarded-Ssl: on` or `X-Forwarded-Proto: https`. The path
-/// must begin with `/`.
-pub(crate) fn absolute_uri(req: &Req, path: &str) -> ApiResult<String> {
-    if !path.starts_with('/') {
-        return Err(ApiError::bad_request("path must begin with a /."));
-    }
-    let host = req
-        .header("x-forwarded-host")
-        .or_else(|| req.header("host"))
-        .unwrap_or("localhost");
-    let https = req.header("x-forwarded-ssl") == Some("on")
-        || req.header("x-forwarded-proto") == Some("https");
-    let scheme = if https { "https" } else { "http" };
-    Ok(format!("{scheme}://{host}{path}"))
 }
 
 /// Adds `Set-Cookie` as the first header, where CouchDB puts it (couchdb-python's
