@@ -98,13 +98,15 @@ pub fn collation_tag(raw: impl IntoIterator<Item = bool>) -> String {
     parts.join("+")
 }
 
-/// The checkpoint of an index: everything below `seq` is in the trees under `roots`.
+/// The checkpoint of an index: everything below `seq` is in the trees under `roots`, and
+/// the rows of documents purged up to `purge_seq` are gone.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub seq: u64,
     pub next_node: u64,
     pub collation: String,
     pub roots: Vec<Option<Entry>>,
+    pub purge_seq: u64,
 }
 
 impl Meta {
@@ -114,6 +116,7 @@ impl Meta {
             next_node: 1,
             collation,
             roots: vec![None; views],
+            purge_seq: 0,
         }
     }
 
@@ -132,6 +135,8 @@ impl Meta {
                 }
             }
         }
+        // Appended after the roots: checkpoints written before it decode with 0.
+        varint::put(&mut out, self.purge_seq);
         out
     }
 
@@ -153,11 +158,17 @@ impl Meta {
                 _ => Some(Entry::decode(&mut buf)?),
             });
         }
+        let purge_seq = if buf.is_empty() {
+            0
+        } else {
+            varint::get(&mut buf)?
+        };
         Some(Meta {
             seq,
             next_node,
             collation,
             roots,
+            purge_seq,
         })
     }
 }
@@ -290,8 +301,13 @@ mod tests {
                     red: b"\x01[1]".to_vec(),
                 }),
             ],
+            purge_seq: 4,
         };
-        assert_eq!(Meta::decode(&m.encode()), Some(m));
+        assert_eq!(Meta::decode(&m.encode()), Some(m.clone()));
+        // A checkpoint written before purge_seq was recorded reads as purge_seq 0.
+        let mut old = m.encode();
+        old.pop();
+        assert_eq!(Meta::decode(&old).map(|o| o.purge_seq), Some(0));
         let back = vec![(0, vec![1u8, 2]), (3, vec![])];
         assert_eq!(decode_back(&encode_back(&back)), Some(back));
         let p = encode_payload("id", b"[1]", b"{\"a\":2}");

@@ -134,10 +134,24 @@ fn round(
     task: &TaskHandle,
 ) -> Result<bool> {
     let store = db.store().as_ref();
+    let snap = store.snapshot();
+    // Purged documents leave no change behind: their ids come from the purge records,
+    // read from the same snapshot as the changes. If some were forgotten (more purges than
+    // `_purged_infos_limit` since the last update), the index starts over.
+    let (purge_seq, purged) = db.purged_in(&snap, meta.purge_seq)?;
+    let purged = match purged {
+        Some(ids) => ids,
+        None => {
+            tracing::info!(ddoc = %g.ddoc_id, "purges since the index's checkpoint were forgotten; rebuilding it");
+            wipe(store, g)?;
+            *meta = Meta::empty(g.def.views.len(), g.collation());
+            Vec::new()
+        }
+    };
     let fresh = meta.roots.iter().all(Option::is_none);
     let mut collector = Collector::new(g, store, fresh);
     let started = std::time::Instant::now();
-    let (last_seq, done) = pipeline(views, db, g, meta.seq, &mut collector, task)?;
+    let (last_seq, done) = pipeline(views, db, g, &snap, meta.seq, purged, &mut collector, task)?;
     let mapped = started.elapsed();
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
     let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
@@ -163,7 +177,14 @@ fn round(
         }
     };
     back_index.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    meta.seq = last_seq;
+    // A feed read to its end covers the snapshot's update_seq, even when its last seqs
+    // belonged to documents purged since (they have no change left).
+    meta.seq = if done {
+        last_seq.max(db.stats_in(&snap)?.update_seq)
+    } else {
+        last_seq
+    };
+    meta.purge_seq = purge_seq;
     meta.next_node = sink.next;
     let wrote_early = collector.wrote_early || sink.wrote_early;
     let mut batch = store.batch();
@@ -264,11 +285,14 @@ fn stream_rows(
 
 /// Runs reader → workers → collector for one round; returns the last seq read and
 /// whether the feed was exhausted.
+#[allow(clippy::too_many_arguments)]
 fn pipeline(
     views: &Views,
     db: &Database,
     g: &Group,
+    snap: &Snapshot<'_>,
     since: u64,
+    purged: Vec<String>,
     collector: &mut Collector<'_>,
     task: &TaskHandle,
 ) -> Result<(u64, bool)> {
@@ -279,15 +303,15 @@ fn pipeline(
     let enough = AtomicBool::new(false);
     let (work_tx, work_rx) = sync_channel::<Vec<Item>>(workers * 2);
     let work_rx = Mutex::new(work_rx);
-    let snap = db.store().snapshot();
-    let snap = &snap;
     std::thread::scope(|s| {
         let (res_tx, res_rx) = sync_channel::<Result<Vec<Mapped>>>(workers * 2);
         let stop = [&abort, &enough];
         // Named threads: `top -H` and profilers tell the pipeline's stages apart.
         let reader = std::thread::Builder::new()
             .name("view-reader".into())
-            .spawn_scoped(s, move || read_changes(db, snap, g, since, work_tx, stop))
+            .spawn_scoped(s, move || {
+                read_changes(db, snap, g, since, purged, work_tx, stop)
+            })
             .expect("spawn the view reader");
         for _ in 0..workers {
             let res_tx = res_tx.clone();
@@ -335,19 +359,38 @@ fn read_changes(
     snap: &Snapshot<'_>,
     g: &Group,
     since: u64,
+    purged: Vec<String>,
     tx: SyncSender<Vec<Item>>,
     stop: [&AtomicBool; 2],
 ) -> Result<(u64, bool)> {
     let mut last = since;
     let mut chunk = Vec::with_capacity(CHUNK_DOCS);
     let mut done = true;
+    // Purged documents first, as they are now: gone (their rows are removed) or, when
+    // only some revisions went, re-mapped — unless the feed below brings them anyway.
+    let purged: std::collections::BTreeSet<String> = purged.into_iter().collect();
+    for id in purged {
+        match db.doc_info_in(snap, &id)? {
+            Some(info) if info.seq > since => {}
+            Some(info) => {
+                let change = Change {
+                    seq: info.seq,
+                    id,
+                    info,
+                    body: None,
+                };
+                chunk.push(item(g, change, &mut 0));
+            }
+            None => chunk.push(Item { id, doc: None }),
+        }
+    }
     db.changes_in(snap, since, false, false, |c| {
         if stop.iter().any(|f| f.load(Ordering::Relaxed)) {
             done = false;
             return ControlFlow::Break(());
         }
         chunk.push(item(g, c, &mut last));
-        if chunk.len() == CHUNK_DOCS {
+        if chunk.len() >= CHUNK_DOCS {
             if tx.send(std::mem::take(&mut chunk)).is_err() {
                 done = false;
                 return ControlFlow::Break(());
