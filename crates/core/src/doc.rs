@@ -20,6 +20,9 @@ pub struct ParsedDoc {
     pub body: Vec<u8>,
     /// `_attachments` as the client sent it (stubs, inline data), not yet resolved.
     pub atts: Option<Map<String, Value>>,
+    /// The Erlang term of the body's JSON ([`crate::body_term`]), once the body is final,
+    /// so that the database writer only hashes it. `None`: the writer computes it.
+    pub body_term: Option<Vec<u8>>,
 }
 
 impl ParsedDoc {
@@ -57,6 +60,7 @@ pub fn parse_doc(value: Value) -> Result<ParsedDoc, Error> {
         deleted: false,
         body: Vec::new(),
         atts: None,
+        body_term: None,
     };
     let mut body = Map::new();
     let mut rev_field = None;

@@ -21,6 +21,6 @@ pub use doc::{
 };
 pub use error::Error;
 pub use names::{validate_db_name, validate_doc_id, DocKind};
-pub use rev::{new_rev_id, Rev, RevId};
+pub use rev::{body_term, new_rev_id, new_rev_id_with, Rev, RevId};
 pub use revtree::{Leaf, NodeStatus, RevTree};
 pub use seq::{format_seq, parse_seq, SeqArg};

@@ -88,7 +88,33 @@ impl fmt::Debug for Rev {
 /// is `{Name, Type, Md5}` per attachment, in reverse order). Computed from the revision's
 /// stored bytes, so the same edit gets the same id here and in CouchDB.
 pub fn new_rev_id(parent: Option<&Rev>, deleted: bool, stored: &[u8]) -> RevId {
-    let (body, atts) = crate::doc::split_stored(stored);
+    new_rev_id_with(parent, deleted, stored, None)
+}
+
+/// The Erlang term of a revision's body (its stored bytes' JSON part), which
+/// [`new_rev_id_with`] hashes: computed ahead of the database writer, whose thread every
+/// edit of a database passes through.
+pub fn body_term(stored: &[u8]) -> Vec<u8> {
+    let body = crate::doc::split_stored(stored).0;
+    let mut t = Vec::with_capacity(body.len() + body.len() / 4);
+    if etf::json_text(body, &mut t).is_none() {
+        // Stored bodies are JSON objects; anything else is still hashed deterministically.
+        t.clear();
+        etf::binary(body, &mut t);
+    }
+    t
+}
+
+/// [`new_rev_id`] with the body's term already computed by [`body_term`] (`None`: compute
+/// it here).
+pub fn new_rev_id_with(
+    parent: Option<&Rev>,
+    deleted: bool,
+    stored: &[u8],
+    term: Option<&[u8]>,
+) -> RevId {
+    let atts = crate::doc::split_stored(stored).1;
+    let mut h = Md5::new();
     let mut t = vec![etf::VERSION];
     etf::list_header(5, &mut t);
     etf::atom(if deleted { "true" } else { "false" }, &mut t);
@@ -102,11 +128,12 @@ pub fn new_rev_id(parent: Option<&Rev>, deleted: bool, stored: &[u8]) -> RevId {
             etf::binary(p.id.as_bytes(), &mut t);
         }
     }
-    match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(v) => etf::value(&v, &mut t),
-        // Stored bodies are JSON objects; anything else is still hashed deterministically.
-        Err(_) => etf::binary(body, &mut t),
+    h.update(&t);
+    match term {
+        Some(term) => h.update(term),
+        None => h.update(body_term(stored)),
     }
+    t.clear();
     let digested = atts.map(attachment_digests).unwrap_or_default();
     if !digested.is_empty() {
         etf::list_header(digested.len(), &mut t);
@@ -119,7 +146,8 @@ pub fn new_rev_id(parent: Option<&Rev>, deleted: bool, stored: &[u8]) -> RevId {
     }
     etf::nil(&mut t);
     etf::nil(&mut t);
-    RevId(Md5::digest(&t).as_slice().into())
+    h.update(&t);
+    RevId(h.finalize().as_slice().into())
 }
 
 /// `(name, content_type, md5)` of each attachment stub with an `md5-` digest, in order.
@@ -186,6 +214,18 @@ mod tests {
         assert_eq!(r1.to_string(), "1d8171ab3a91475cfece749291e6f897");
         let r2 = new_rev_id(Some(&Rev::new(2, r1)), false, br#"{"val":"r2"}"#);
         assert_eq!(r2.to_string(), "3fb0a342d2ce092fdcc77856dbe8a2ef");
+    }
+
+    /// Attachments enter as `{Name, Type, MD5}` tuples, last first; a precomputed body
+    /// term gives the same id.
+    #[test]
+    fn attachments_and_precomputed_terms() {
+        let stubs = r#"{"a.txt":{"content_type":"text/plain","revpos":1,"digest":"md5-+XxdKZQb+xsv2rCHSQargg==","length":3,"stub":true},"b.bin":{"content_type":"application/octet-stream","revpos":1,"digest":"md5-uKn3Fdu2T9XFbneDxoIKYQ==","length":3,"stub":true}}"#;
+        let stored = crate::join_stored(br#"{"a":1}"#, Some(stubs.as_bytes()));
+        let id = new_rev_id(None, false, &stored);
+        assert_eq!(id.to_string(), "07d94cc6139de3035f6ed55299d0115e");
+        let term = body_term(&stored);
+        assert_eq!(new_rev_id_with(None, false, &stored, Some(&term)), id);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::couch::DbEventKind;
 use crate::database::{Database, IdRevs, LocalDoc};
 use crate::docinfo::{DocInfo, Stats};
 use crate::{Error, Result};
-use settee_core::{new_rev_id, varint, ParsedDoc, Rev};
+use settee_core::{new_rev_id_with, varint, ParsedDoc, Rev};
 use settee_storage::{key_in_db, seq_key, Cf, Read};
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -301,7 +301,12 @@ impl<'a> Txn<'a> {
         };
         let rev = Rev::new(
             parent.as_ref().map_or(1, |p| p.pos + 1),
-            new_rev_id(parent.as_ref(), doc.deleted, &doc.body),
+            new_rev_id_with(
+                parent.as_ref(),
+                doc.deleted,
+                &doc.body,
+                doc.body_term.as_deref(),
+            ),
         );
         let mut path = vec![rev.id.clone()];
         path.extend(parent.map(|p| p.id));

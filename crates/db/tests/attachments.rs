@@ -154,6 +154,7 @@ fn compaction_finds_what_kept_revisions_refer_to() {
             deleted: false,
             body,
             atts: None,
+            body_term: None,
         };
         let res = db
             .update_docs(vec![doc], true)

@@ -737,6 +737,7 @@ async fn write_atts(
         deleted: edit.deleted,
         body: join_stored(split_stored(&edit.stored).0, atts.section().as_deref()),
         atts: None,
+        body_term: None,
     };
     super::doc::write_one(state, db, req, doc, true, false)
         .await?

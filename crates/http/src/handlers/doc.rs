@@ -370,7 +370,15 @@ async fn admit_with(
         admission.followed = followed;
         Ok(docs
             .into_iter()
-            .map(|mut d| admission.admit(&db, &mut d, new_edits).map(|()| d))
+            .map(|mut d| {
+                admission.admit(&db, &mut d, new_edits)?;
+                // The body is final: its term for the revision id is made here, in
+                // parallel with other requests, rather than on the database's writer.
+                if new_edits {
+                    d.body_term = Some(settee_core::body_term(&d.body));
+                }
+                Ok(d)
+            })
             .collect())
     })
     .await
@@ -492,6 +500,7 @@ async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> Ap
         deleted: true,
         body: b"{}".to_vec(),
         atts: None,
+        body_term: None,
     };
     let rev = write_one(state, db, &req, doc, true, false).await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
@@ -549,6 +558,7 @@ async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiR
         // The stored bytes carry the source's attachment stubs: COPY keeps them.
         body: source.body,
         atts: None,
+        body_term: None,
     };
     let rev = write_one(state, db.clone(), &req, doc, true, false).await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
