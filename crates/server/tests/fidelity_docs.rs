@@ -538,6 +538,24 @@ fn copy_corner_cases() {
     );
     assert_eq!(c.status, 201, "{}", c.text);
     assert_eq!(s.get("/db/a%20b").json()["n"], 1);
+    // to and from local documents
+    let c = s.raw("COPY", "/db/src", &[("Destination", "_local/saved")]);
+    assert_eq!(c.status, 201, "{}", c.text);
+    assert_eq!(
+        serde_json::from_str::<Value>(&c.text).unwrap(),
+        json!({"ok": true, "id": "_local/saved", "rev": "0-1"})
+    );
+    assert_eq!(
+        s.get("/db/_local/saved").json(),
+        json!({"_id": "_local/saved", "_rev": "0-1", "n": 2})
+    );
+    let c = s.raw("COPY", "/db/_local/saved", &[("Destination", "restored")]);
+    assert_eq!(c.status, 201, "{}", c.text);
+    assert_eq!(s.get("/db/restored").json()["n"], 2);
+    assert_eq!(
+        s.get("/db/_all_docs?key=%22_local/saved%22").json()["rows"],
+        json!([])
+    );
 }
 
 #[test]
@@ -743,6 +761,18 @@ fn couchdb_error_texts_for_methods_and_databases() {
     );
     // `batch` other than `ok` is an ordinary write
     assert_eq!(s.put("/db/b?batch=later", "{}").status, 201);
+    // with `batch=ok`, validation functions run after the answer
+    let vdu = json!({"validate_doc_update": "function(n) { if (n.no) throw({forbidden: 'no'}); }"});
+    assert_eq!(s.put("/db/_design/v", &vdu.to_string()).status, 201);
+    assert_eq!(s.put("/db/refused", r#"{"no":1}"#).status, 403);
+    let r = s.put("/db/refused?batch=ok", r#"{"no":1}"#);
+    assert_eq!(
+        (r.status, r.json()),
+        (202, json!({"ok": true, "id": "refused"}))
+    );
+    let r = s.post("/db?batch=ok", r#"{"_id":"refused2","no":1}"#);
+    assert_eq!(r.status, 202);
+    assert_eq!(r.header("location"), None);
     // GET of `_design%2F…` redirects to the unescaped path
     s.put("/db/_design/x", "{}");
     let r = s.raw("GET", "/db/_design%2Fx?revs=true", &[]);

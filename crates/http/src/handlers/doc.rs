@@ -321,20 +321,35 @@ pub async fn write_one_with(
     batch: bool,
     followed: Followed,
 ) -> ApiResult<Option<Rev>> {
-    let doc = admit_with(state, &db, req, vec![doc], new_edits, followed)
+    if batch {
+        // As CouchDB's `batch=ok`: answered at once; the checks (validation functions
+        // included) and the write happen afterwards, and their failures are only logged.
+        let (state, user) = (state.clone(), req.user.clone());
+        tokio::spawn(async move {
+            let written = async {
+                let doc = admit_as(&state, &db, user, vec![doc], new_edits, followed)
+                    .await?
+                    .pop()
+                    .expect("one result")?;
+                await_write(db.update_docs(vec![doc], new_edits)?).await
+            };
+            match written.await {
+                Err(e) => tracing::warn!(error = ?e, "batch=ok write failed"),
+                Ok(results) => {
+                    if let Some(UpdateResult::Err { id, error }) = results.into_iter().next() {
+                        tracing::warn!(%id, error = %error, "batch=ok write failed");
+                    }
+                }
+            }
+        });
+        return Ok(None);
+    }
+    let doc = admit_as(state, &db, req.user.clone(), vec![doc], new_edits, followed)
         .await?
         .pop()
         .expect("one result")?;
     let given = doc.rev();
     let rx = db.update_docs(vec![doc], new_edits)?;
-    if batch {
-        tokio::spawn(async move {
-            if let Ok(Err(e)) = rx.await {
-                tracing::warn!(error = %e, "batch=ok write failed");
-            }
-        });
-        return Ok(None);
-    }
     match await_write(rx).await?.pop() {
         Some(UpdateResult::Ok { rev, .. }) => Ok(rev.or(given)),
         Some(UpdateResult::Err { error, .. }) => Err(error.into()),
@@ -353,18 +368,26 @@ pub async fn admit(
     docs: Vec<ParsedDoc>,
     new_edits: bool,
 ) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
-    admit_with(state, db, req, docs, new_edits, Followed::new()).await
+    admit_as(
+        state,
+        db,
+        req.user.clone(),
+        docs,
+        new_edits,
+        Followed::new(),
+    )
+    .await
 }
 
-async fn admit_with(
+async fn admit_as(
     state: &AppState,
     db: &Arc<Database>,
-    req: &Req,
+    user: settee_auth::UserCtx,
     docs: Vec<ParsedDoc>,
     new_edits: bool,
     followed: Followed,
 ) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
-    let (state, db, user) = (state.clone(), db.clone(), req.user.clone());
+    let (state, db) = (state.clone(), db.clone());
     blocking(move || {
         let mut admission = Admission::new(&state, &db, &user);
         admission.followed = followed;
@@ -551,18 +574,55 @@ async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiR
     let rev = reconcile_rev(&req, None)?;
     let db2 = db.clone();
     let source: OpenDoc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;
+    // The stored bytes carry the source's attachment stubs: COPY keeps them.
+    copy_to(state, db, &req, source.body, dest_id, dest_rev).await
+}
+
+/// Writes a `COPY`'s target: a document, or a local document when the destination is one
+/// (which keeps no attachments).
+async fn copy_to(
+    state: &AppState,
+    db: Arc<Database>,
+    req: &Req,
+    body: Vec<u8>,
+    dest_id: String,
+    dest_rev: Option<Rev>,
+) -> ApiResult<Response> {
+    let location = doc_location(state, req, &db.name, &dest_id);
+    if dest_id.starts_with("_local/") {
+        let rev = match dest_rev {
+            None => None,
+            Some(r) if r.pos == 0 => Some(parse_local_rev(&r.to_string())?),
+            Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
+        };
+        let body = settee_core::split_stored(&body).0.to_vec();
+        let update = LocalUpdate {
+            id: dest_id.clone(),
+            rev,
+            deleted: false,
+            body: body.clone(),
+        };
+        let n = await_write(db.update_local(update)?).await?;
+        let tag = local_etag(n, &body);
+        let rev = format!("0-{n}");
+        return Ok(write_response(
+            StatusCode::CREATED,
+            &dest_id,
+            &rev,
+            Some(tag),
+            location,
+        ));
+    }
     let doc = ParsedDoc {
         id: Some(dest_id.clone()),
         revs: dest_rev.map(|r| (r.pos, vec![r.id])),
         deleted: false,
-        // The stored bytes carry the source's attachment stubs: COPY keeps them.
-        body: source.body,
+        body,
         atts: None,
         body_term: None,
     };
-    let rev = write_one(state, db.clone(), &req, doc, true, false).await?;
+    let rev = write_one(state, db, req, doc, true, false).await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
-    let location = doc_location(state, &req, &db.name, &dest_id);
     Ok(write_response(
         StatusCode::CREATED,
         &dest_id,
@@ -669,9 +729,17 @@ async fn local(
             ))
         }
         "POST" => super::attachments::form(state, db, id, req).await,
-        "COPY" => Err(ApiError::NotImplemented(
-            "COPY of _local documents is not supported by this Settee version".into(),
-        )),
+        "COPY" => {
+            let (dest_id, dest_rev) = copy_destination(&req)?;
+            validate_doc_id(&dest_id)?;
+            let (db2, id2) = (db.clone(), id.clone());
+            let source = blocking(move || {
+                db2.local_doc(&id2)?
+                    .ok_or(ApiError::NotFound("missing".into()))
+            })
+            .await?;
+            copy_to(state, db, &req, source.body, dest_id, dest_rev).await
+        }
         _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
     }
 }
