@@ -7,7 +7,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, Followed, MixedPart};
 use crate::location::{absolute_uri, doc_path};
 use crate::render::{doc_json_with, DocOpts};
-use crate::reply::{json, json_bytes, with_type};
+use crate::reply::{json, json_bytes};
 use crate::req::{etag_matches, etag_value};
 use crate::{AppState, Req};
 use axum::body::Body;
@@ -37,6 +37,19 @@ const DOC_METHODS: &str = "DELETE,GET,HEAD,POST,PUT,COPY";
 
 fn etag(rev: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII")
+}
+
+/// CouchDB's 304 (`etag_respond`): the ETag and no body (nor content type).
+fn not_modified(tag: HeaderValue) -> Response {
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::NOT_MODIFIED;
+    let h = resp.headers_mut();
+    h.insert(header::ETAG, tag);
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("must-revalidate"),
+    );
+    resp
 }
 
 /// Latest leaves descending from `rev` (itself if it is a leaf).
@@ -146,9 +159,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let tag = doc.rev.to_string();
     if !opts.has_meta() && etag_matches(&req.headers, &format!("\"{tag}\"")) {
-        let mut resp = with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
-        resp.headers_mut().insert(header::ETAG, etag(&tag));
-        return Ok(resp);
+        return Ok(not_modified(etag(&tag)));
     }
     // Users reading others' `_users` documents see no attachments at all.
     let inline = match rendered {
@@ -690,10 +701,7 @@ async fn local(
             .await?;
             let tag = local_etag(d.rev, &d.body);
             if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
-                let mut resp =
-                    with_type(StatusCode::NOT_MODIFIED, crate::reply::JSON, Body::empty());
-                resp.headers_mut().insert(header::ETAG, tag);
-                return Ok(resp);
+                return Ok(not_modified(tag));
             }
             let mut resp = json_bytes(StatusCode::OK, local_json(&d));
             resp.headers_mut().insert(header::ETAG, tag);
