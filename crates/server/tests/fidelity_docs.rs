@@ -251,6 +251,15 @@ fn bulk_docs_new_edits_false_needs_revisions() {
     );
     assert_eq!((r.status, r.json()), (201, json!([])));
     assert_eq!(s.get("/db").json()["doc_count"], 2);
+    // `new_edits` is read from the body only: in the query string it changes nothing
+    let r = s.post(
+        "/db/_bulk_docs?new_edits=false",
+        r#"{"docs":[{"_id":"q","_rev":"1-abc"}]}"#,
+    );
+    assert_eq!(
+        r.json(),
+        json!([{"id": "q", "error": "conflict", "reason": "Document update conflict."}])
+    );
     // a single-document PUT says the same
     let r = s.put("/db/y?new_edits=false", r#"{"v":1}"#);
     assert_eq!(r.status, 400);
@@ -949,4 +958,27 @@ fn revs_limit_applies_to_reads_and_compaction() {
     let d = s.get("/db/bar?conflicts=true").json();
     assert_eq!(d["_rev"], "14-e");
     assert_eq!(d["_conflicts"], json!(["7-7777"]));
+}
+
+#[test]
+fn design_doc_deleted_by_post_stops_validating() {
+    // design_docs_test.exs, COUCHDB-1227
+    let s = Server::start();
+    s.create_db("db");
+    let ddoc = json!({"_id": "_design/test", "validate_doc_update":
+        "function(n) { if (n.value % 2 == 0) throw({forbidden: 'dont like even numbers'}); return true; }"});
+    assert_eq!(s.post("/db", &ddoc.to_string()).status, 201);
+    let r = s.post("/db", r#"{"_id":"doc1","value":4}"#);
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            403,
+            json!({"error": "forbidden", "reason": "dont like even numbers"})
+        )
+    );
+    let mut d = s.get("/db/_design/test").json();
+    d["_deleted"] = json!(true);
+    let r = s.post("/db", &d.to_string());
+    assert_eq!(r.status, 201, "a deletion by POST answers 201: {}", r.text);
+    assert_eq!(s.post("/db", r#"{"_id":"doc1","value":4}"#).status, 201);
 }
