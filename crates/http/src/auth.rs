@@ -463,6 +463,7 @@ fn rehash(
         deleted: false,
         body: settee_core::join_stored(&json, stubs),
         atts: None,
+        body_term: None,
     };
     let rx = db
         .update_docs(vec![parsed], true)
@@ -516,6 +517,7 @@ pub fn ensure_auth_ddoc(couch: &Couch, node: &NodeConfig) -> Result<(), String> 
         deleted: false,
         body: settee_core::join_stored(&json, stubs.as_deref()),
         atts: None,
+        body_term: None,
     };
     let rx = db.update_docs(vec![doc], true).map_err(|e| e.to_string())?;
     match rx.blocking_recv() {

@@ -306,6 +306,16 @@ fn new_edits_false_semantics() {
         d["_revisions"],
         json!({"start": 3, "ids": ["cccc", "bbbb", "aaaa"]})
     );
+    // `latest=true` opens the winning revision, whatever `rev` names (apache/couchdb#3362)
+    let branches = json!({"new_edits": false, "docs": [
+        {"_id": "l", "_rev": "1-a", "v": "a"},
+        {"_id": "l", "_revisions": {"start": 2, "ids": ["b", "a"]}, "v": "b"},
+        {"_id": "l", "_revisions": {"start": 2, "ids": ["c", "a"]}, "v": "c"},
+    ]});
+    s.post("/db/_bulk_docs", &branches.to_string());
+    assert_eq!(s.get("/db/l?rev=1-a&latest=true").json()["_rev"], "2-c");
+    assert_eq!(s.get("/db/l?rev=2-b&latest=true").json()["_rev"], "2-c");
+    assert_eq!(s.get("/db/l?rev=2-b").json()["_rev"], "2-b");
     // `new_edits` other than "false" is an interactive edit, as in CouchDB
     let r = s.put("/db/f?new_edits=maybe", "{}");
     assert_eq!(r.status, 201);

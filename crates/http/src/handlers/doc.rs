@@ -113,20 +113,19 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
         return open_revs(db, id, req, opts, atts).await;
     }
     let rev = parse_rev_param(&req)?;
-    let latest = req.params.is_true("latest");
+    // With `latest=true` CouchDB opens the winning revision whatever `rev` names
+    // (`chttpd_db:db_doc_req`, since apache/couchdb#3362).
+    let rev = if req.params.is_true("latest") {
+        None
+    } else {
+        rev
+    };
     let wants_multipart = req
         .header("accept")
         .is_some_and(|a| a.contains("multipart/related"));
     let db_for_parts = db.clone();
     let (mut doc, rendered) = blocking(move || {
-        let mut doc = db.open_doc(&id, rev.as_ref())?;
-        if latest {
-            if let Some(r) = &rev {
-                if let Some(newest) = latest_leaves(&doc.info, r).into_iter().max() {
-                    doc = db.open_doc(&id, Some(&newest))?;
-                }
-            }
-        }
+        let doc = db.open_doc(&id, rev.as_ref())?;
         // Attachment content is read here only for JSON; multipart parts are streamed later.
         let rendered = match wants_multipart
             .then(|| atts.multipart_stubs(&doc.body))
