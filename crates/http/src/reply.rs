@@ -74,7 +74,7 @@ pub async fn stream(
     content_type: &'static str,
     produce: impl FnOnce(&mut Chunks) -> ApiResult<()> + Send + 'static,
 ) -> Response {
-    let (tx, mut rx) = mpsc::channel::<ApiResult<Bytes>>(4);
+    let (tx, rx) = mpsc::channel::<ApiResult<Bytes>>(4);
     tokio::task::spawn_blocking(move || {
         let mut sink = Chunks {
             tx: tx.clone(),
@@ -90,6 +90,16 @@ pub async fn stream(
             }
         }
     });
+    delayed(content_type, rx).await
+}
+
+/// A response whose status and headers wait for the producer's first chunk, as CouchDB's
+/// delayed responses do: an error before it becomes a proper error response; one after it
+/// ends the stream.
+pub async fn delayed(
+    content_type: &'static str,
+    mut rx: mpsc::Receiver<ApiResult<Bytes>>,
+) -> Response {
     let first = match rx.recv().await {
         Some(Ok(b)) => b,
         Some(Err(e)) => return axum::response::IntoResponse::into_response(e),

@@ -69,6 +69,12 @@ impl Params {
     }
 }
 
+impl FromIterator<(String, String)> for Params {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Params {
+        Params(pairs.into_iter().collect())
+    }
+}
+
 /// A JSON query parameter, decoded; text that is not JSON is CouchDB's `400 bad_request`
 /// "invalid UTF-8 JSON", as for a body.
 pub fn decode_param_json(v: &str) -> ApiResult<Value> {

@@ -2,8 +2,9 @@
 
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
+use crate::mrargs::{parse_pos_int, Val};
 use crate::render::{seq, winner_json_with, with_doc, DocOpts};
-use crate::reply::{json_bytes, stream, stream_async, JSON};
+use crate::reply::{delayed, stream, stream_async, JSON};
 use crate::req::Params;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
@@ -130,9 +131,14 @@ fn tokens(name: &str) -> Vec<&str> {
 
 /// CouchDB's `configure_filter`: the filter named by `filter`, with CouchDB's errors.
 /// `body` is a POST's JSON body (`None` for an empty one).
-fn filter_spec(p: &Params, post: bool, body: Option<&Value>) -> ApiResult<FilterSpec> {
+fn filter_spec(
+    filter: Option<&str>,
+    p: &Params,
+    post: bool,
+    body: Option<&Value>,
+) -> ApiResult<FilterSpec> {
     let invalid_json = || ApiError::bad_request("invalid UTF-8 JSON");
-    Ok(match p.get("filter").unwrap_or("") {
+    Ok(match filter.unwrap_or("") {
         "_doc_ids" => {
             let ids = if post {
                 body.ok_or_else(invalid_json)?.get("doc_ids").cloned()
@@ -301,12 +307,10 @@ fn parse_timing(p: &Params, changes_timeout: Duration) -> ApiResult<Timing> {
                 _ => return Err(ApiError::bad_request("invalid_seq_interval")),
             },
             "timeout" => {
-                t.timeout = millis(p, "timeout")?
-                    .unwrap_or(changes_timeout)
-                    .min(changes_timeout)
+                t.timeout = Duration::from_millis(parse_pos_int(Val::Text(v))?).min(changes_timeout)
             }
             "limit" => {
-                p.uint("limit")?;
+                parse_pos_int(Val::Text(v))?;
             }
             "since" => {
                 parse_seq(v)?;
@@ -318,16 +322,17 @@ fn parse_timing(p: &Params, changes_timeout: Duration) -> ApiResult<Timing> {
 }
 
 impl Opts {
-    /// Parses everything but the filter, which needs the database (see `changes`).
-    fn parse(p: &Params, changes_timeout: Duration) -> ApiResult<Opts> {
-        let timing = parse_timing(p, changes_timeout)?;
+    /// Parses everything but the filter, which needs the database (see `changes`): `all`
+    /// is every parameter in order, `p` the folded values (see [`folded`]).
+    fn parse(all: &Params, p: &Params, changes_timeout: Duration) -> ApiResult<Opts> {
+        let timing = parse_timing(all, changes_timeout)?;
         let style = p.get("style").unwrap_or("main_only");
         if !["main_only", "all_docs"].contains(&style) {
             return Err(ApiError::bad_request(
                 "Invalid `style` parameter: use main_only or all_docs",
             ));
         }
-        let since = p.get("since").or_else(|| p.get("last-event-id"));
+        let since = p.get("since");
         Ok(Opts {
             feed: Feed::Normal,
             since: match since {
@@ -456,7 +461,10 @@ fn start_seq(db: &Database, o: &Opts) -> u64 {
     }
 }
 
-/// A whole normal/longpoll response body from `since`.
+/// What comes between two rows of a normal or longpoll feed (CouchDB's `prepend`).
+const ROW_SEPARATOR: &[u8] = b",\r\n";
+
+/// A whole normal response body from `since`.
 fn normal_body(
     db: &Database,
     o: &Opts,
@@ -471,7 +479,7 @@ fn normal_body(
         since,
         o.limit.unwrap_or(DEFAULT_LIMIT),
         &mut |_, row| {
-            let ok = out(if first { b"" } else { b",\n" }) && out(&row);
+            let ok = out(if first { b"" } else { ROW_SEPARATOR }) && out(&row);
             first = false;
             ok
         },
@@ -490,6 +498,38 @@ fn normal_body(
     );
     out(tail.as_bytes());
     Ok(())
+}
+
+/// The query string as CouchDB's `parse_changes_query` folds it: names lowercased, a later
+/// value replacing an earlier one (`last-event-id` is another name for `since`), and the
+/// options only `true` switches on staying on once on. Every pair stays, in order, for the
+/// checks that stop at the first bad value; `get` sees the folded value.
+fn folded(p: &Params) -> (Params, Params) {
+    const SWITCHES: [&str; 5] = [
+        "descending",
+        "include_docs",
+        "conflicts",
+        "attachments",
+        "att_encoding_info",
+    ];
+    let all: Params = p
+        .pairs()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    let mut last: Vec<(String, String)> = Vec::new();
+    for (k, v) in all.pairs() {
+        let k = if k == "last-event-id" { "since" } else { k };
+        match last.iter_mut().find(|(n, _)| n == k) {
+            Some(slot) if SWITCHES.contains(&k) => {
+                if v == "true" {
+                    slot.1 = v.to_string();
+                }
+            }
+            Some(slot) => slot.1 = v.to_string(),
+            None => last.push((k.to_string(), v.to_string())),
+        }
+    }
+    (all, last.into_iter().collect())
 }
 
 pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
@@ -511,14 +551,16 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     };
     let changes_timeout =
         Duration::from_millis(state.node.get_u64("chttpd", "changes_timeout", 60_000));
-    let mut o = Opts::parse(&req.params, changes_timeout)?;
+    let (all, params) = folded(&req.params);
+    let mut o = Opts::parse(&all, &params, changes_timeout)?;
     // An EventSource reconnecting says where it stopped.
-    if req.params.get("feed") == Some("eventsource") {
+    if params.get("feed") == Some("eventsource") {
         if let Some(id) = req.header("last-event-id") {
             o.since = parse_seq(id)?;
         }
     }
-    o.filter = match filter_spec(&req.params, post, body.as_ref())? {
+    // `doc_ids` and `view` are read as sent (CouchDB's `configure_filter`); `filter` folded.
+    o.filter = match filter_spec(params.get("filter"), &req.params, post, body.as_ref())? {
         FilterSpec::None => Filter::None,
         FilterSpec::DocIds(ids) => Filter::DocIds(ids),
         FilterSpec::Design => Filter::Design,
@@ -541,7 +583,7 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
             ))
         }
     };
-    o.feed = Feed::for_changes(&req.params)?;
+    o.feed = Feed::for_changes(&params)?;
     match o.feed {
         Feed::Normal => {
             let since = start_seq(&db, &o);
@@ -550,8 +592,14 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
             })
             .await)
         }
-        Feed::Longpoll => longpoll(db, o).await,
-        Feed::Continuous | Feed::EventSource => Ok(continuous(db, o)),
+        Feed::Longpoll | Feed::Continuous | Feed::EventSource => {
+            let max_duration = state
+                .node
+                .get("fabric", "changes_duration")
+                .and_then(|v| v.trim().parse().ok())
+                .map(Duration::from_millis);
+            Ok(live(db, o, max_duration).await)
+        }
     }
 }
 
@@ -561,112 +609,207 @@ async fn wait_past(rx: &mut watch::Receiver<u64>, seen: u64, wait: Duration) -> 
     matches!(tokio::time::timeout(wait, moved).await, Ok(Ok(_)))
 }
 
-async fn has_match(db: &Arc<Database>, o: &Opts, since: u64) -> ApiResult<bool> {
-    let (db, o) = (db.clone(), o.clone());
-    blocking(move || Ok(scan(&db, &o, since, 1, &mut |_, _| true)?.1 > 0)).await
+/// The output of a longpoll, continuous or eventsource feed, as CouchDB's `changes_callback`
+/// writes it: rows are buffered and go out when the feed waits or ends; nothing at all (not
+/// even the status) is sent before the first chunk.
+struct LiveOut {
+    feed: Feed,
+    tx: mpsc::Sender<ApiResult<Bytes>>,
+    buf: Vec<u8>,
+    /// Rows are in `buf` (a longpoll's `buf` also starts with its opening).
+    rows_buffered: bool,
+    /// A row has been written (the next longpoll row needs a separator).
+    any_row: bool,
+    /// CouchDB's `chunks_sent`: rows buffered plus chunks sent.
+    chunks: u64,
+    open: bool,
 }
 
-async fn longpoll(db: Arc<Database>, o: Opts) -> ApiResult<Response> {
-    let mut rx = db.watch_seq();
-    let since = start_seq(&db, &o);
-    let deadline = tokio::time::Instant::now() + o.timeout;
-    if !o.descending {
-        loop {
-            let seen = *rx.borrow_and_update();
-            if has_match(&db, &o, since).await? {
-                break;
-            }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if !wait_past(&mut rx, seen, left).await {
-                break;
-            }
+impl LiveOut {
+    fn new(feed: Feed, tx: mpsc::Sender<ApiResult<Bytes>>) -> LiveOut {
+        let buf = if feed == Feed::Longpoll {
+            b"{\"results\":[\n".to_vec()
+        } else {
+            Vec::new()
+        };
+        LiveOut {
+            feed,
+            tx,
+            buf,
+            rows_buffered: false,
+            any_row: false,
+            chunks: 0,
+            open: true,
         }
     }
-    let body = blocking(move || {
-        let mut out = Vec::new();
-        normal_body(&db, &o, since, &mut |b| {
-            out.extend_from_slice(b);
-            true
-        })?;
-        Ok(out)
-    })
-    .await?;
-    Ok(json_bytes(StatusCode::OK, body))
+
+    /// Adds a row (from a blocking thread), sending the buffer once it is large.
+    fn row(&mut self, seq_shown: Option<u64>, row: &[u8]) -> bool {
+        match self.feed {
+            Feed::Longpoll => {
+                if self.any_row {
+                    self.buf.extend_from_slice(ROW_SEPARATOR);
+                }
+                self.buf.extend_from_slice(row);
+            }
+            Feed::EventSource => {
+                // `id:` is the row's seq as JSON (quoted, or `null`), as CouchDB's.
+                let id = seq_shown.map_or(Value::Null, seq);
+                self.buf.extend_from_slice(b"data: ");
+                self.buf.extend_from_slice(row);
+                self.buf
+                    .extend_from_slice(format!("\nid: {id}\n\n").as_bytes());
+            }
+            Feed::Continuous | Feed::Normal => {
+                self.buf.extend_from_slice(row);
+                self.buf.push(b'\n');
+            }
+        }
+        self.rows_buffered = true;
+        self.any_row = true;
+        self.chunks += 1;
+        if self.buf.len() >= 32 << 10 && self.open {
+            let chunk = Bytes::from(std::mem::take(&mut self.buf));
+            self.open = self.tx.blocking_send(Ok(chunk)).is_ok();
+        }
+        self.open
+    }
+
+    async fn send(&mut self, extra: &[u8]) {
+        let mut chunk = std::mem::take(&mut self.buf);
+        chunk.extend_from_slice(extra);
+        self.rows_buffered = false;
+        if self.open && !chunk.is_empty() {
+            self.open = self.tx.send(Ok(Bytes::from(chunk))).await.is_ok();
+        }
+    }
+
+    /// Before waiting: the buffered rows go out; a feed that has sent nothing yet sends a
+    /// newline, so the client has the status and headers while it waits.
+    async fn waiting(&mut self) {
+        if self.rows_buffered {
+            self.send(b"").await;
+        } else if self.chunks == 0 {
+            self.chunks = 1;
+            self.send(b"\n").await;
+        }
+    }
+
+    /// A heartbeat, also sent when an update wakes the feed.
+    async fn beat(&mut self) {
+        self.chunks += 1;
+        let beat: &[u8] = if self.feed == Feed::EventSource {
+            b"event: heartbeat\ndata: \n\n"
+        } else {
+            b"\n"
+        };
+        self.send(beat).await;
+    }
+
+    async fn stop(&mut self, last_seq: Value, pending: u64) {
+        let tail = match self.feed {
+            Feed::Longpoll => format!("\n],\n\"last_seq\":{last_seq},\"pending\":{pending}}}\n"),
+            Feed::Continuous | Feed::Normal => {
+                format!("{{\"last_seq\":{last_seq},\"pending\":{pending}}}\n")
+            }
+            Feed::EventSource => String::new(),
+        };
+        self.send(tail.as_bytes()).await;
+    }
 }
 
-fn continuous(db: Arc<Database>, o: Opts) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let eventsource = o.feed == Feed::EventSource;
+/// A longpoll, continuous or eventsource feed, as CouchDB's `keep_sending_changes` runs it:
+/// send what there is; stop once a longpoll has sent rows or a continuous feed its `limit`;
+/// otherwise wait for an update up to the heartbeat (or, without one, the timeout, which
+/// ends the feed). A heartbeat or an update sends a newline, and the feed goes round again.
+/// With a heartbeat only `[fabric] changes_duration` ends an idle feed.
+async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Response {
+    let (tx, rx) = mpsc::channel::<ApiResult<Bytes>>(16);
+    let content_type = if o.feed == Feed::EventSource {
+        "text/event-stream"
+    } else {
+        JSON
+    };
     tokio::spawn(async move {
-        let mut seen_rx = db.watch_seq();
+        let mut out = LiveOut::new(o.feed, tx.clone());
+        let mut seq_rx = db.watch_seq();
         let mut since = start_seq(&db, &o);
-        let mut left = o.limit.unwrap_or(DEFAULT_LIMIT);
-        let idle = o.heartbeat.unwrap_or(o.timeout);
+        let limit = o.limit.unwrap_or(DEFAULT_LIMIT);
+        let mut left = limit;
+        let wait = o.heartbeat.unwrap_or(o.timeout);
+        let mut any_sent = false;
+        let started = tokio::time::Instant::now();
         loop {
+            let seen = *seq_rx.borrow_and_update();
             let (db2, o2) = (db.clone(), o.clone());
-            let batch = blocking(move || {
-                let mut rows = Vec::new();
-                let (last, _) = scan(&db2, &o2, since, left, &mut |s, row| {
-                    rows.push((s, row));
-                    true
-                })?;
-                Ok((rows, last))
+            let scanned = blocking(move || {
+                let mut out = out;
+                let scanned = scan(&db2, &o2, since, left, &mut |s, row| out.row(s, &row));
+                Ok((out, scanned))
             })
             .await;
-            let Ok((rows, last)) = batch else { break };
-            since = last;
-            for (s, row) in rows {
-                left -= 1;
-                let chunk = if eventsource {
-                    // `id:` is the row's seq as JSON (quoted, or `null`), as CouchDB's.
-                    let id = s.map_or(Value::Null, seq);
-                    let mut c = b"data: ".to_vec();
-                    c.extend_from_slice(&row);
-                    c.extend_from_slice(format!("\nid: {id}\n\n").as_bytes());
-                    c
-                } else {
-                    let mut c = row;
-                    c.push(b'\n');
-                    c
-                };
-                if tx.send(Bytes::from(chunk)).await.is_err() {
+            let (back, scanned) = match scanned {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
                     return;
                 }
-            }
-            if left == 0 {
+            };
+            out = back;
+            let (last, sent) = match scanned {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            since = last;
+            left -= sent;
+            any_sent |= sent > 0;
+            let done = match o.feed {
+                Feed::Longpoll => sent > 0,
+                _ => left == 0,
+            };
+            if done || o.descending || !out.open {
                 break;
             }
-            if !wait_past(&mut seen_rx, since, idle).await {
-                if o.heartbeat.is_none() {
-                    break;
-                }
-                let beat: &[u8] = if eventsource {
-                    b"event: heartbeat\ndata: \n\n"
-                } else {
-                    b"\n"
-                };
-                if tx.send(Bytes::from_static(beat)).await.is_err() {
-                    return;
-                }
+            out.waiting().await;
+            let updated = tokio::select! {
+                moved = wait_past(&mut seq_rx, seen, wait) => moved,
+                _ = tx.closed() => return,
+            };
+            let overdue = max_duration.is_some_and(|max| started.elapsed() > max);
+            if !updated && (o.heartbeat.is_none() || overdue) {
+                break;
+            }
+            out.beat().await;
+            if !out.open {
+                return;
             }
         }
-        if !eventsource {
-            let tail = format!(
-                "{{\"last_seq\":{},\"pending\":0}}\n",
-                seq(since.min(db.update_seq()))
-            );
-            let _ = tx.send(Bytes::from(tail)).await;
+        let tail = blocking(move || {
+            let last = if o.descending && !any_sent {
+                db.update_seq()
+            } else {
+                since.min(db.update_seq())
+            };
+            let pending = if o.descending {
+                0
+            } else {
+                db.count_changes_after(last)?
+            };
+            Ok((seq(last), pending))
+        })
+        .await;
+        match tail {
+            Ok((last, pending)) => out.stop(last, pending).await,
+            Err(e) => {
+                let _ = tx.send(Err(e)).await;
+            }
         }
     });
-    let mut resp = stream_async(
-        if eventsource {
-            "text/event-stream"
-        } else {
-            JSON
-        },
-        rx,
-    );
-    if eventsource {
+    let mut resp = delayed(content_type, rx).await;
+    if content_type != JSON {
         resp.headers_mut().insert(
             axum::http::header::CACHE_CONTROL,
             axum::http::HeaderValue::from_static("no-cache"),
