@@ -95,6 +95,162 @@ impl ViewGroupDef {
     }
 }
 
+/// A JSON type CouchDB's design document checks name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ty {
+    Object,
+    String,
+    Array,
+    Boolean,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::Object => "object",
+            Ty::String => "string",
+            Ty::Array => "array",
+            Ty::Boolean => "boolean",
+        }
+    }
+
+    /// JSON `null` is of no type: only an absent member passes a check.
+    fn holds(self, v: &Value) -> bool {
+        match self {
+            Ty::Object => v.is_object(),
+            Ty::String => v.is_string(),
+            Ty::Array => v.is_array(),
+            Ty::Boolean => v.is_boolean(),
+        }
+    }
+}
+
+/// One step of a member path: a named member, or every member of an object.
+#[derive(Clone, Copy)]
+enum Step {
+    Key(&'static str, &'static [Ty]),
+    Each(&'static [Ty]),
+}
+
+/// The member checks of a design document, in the order CouchDB makes them
+/// (`couch_mrview:validate_ddoc_fields`); `None` stands for the map function's type, which
+/// depends on the language.
+const MEMBER_PATHS: &[&[Option<Step>]] = {
+    use Step::{Each, Key};
+    use Ty::*;
+    const OBJ: &[Ty] = &[Object];
+    const FUNCTION: &[Ty] = &[Object, String];
+    &[
+        &[Some(Key("filters", OBJ)), Some(Each(FUNCTION))],
+        &[Some(Key("language", &[String]))],
+        &[Some(Key("lists", OBJ)), Some(Each(FUNCTION))],
+        &[Some(Key("options", OBJ))],
+        &[
+            Some(Key("options", OBJ)),
+            Some(Key("include_design", &[Boolean])),
+        ],
+        &[
+            Some(Key("options", OBJ)),
+            Some(Key("local_seq", &[Boolean])),
+        ],
+        &[
+            Some(Key("options", OBJ)),
+            Some(Key("partitioned", &[Boolean])),
+        ],
+        &[Some(Key("rewrites", &[String, Array]))],
+        &[Some(Key("shows", OBJ)), Some(Each(FUNCTION))],
+        &[Some(Key("updates", OBJ)), Some(Each(FUNCTION))],
+        &[Some(Key("validate_doc_update", &[String]))],
+        &[Some(Key("views", OBJ)), Some(Key("lib", OBJ))],
+        &[Some(Key("views", OBJ)), Some(Each(OBJ)), None],
+        &[
+            Some(Key("views", OBJ)),
+            Some(Each(OBJ)),
+            Some(Key("reduce", &[String])),
+        ],
+    ]
+};
+
+/// CouchDB's checks of a design document's members on save (`couch_mrview:validate/2`):
+/// the first member of the wrong type is "`views.v.map` field must have string type" (JSON
+/// `null` is a wrong type, only absence passes); then each view but `views.lib` must have
+/// a map function; then a `_`-named reduce must be a built-in CouchDB knows. These hold
+/// for design documents of every language (compiling is for JavaScript only).
+pub fn check_members(ddoc: &Map<String, Value>) -> Result<(), DesignError> {
+    // Mango's (`"language": "query"`) map functions are objects.
+    let map_type: &[Ty] = if ddoc.get("language") == Some(&json!("query")) {
+        &[Ty::Object]
+    } else {
+        &[Ty::String]
+    };
+    for path in MEMBER_PATHS {
+        let steps: Vec<Step> = path
+            .iter()
+            .map(|s| s.unwrap_or(Step::Key("map", map_type)))
+            .collect();
+        check_path(ddoc, &steps, &mut Vec::new())?;
+    }
+    let Some(Value::Object(views)) = ddoc.get("views") else {
+        return Ok(());
+    };
+    for (name, view) in views.iter().filter(|(name, _)| *name != "lib") {
+        if view.get("map").is_none() {
+            return Err(DesignError(format!(
+                "View `{name}` must contain map function"
+            )));
+        }
+    }
+    for view in views
+        .iter()
+        .filter(|(name, _)| *name != "lib")
+        .map(|(_, v)| v)
+    {
+        if let Some(Value::String(reduce)) = view.get("reduce") {
+            if crate::reduce::Builtin::is_reserved(reduce)
+                && crate::reduce::Builtin::from_source(reduce).is_none()
+            {
+                return Err(DesignError(format!(
+                    "`{reduce}` is not a supported reduce function."
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_path<'a>(
+    at: &'a Map<String, Value>,
+    steps: &[Step],
+    path: &mut Vec<&'a str>,
+) -> Result<(), DesignError> {
+    let Some((step, rest)) = steps.split_first() else {
+        return Ok(());
+    };
+    let members: Vec<(&'a String, &'a Value, &'static [Ty])> = match *step {
+        Step::Key(key, types) => match at.get_key_value(key) {
+            Some((k, v)) => vec![(k, v, types)],
+            None => return Ok(()),
+        },
+        Step::Each(types) => at.iter().map(|(k, v)| (k, v, types)).collect(),
+    };
+    for (key, value, types) in members {
+        path.push(key);
+        if !types.iter().any(|t| t.holds(value)) {
+            let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+            return Err(DesignError(format!(
+                "`{}` field must have {} type",
+                path.join("."),
+                names.join(" or ")
+            )));
+        }
+        if let Value::Object(inner) = value {
+            check_path(inner, rest, path)?;
+        }
+        path.pop();
+    }
+    Ok(())
+}
+
 fn is_raw(options: &Value) -> bool {
     options.get("collation") == Some(&json!("raw"))
 }
@@ -158,6 +314,103 @@ fn parse_view(name: &str, v: &Value, raw_default: bool) -> Result<ViewDef, Desig
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn members(v: Value) -> Result<(), String> {
+        check_members(v.as_object().unwrap()).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn member_types_are_checked_in_couchdb_order() {
+        let wrong = |path: &str, ty: &str| Err(format!("`{path}` field must have {ty} type"));
+        assert_eq!(members(json!({"filters": []})), wrong("filters", "object"));
+        assert_eq!(
+            members(json!({"filters": {"ok": "function(){}", "bad": 1}})),
+            wrong("filters.bad", "object or string")
+        );
+        assert_eq!(
+            members(json!({"language": null})),
+            wrong("language", "string")
+        );
+        assert_eq!(members(json!({"lists": "x"})), wrong("lists", "object"));
+        assert_eq!(
+            members(json!({"options": true})),
+            wrong("options", "object")
+        );
+        assert_eq!(
+            members(json!({"options": {"local_seq": "true"}})),
+            wrong("options.local_seq", "boolean")
+        );
+        assert_eq!(
+            members(json!({"rewrites": {}})),
+            wrong("rewrites", "string or array")
+        );
+        assert_eq!(
+            members(json!({"shows": {"s": []}})),
+            wrong("shows.s", "object or string")
+        );
+        assert_eq!(members(json!({"updates": 1})), wrong("updates", "object"));
+        assert_eq!(
+            members(json!({"validate_doc_update": {}})),
+            wrong("validate_doc_update", "string")
+        );
+        assert_eq!(members(json!({"views": []})), wrong("views", "object"));
+        assert_eq!(
+            members(json!({"views": {"lib": "x"}})),
+            wrong("views.lib", "object")
+        );
+        assert_eq!(
+            members(json!({"views": {"v": "x"}})),
+            wrong("views.v", "object")
+        );
+        assert_eq!(
+            members(json!({"views": {"v": {"map": {}}}})),
+            wrong("views.v.map", "string")
+        );
+        assert_eq!(
+            members(json!({"views": {"v": {"map": "f", "reduce": 1}}})),
+            wrong("views.v.reduce", "string")
+        );
+        // the first failing check wins: filters before views, whatever the member order
+        assert_eq!(
+            members(json!({"views": [], "filters": 1})),
+            wrong("filters", "object")
+        );
+        // all maps are checked before any reduce
+        assert_eq!(
+            members(json!({"views": {"a": {"map": "f", "reduce": 1}, "b": {"map": 2}}})),
+            wrong("views.b.map", "string")
+        );
+        // Mango's maps are objects
+        assert_eq!(
+            members(json!({"language": "query", "views": {"i": {"map": {"fields": {}}}}})),
+            Ok(())
+        );
+        assert_eq!(
+            members(json!({"language": "query", "views": {"i": {"map": "f"}}})),
+            wrong("views.i.map", "object")
+        );
+    }
+
+    #[test]
+    fn views_need_maps_and_known_builtins() {
+        assert_eq!(
+            members(json!({"views": {"lib": {}, "v": {"reduce": "_sum"}}})),
+            Err("View `v` must contain map function".into())
+        );
+        assert_eq!(
+            members(json!({"views": {"v": {"map": "f", "reduce": "_median"}}})),
+            Err("`_median` is not a supported reduce function.".into())
+        );
+        assert_eq!(
+            members(json!({"views": {"v": {"map": "f", "reduce": "_sum_of_all"}}})),
+            Ok(())
+        );
+        assert_eq!(
+            members(json!({"views": {"v": {"map": "f", "reduce": "function(k, v) {}"}}})),
+            Ok(())
+        );
+        assert_eq!(members(json!({"_id": "_design/x"})), Ok(()));
+    }
 
     fn group(v: Value) -> ViewGroupDef {
         ViewGroupDef::from_ddoc(v.as_object().unwrap()).unwrap()

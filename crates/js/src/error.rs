@@ -10,7 +10,8 @@ pub enum JsError {
     /// A function or library module that does not compile or does not evaluate to a function.
     #[error("compilation error in {what}: {reason}")]
     Compile {
-        /// What was being compiled, e.g. "map function of view `by_x`".
+        /// What was being compiled, as CouchDB says it failed, e.g. "Compilation of the
+        /// map function in the 'by_x' view failed".
         what: String,
         /// CouchDB-style reason, e.g. "Expression does not eval to a function. (...)".
         reason: String,

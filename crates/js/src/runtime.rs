@@ -281,14 +281,16 @@ fn compile_view<'js>(
     view: &ViewSource,
     monitor: &Monitor,
 ) -> Result<CompiledView, JsError> {
-    let what = format!("map function of view `{}`", view.name);
-    let map = compile_function(ctx, &view.map, &what, monitor)?;
+    let script = format!("map function of view `{}`", view.name);
+    let map = compile_function(ctx, &view.map, &script, monitor)
+        .map_err(|e| in_view(e, "map", &view.name))?;
     let reduce = match &view.reduce {
         Some(source) => {
-            let what = format!("reduce function of view `{}`", view.name);
+            let script = format!("reduce function of view `{}`", view.name);
             Some(Persistent::save(
                 ctx,
-                compile_function(ctx, source, &what, monitor)?,
+                compile_function(ctx, source, &script, monitor)
+                    .map_err(|e| in_view(e, "reduce", &view.name))?,
             ))
         }
         None => None,
@@ -298,6 +300,18 @@ fn compile_view<'js>(
         map: Persistent::save(ctx, map),
         reduce,
     })
+}
+
+/// A compile error as CouchDB's `couch_query_servers:try_compile` words it: "Compilation
+/// of the map function in the 'by_x' view failed" (`reduce` for a reduce).
+fn in_view(e: JsError, kind: &str, view: &str) -> JsError {
+    match e {
+        JsError::Compile { reason, .. } => JsError::Compile {
+            what: format!("Compilation of the {kind} function in the '{view}' view failed"),
+            reason,
+        },
+        other => other,
+    }
 }
 
 fn restore<'js>(

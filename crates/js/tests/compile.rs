@@ -49,7 +49,10 @@ fn accepts_couchdb_source_forms() {
 #[test]
 fn syntax_errors_are_compile_errors() {
     let (what, reason) = compile_reason("function(doc) { emit(doc._id, 1 }");
-    assert_eq!(what, "map function of view `by_x`");
+    assert_eq!(
+        what,
+        "Compilation of the map function in the 'by_x' view failed"
+    );
     assert!(reason.starts_with("SyntaxError"), "{reason}");
     assert!(
         reason.ends_with("(function(doc) { emit(doc._id, 1 })"),
@@ -87,7 +90,12 @@ fn bad_reduce_names_the_reduce() {
         lib: None,
     };
     match ViewRuntime::new(&fns, Limits::default()) {
-        Err(JsError::Compile { what, .. }) => assert_eq!(what, "reduce function of view `r`"),
+        Err(JsError::Compile { what, .. }) => {
+            assert_eq!(
+                what,
+                "Compilation of the reduce function in the 'r' view failed"
+            )
+        }
         other => panic!("{:?}", other.err()),
     }
 }

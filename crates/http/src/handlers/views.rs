@@ -131,9 +131,10 @@ fn check_language(def: &ViewGroupDef) -> ApiResult<()> {
     }
 }
 
-/// CouchDB's check of a design document on save: JavaScript views must be well formed and
-/// their functions must compile (`400 invalid_design_doc` / `compilation_error`). Design
-/// docs of other languages (such as Mango's `query`) are stored as they are.
+/// CouchDB's check of a design document on save: its members must have the right types
+/// and its views maps and known built-in reduces (`400 invalid_design_doc`), and JavaScript
+/// functions must compile (`compilation_error`). Functions of other languages (such as
+/// Mango's `query`) are not compiled.
 pub fn validate_design(id: &str, doc: &ParsedDoc) -> ApiResult<()> {
     if !id.starts_with("_design/") || doc.deleted {
         return Ok(());
@@ -143,6 +144,8 @@ pub fn validate_design(id: &str, doc: &ParsedDoc) -> ApiResult<()> {
     else {
         return Ok(());
     };
+    settee_core::design::check_members(&body)
+        .map_err(|e| ApiError::from(settee_views::Error::from(e)))?;
     let js = matches!(body.get("language"), None | Some(Value::Null))
         || body.get("language") == Some(&json!("javascript"));
     if !js {
