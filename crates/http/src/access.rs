@@ -18,6 +18,9 @@ enum Need {
     ServerAdmin,
     Member,
     DbAdmin,
+    /// A database admin, where CouchDB's `require_db_admin` answers everyone else with a
+    /// 401 (`_compact`, `_view_cleanup`).
+    DbAdminOr401,
     /// A member; in system databases (`_users`) an admin, as CouchDB keeps their listings
     /// (`_all_docs`, `_changes`, views, …) to admins.
     MemberListing,
@@ -61,7 +64,8 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
         | Endpoint::DbBadRequest(..)
         | Endpoint::DbUnimplemented(..) => Member,
         Endpoint::DbOp(_, op) => match op {
-            DbOp::Compact | DbOp::CompactDesign(_) | DbOp::ViewCleanup | DbOp::Purge => DbAdmin,
+            DbOp::Compact | DbOp::CompactDesign(_) | DbOp::ViewCleanup => DbAdminOr401,
+            DbOp::Purge => DbAdmin,
             DbOp::Security | DbOp::RevsLimit | DbOp::PurgedInfosLimit if !read => DbAdmin,
             DbOp::AllDocs
             | DbOp::AllDocsQueries
@@ -92,8 +96,10 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
     match need {
         Need::Anyone => Ok(()),
         Need::ServerAdmin if user.is_server_admin() => Ok(()),
-        Need::ServerAdmin => Err(denied(user, "You are not a server admin.").into()),
-        Need::Member | Need::DbAdmin | Need::MemberListing => {
+        // `verify_is_server_admin` throws `unauthorized` whoever asks: a 401 even for a
+        // logged-in user.
+        Need::ServerAdmin => Err(ApiError::unauthorized("You are not a server admin.")),
+        Need::Member | Need::DbAdmin | Need::DbAdminOr401 | Need::MemberListing => {
             let Some(db) = endpoint_db(endpoint) else {
                 return Ok(());
             };
@@ -102,7 +108,15 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
             }
             let sec = security_of(state, db)?;
             match need {
-                Need::DbAdmin => sec.check_admin(user)?,
+                // chttpd_auth_request checks membership first for every database path
+                // but the few `require_*admin` ones.
+                Need::DbAdmin => {
+                    sec.check_member(user)?;
+                    sec.check_admin(user)?
+                }
+                Need::DbAdminOr401 => sec
+                    .check_admin(user)
+                    .map_err(|_| ApiError::unauthorized("You are not a server or db admin."))?,
                 Need::MemberListing
                     if is_system_db(db) && users_listing_public(endpoint, state) =>
                 {

@@ -359,3 +359,223 @@ fn changes_parameter_names_are_case_insensitive_and_later_values_win() {
         )
     );
 }
+
+// ---- design documents -----------------------------------------------------------------
+
+#[test]
+fn design_documents_that_do_not_compile_name_the_function_and_view() {
+    let s = Server::start();
+    s.create_db("db");
+    // couch_query_servers:try_compile; the query server's own message follows the colon
+    let r = s.put("/db/_design/foo", r#"{"views":{"bar":{"map":"baz"}}}"#);
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.json()["error"], "compilation_error");
+    let reason = r.json()["reason"].as_str().unwrap().to_string();
+    assert!(
+        reason.starts_with("Compilation of the map function in the 'bar' view failed: ")
+            && reason.ends_with(" (baz)"),
+        "{reason}"
+    );
+    let r = s.put(
+        "/db/_design/foo",
+        r#"{"views":{"red":{"map":"function(doc){}","reduce":"function(k, v) {"}}}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.json()["error"], "compilation_error");
+    let reason = r.json()["reason"].as_str().unwrap().to_string();
+    assert!(
+        reason.starts_with("Compilation of the reduce function in the 'red' view failed: "),
+        "{reason}"
+    );
+    // the same error in a _bulk_docs row
+    let r = s.post(
+        "/db/_bulk_docs",
+        r#"{"docs":[{"_id":"_design/b","views":{"bar":{"map":"baz"}}}]}"#,
+    );
+    assert_eq!(r.status, 201);
+    let row = &r.json()[0];
+    assert_eq!(row["id"], "_design/b");
+    assert_eq!(row["error"], "compilation_error");
+    assert!(row["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("Compilation of the map function in the 'bar' view failed: "));
+}
+
+#[test]
+fn design_document_members_are_type_checked_on_save() {
+    let s = Server::start();
+    s.create_db("db");
+    let put = |body: Value| sj(&s.put("/db/_design/d", &body.to_string()));
+    let bad = |reason: &str| err(400, "invalid_design_doc", reason);
+    let wrong = |path: &str, ty: &str| bad(&format!("`{path}` field must have {ty} type"));
+    assert_eq!(put(json!({"filters": "x"})), wrong("filters", "object"));
+    assert_eq!(
+        put(json!({"filters": {"f": 1}})),
+        wrong("filters.f", "object or string")
+    );
+    assert_eq!(put(json!({"language": 1})), wrong("language", "string"));
+    assert_eq!(put(json!({"lists": []})), wrong("lists", "object"));
+    assert_eq!(
+        put(json!({"lists": {"l": null}})),
+        wrong("lists.l", "object or string")
+    );
+    assert_eq!(put(json!({"options": "x"})), wrong("options", "object"));
+    assert_eq!(
+        put(json!({"options": {"include_design": "yes"}})),
+        wrong("options.include_design", "boolean")
+    );
+    assert_eq!(
+        put(json!({"rewrites": 1})),
+        wrong("rewrites", "string or array")
+    );
+    assert_eq!(
+        put(json!({"shows": {"s": true}})),
+        wrong("shows.s", "object or string")
+    );
+    assert_eq!(put(json!({"updates": "x"})), wrong("updates", "object"));
+    assert_eq!(
+        put(json!({"validate_doc_update": {}})),
+        wrong("validate_doc_update", "string")
+    );
+    assert_eq!(put(json!({"views": "x"})), wrong("views", "object"));
+    assert_eq!(
+        put(json!({"views": {"lib": []}})),
+        wrong("views.lib", "object")
+    );
+    assert_eq!(put(json!({"views": {"v": []}})), wrong("views.v", "object"));
+    assert_eq!(
+        put(json!({"views": {"v": {"map": 1}}})),
+        wrong("views.v.map", "string")
+    );
+    assert_eq!(
+        put(json!({"views": {"v": {"map": "function(doc){}", "reduce": []}}})),
+        wrong("views.v.reduce", "string")
+    );
+    assert_eq!(
+        put(json!({"views": {"v": {"reduce": "_count"}}})),
+        bad("View `v` must contain map function")
+    );
+    assert_eq!(
+        put(json!({"views": {"v": {"map": "function(doc){}", "reduce": "_median"}}})),
+        bad("`_median` is not a supported reduce function.")
+    );
+    // the checks hold for every language; only JavaScript is compiled
+    assert_eq!(
+        put(json!({"language": "erlang", "filters": 1})),
+        wrong("filters", "object")
+    );
+    assert_eq!(
+        s.put(
+            "/db/_design/e",
+            r#"{"language":"erlang","views":{"v":{"map":"fun({Doc}) -> ok end."}}}"#
+        )
+        .status,
+        201
+    );
+    // well-typed members are stored
+    let good = json!({
+        "filters": {"f": "function(doc, req) { return true; }"},
+        "lists": {}, "shows": {"s": "function(doc, req) {}"}, "updates": {},
+        "rewrites": [], "validate_doc_update": "function(n, o, u) {}",
+        "options": {"local_seq": true},
+        "views": {"lib": {"m": "exports.x = 1;"}, "v": {"map": "function(doc){}", "reduce": "_sum"}}
+    });
+    assert_eq!(s.put("/db/_design/d", &good.to_string()).status, 201);
+}
+
+// ---- who gets 401, who 403 ------------------------------------------------------------
+
+const FAST: &str = "[chttpd_auth]\niterations = 1\n";
+
+fn add_user(s: &Server, name: &str, pw: &str) {
+    let doc = json!({"name": name, "password": pw, "roles": [], "type": "user"});
+    let r = s.put(
+        &format!("/_users/org.couchdb.user:{name}"),
+        &doc.to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
+#[test]
+fn anonymous_sign_up_meets_the_admin_only_users_database() {
+    let s = Server::start_with_ini(FAST);
+    // CouchDB 3's default_security applies to _users when it is created
+    assert_eq!(
+        s.get("/_users/_security").json(),
+        json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}})
+    );
+    let doc = json!({"name": "joe", "password": "pw", "roles": [], "type": "user"});
+    let not_member = err(
+        401,
+        "unauthorized",
+        "You are not authorized to access this db.",
+    );
+    let r = s.anon(
+        "PUT",
+        "/_users/org.couchdb.user:joe",
+        Some(&doc.to_string()),
+        &[],
+    );
+    assert_eq!(sj(&r), not_member);
+    let r = s.anon(
+        "POST",
+        "/_users",
+        Some(&json!({"_id": "org.couchdb.user:joe", "name": "joe", "password": "pw", "roles": [], "type": "user"}).to_string()),
+        &[],
+    );
+    assert_eq!(sj(&r), not_member);
+    assert_eq!(s.get("/_users/org.couchdb.user:joe").status, 404);
+    // a user an admin created is no member either
+    add_user(&s, "tom", "mp3");
+    let forbidden = err(403, "forbidden", "You are not allowed to access this db.");
+    assert_eq!(
+        sj(&s.as_user(("tom", "mp3"), "GET", "/_users/org.couchdb.user:tom", None)),
+        forbidden
+    );
+}
+
+#[test]
+fn logged_in_users_get_401_on_admin_only_routes() {
+    let s = Server::start_with_ini(FAST);
+    add_user(&s, "bob", "bobpw");
+    s.create_db("db");
+    assert_eq!(s.put("/db/_security", "{}").status, 200);
+    let not_admin = err(401, "unauthorized", "You are not a server admin.");
+    let bob = |method: &str, path: &str, body: Option<&str>| {
+        sj(&s.as_user(("bob", "bobpw"), method, path, body))
+    };
+    for (method, path) in [
+        ("GET", "/_all_dbs"),
+        ("GET", "/_dbs_info"),
+        ("PUT", "/newdb"),
+        ("DELETE", "/db"),
+        ("GET", "/_active_tasks"),
+        ("GET", "/_db_updates"),
+        ("GET", "/_membership"),
+        ("GET", "/_node/_local/_config"),
+        ("GET", "/_config"),
+        ("GET", "/_scheduler/jobs"),
+    ] {
+        assert_eq!(bob(method, path, None), not_admin, "{method} {path}");
+    }
+    // require_db_admin: a 401 for every non-admin, members of a public db included
+    let not_db_admin = err(401, "unauthorized", "You are not a server or db admin.");
+    assert_eq!(bob("POST", "/db/_compact", Some("")), not_db_admin);
+    assert_eq!(bob("POST", "/db/_view_cleanup", Some("")), not_db_admin);
+    assert_eq!(
+        sj(&s.anon("POST", "/db/_compact", Some(""), &[])),
+        not_db_admin
+    );
+    // database-level checks keep 401 for anonymous and 403 for a named user
+    let sec = json!({"admins": {"names": ["ann"]}, "members": {"names": ["ann"]}});
+    assert_eq!(s.put("/db/_security", &sec.to_string()).status, 200);
+    assert_eq!(
+        bob("GET", "/db", None),
+        err(403, "forbidden", "You are not allowed to access this db.")
+    );
+    assert_eq!(
+        bob("PUT", "/db/_security", Some("{}")),
+        err(403, "forbidden", "You are not allowed to access this db.")
+    );
+}
