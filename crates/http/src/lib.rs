@@ -231,6 +231,16 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
             .headers
             .get(axum::http::header::CONTENT_LENGTH)
             .is_some_and(|v| v != "0");
+    // Set once the handler has read the body to its end.
+    let body_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let body = {
+        let done = body_read.clone();
+        let end = futures_util::stream::poll_fn(move |_| {
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            std::task::Poll::Ready(None::<Result<bytes::Bytes, axum::Error>>)
+        });
+        Body::from_stream(futures_util::StreamExt::chain(body.into_data_stream(), end))
+    };
     let challenge = auth::challenge(&parts.headers, &state.node);
     let mut set_cookie = None;
     let body_time = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -243,19 +253,13 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
         Some(resp) => resp,
         None => {
             let routed = route(state, parts, body, &peer, &mut set_cookie, &body_time).await;
-            let mut resp = match routed {
-                Ok(r) => r,
-                Err(e) => {
-                    let mut resp = reply::err_to_response(e);
-                    if has_body {
-                        // The body may be unread; the connection cannot carry another
-                        // request, so say so rather than let a client reuse it.
-                        resp.headers_mut()
-                            .insert("connection", HeaderValue::from_static("close"));
-                    }
-                    resp
-                }
-            };
+            let mut resp = routed.unwrap_or_else(reply::err_to_response);
+            // As mochiweb's `should_close`: a body left unread makes the connection unfit
+            // for another request, so the answer says it closes; a body read keeps it.
+            if has_body && !body_read.load(std::sync::atomic::Ordering::Relaxed) {
+                resp.headers_mut()
+                    .insert("connection", HeaderValue::from_static("close"));
+            }
             if let Some(c) = &cors {
                 c.decorate(&mut resp);
             }

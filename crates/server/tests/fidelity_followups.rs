@@ -579,3 +579,77 @@ fn logged_in_users_get_401_on_admin_only_routes() {
         err(403, "forbidden", "You are not allowed to access this db.")
     );
 }
+
+// ---- Connection: close ----------------------------------------------------------------
+
+/// Sends one request on `sock` and reads its answer (sized or chunked).
+fn exchange(
+    sock: &mut TcpStream,
+    s: &Server,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
+    let host = s.url.trim_start_matches("http://");
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {}\r\n\
+         Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        basic(ADMIN.0, ADMIN.1),
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut live = Live {
+        sock: sock.try_clone().unwrap(),
+        raw: Vec::new(),
+        body_at: 0,
+    };
+    let (status, headers) = live.head();
+    let text = match header(&headers, "content-length") {
+        Some(n) => {
+            let n: usize = n.parse().unwrap();
+            while live.raw.len() < live.body_at + n {
+                assert!(live.more());
+            }
+            String::from_utf8(live.raw[live.body_at..live.body_at + n].to_vec()).unwrap()
+        }
+        None => live.body(),
+    };
+    (status, headers, text)
+}
+
+#[test]
+fn connection_closes_only_when_the_body_was_left_unread() {
+    let s = Server::start();
+    s.create_db("db");
+    let host = s.url.trim_start_matches("http://");
+    let mut sock = TcpStream::connect(host).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let json = "application/json";
+    let (status, headers, _) = exchange(&mut sock, &s, "PUT", "/db/x", json, r#"{"a":1}"#);
+    assert_eq!(status, 201);
+    assert_eq!(header(&headers, "connection"), None);
+    // the body was read, then the write conflicted: the connection stays open
+    let (status, headers, text) = exchange(&mut sock, &s, "PUT", "/db/x", json, r#"{"a":2}"#);
+    assert_eq!(
+        (status, serde_json::from_str::<Value>(&text).unwrap()),
+        err(409, "conflict", "Document update conflict.")
+    );
+    assert_eq!(header(&headers, "connection"), None);
+    let (status, _, _) = exchange(&mut sock, &s, "GET", "/db/x", json, "");
+    assert_eq!(status, 200, "the same connection serves another request");
+    // refused before its body was read: the answer closes the connection
+    let (status, headers, text) = exchange(&mut sock, &s, "POST", "/db", "text/plain", "{}");
+    assert_eq!(
+        (status, serde_json::from_str::<Value>(&text).unwrap()),
+        err(
+            415,
+            "bad_content_type",
+            "Content-Type must be application/json"
+        )
+    );
+    assert_eq!(header(&headers, "connection"), Some("close"));
+    let mut rest = Vec::new();
+    assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed");
+}
