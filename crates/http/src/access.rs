@@ -70,7 +70,9 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
             DbOp::AllDocs
             | DbOp::AllDocsQueries
             | DbOp::DesignDocs
+            | DbOp::DesignDocsQueries
             | DbOp::LocalDocs
+            | DbOp::LocalDocsQueries
             | DbOp::Changes
             | DbOp::BulkGet
             | DbOp::View(..)
@@ -218,7 +220,10 @@ pub fn public_fields(node: &crate::NodeConfig) -> Option<Vec<String>> {
 fn users_listing_public(endpoint: &Endpoint, state: &AppState) -> bool {
     let listing = matches!(
         endpoint,
-        Endpoint::DbOp(_, DbOp::AllDocs | DbOp::AllDocsQueries | DbOp::DesignDocs)
+        Endpoint::DbOp(
+            _,
+            DbOp::AllDocs | DbOp::AllDocsQueries | DbOp::DesignDocs | DbOp::DesignDocsQueries
+        )
     );
     listing
         && auth_setting(&state.node, "users_db_public")

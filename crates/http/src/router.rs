@@ -59,7 +59,9 @@ pub enum DbOp {
     AllDocs,
     AllDocsQueries,
     DesignDocs,
+    DesignDocsQueries,
     LocalDocs,
+    LocalDocsQueries,
     BulkDocs,
     BulkGet,
     Changes,
@@ -226,7 +228,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_all_docs"] => op(DbOp::AllDocs),
         ["_all_docs", "queries"] => op(DbOp::AllDocsQueries),
         ["_design_docs"] => op(DbOp::DesignDocs),
+        ["_design_docs", "queries"] => op(DbOp::DesignDocsQueries),
         ["_local_docs"] => op(DbOp::LocalDocs),
+        ["_local_docs", "queries"] => op(DbOp::LocalDocsQueries),
         ["_bulk_docs"] => op(DbOp::BulkDocs),
         ["_bulk_get"] => op(DbOp::BulkGet),
         ["_changes"] => op(DbOp::Changes),
@@ -294,7 +298,15 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::LocalDocs => {
                     all_docs::all_docs(&state, handle, req, all_docs::Namespace::Local).await
                 }
-                DbOp::AllDocsQueries => all_docs::queries(&state, handle, req).await,
+                DbOp::AllDocsQueries => {
+                    all_docs::queries(&state, handle, req, all_docs::Namespace::All).await
+                }
+                DbOp::DesignDocsQueries => {
+                    all_docs::queries(&state, handle, req, all_docs::Namespace::Design).await
+                }
+                DbOp::LocalDocsQueries => {
+                    all_docs::queries(&state, handle, req, all_docs::Namespace::Local).await
+                }
                 DbOp::BulkDocs => bulk::bulk_docs(&state, handle, req).await,
                 DbOp::BulkGet => bulk::bulk_get(handle, req).await,
                 DbOp::Changes => changes::changes(state, handle, req).await,

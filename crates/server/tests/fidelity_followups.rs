@@ -653,3 +653,36 @@ fn connection_closes_only_when_the_body_was_left_unread() {
     let mut rest = Vec::new();
     assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed");
 }
+
+// ---- _design_docs/queries, _local_docs/queries ------------------------------------------
+
+#[test]
+fn design_and_local_docs_take_queries_like_all_docs() {
+    let s = Server::start();
+    s.create_db("db");
+    for id in ["a", "b", "_design/x", "_design/y", "_local/l1", "_local/l2"] {
+        assert_eq!(s.put(&format!("/db/{id}"), "{}").status, 201, "{id}");
+    }
+    for ns in ["_design_docs", "_local_docs", "_all_docs"] {
+        let body = json!({"queries": [{}, {"limit": 1, "descending": true}, {"keys": ["_design/y", "_local/l1", "a"]}]});
+        let r = s.post(&format!("/db/{ns}/queries"), &body.to_string());
+        assert_eq!(r.status, 200, "{ns}: {}", r.text);
+        let one = |q: &str| s.get(&format!("/db/{ns}?{q}")).json();
+        let keys = "keys=%5B%22_design%2Fy%22%2C%22_local%2Fl1%22%2C%22a%22%5D";
+        assert_eq!(
+            r.json(),
+            json!({"results": [one(""), one("limit=1&descending=true"), one(keys)]}),
+            "{ns}"
+        );
+    }
+    let r = s.get("/db/_design_docs/queries");
+    assert_eq!(sj(&r), err(405, "method_not_allowed", "Only POST allowed"));
+    assert_eq!(
+        sj(&s.post("/db/_local_docs/queries", "{}")),
+        err(
+            400,
+            "bad_request",
+            "POST body must include `queries` parameter."
+        )
+    );
+}

@@ -352,7 +352,14 @@ pub async fn all_docs(
 }
 
 /// `POST /{db}/_all_docs/queries` (CouchDB does not check this request's content type).
-pub async fn queries(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+/// `POST /{db}/_all_docs/queries` (and `_design_docs/queries`, `_local_docs/queries`):
+/// each query object over the namespace, as CouchDB's `multi_all_docs_view`.
+pub async fn queries(
+    state: &AppState,
+    db: Arc<Database>,
+    mut req: Req,
+    ns: Namespace,
+) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     let body = req.json().await?;
     let body = body
@@ -381,7 +388,6 @@ pub async fn queries(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiRe
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    let out =
-        blocking(move || query_results(&qs, |q, out| run(&db, q, Namespace::All, out))).await?;
+    let out = blocking(move || query_results(&qs, |q, out| run(&db, q, ns, out))).await?;
     Ok(json_bytes(StatusCode::OK, out))
 }
