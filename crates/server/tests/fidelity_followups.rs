@@ -686,3 +686,24 @@ fn design_and_local_docs_take_queries_like_all_docs() {
         )
     );
 }
+
+// ---- view _info -----------------------------------------------------------------------
+
+#[test]
+fn view_info_reports_the_purges_the_index_has_applied() {
+    let s = Server::start();
+    s.create_db("db");
+    let ra = put_rev(&s, "/db/a", r#"{"v":1}"#);
+    put_rev(&s, "/db/b", r#"{"v":2}"#);
+    let ddoc = json!({"views": {"v": {"map": "function(doc) { emit(doc.v, null); }"}}});
+    assert_eq!(s.put("/db/_design/d", &ddoc.to_string()).status, 201);
+    let purge_seq = || s.get("/db/_design/d/_info").json()["view_index"]["purge_seq"].clone();
+    assert_eq!(s.get("/db/_design/d/_view/v").json()["total_rows"], 2);
+    assert_eq!(purge_seq(), json!(0));
+    let r = s.post("/db/_purge", &json!({"a": [ra]}).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    // an integer (fabric_group_info sums the shards'), moved once the index has the purge
+    assert_eq!(purge_seq(), json!(0));
+    assert_eq!(s.get("/db/_design/d/_view/v").json()["total_rows"], 1);
+    assert_eq!(purge_seq(), json!(1));
+}

@@ -116,6 +116,8 @@ pub struct IndexInfo {
     pub signature: String,
     pub language: String,
     pub update_seq: u64,
+    /// The database purge sequence the index has applied purges up to.
+    pub purge_seq: u64,
     pub updater_running: bool,
     pub compact_running: bool,
     pub file_bytes: u64,
@@ -222,6 +224,7 @@ impl Views {
             signature: g.signature(),
             language: g.def.language.clone(),
             update_seq: meta.seq,
+            purge_seq: meta.purge_seq,
             updater_running,
             compact_running,
             file_bytes,

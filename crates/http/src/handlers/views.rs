@@ -386,7 +386,7 @@ pub async fn design_info(
                 "collator_versions": [settee_core::collate::collator_version()],
                 "compact_running": info.compact_running,
                 "language": info.language,
-                "purge_seq": 0,
+                "purge_seq": info.purge_seq,
                 "signature": info.signature,
                 "sizes": {
                     "active": info.active_bytes,
