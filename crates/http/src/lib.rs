@@ -142,13 +142,10 @@ impl AppState {
         Ok((0..n).map(|_| generator.next(&mut entropy, now)).collect())
     }
 
-    /// One id for a new document. Where the configured algorithm is unknown (which
-    /// `/_uuids` reports), a random id is used rather than failing the write.
-    pub fn next_uuid(&self) -> String {
-        match self.uuids(1) {
-            Ok(mut ids) => ids.pop().expect("one id"),
-            Err(_) => hex::encode(rand::random::<[u8; 16]>()),
-        }
+    /// One id for a new document. An unknown `[uuids] algorithm` fails the write with the
+    /// error `/_uuids` gives (CouchDB's uuid server has no id to hand out then either).
+    pub fn next_uuid(&self) -> ApiResult<String> {
+        Ok(self.uuids(1)?.pop().expect("one id"))
     }
 
     /// `[chttpd] max_http_request_size`, read live (the startup value is the default).

@@ -707,3 +707,26 @@ fn view_info_reports_the_purges_the_index_has_applied() {
     assert_eq!(s.get("/db/_design/d/_view/v").json()["total_rows"], 1);
     assert_eq!(purge_seq(), json!(1));
 }
+
+// ---- new document ids -----------------------------------------------------------------
+
+#[test]
+fn an_unknown_uuid_algorithm_fails_writes_that_need_an_id() {
+    let s = Server::start();
+    s.create_db("db");
+    let r = s.put("/_node/_local/_config/uuids/algorithm", r#""bogus""#);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let bogus = err(500, "unknown_uuid_algorithm", "bogus");
+    assert_eq!(sj(&s.get("/_uuids")), bogus);
+    assert_eq!(sj(&s.post("/db", r#"{"a":1}"#)), bogus);
+    assert_eq!(
+        sj(&s.post("/db/_bulk_docs", r#"{"docs":[{"_id":"named"},{"a":1}]}"#)),
+        bogus
+    );
+    // nothing was written; documents with ids are written as usual
+    assert_eq!(s.get("/db").json()["doc_count"], 0);
+    assert_eq!(s.post("/db", r#"{"_id":"named"}"#).status, 201);
+    let r = s.post("/db/_bulk_docs", r#"{"docs":[{"_id":"n2"}]}"#);
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()[0]["ok"], true);
+}

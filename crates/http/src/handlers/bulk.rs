@@ -72,7 +72,7 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
         }
         let id = match d.id.take() {
             Some(id) => id,
-            None => state.next_uuid(),
+            None => state.next_uuid()?,
         };
         validate_doc_id(&id)?;
         d.id = Some(id);

@@ -110,7 +110,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 // A new id makes a new document: CouchDB drops any `_rev` sent with it.
                 None => {
                     parsed.revs = None;
-                    state.next_uuid()
+                    state.next_uuid()?
                 }
             };
             settee_core::validate_doc_id(&id)?;
