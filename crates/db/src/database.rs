@@ -335,7 +335,20 @@ impl Database {
             .iter()
             .map(|&b| seq_key(self.id, b).to_vec())
             .collect();
-        snap.multi_get_pinned(Cf::Bodies, &keys, fill_cache)?
+        // Ids in ascending order and close together (a build of a freshly loaded database)
+        // are read by one scan rather than a lookup each.
+        let ascending = body_ids.windows(2).all(|w| w[0] < w[1]);
+        let span = match (body_ids.first(), body_ids.last()) {
+            (Some(&a), Some(&b)) => b.saturating_sub(a),
+            _ => 0,
+        };
+        let dense = ascending && span < 2 * body_ids.len() as u64;
+        let values = if dense {
+            snap.scan_values(Cf::Bodies, &keys, fill_cache)?
+        } else {
+            snap.multi_get_pinned(Cf::Bodies, &keys, fill_cache)?
+        };
+        values
             .into_iter()
             .zip(body_ids)
             .map(|(v, b)| v.ok_or_else(|| missing_body(*b)))
@@ -365,6 +378,31 @@ impl Database {
     /// A document's info as of `snap`.
     pub fn doc_info_in(&self, snap: &Snapshot<'_>, id: &str) -> Result<Option<DocInfo>> {
         self.read_info(snap, id)
+    }
+
+    /// Every document (deleted ones too) as of `snap`, in id order: one sequential pass,
+    /// far cheaper per document than [`Database::changes_in`]'s lookups when a caller
+    /// wants them all and can order them itself (`Change::seq` is each one's latest seq).
+    pub fn all_docs_in(
+        &self,
+        snap: &Snapshot<'_>,
+        mut f: impl FnMut(Change) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let (lo, hi) = self.id_bounds(b"", None);
+        for item in snap.range(Cf::Docs, &lo, &hi, false) {
+            let (k, v) = item?;
+            let info = DocInfo::decode(&v)?;
+            let change = Change {
+                seq: info.seq,
+                id: decode_id(&k[8..])?,
+                info,
+                body: None,
+            };
+            if f(change).is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after

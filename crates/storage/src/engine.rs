@@ -107,6 +107,12 @@ impl Store {
             cache.clone(),
         );
         db_opts.set_write_buffer_manager(&wbm);
+        // Compactions run at the lowest CPU priority: on a small machine they otherwise take
+        // a core from the requests and index builds that queued them (flushes, which
+        // writers may wait on, keep normal priority).
+        let mut env = rocksdb::Env::new()?;
+        env.lower_thread_pool_cpu_priority();
+        db_opts.set_env(&env);
         let cfs = Cf::ALL
             .iter()
             .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
@@ -330,18 +336,61 @@ impl<'a> Snapshot<'a> {
             .db
             .batched_multi_get_cf_opt(self.store.handle(cf), keys, false, &ro)
             .into_iter()
-            .map(|r| Ok(r?.map(Pinned)))
+            .map(|r| Ok(r?.map(Pinned::Slice)))
             .collect()
+    }
+
+    /// The values of `keys` (ascending), read by one forward scan from the first key to the
+    /// last: far cheaper than a lookup per key when the keys are most of that range (a
+    /// view build reading bodies in seq order), wasteful when they are sparse in it.
+    pub fn scan_values(
+        &self,
+        cf: Cf,
+        keys: &[Vec<u8>],
+        fill_cache: bool,
+    ) -> Result<Vec<Option<Pinned<'a>>>> {
+        let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
+            return Ok(Vec::new());
+        };
+        let mut upper = last.clone();
+        upper.push(0);
+        let mut ro = ReadOptions::default();
+        ro.set_snapshot(&self.snap);
+        ro.fill_cache(fill_cache);
+        ro.set_iterate_upper_bound(upper);
+        let mut it = self.store.db.raw_iterator_cf_opt(self.store.handle(cf), ro);
+        it.seek(first);
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            while it.key().is_some_and(|k| k < key.as_slice()) {
+                it.next();
+            }
+            match (it.key(), it.value()) {
+                (Some(k), Some(v)) if k == key.as_slice() => {
+                    out.push(Some(Pinned::Owned(v.to_vec())));
+                    it.next();
+                }
+                _ => out.push(None),
+            }
+        }
+        it.status()?;
+        Ok(out)
     }
 }
 
-/// A value read in place (see [`Snapshot::multi_get_pinned`]).
-pub struct Pinned<'a>(rocksdb::DBPinnableSlice<'a>);
+/// A value read in place (see [`Snapshot::multi_get_pinned`]), or copied out of a scan.
+pub enum Pinned<'a> {
+    Slice(rocksdb::DBPinnableSlice<'a>),
+    Owned(Vec<u8>),
+}
 
 impl std::ops::Deref for Pinned<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        match self {
+            Pinned::Slice(s) => s,
+            Pinned::Owned(v) => v,
+        }
     }
 }
 

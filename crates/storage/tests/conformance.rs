@@ -106,3 +106,33 @@ fn data_survives_reopen() {
     let s = Store::open(dir.path(), &StoreOptions::default()).unwrap();
     assert_eq!(s.get(Cf::Meta, b"k").unwrap().as_deref(), Some(&b"v"[..]));
 }
+
+#[test]
+fn scans_and_lookups_of_sorted_keys_agree() {
+    let (_d, s) = open();
+    let mut b = s.batch();
+    for seq in (2..=40u64).step_by(2) {
+        b.put(Cf::Bodies, &seq_key(1, seq), &seq.to_be_bytes());
+    }
+    b.put(Cf::Bodies, &seq_key(2, 1), b"other db");
+    s.write(b, false).unwrap();
+    let snap = s.snapshot();
+    // present, absent between present ones, absent past the last one, another db's key
+    let wanted: Vec<Vec<u8>> = [2u64, 3, 4, 10, 11, 40, 41]
+        .iter()
+        .map(|&q| seq_key(1, q).to_vec())
+        .chain([seq_key(2, 1).to_vec()])
+        .collect();
+    let show = |v: Vec<Option<settee_storage::Pinned<'_>>>| -> Vec<Option<Vec<u8>>> {
+        v.into_iter().map(|p| p.map(|p| p.to_vec())).collect()
+    };
+    let scanned = show(snap.scan_values(Cf::Bodies, &wanted, true).unwrap());
+    let looked_up = show(snap.multi_get_pinned(Cf::Bodies, &wanted, true).unwrap());
+    assert_eq!(scanned, looked_up);
+    assert_eq!(
+        scanned.iter().filter(|v| v.is_some()).count(),
+        5,
+        "{scanned:?}"
+    );
+    assert!(snap.scan_values(Cf::Bodies, &[], true).unwrap().is_empty());
+}
