@@ -178,6 +178,12 @@ impl Couch {
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Writes every memtable to tables, for a clean stop: view indexes are written
+    /// without the WAL and would otherwise resume from older checkpoints.
+    pub fn flush(&self) -> Result<()> {
+        Ok(self.store.flush()?)
+    }
+
     pub fn get(&self, name: &str) -> Result<Arc<Database>> {
         self.dbs
             .read()

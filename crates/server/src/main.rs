@@ -88,7 +88,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     }
     let views = settee_views::Views::new(views_config);
     let state = AppState::new(
-        couch,
+        couch.clone(),
         views,
         std::sync::Arc::new(settings.node),
         http_config,
@@ -101,7 +101,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         );
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         // TCP_NODELAY: a response written as headers then body must not wait for the
         // client's delayed ACK (a 40 ms stall per streamed response otherwise).
         let listener = tokio::net::TcpListener::bind(settings.bind)
@@ -126,7 +126,11 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         .with_graceful_shutdown(shutdown())
         .await
         .map_err(|e| e.to_string())
-    })
+    });
+    couch
+        .flush()
+        .map_err(|e| format!("flushing at shutdown: {e}"))?;
+    served
 }
 
 async fn shutdown() {

@@ -241,6 +241,15 @@ impl Server {
         }
     }
 
+    /// SIGTERM, and waits for the server to shut down cleanly.
+    pub fn stop(&self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            // SAFETY: signalling our own child process, which has not been reaped.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            c.wait().unwrap();
+        }
+    }
+
     /// SIGKILL: no shutdown, no flush.
     pub fn kill9(&self) {
         if let Some(mut c) = self.child.lock().unwrap().take() {
