@@ -56,37 +56,8 @@ fn session_as(s: &Server, name: &str, pw: &str) -> common::Resp {
 type Raw = (u16, Vec<(String, String)>, Vec<u8>);
 
 fn send_raw(s: &Server, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Raw {
-    use std::io::{Read, Write};
-    let host = s.url.trim_start_matches("http://");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    head.push_str(body);
-    let mut sock = std::net::TcpStream::connect(host).unwrap();
-    sock.write_all(head.as_bytes()).unwrap();
-    let mut all = Vec::new();
-    sock.read_to_end(&mut all).unwrap();
-    let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let text = String::from_utf8_lossy(&all[..end]).to_string();
-    let mut lines = text.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|l| l.split_once(": "))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
-        .collect();
-    (status, headers, all[end + 4..].to_vec())
+    let r = s.send_raw(method, path, headers, Some(body), false);
+    (r.status, r.headers, r.body)
 }
 
 /// A GET as admin whose body may be binary (gzip).

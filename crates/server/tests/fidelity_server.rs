@@ -49,26 +49,19 @@ fn raw_text(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String, String) {
-    use std::io::{Read, Write};
-    let host = s.url.trim_start_matches("http://");
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {}\r\nConnection: close\r\n",
-        common::basic(common::ADMIN.0, common::ADMIN.1)
-    );
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut sock = std::net::TcpStream::connect(host).unwrap();
-    sock.write_all(head.as_bytes()).unwrap();
-    let mut all = String::new();
-    sock.read_to_string(&mut all).unwrap();
-    let status = all[9..12].parse().unwrap();
-    let (head, body) = all.split_once("\r\n\r\n").unwrap();
-    (status, head.to_ascii_lowercase(), body.to_string())
+    let r = s.send_raw(method, path, headers, None, true);
+    let head: String = r
+        .headers
+        .iter()
+        .map(|(k, v)| format!("\r\n{k}: {}", v.to_ascii_lowercase()))
+        .collect();
+    (
+        r.status,
+        head + "\r\n",
+        String::from_utf8_lossy(&r.body).into_owned(),
+    )
 }
 
-/// As [`raw_text`], with the body as JSON.
 fn raw(s: &Server, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
     let (status, _, body) = raw_text(s, method, path, headers);
     (status, serde_json::from_str(&body).unwrap_or(Value::Null))

@@ -23,6 +23,13 @@ pub struct BytesResp {
     pub body: Vec<u8>,
 }
 
+/// An answer read off a socket by [`Server::send_raw`]: header names lower-cased.
+pub struct RawResp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
 pub struct Resp {
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -323,21 +330,48 @@ impl Server {
         })
     }
 
-    /// A request written by hand on a TCP socket, for methods HTTP clients refuse (COPY).
+    /// A request written by hand on a TCP socket, for methods HTTP clients refuse (COPY),
+    /// with a `Content-Length: 0` body; as admin.
     pub fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let r = self.send_raw(method, path, headers, Some(""), true);
+        Resp {
+            status: r.status,
+            headers: r.headers,
+            text: String::from_utf8_lossy(&r.body).into_owned(),
+        }
+    }
+
+    /// A request written by hand on a TCP socket (`Connection: close`), for what HTTP
+    /// clients refuse or change: odd methods, no `Content-Length` (`body: None`), no
+    /// redirects followed, binary bodies. As admin when `admin`; the whole answer.
+    pub fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+        admin: bool,
+    ) -> RawResp {
         use std::io::Write;
         let host = self.url.trim_start_matches("http://");
-        let auth = basic_auth();
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\nConnection: close\r\nContent-Length: 0\r\n");
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        if admin {
+            head.push_str(&format!("Authorization: {}\r\n", basic_auth()));
+        }
+        if let Some(body) = body {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
         head.push_str("\r\n");
+        head.push_str(body.unwrap_or(""));
         let mut sock = std::net::TcpStream::connect(host).unwrap();
         sock.write_all(head.as_bytes()).unwrap();
-        let mut all = String::new();
-        sock.read_to_string(&mut all).unwrap();
-        let (head, text) = all.split_once("\r\n\r\n").unwrap();
+        let mut all = Vec::new();
+        sock.read_to_end(&mut all).unwrap();
+        let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8_lossy(&all[..end]).into_owned();
         let mut lines = head.lines();
         let status = lines
             .next()
@@ -349,12 +383,12 @@ impl Server {
             .unwrap();
         let headers = lines
             .filter_map(|l| l.split_once(": "))
-            .map(|(k, v)| (k.to_lowercase(), v.to_string()))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
             .collect();
-        Resp {
+        RawResp {
             status,
             headers,
-            text: text.to_string(),
+            body: all[end + 4..].to_vec(),
         }
     }
 
