@@ -57,7 +57,7 @@ pub fn integer(i: i64, out: &mut Vec<u8>) {
 }
 
 /// A bignum from its sign and little-endian magnitude (trailing zero bytes dropped).
-fn big(negative: bool, magnitude: &[u8], out: &mut Vec<u8>) {
+pub fn big(negative: bool, magnitude: &[u8], out: &mut Vec<u8>) {
     let len = magnitude
         .iter()
         .rposition(|&b| b != 0)
@@ -90,12 +90,21 @@ fn decimal_magnitude(digits: &str) -> Vec<u8> {
     mag
 }
 
+pub fn float(f: f64, out: &mut Vec<u8>) {
+    out.push(NEW_FLOAT);
+    out.extend(f.to_bits().to_be_bytes());
+}
+
+/// A list of small integers as Erlang writes it (`STRING_EXT`): at most 65535 bytes.
+pub fn byte_list(bytes: &[u8], out: &mut Vec<u8>) {
+    out.push(STRING);
+    out.extend((bytes.len() as u16).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
 fn number(text: &str, out: &mut Vec<u8>) {
     if text.contains(['.', 'e', 'E']) {
-        let f: f64 = text.parse().unwrap_or(f64::INFINITY);
-        out.push(NEW_FLOAT);
-        out.extend(f.to_bits().to_be_bytes());
-        return;
+        return float(text.parse().unwrap_or(f64::INFINITY), out);
     }
     if let Ok(i) = text.parse::<i64>() {
         return integer(i, out);
@@ -134,11 +143,7 @@ pub fn value(v: &Value, out: &mut Vec<u8>) {
         Value::String(s) => binary(s.as_bytes(), out),
         Value::Array(items) if items.is_empty() => nil(out),
         Value::Array(items) => match byte_string(items) {
-            Some(bytes) => {
-                out.push(STRING);
-                out.extend((bytes.len() as u16).to_be_bytes());
-                out.extend(bytes);
-            }
+            Some(bytes) => byte_list(&bytes, out),
             None => {
                 list_header(items.len(), out);
                 items.iter().for_each(|item| value(item, out));
@@ -283,9 +288,7 @@ impl Transcoder<'_> {
         if count > 0 && bytes_only && count <= usize::from(u16::MAX) {
             let bytes: Vec<u8> = out[at + 4..].iter().skip(1).step_by(2).copied().collect();
             out.truncate(at - 1);
-            out.push(STRING);
-            out.extend((count as u16).to_be_bytes());
-            out.extend(bytes);
+            byte_list(&bytes, out);
             return Some(());
         }
         Self::close_list(out, at, count);

@@ -1542,22 +1542,10 @@ mod etf {
     use serde_json::Value;
 
     use super::Num;
-
-    const VERSION: u8 = 131;
-    const NEW_FLOAT: u8 = 70;
-    const SMALL_INTEGER: u8 = 97;
-    const INTEGER: u8 = 98;
-    const ATOM: u8 = 100;
-    const SMALL_TUPLE: u8 = 104;
-    const NIL: u8 = 106;
-    const STRING: u8 = 107;
-    const LIST: u8 = 108;
-    const BINARY: u8 = 109;
-    const SMALL_BIG: u8 = 110;
-    const LARGE_BIG: u8 = 111;
+    use crate::etf::{atom, big, binary, byte_list, float, list_header, nil, small_tuple};
 
     pub(super) fn encode_key(key: &Value, out: &mut Vec<u8>) {
-        out.push(VERSION);
+        out.push(crate::etf::VERSION);
         encode(key, out);
     }
 
@@ -1569,56 +1557,33 @@ mod etf {
             Value::String(s) => binary(s.as_bytes(), out),
             Value::Array(items) => list(items, out),
             Value::Object(members) => {
-                out.extend([SMALL_TUPLE, 1]);
+                small_tuple(1, out);
                 if members.is_empty() {
-                    out.push(NIL);
-                    return;
+                    return nil(out);
                 }
                 list_header(members.len(), out);
                 for (k, v) in members {
-                    out.extend([SMALL_TUPLE, 2]);
+                    small_tuple(2, out);
                     binary(k.as_bytes(), out);
                     encode(v, out);
                 }
-                out.push(NIL);
+                nil(out);
             }
         }
-    }
-
-    fn atom(name: &str, out: &mut Vec<u8>) {
-        out.push(ATOM);
-        out.extend((name.len() as u16).to_be_bytes());
-        out.extend(name.bytes());
-    }
-
-    fn binary(bytes: &[u8], out: &mut Vec<u8>) {
-        out.push(BINARY);
-        out.extend((bytes.len() as u32).to_be_bytes());
-        out.extend_from_slice(bytes);
-    }
-
-    fn list_header(len: usize, out: &mut Vec<u8>) {
-        out.push(LIST);
-        out.extend((len as u32).to_be_bytes());
     }
 
     /// A list of small integers is a byte string; any other list is its elements and `[]`.
     fn list(items: &[Value], out: &mut Vec<u8>) {
         if items.is_empty() {
-            out.push(NIL);
-            return;
+            return nil(out);
         }
         let bytes: Option<Vec<u8>> = items.iter().map(small_integer).collect();
         match bytes {
-            Some(bytes) if bytes.len() <= usize::from(u16::MAX) => {
-                out.push(STRING);
-                out.extend((bytes.len() as u16).to_be_bytes());
-                out.extend(bytes);
-            }
+            Some(bytes) if bytes.len() <= usize::from(u16::MAX) => byte_list(&bytes, out),
             _ => {
                 list_header(items.len(), out);
                 items.iter().for_each(|item| encode(item, out));
-                out.push(NIL);
+                nil(out);
             }
         }
     }
@@ -1674,38 +1639,15 @@ mod etf {
         match canonical(n) {
             Canonical::Int(i) => integer(i, out),
             Canonical::Big(negative, magnitude) => big(negative, &magnitude, out),
-            Canonical::Float(f) => {
-                out.push(NEW_FLOAT);
-                out.extend(f.to_bits().to_be_bytes());
-            }
+            Canonical::Float(f) => float(f, out),
         }
     }
 
     fn integer(i: i128, out: &mut Vec<u8>) {
-        if let Ok(small) = u8::try_from(i) {
-            out.extend([SMALL_INTEGER, small]);
-        } else if let Ok(int) = i32::try_from(i) {
-            out.push(INTEGER);
-            out.extend(int.to_be_bytes());
-        } else {
-            let mut magnitude = i.unsigned_abs().to_le_bytes().to_vec();
-            while magnitude.last() == Some(&0) {
-                magnitude.pop();
-            }
-            big(i < 0, &magnitude, out);
+        match i64::try_from(i) {
+            Ok(i) => crate::etf::integer(i, out),
+            Err(_) => big(i < 0, &i.unsigned_abs().to_le_bytes(), out),
         }
-    }
-
-    fn big(negative: bool, magnitude: &[u8], out: &mut Vec<u8>) {
-        match u8::try_from(magnitude.len()) {
-            Ok(len) => out.extend([SMALL_BIG, len]),
-            Err(_) => {
-                out.push(LARGE_BIG);
-                out.extend((magnitude.len() as u32).to_be_bytes());
-            }
-        }
-        out.push(u8::from(negative));
-        out.extend_from_slice(magnitude);
     }
 }
 
