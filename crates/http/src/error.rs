@@ -48,6 +48,13 @@ impl From<settee_views::Error> for ApiError {
     }
 }
 
+impl From<settee_mango::Error> for ApiError {
+    fn from(e: settee_mango::Error) -> Self {
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
+        ApiError::Named(status, e.name().into(), e.to_string())
+    }
+}
+
 impl From<settee_auth::Denied> for ApiError {
     fn from(d: settee_auth::Denied) -> Self {
         match d {

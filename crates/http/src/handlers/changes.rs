@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use settee_core::{parse_seq, SeqArg};
+use settee_core::{parse_seq, Rev, SeqArg};
 use settee_db::{Change, Database};
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -61,6 +61,8 @@ enum Filter {
     Design,
     /// `filter=_view`: changes of documents the view's map function emits rows for.
     View(ViewFilter),
+    /// `filter=_selector`: revisions whose documents match a Mango selector.
+    Selector(Arc<settee_mango::Selector>),
 }
 
 #[derive(Clone)]
@@ -112,6 +114,39 @@ fn view_emits(rt: &mut settee_js::ViewRuntime, c: &Change) -> ApiResult<bool> {
     Ok(matches!(res.first(), Some(Ok(rows)) if !rows.is_empty()))
 }
 
+/// The revisions of a change whose documents match `sel` (CouchDB's selector filter): the
+/// winner, or with `style=all_docs` every leaf, each as `GET /{db}/{id}?rev=` shows it.
+fn selector_passes(
+    db: &Database,
+    sel: &settee_mango::Selector,
+    c: &Change,
+    all_leaves: bool,
+) -> ApiResult<Vec<Rev>> {
+    let matches = |json: Vec<u8>| -> ApiResult<bool> {
+        let doc: Value = serde_json::from_slice(&json)
+            .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
+        Ok(sel.matches(&doc))
+    };
+    let winner = c.info.tree.winner().expect("stored docs have a winner");
+    if !all_leaves {
+        let body = c.body.as_deref().unwrap_or(b"{}");
+        let json = winner_json_with(&c.id, &c.info, body, &DocOpts::default(), None);
+        return Ok(if matches(json)? {
+            vec![winner.rev]
+        } else {
+            vec![]
+        });
+    }
+    let mut passed = Vec::new();
+    for leaf in c.info.tree.leaves() {
+        let doc = db.open_doc(&c.id, Some(&leaf.rev))?;
+        if matches(crate::render::doc_json(&doc, &DocOpts::default()))? {
+            passed.push(leaf.rev);
+        }
+    }
+    Ok(passed)
+}
+
 /// The `filter` a request names, before its design document is read.
 #[derive(Debug, PartialEq)]
 enum FilterSpec {
@@ -121,7 +156,7 @@ enum FilterSpec {
     View(String, String),
     /// `designname/filtername`: a JavaScript filter function.
     Function(String, String),
-    Selector,
+    Selector(Value),
 }
 
 /// `name` split at `/` into non-empty parts, as CouchDB's `string:tokens`.
@@ -155,7 +190,7 @@ fn filter_spec(
                 ));
             }
             match body.ok_or_else(invalid_json)?.get("selector") {
-                Some(Value::Object(_)) => FilterSpec::Selector,
+                Some(sel @ Value::Object(_)) => FilterSpec::Selector(sel.clone()),
                 _ => {
                     return Err(ApiError::bad_request(
                         "Selector error: expected a JSON object",
@@ -359,14 +394,27 @@ impl Opts {
             Filter::None => true,
             Filter::DocIds(ids) => ids.contains(&c.id),
             Filter::Design => c.id.starts_with("_design/"),
-            Filter::View(_) => true, // checked in `scan`, which owns a runtime
+            // Checked in `scan`, which reads the bodies (and owns a runtime).
+            Filter::View(_) | Filter::Selector(_) => true,
         }
     }
 }
 
-fn render_change(db: &Database, c: &Change, o: &Opts, show_seq: bool) -> Vec<u8> {
+/// A change's row. `passed` lists the revisions a selector let through, when one did.
+fn render_change(
+    db: &Database,
+    c: &Change,
+    o: &Opts,
+    show_seq: bool,
+    passed: Option<Vec<Rev>>,
+) -> Vec<u8> {
     let winner = c.info.tree.winner().expect("stored docs have a winner");
-    let revs: Vec<Value> = if o.all_docs_style {
+    let revs: Vec<Value> = if let Some(passed) = passed {
+        passed
+            .iter()
+            .map(|r| json!({"rev": r.to_string()}))
+            .collect()
+    } else if o.all_docs_style {
         c.info
             .tree
             .leaves()
@@ -418,7 +466,11 @@ fn scan(
         _ => None,
     };
     let mut failure = None;
-    let with_bodies = o.include_docs || rt.is_some();
+    let selector = match &o.filter {
+        Filter::Selector(s) => Some(s.clone()),
+        _ => None,
+    };
+    let with_bodies = o.include_docs || rt.is_some() || selector.is_some();
     db.changes(since, o.descending, with_bodies, |c| {
         if sent >= limit {
             return ControlFlow::Break(());
@@ -437,11 +489,25 @@ fn scan(
                 }
             }
         }
+        let passed = match &selector {
+            Some(sel) => match selector_passes(db, sel, &c, o.all_docs_style) {
+                Ok(revs) if revs.is_empty() => return ControlFlow::Continue(()),
+                Ok(revs) => Some(revs),
+                Err(e) => {
+                    failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+            },
+            None => None,
+        };
         let show = o
             .seq_interval
             .is_none_or(|n| (limit - sent).is_multiple_of(n));
         sent += 1;
-        if row(show.then_some(c.seq), render_change(db, &c, o, show)) {
+        if row(
+            show.then_some(c.seq),
+            render_change(db, &c, o, show, passed),
+        ) {
             ControlFlow::Continue(())
         } else {
             ControlFlow::Break(())
@@ -577,10 +643,8 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
                 "filter functions are not supported by this Settee version".into(),
             ));
         }
-        FilterSpec::Selector => {
-            return Err(ApiError::NotImplemented(
-                "selector filters (Mango) are not supported by this Settee version".into(),
-            ))
+        FilterSpec::Selector(sel) => {
+            Filter::Selector(Arc::new(settee_mango::Selector::parse(&sel)?))
         }
     };
     o.feed = Feed::for_changes(&params)?;
