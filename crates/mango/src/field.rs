@@ -108,3 +108,74 @@ mod tests {
         assert_eq!(get(&doc, &p("a.b.+1.c")), Found::Value(&json!(1)));
     }
 }
+
+/// A document cut down to `fields` (CouchDB's `mango_fields:extract`): each path found in
+/// `doc` is written at the same path of a new object, in the order the fields are given;
+/// paths not found are left out. A name on the way that is missing in the output becomes
+/// an object member, even where the document had an array.
+pub fn project(doc: &Value, fields: &[String]) -> Result<Value, Error> {
+    let mut out = Value::Object(Default::default());
+    for f in fields {
+        let path = parse(f)?;
+        if let Found::Value(v) = get(doc, &path) {
+            set(&mut out, &path, v.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Writes `value` at `path` (CouchDB's `mango_doc:set_field`).
+fn set(target: &mut Value, path: &[String], value: Value) {
+    let Some((name, rest)) = path.split_first() else {
+        *target = value;
+        return;
+    };
+    match target {
+        Value::Object(map) => match map.get_mut(name) {
+            Some(existing) => set(existing, rest, value),
+            None => {
+                let nested = rest.iter().rev().fold(value, |v, n| {
+                    Value::Object([(n.clone(), v)].into_iter().collect())
+                });
+                map.insert(name.clone(), nested);
+            }
+        },
+        Value::Array(items) => {
+            if let Ok(i) = name.parse::<usize>() {
+                if let Some(item) = items.get_mut(i) {
+                    set(item, rest, value);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod projection_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn f(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn projects_in_field_order() {
+        let doc = json!({"_id": "x", "a": 1, "b": {"c": 2, "d": 3}, "favorites": ["p", "q"]});
+        let out = project(&doc, &f(&["b.c", "a", "b.d", "missing", "a.z"])).unwrap();
+        assert_eq!(
+            serde_json::to_string(&out).unwrap(),
+            r#"{"b":{"c":2,"d":3},"a":1}"#
+        );
+        assert_eq!(
+            project(&doc, &f(&["favorites.1"])).unwrap(),
+            json!({"favorites": {"1": "q"}})
+        );
+        assert_eq!(project(&doc, &f(&["_id"])).unwrap(), json!({"_id": "x"}));
+        assert!(matches!(
+            project(&doc, &f(&["a..b"])),
+            Err(Error::InvalidFieldName(_))
+        ));
+    }
+}

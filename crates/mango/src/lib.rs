@@ -6,9 +6,11 @@
 //! selector means and which documents it matches, exactly as CouchDB 3.5 does, with
 //! CouchDB's error names and reason texts ([`Error`]).
 
+pub mod bookmark;
 pub mod erlfmt;
 mod error;
 pub mod field;
+pub mod opts;
 pub mod selector;
 
 pub use error::Error;

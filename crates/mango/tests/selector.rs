@@ -140,11 +140,7 @@ fn errors_as_couchdb_words_them() {
     );
     assert_eq!(
         err(json!({"a..b": 1})),
-        (
-            500,
-            "unknown_error",
-            "Unknown Error: mango_util :: {invalid_field_name,<<\"a..b\">>}".into()
-        )
+        (400, "invalid_field_name", "Invalid field name: a..b".into())
     );
     assert!(matches!(
         Selector::parse(&json!({"$not": {"$text": "x"}})),

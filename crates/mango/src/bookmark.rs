@@ -1,0 +1,316 @@
+//! `_find` bookmarks: where the next page starts, as CouchDB writes them — base64url
+//! (unpadded) of `term_to_binary([{startkey_docid, Id}, {startkey, Key}], [compressed,
+//! {minor_version, 1}])` — so bookmarks are opaque tokens of the same form on both servers.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{Map, Number, Value};
+use settee_core::etf;
+use std::io::{Read, Write};
+
+use crate::Error;
+
+/// The row a page ended on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bookmark {
+    pub key: Value,
+    pub docid: String,
+}
+
+impl Bookmark {
+    pub fn encode(&self) -> String {
+        let mut term = Vec::new();
+        etf::list_header(2, &mut term);
+        etf::small_tuple(2, &mut term);
+        etf::atom("startkey_docid", &mut term);
+        etf::binary(self.docid.as_bytes(), &mut term);
+        etf::small_tuple(2, &mut term);
+        etf::atom("startkey", &mut term);
+        etf::value(&self.key, &mut term);
+        etf::nil(&mut term);
+        URL_SAFE_NO_PAD.encode(compressed(term))
+    }
+
+    /// Reads a bookmark; anything else is CouchDB's `invalid_bookmark`.
+    pub fn decode(text: &str) -> Result<Bookmark, Error> {
+        let invalid = || Error::InvalidBookmark(text.to_string());
+        let bytes = URL_SAFE_NO_PAD
+            .decode(text.trim_end_matches('='))
+            .map_err(|_| invalid())?;
+        let term = parse(&bytes).ok_or_else(invalid)?;
+        let Term::List(items) = term else {
+            return Err(invalid());
+        };
+        let (mut key, mut docid) = (None, None);
+        for item in items {
+            if let Term::Tuple(mut pair) = item {
+                if pair.len() == 2 {
+                    let v = pair.pop().expect("two");
+                    match pair.pop() {
+                        Some(Term::Atom(a)) if a == "startkey" => key = Some(v),
+                        Some(Term::Atom(a)) if a == "startkey_docid" => docid = Some(v),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let key = key.and_then(Term::into_json).ok_or_else(invalid)?;
+        let docid = match docid.and_then(Term::into_json) {
+            Some(Value::String(s)) => s,
+            _ => return Err(invalid()),
+        };
+        Ok(Bookmark { key, docid })
+    }
+}
+
+/// `term_to_binary`'s `compressed` option: the zlib stream (level 6) when it fits in the
+/// buffer Erlang gives zlib (the plain size less 5 bytes), else the plain form.
+fn compressed(term: Vec<u8>) -> Vec<u8> {
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(6));
+    let packed = z.write_all(&term).and_then(|_| z.finish());
+    match packed {
+        Ok(packed) if packed.len() + 4 <= term.len() => {
+            let mut out = vec![etf::VERSION, 80];
+            out.extend((term.len() as u32).to_be_bytes());
+            out.extend(packed);
+            out
+        }
+        _ => {
+            let mut out = vec![etf::VERSION];
+            out.extend(term);
+            out
+        }
+    }
+}
+
+/// An Erlang term, as far as JSON values and bookmarks need.
+#[derive(Debug)]
+enum Term {
+    Int(i128),
+    Float(f64),
+    Atom(String),
+    Binary(Vec<u8>),
+    List(Vec<Term>),
+    Tuple(Vec<Term>),
+}
+
+impl Term {
+    /// The JSON value of a term as CouchDB's EJSON has it.
+    fn into_json(self) -> Option<Value> {
+        Some(match self {
+            Term::Int(i) => Value::Number(i.to_string().parse::<Number>().ok()?),
+            Term::Float(f) => Value::Number(Number::from_f64(f)?),
+            Term::Atom(a) => match a.as_str() {
+                "null" => Value::Null,
+                "true" => Value::Bool(true),
+                "false" => Value::Bool(false),
+                _ => return None,
+            },
+            Term::Binary(b) => Value::String(String::from_utf8(b).ok()?),
+            Term::List(items) => Value::Array(
+                items
+                    .into_iter()
+                    .map(Term::into_json)
+                    .collect::<Option<_>>()?,
+            ),
+            Term::Tuple(mut items) if items.len() == 1 => {
+                let Term::List(members) = items.pop()? else {
+                    return None;
+                };
+                let mut map = Map::new();
+                for m in members {
+                    let Term::Tuple(mut kv) = m else { return None };
+                    if kv.len() != 2 {
+                        return None;
+                    }
+                    let v = kv.pop()?.into_json()?;
+                    let Some(Value::String(k)) = kv.pop()?.into_json() else {
+                        return None;
+                    };
+                    map.insert(k, v);
+                }
+                Value::Object(map)
+            }
+            Term::Tuple(_) => return None,
+        })
+    }
+}
+
+/// `binary_to_term` of what [`Bookmark::encode`] (or CouchDB) writes; `None` for anything
+/// malformed or outside JSON's terms.
+fn parse(bytes: &[u8]) -> Option<Term> {
+    let (&version, rest) = bytes.split_first()?;
+    if version != etf::VERSION {
+        return None;
+    }
+    let inflated;
+    let body = match rest.split_first() {
+        Some((80, packed)) => {
+            let size = u32::from_be_bytes(packed.get(..4)?.try_into().ok()?) as usize;
+            let mut out = Vec::with_capacity(size.min(1 << 20));
+            flate2::read::ZlibDecoder::new(&packed[4..])
+                .take(size as u64 + 1)
+                .read_to_end(&mut out)
+                .ok()?;
+            if out.len() != size {
+                return None;
+            }
+            inflated = out;
+            &inflated[..]
+        }
+        _ => rest,
+    };
+    let mut r = Reader { s: body, i: 0 };
+    let t = r.term(0)?;
+    (r.i == body.len()).then_some(t)
+}
+
+struct Reader<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let out = self.s.get(self.i..self.i.checked_add(n)?)?;
+        self.i += n;
+        Some(out)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Option<usize> {
+        Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?) as usize)
+    }
+
+    fn u32(&mut self) -> Option<usize> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?) as usize)
+    }
+
+    fn term(&mut self, depth: usize) -> Option<Term> {
+        if depth > 512 {
+            return None;
+        }
+        Some(match self.u8()? {
+            97 => Term::Int(self.u8()?.into()),
+            98 => Term::Int(i32::from_be_bytes(self.take(4)?.try_into().ok()?).into()),
+            110 | 111 => {
+                let n = if self.s.get(self.i - 1) == Some(&110) {
+                    self.u8()?.into()
+                } else {
+                    self.u32()?
+                };
+                let sign = self.u8()?;
+                let digits = self.take(n)?;
+                if n > 16 {
+                    return None;
+                }
+                let magnitude = digits
+                    .iter()
+                    .rev()
+                    .fold(0i128, |acc, d| acc * 256 + i128::from(*d));
+                Term::Int(if sign == 0 { magnitude } else { -magnitude })
+            }
+            70 => Term::Float(f64::from_bits(u64::from_be_bytes(
+                self.take(8)?.try_into().ok()?,
+            ))),
+            100 | 118 => {
+                let n = self.u16()?;
+                Term::Atom(String::from_utf8(self.take(n)?.to_vec()).ok()?)
+            }
+            115 | 119 => {
+                let n = self.u8()?.into();
+                Term::Atom(String::from_utf8(self.take(n)?.to_vec()).ok()?)
+            }
+            104 => {
+                let n = self.u8()?.into();
+                Term::Tuple(
+                    (0..n)
+                        .map(|_| self.term(depth + 1))
+                        .collect::<Option<_>>()?,
+                )
+            }
+            105 => {
+                let n = self.u32()?;
+                Term::Tuple(
+                    (0..n)
+                        .map(|_| self.term(depth + 1))
+                        .collect::<Option<_>>()?,
+                )
+            }
+            106 => Term::List(vec![]),
+            107 => {
+                let n = self.u16()?;
+                Term::List(
+                    self.take(n)?
+                        .iter()
+                        .map(|b| Term::Int((*b).into()))
+                        .collect(),
+                )
+            }
+            108 => {
+                let n = self.u32()?;
+                if n > self.s.len() {
+                    return None;
+                }
+                let items = (0..n)
+                    .map(|_| self.term(depth + 1))
+                    .collect::<Option<Vec<_>>>()?;
+                // Proper lists only.
+                if self.u8()? != 106 {
+                    return None;
+                }
+                Term::List(items)
+            }
+            109 => {
+                let n = self.u32()?;
+                Term::Binary(self.take(n)?.to_vec())
+            }
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn round_trips() {
+        for key in [
+            json!("doc-1"),
+            json!([1, "a", null, true, 2.5]),
+            json!({"k": [{}]}),
+            json!([]),
+        ] {
+            let b = Bookmark {
+                key: key.clone(),
+                docid: "doc-1".into(),
+            };
+            let text = b.encode();
+            assert!(!text.contains(['=', '+', '/']), "{text}");
+            assert_eq!(Bookmark::decode(&text).unwrap(), b);
+        }
+        // Long keys compress, and CouchDB's bookmarks then start g1AAAA.
+        let long = Bookmark {
+            key: json!(["x".repeat(200)]),
+            docid: "y".repeat(100),
+        };
+        assert!(long.encode().starts_with("g1AAAA"));
+        assert_eq!(Bookmark::decode(&long.encode()).unwrap(), long);
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_bookmark() {
+        for bad in ["nil", "xyz", "", "g2wAAAAC", "g2o"] {
+            assert_eq!(
+                Bookmark::decode(bad),
+                Err(Error::InvalidBookmark(bad.into())),
+                "{bad}"
+            );
+        }
+    }
+}
