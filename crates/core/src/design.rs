@@ -12,6 +12,8 @@ use serde_json::{json, Map, Value};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewDef {
     pub name: String,
+    /// The map function's source; for a language whose maps are objects (Mango's
+    /// `query`), the object's JSON text in its stored member order.
     pub map: String,
     /// The reduce source: a built-in name such as `_sum`, or JavaScript.
     pub reduce: Option<String>,
@@ -58,7 +60,7 @@ impl ViewGroupDef {
         let raw_default = is_raw(&options);
         let (views, lib) = match ddoc.get("views") {
             None | Some(Value::Null) => (Vec::new(), None),
-            Some(Value::Object(vs)) => parse_views(vs, raw_default)?,
+            Some(Value::Object(vs)) => parse_views(vs, raw_default, object_maps(&language))?,
             Some(_) => return Err(DesignError("`views` must be an object".into())),
         };
         Ok(ViewGroupDef {
@@ -178,11 +180,8 @@ const MEMBER_PATHS: &[&[Option<Step>]] = {
 /// for design documents of every language (compiling is for JavaScript only).
 pub fn check_members(ddoc: &Map<String, Value>) -> Result<(), DesignError> {
     // Mango's (`"language": "query"`) map functions are objects.
-    let map_type: &[Ty] = if ddoc.get("language") == Some(&json!("query")) {
-        &[Ty::Object]
-    } else {
-        &[Ty::String]
-    };
+    let object = matches!(ddoc.get("language"), Some(Value::String(l)) if object_maps(l));
+    let map_type: &[Ty] = if object { &[Ty::Object] } else { &[Ty::String] };
     for path in MEMBER_PATHS {
         let steps: Vec<Step> = path
             .iter()
@@ -251,6 +250,12 @@ fn check_path<'a>(
     Ok(())
 }
 
+/// Whether the language's map functions are JSON objects rather than source text
+/// (CouchDB's `map_function_type`: Mango's `query`).
+fn object_maps(language: &str) -> bool {
+    language == "query"
+}
+
 fn is_raw(options: &Value) -> bool {
     options.get("collation") == Some(&json!("raw"))
 }
@@ -258,6 +263,7 @@ fn is_raw(options: &Value) -> bool {
 fn parse_views(
     vs: &Map<String, Value>,
     raw_default: bool,
+    object_maps: bool,
 ) -> Result<(Vec<ViewDef>, Option<Value>), DesignError> {
     let mut views = Vec::new();
     let mut lib = None;
@@ -266,18 +272,24 @@ fn parse_views(
             lib = Some(v.clone());
             continue;
         }
-        views.push(parse_view(name, v, raw_default)?);
+        views.push(parse_view(name, v, raw_default, object_maps)?);
     }
     views.sort_by(|a, b| a.name.cmp(&b.name));
     Ok((views, lib))
 }
 
-fn parse_view(name: &str, v: &Value, raw_default: bool) -> Result<ViewDef, DesignError> {
+fn parse_view(
+    name: &str,
+    v: &Value,
+    raw_default: bool,
+    object_maps: bool,
+) -> Result<ViewDef, DesignError> {
     let obj = v
         .as_object()
         .ok_or_else(|| DesignError(format!("View {name} must be an object")))?;
     let map = match obj.get("map") {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) if !object_maps => s.clone(),
+        Some(m @ Value::Object(_)) if object_maps => m.to_string(),
         _ => return Err(DesignError(format!("View {name} must have a map function"))),
     };
     let reduce = match obj.get("reduce") {
@@ -465,6 +477,27 @@ mod tests {
         assert_eq!(a.signature(), b.signature());
         assert_ne!(a.signature(), c.signature());
         assert_eq!(a.signature().len(), 32);
+    }
+
+    #[test]
+    fn query_maps_are_objects() {
+        let ddoc = |language: &str, map: Value| json!({"language": language, "views": {"i": {"map": map, "reduce": "_count"}}});
+        let map = json!({"fields": {"foo": "asc", "bar.baz": "asc"}});
+        let g = group(ddoc("query", map.clone()));
+        assert_eq!(g.language, "query");
+        assert_eq!(
+            g.views[0].map,
+            r#"{"fields":{"foo":"asc","bar.baz":"asc"}}"#
+        );
+        let other = group(ddoc("query", json!({"fields": {"foo": "asc"}})));
+        assert_ne!(g.signature(), other.signature());
+        for bad in [
+            ddoc("query", json!("function(doc){}")),
+            ddoc("javascript", map.clone()),
+            ddoc("erlang", map),
+        ] {
+            assert!(ViewGroupDef::from_ddoc(bad.as_object().unwrap()).is_err());
+        }
     }
 
     #[test]
