@@ -1,5 +1,6 @@
 //! Map/reduce view indexes: the reduce tree ([`tree`]), the on-disk layout ([`layout`]),
-//! the parallel indexer ([`updater`]) and queries ([`query`]).
+//! the parallel indexer ([`updater`]) and queries ([`query`]). Map functions run in
+//! QuickJS, or natively for the languages registered in [`Config::native`].
 //!
 //! Threading contract: [`Views`] is shared by all request threads. Everything is blocking;
 //! callers on an async runtime call it from blocking threads. Updates of one index are
@@ -9,6 +10,7 @@
 
 mod group;
 pub mod layout;
+mod native;
 mod query;
 mod reducer;
 mod tasks;
@@ -16,6 +18,7 @@ pub mod tree;
 mod updater;
 
 pub use group::{Group, ReduceKind};
+pub use native::{NativeFactory, NativeLanguages, NativeMap};
 pub use query::{Event, Grouping, ViewQuery};
 pub use reducer::{js_error_parts, ReduceFailure};
 pub use settee_js::{JsError, Limits};
@@ -87,6 +90,8 @@ pub struct Config {
     pub reduce_limit: ReduceLimit,
     /// Map workers per index update (default: the number of cores).
     pub workers: usize,
+    /// Languages whose map functions run natively instead of in QuickJS.
+    pub native: NativeLanguages,
 }
 
 impl Default for Config {
@@ -95,6 +100,7 @@ impl Default for Config {
             limits: Limits::default(),
             reduce_limit: ReduceLimit::On,
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            native: NativeLanguages::default(),
         }
     }
 }
@@ -104,6 +110,7 @@ pub struct Views {
     /// update or query reads them once when it starts.
     settings: std::sync::RwLock<(Limits, ReduceLimit)>,
     pub(crate) workers: usize,
+    pub(crate) native: NativeLanguages,
     pub tasks: Tasks,
     locks: Mutex<HashMap<layout::IndexPrefix, Arc<Mutex<()>>>>,
     /// Indexes being compacted (`compact_running`).
@@ -129,6 +136,7 @@ impl Views {
         Arc::new(Views {
             settings: std::sync::RwLock::new((config.limits, config.reduce_limit)),
             workers: config.workers,
+            native: config.native,
             tasks: Tasks::default(),
             locks: Mutex::new(HashMap::new()),
             compacting: Mutex::new(Default::default()),
@@ -148,6 +156,12 @@ impl Views {
     /// Applies new limits to runtimes created from now on.
     pub fn set_limits(&self, limits: Limits, reduce_limit: ReduceLimit) {
         *self.settings.write().unwrap() = (limits, reduce_limit);
+    }
+
+    /// Whether design documents of `language` can be indexed: JavaScript, or a language
+    /// registered in [`Config::native`].
+    pub fn knows_language(&self, language: &str) -> bool {
+        language == "javascript" || self.native.contains(language)
     }
 
     /// The view group of a design document body.

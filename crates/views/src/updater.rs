@@ -4,7 +4,8 @@
 //! rounds: a reader thread walks `_changes` from the checkpoint (ids and revision trees
 //! only; a fresh index of a database of up to [`FRESH_SCAN_DOCS`] documents reads them in
 //! one pass over the ids instead, sorted by seq) and sends chunks of documents to N map
-//! workers (one QuickJS runtime each, N = cores); each worker reads its chunk's bodies
+//! workers (one QuickJS runtime each, or the group's shared [`NativeMap`] when its
+//! language is registered as native; N = cores); each worker reads its chunk's bodies
 //! from the reader's snapshot (decompressing them is a large share of the work, so it is
 //! spread over the workers), maps, encodes keys in collation order and sends rows back to
 //! the collector (the calling thread). At the end of a round the collector applies the
@@ -27,7 +28,7 @@ use crate::group::Group;
 use crate::layout::{decode_back, encode_back, encode_payload, tree_key, Meta};
 use crate::reducer::JsReducers;
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
-use crate::{Error, Result, TaskHandle, Views};
+use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
 use settee_core::{collate, DocJson};
 use settee_db::{Change, Database};
@@ -301,6 +302,7 @@ fn pipeline(
     task: &TaskHandle,
 ) -> Result<(u64, bool)> {
     let workers = views.workers.max(1);
+    let native = views.native.build(&g.def)?;
     // `abort`: a failure, queued work is dropped; `enough`: the round is full, the reader
     // stops and queued work is still mapped.
     let abort = AtomicBool::new(false);
@@ -320,12 +322,17 @@ fn pipeline(
         for _ in 0..workers {
             let res_tx = res_tx.clone();
             let (work_rx, abort) = (&work_rx, &abort);
-            let limits = views.limits();
+            let (native, limits) = (native.as_deref(), views.limits());
             std::thread::Builder::new()
                 .name("view-mapper".into())
                 .spawn_scoped(s, move || {
                     let source = Source { db, snap, g };
-                    map_worker(source, limits, work_rx, res_tx, abort)
+                    // QuickJS runtimes stay on the thread that made them.
+                    let mapper = match native {
+                        Some(n) => Mapper::Native(n),
+                        None => Mapper::Js { limits, rt: None },
+                    };
+                    map_worker(source, mapper, work_rx, res_tx, abort)
                 })
                 .expect("spawn a view mapper");
         }
@@ -476,14 +483,63 @@ struct Source<'a> {
     g: &'a Group,
 }
 
+/// What maps documents in one worker.
+enum Mapper<'a> {
+    /// A QuickJS runtime of the group's functions, started at the first document.
+    Js {
+        limits: Limits,
+        rt: Option<ViewRuntime>,
+    },
+    /// The group's native map, shared by every worker.
+    Native(&'a dyn NativeMap),
+}
+
+impl Mapper<'_> {
+    /// Each view's emits for one document (the JSON a map function sees). A view whose
+    /// JavaScript throws on the document emits nothing for it, as in CouchDB.
+    fn map(&mut self, g: &Group, id: &str, doc: &[u8]) -> Result<Vec<Vec<(Value, Value)>>> {
+        match self {
+            Mapper::Js { limits, rt } => {
+                if rt.is_none() {
+                    *rt = Some(ViewRuntime::new(&g.fns, *limits).map_err(Error::Js)?);
+                }
+                // SIMD validation: at 11 KB a document, `std::str::from_utf8` was 3% of a
+                // build.
+                let text = simdutf8::basic::from_utf8(doc)
+                    .map_err(|_| Error::Internal("doc not UTF-8".into()))?;
+                let per_view = rt
+                    .as_mut()
+                    .expect("started above")
+                    .map_doc(text)
+                    .map_err(|e| js_failure(e, id))?;
+                Ok(per_view
+                    .into_iter()
+                    .map(|r| r.unwrap_or_default())
+                    .collect())
+            }
+            Mapper::Native(native) => {
+                let doc: Value = serde_json::from_slice(doc)
+                    .map_err(|e| Error::Internal(format!("doc {id} JSON: {e}")))?;
+                Ok(native.map_doc(&doc))
+            }
+        }
+    }
+
+    /// Drops state a failure may have left behind.
+    fn reset(&mut self) {
+        if let Mapper::Js { rt, .. } = self {
+            *rt = None;
+        }
+    }
+}
+
 fn map_worker(
     source: Source<'_>,
-    limits: Limits,
+    mut mapper: Mapper<'_>,
     rx: &Mutex<Receiver<Vec<Item>>>,
     tx: SyncSender<Result<Vec<Mapped>>>,
     abort: &AtomicBool,
 ) {
-    let mut rt: Option<ViewRuntime> = None;
     let mut body_bytes = 0;
     loop {
         let chunk = match rx.lock().expect("work queue").recv() {
@@ -494,10 +550,10 @@ fn map_worker(
             continue;
         }
         let fill_cache = body_bytes <= UNCACHED_BODY_BYTES;
-        let res = map_chunk(source, &limits, &mut rt, chunk, fill_cache, &mut body_bytes);
+        let res = map_chunk(source, &mut mapper, chunk, fill_cache, &mut body_bytes);
         if res.is_err() {
             abort.store(true, Ordering::Relaxed);
-            rt = None;
+            mapper.reset();
         }
         if tx.send(res).is_err() {
             abort.store(true, Ordering::Relaxed);
@@ -508,8 +564,7 @@ fn map_worker(
 /// Maps one chunk; `body_bytes` becomes the average size of its bodies.
 fn map_chunk(
     source: Source<'_>,
-    limits: &Limits,
-    rt: &mut Option<ViewRuntime>,
+    mapper: &mut Mapper<'_>,
     chunk: Vec<Item>,
     fill_cache: bool,
     body_bytes: &mut usize,
@@ -528,23 +583,12 @@ fn map_chunk(
     for item in chunk {
         let mut rows = Vec::new();
         if let Some(doc) = &item.doc {
-            if rt.is_none() {
-                *rt = Some(ViewRuntime::new(&g.fns, *limits).map_err(Error::Js)?);
-            }
             let body = bodies.next().expect("one body per document");
             let doc = doc.json(&item.id, &body);
-            // SIMD validation: at 11 KB a document, `std::str::from_utf8` was 3% of a build.
-            let text = simdutf8::basic::from_utf8(&doc)
-                .map_err(|_| Error::Internal("doc not UTF-8".into()))?;
-            let per_view = rt
-                .as_mut()
-                .expect("started above")
-                .map_doc(text)
-                .map_err(|e| js_failure(e, &item.id))?;
-            for (view, emitted) in per_view.into_iter().enumerate() {
-                if let Ok(pairs) = emitted {
-                    push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));
-                }
+            let per_view = mapper.map(g, &item.id, &doc)?;
+            // A native map answering for more views than the group has is ignored past them.
+            for (view, pairs) in per_view.into_iter().enumerate().take(g.def.views.len()) {
+                push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));
             }
         }
         out.push(Mapped { id: item.id, rows });

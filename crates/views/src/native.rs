@@ -1,0 +1,94 @@
+//! Map functions implemented in Rust for design-document languages other than JavaScript
+//! (Mango's `query`). The views crate knows only this seam: a language name maps to a
+//! factory that turns a view group into a [`NativeMap`]; who implements it (and what the
+//! views' `map` objects mean) is the registering crate's business.
+//!
+//! Threading contract: one [`NativeMap`] is built per index update round and shared by
+//! every map worker of the round, which call [`NativeMap::map_doc`] concurrently.
+
+use serde_json::Value;
+use settee_core::design::{DesignError, ViewGroupDef};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The map functions of one view group.
+pub trait NativeMap: Send + Sync {
+    /// The rows (key, value) each view emits for `doc`, one list per view in the group's
+    /// view order (sorted by name). `doc` is the document as a JavaScript map function
+    /// sees it: `_id`, `_rev`, the body, `_conflicts`/`_deleted_conflicts` (and
+    /// `_local_seq` when asked), attachment stubs. Deleted documents are never passed.
+    fn map_doc(&self, doc: &Value) -> Vec<Vec<(Value, Value)>>;
+}
+
+/// Builds a group's [`NativeMap`]; an error (a `map` the language cannot use) fails the
+/// index update.
+pub type NativeFactory =
+    Arc<dyn Fn(&ViewGroupDef) -> Result<Arc<dyn NativeMap>, DesignError> + Send + Sync>;
+
+/// The native languages the indexer knows, by name.
+#[derive(Clone, Default)]
+pub struct NativeLanguages(BTreeMap<String, NativeFactory>);
+
+impl NativeLanguages {
+    /// Maps groups of `language` with `factory` from now on (replacing any previous one).
+    pub fn register(
+        &mut self,
+        language: &str,
+        factory: impl Fn(&ViewGroupDef) -> Result<Arc<dyn NativeMap>, DesignError>
+            + Send
+            + Sync
+            + 'static,
+    ) {
+        self.0.insert(language.to_owned(), Arc::new(factory));
+    }
+
+    pub fn contains(&self, language: &str) -> bool {
+        self.0.contains_key(language)
+    }
+
+    /// The native map of `def`, or `None` when its language is not registered here.
+    pub fn build(&self, def: &ViewGroupDef) -> Result<Option<Arc<dyn NativeMap>>, DesignError> {
+        self.0.get(&def.language).map(|f| f(def)).transpose()
+    }
+}
+
+impl std::fmt::Debug for NativeLanguages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Echo;
+
+    impl NativeMap for Echo {
+        fn map_doc(&self, doc: &Value) -> Vec<Vec<(Value, Value)>> {
+            vec![vec![(doc["_id"].clone(), Value::Null)]]
+        }
+    }
+
+    fn def(language: &str) -> ViewGroupDef {
+        let ddoc = json!({"language": language});
+        ViewGroupDef::from_ddoc(ddoc.as_object().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn builds_the_registered_languages_maps_only() {
+        let mut langs = NativeLanguages::default();
+        langs.register("echo", |_| Ok(Arc::new(Echo) as Arc<dyn NativeMap>));
+        langs.register("broken", |_| Err(DesignError("no".into())));
+        assert!(langs.contains("echo") && !langs.contains("javascript"));
+        assert!(langs.build(&def("javascript")).unwrap().is_none());
+        let echo = langs.build(&def("echo")).unwrap().unwrap();
+        assert_eq!(
+            echo.map_doc(&json!({"_id": "a"})),
+            [vec![(json!("a"), Value::Null)]]
+        );
+        assert_eq!(langs.build(&def("broken")).err().unwrap().0, "no");
+        assert_eq!(format!("{langs:?}"), r#"{"broken", "echo"}"#);
+    }
+}
