@@ -9,6 +9,7 @@ mod cors;
 mod error;
 mod handlers;
 mod location;
+mod mango_index;
 mod mrargs;
 pub mod node_config;
 mod render;
@@ -18,6 +19,7 @@ mod router;
 
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
+pub use mango_index::register_query_language;
 pub use node_config::NodeConfig;
 
 use axum::body::Body;

@@ -83,6 +83,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         ..Default::default()
     };
     let mut views_config = settee_views::Config::default();
+    settee_http::register_query_language(&mut views_config.native);
     if settings.view_workers > 0 {
         views_config.workers = settings.view_workers;
     }

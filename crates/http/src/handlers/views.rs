@@ -115,12 +115,13 @@ fn load_ddoc_group(state: &AppState, db: &Database, ddoc: &str) -> ApiResult<Arc
         serde_json::from_slice(settee_core::split_stored(&doc.body).0)
             .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
     let g = state.views.group(db, &id, &body).map_err(ApiError::from)?;
-    check_language(&g.def)?;
+    check_language(&state.views, &g.def)?;
     Ok(Arc::new(g))
 }
 
-fn check_language(def: &ViewGroupDef) -> ApiResult<()> {
-    if def.language == "javascript" {
+/// JavaScript and the natively mapped languages (Mango's `query`) can be indexed.
+fn check_language(views: &Views, def: &ViewGroupDef) -> ApiResult<()> {
+    if views.knows_language(&def.language) {
         Ok(())
     } else {
         Err(ApiError::Named(
