@@ -20,8 +20,10 @@ import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import PouchDB from 'pouchdb';
 import MemoryAdapter from 'pouchdb-adapter-memory';
+import PouchFind from 'pouchdb-find';
 
 PouchDB.plugin(MemoryAdapter);
+PouchDB.plugin(PouchFind);
 
 const ADMIN = { username: 'admin', password: 'secret' };
 const AUTH_HEADER = 'Basic ' + Buffer.from('admin:secret').toString('base64');
@@ -950,5 +952,54 @@ test('attachments: inline put, getAttachment, replication both ways', async () =
   assert.equal(back.doc_write_failures, 0);
   const bin = await db.getAttachment('b', 'b.bin');
   assert.deepEqual([...(await asBuffer(bin))], [0, 1, 2, 255]);
+  await db.destroy();
+});
+
+test('pouchdb-find: createIndex, find (selector, sort, fields, limit), explain, getIndexes, deleteIndex', async () => {
+  const db = remoteDb(uniqueName('pouch-find'));
+  const docs = [];
+  for (let i = 0; i < 12; i++) {
+    docs.push({ _id: `d${String(i).padStart(2, '0')}`, n: i, kind: i % 3 === 0 ? 'fizz' : 'plain', tags: [`t${i % 2}`] });
+  }
+  await db.bulkDocs(docs);
+
+  // Without an index the server scans _all_docs and says so.
+  const scan = await db.find({ selector: { kind: 'fizz' } });
+  assert.deepEqual(scan.docs.map((d) => d._id), ['d00', 'd03', 'd06', 'd09']);
+  assert.match(scan.warning, /No matching index found/);
+
+  const created = await db.createIndex({ index: { fields: ['n'] }, ddoc: 'by-n', name: 'n-idx' });
+  assert.equal(created.result, 'created');
+  assert.equal((await db.createIndex({ index: { fields: ['n'] }, ddoc: 'by-n', name: 'n-idx' })).result, 'exists');
+
+  const found = await db.find({
+    selector: { n: { $gte: 4, $lt: 9 }, tags: { $elemMatch: { $eq: 't1' } } },
+    sort: [{ n: 'desc' }],
+    fields: ['_id', 'n'],
+    limit: 2,
+  });
+  assert.deepEqual(found.docs, [{ _id: 'd07', n: 7 }, { _id: 'd05', n: 5 }]);
+  assert.equal(found.warning, undefined);
+
+  // Paging with the bookmark the server hands back.
+  const page1 = await db.find({ selector: { n: { $gt: 0 } }, limit: 5 });
+  const page2 = await db.find({ selector: { n: { $gt: 0 } }, limit: 5, bookmark: page1.bookmark });
+  assert.deepEqual(page2.docs.map((d) => d.n), [6, 7, 8, 9, 10]);
+
+  const explained = await db.explain({ selector: { n: { $gt: 3 } } });
+  assert.equal(explained.index.name, 'n-idx');
+  assert.deepEqual(explained.mrargs.start_key, [3]);
+
+  const { indexes } = await db.getIndexes();
+  assert.deepEqual(indexes.map((i) => i.name), ['_all_docs', 'n-idx']);
+  await db.deleteIndex(indexes[1]);
+  assert.equal((await db.getIndexes()).indexes.length, 1);
+
+  await rejects(db.find({ selector: { n: 1 }, sort: ['n'] }), (err) => {
+    assert.equal(err.status, 400);
+    assert.equal(err.error, 'no_usable_index');
+    assert.equal(err.reason, 'No index exists for this sort, try indexing by the sort fields.');
+    return true;
+  });
   await db.destroy();
 });

@@ -4,7 +4,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{
-    all_docs, attachments, bulk, changes, database, doc, node, server, unavailable, views,
+    all_docs, attachments, bulk, changes, database, doc, mango, node, server, unavailable, views,
 };
 use crate::{AppState, Req};
 use axum::response::Response;
@@ -83,6 +83,12 @@ pub enum DbOp {
     DesignInfo(String),
     /// `_compact/{ddoc}`
     CompactDesign(String),
+    /// `_find` (and any path below it, as CouchDB routes it)
+    Find,
+    /// `_explain` (and below)
+    Explain,
+    /// `_index/…`: the segments after `_index`
+    Index(Vec<String>),
 }
 
 /// What is asked of `/_node/{node-name}`.
@@ -244,9 +250,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_missing_revs"] => op(DbOp::MissingRevs),
         ["_security"] => op(DbOp::Security),
         ["_view_cleanup"] => op(DbOp::ViewCleanup),
-        ["_find"] | ["_index", ..] | ["_explain"] => {
-            Endpoint::DbUnimplemented(db.clone(), "Mango queries")
-        }
+        ["_find", ..] => op(DbOp::Find),
+        ["_explain", ..] => op(DbOp::Explain),
+        ["_index", rest @ ..] => op(DbOp::Index(rest.iter().map(|s| s.to_string()).collect())),
         ["_temp_view"] => op(DbOp::TempView),
         ["_design", ddoc] => Endpoint::Doc(db, format!("_design/{ddoc}")),
         ["_design", ddoc, "_view", view] => op(DbOp::View(ddoc.to_string(), view.to_string())),
@@ -328,6 +334,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 }
                 DbOp::DesignInfo(ddoc) => views::design_info(state, handle, ddoc, req).await,
                 DbOp::CompactDesign(ddoc) => views::compact_design(state, handle, ddoc, req).await,
+                DbOp::Find => mango::find(state, handle, req, false).await,
+                DbOp::Explain => mango::find(state, handle, req, true).await,
+                DbOp::Index(rest) => mango::index(state, handle, rest, req).await,
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,

@@ -125,7 +125,7 @@ pub fn project(doc: &Value, fields: &[String]) -> Result<Value, Error> {
 }
 
 /// Writes `value` at `path` (CouchDB's `mango_doc:set_field`).
-fn set(target: &mut Value, path: &[String], value: Value) {
+pub fn set(target: &mut Value, path: &[String], value: Value) {
     let Some((name, rest)) = path.split_first() else {
         *target = value;
         return;

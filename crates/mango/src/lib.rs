@@ -10,7 +10,9 @@ pub mod bookmark;
 pub mod erlfmt;
 mod error;
 pub mod field;
+pub mod index;
 pub mod opts;
+pub mod plan;
 pub mod selector;
 
 pub use error::Error;

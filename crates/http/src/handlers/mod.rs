@@ -6,6 +6,7 @@ pub mod bulk;
 pub mod changes;
 pub mod database;
 pub mod doc;
+pub mod mango;
 pub mod node;
 pub mod server;
 pub mod unavailable;
