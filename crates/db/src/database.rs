@@ -324,8 +324,36 @@ impl Database {
     }
 
     /// The stored bodies with these ids (a revision's `body`), as of `snap`, in order, read
-    /// in place; their blocks go into the block cache only with `fill_cache`.
+    /// in place; their blocks go into the block cache only with `fill_cache`. Ids in any
+    /// order are read in ascending order (documents by id have their bodies all over the
+    /// table), so that most of a range is read by one scan.
     pub fn bodies_in<'s>(
+        &self,
+        snap: &Snapshot<'s>,
+        body_ids: &[u64],
+        fill_cache: bool,
+    ) -> Result<Vec<Pinned<'s>>> {
+        if body_ids.windows(2).all(|w| w[0] <= w[1]) {
+            return self.sorted_bodies_in(snap, body_ids, fill_cache);
+        }
+        let mut order: Vec<usize> = (0..body_ids.len()).collect();
+        order.sort_unstable_by_key(|&i| body_ids[i]);
+        let sorted: Vec<u64> = order.iter().map(|&i| body_ids[i]).collect();
+        let mut out: Vec<Option<Pinned<'s>>> = (0..body_ids.len()).map(|_| None).collect();
+        for (value, &i) in self
+            .sorted_bodies_in(snap, &sorted, fill_cache)?
+            .into_iter()
+            .zip(&order)
+        {
+            out[i] = Some(value);
+        }
+        Ok(out
+            .into_iter()
+            .map(|v| v.expect("every position filled"))
+            .collect())
+    }
+
+    fn sorted_bodies_in<'s>(
         &self,
         snap: &Snapshot<'s>,
         body_ids: &[u64],
@@ -335,14 +363,15 @@ impl Database {
             .iter()
             .map(|&b| seq_key(self.id, b).to_vec())
             .collect();
-        // Ids in ascending order and close together (a build of a freshly loaded database)
-        // are read by one scan rather than a lookup each.
+        // Ids close together (a build of a freshly loaded database, a long scan) are read
+        // by one scan rather than a lookup each: stepping over a body costs a small part
+        // of a lookup, so a scan wins while at least one body in eight is wanted.
         let ascending = body_ids.windows(2).all(|w| w[0] < w[1]);
         let span = match (body_ids.first(), body_ids.last()) {
             (Some(&a), Some(&b)) => b.saturating_sub(a),
             _ => 0,
         };
-        let dense = ascending && span < 2 * body_ids.len() as u64;
+        let dense = ascending && span < 8 * body_ids.len() as u64;
         let values = if dense {
             snap.scan_values(Cf::Bodies, &keys, fill_cache)?
         } else {
@@ -523,6 +552,31 @@ impl Database {
             None => (self.id + 1).to_be_bytes().to_vec(),
         };
         (key_in_db(self.id, lower), hi)
+    }
+
+    /// Walks the live documents with `lower <= id < upper` (byte order) as of `snap`,
+    /// ascending or descending, without their bodies (read them with
+    /// [`Database::bodies_in`], in batches).
+    pub fn scan_infos_in(
+        &self,
+        snap: &Snapshot<'_>,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        descending: bool,
+        mut f: impl FnMut(String, DocInfo) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let (lo, hi) = self.id_bounds(lower, upper);
+        for item in snap.range(Cf::Docs, &lo, &hi, descending) {
+            let (k, v) = item?;
+            let info = DocInfo::decode(&v)?;
+            if info.is_deleted() {
+                continue;
+            }
+            if f(decode_id(&k[8..])?, info).is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Walks documents with `lower <= id < upper` (byte order), ascending or descending.

@@ -26,8 +26,9 @@ pub fn register_query_language(languages: &mut NativeLanguages) {
     });
 }
 
-/// The json indexes of one design document, in the group's view order.
-pub struct MangoMap(Vec<JsonIndex>);
+/// The json indexes of one design document, in the group's view order, and the top-level
+/// members they read (`None`: a partial filter reads whole documents).
+pub struct MangoMap(Vec<JsonIndex>, Option<Vec<String>>);
 
 /// One json index: its fields' paths, and its partial filter unless that is `{}`.
 struct JsonIndex {
@@ -40,11 +41,28 @@ impl MangoMap {
     /// document when a definition has no `fields` object, a field path it cannot parse or
     /// a partial filter it cannot normalise; here the update fails before mapping.
     pub fn new(def: &ViewGroupDef) -> Result<MangoMap, DesignError> {
-        def.views
+        let indexes: Vec<JsonIndex> = def
+            .views
             .iter()
             .map(JsonIndex::new)
-            .collect::<Result<_, _>>()
-            .map(MangoMap)
+            .collect::<Result<_, _>>()?;
+        let mut needed = Some(vec!["_id".to_string()]);
+        for i in &indexes {
+            let filter = match &i.filter {
+                None => Some(vec![]),
+                Some(f) => f.top_fields(),
+            };
+            needed = needed.zip(filter).map(|(mut names, more)| {
+                let firsts = i.fields.iter().filter_map(|p| p.first().cloned());
+                for n in more.into_iter().chain(firsts) {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                names
+            });
+        }
+        Ok(MangoMap(indexes, needed))
     }
 }
 
@@ -95,16 +113,23 @@ fn partial_filter(map: &Map<String, Value>) -> Option<&Value> {
 }
 
 impl NativeMap for MangoMap {
-    fn map_doc(&self, doc: &Value) -> Vec<Vec<(Value, Value)>> {
+    fn map_doc(&self, doc: &[u8]) -> Result<Vec<Vec<(Value, Value)>>, String> {
+        let doc = match &self.1 {
+            Some(names) => settee_mango::lazy::pick_members(doc, names)
+                .map(Value::Object)
+                .ok_or_else(|| "not a JSON object".to_string())?,
+            None => serde_json::from_slice(doc).map_err(|e| e.to_string())?,
+        };
         let design =
             matches!(doc.get("_id"), Some(Value::String(id)) if id.starts_with("_design/"));
-        self.0
+        Ok(self
+            .0
             .iter()
             .map(|index| match design {
                 true => Vec::new(),
-                false => index.entry(doc).into_iter().collect(),
+                false => index.entry(&doc).into_iter().collect(),
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -125,7 +150,7 @@ mod tests {
 
     /// The keys index `i` of `m` gives `doc`.
     fn keys(m: &MangoMap, doc: Value) -> Vec<Value> {
-        let mut per_view = m.map_doc(&doc);
+        let mut per_view = m.map_doc(doc.to_string().as_bytes()).unwrap();
         assert_eq!(per_view.len(), 1);
         per_view
             .remove(0)
@@ -214,7 +239,9 @@ mod tests {
             "a": {"map": {"fields": {"a": "asc"}}}
         }))
         .unwrap();
-        let rows = m.map_doc(&json!({"_id": "d", "a": 1}));
+        let rows = m
+            .map_doc(json!({"_id": "d", "a": 1}).to_string().as_bytes())
+            .unwrap();
         assert_eq!(rows, [vec![(json!([1]), Value::Null)], vec![]]);
     }
 

@@ -11,6 +11,7 @@ pub mod erlfmt;
 mod error;
 pub mod field;
 pub mod index;
+pub mod lazy;
 pub mod opts;
 pub mod plan;
 pub mod selector;

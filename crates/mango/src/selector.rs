@@ -44,6 +44,13 @@ impl Selector {
         matches!(self.root, Node::Everything)
     }
 
+    /// The top-level members of a document the selector reads (the first name of each
+    /// field path), or `None` when it reads the document as a whole.
+    pub fn top_fields(&self) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        top_fields(&self.root, &mut out).then_some(out)
+    }
+
     /// Whether `doc` (a document body with `_id`, `_rev`, …) matches.
     pub fn matches(&self, doc: &Value) -> bool {
         eval(&self.root, doc, Collation::View)
@@ -330,6 +337,21 @@ fn compile(sel: &Value) -> Result<Node, Error> {
             cond: sub(arg)?,
         },
     })
+}
+
+fn top_fields(node: &Node, out: &mut Vec<String>) -> bool {
+    match node {
+        Node::And(args) | Node::Or(args) => args.iter().all(|n| top_fields(n, out)),
+        Node::Not(n) => top_fields(n, out),
+        Node::Field { path, .. } => {
+            if !out.contains(&path[0]) {
+                out.push(path[0].clone());
+            }
+            true
+        }
+        Node::Everything | Node::Text => true,
+        _ => false,
+    }
 }
 
 /// How values compare: view collation, or Erlang term order for `_id` (CouchDB compares

@@ -334,7 +334,7 @@ impl<'a> Snapshot<'a> {
         ro.fill_cache(fill_cache);
         self.store
             .db
-            .batched_multi_get_cf_opt(self.store.handle(cf), keys, false, &ro)
+            .batched_multi_get_cf_opt(self.store.handle(cf), keys, keys.is_sorted(), &ro)
             .into_iter()
             .map(|r| Ok(r?.map(Pinned::Slice)))
             .collect()

@@ -14,10 +14,12 @@ use std::sync::Arc;
 /// The map functions of one view group.
 pub trait NativeMap: Send + Sync {
     /// The rows (key, value) each view emits for `doc`, one list per view in the group's
-    /// view order (sorted by name). `doc` is the document as a JavaScript map function
-    /// sees it: `_id`, `_rev`, the body, `_conflicts`/`_deleted_conflicts` (and
-    /// `_local_seq` when asked), attachment stubs. Deleted documents are never passed.
-    fn map_doc(&self, doc: &Value) -> Vec<Vec<(Value, Value)>>;
+    /// view order (sorted by name). `doc` is the JSON text of the document as a JavaScript
+    /// map function sees it: `_id`, `_rev`, the body, `_conflicts`/`_deleted_conflicts`
+    /// (and `_local_seq` when asked), attachment stubs — text, so that a map reading a few
+    /// members need not parse the rest. Deleted documents are never passed. An error (the
+    /// text is not a JSON object) fails the index update.
+    fn map_doc(&self, doc: &[u8]) -> Result<Vec<Vec<(Value, Value)>>, String>;
 }
 
 /// Builds a group's [`NativeMap`]; an error (a `map` the language cannot use) fails the
@@ -66,8 +68,9 @@ mod tests {
     struct Echo;
 
     impl NativeMap for Echo {
-        fn map_doc(&self, doc: &Value) -> Vec<Vec<(Value, Value)>> {
-            vec![vec![(doc["_id"].clone(), Value::Null)]]
+        fn map_doc(&self, doc: &[u8]) -> Result<Vec<Vec<(Value, Value)>>, String> {
+            let doc: Value = serde_json::from_slice(doc).map_err(|e| e.to_string())?;
+            Ok(vec![vec![(doc["_id"].clone(), Value::Null)]])
         }
     }
 
@@ -85,7 +88,7 @@ mod tests {
         assert!(langs.build(&def("javascript")).unwrap().is_none());
         let echo = langs.build(&def("echo")).unwrap().unwrap();
         assert_eq!(
-            echo.map_doc(&json!({"_id": "a"})),
+            echo.map_doc(br#"{"_id": "a"}"#).unwrap(),
             [vec![(json!("a"), Value::Null)]]
         );
         assert_eq!(langs.build(&def("broken")).err().unwrap().0, "no");

@@ -517,11 +517,9 @@ impl Mapper<'_> {
                     .map(|r| r.unwrap_or_default())
                     .collect())
             }
-            Mapper::Native(native) => {
-                let doc: Value = serde_json::from_slice(doc)
-                    .map_err(|e| Error::Internal(format!("doc {id} JSON: {e}")))?;
-                Ok(native.map_doc(&doc))
-            }
+            Mapper::Native(native) => native
+                .map_doc(doc)
+                .map_err(|e| Error::Internal(format!("doc {id}: {e}"))),
         }
     }
 

@@ -131,11 +131,27 @@ impl Run<'_> {
         !self.open || self.stats.returned >= self.opts.limit
     }
 
-    /// Offers a matched candidate row; `doc` is its rendered JSON (`text`) and parsed value.
+    /// Offers a candidate row; `doc` is its rendered JSON (`text`) and parsed value.
     fn offer(&mut self, key: Value, id: &str, text: &[u8], doc: &Value) -> ApiResult<()> {
         if !self.opts.selector.matches(doc) {
             return Ok(());
         }
+        self.offer_matched(key, id, |fields| match fields {
+            None => Ok(text.to_vec()),
+            Some(f) => {
+                Ok(serde_json::to_vec(&settee_mango::field::project(doc, f)?).expect("json"))
+            }
+        })
+    }
+
+    /// Takes a row whose document matched: skipped, or returned as `render` writes it
+    /// (given the `fields` to project, if any).
+    fn offer_matched(
+        &mut self,
+        key: Value,
+        id: &str,
+        render: impl FnOnce(Option<&Vec<String>>) -> ApiResult<Vec<u8>>,
+    ) -> ApiResult<()> {
         self.last = Some(Bookmark {
             key,
             docid: id.to_string(),
@@ -150,16 +166,8 @@ impl Run<'_> {
             b",\r\n"
         };
         self.stats.returned += 1;
-        let projected;
-        let bytes = match &self.opts.fields {
-            None => text,
-            Some(fields) => {
-                projected =
-                    serde_json::to_vec(&settee_mango::field::project(doc, fields)?).expect("json");
-                &projected
-            }
-        };
-        self.open = (self.out)(sep) && (self.out)(bytes);
+        let bytes = render(self.opts.fields.as_ref())?;
+        self.open = (self.out)(sep) && (self.out)(&bytes);
         Ok(())
     }
 }
@@ -251,7 +259,50 @@ fn doc_opts(opts: &FindOpts) -> DocOpts {
     }
 }
 
+/// The top-level members a query reads from each document, when they can be picked out
+/// of its stored JSON without parsing the rest; `None` when the whole document is needed
+/// (the selector reads it as a whole, or names members only a rendered document has).
+fn needed_members(opts: &FindOpts) -> Option<Vec<String>> {
+    let mut names = opts.selector.top_fields()?;
+    for f in opts.fields.iter().flatten() {
+        let first = settee_mango::field::parse(f).ok()?.into_iter().next()?;
+        if !names.contains(&first) {
+            names.push(first);
+        }
+    }
+    let rendered_only = |n: &String| n.starts_with('_') && n != "_id" && n != "_rev";
+    (!names.iter().any(rendered_only)).then_some(names)
+}
+
+/// The document a selector sees: the rendered document, or only the members it reads
+/// (with `_id` and `_rev` when it reads them).
+fn candidate(
+    id: &str,
+    info: &settee_db::DocInfo,
+    rev: &settee_core::Rev,
+    body: &[u8],
+    needed: Option<&[String]>,
+    dopts: &DocOpts,
+) -> ApiResult<Value> {
+    let Some(names) = needed else {
+        return parse_doc(&winner_json_with(id, info, body, dopts, None));
+    };
+    let stored = split_stored(body).0;
+    let mut doc = settee_mango::lazy::pick_members(stored, names)
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
+    for name in names {
+        match name.as_str() {
+            "_id" => doc.insert("_id".into(), json!(id)),
+            "_rev" => doc.insert("_rev".into(), json!(rev.to_string())),
+            _ => None,
+        };
+    }
+    Ok(Value::Object(doc))
+}
+
 /// `_all_docs`: documents by id over the plan's `_id` range, design documents skipped.
+/// Rows are read in batches (bodies by one multi-get), and each batch's documents are
+/// matched on every core before the matches are taken in order.
 fn scan_all_docs(
     db: &Arc<Database>,
     opts: &FindOpts,
@@ -285,34 +336,142 @@ fn scan_all_docs(
             skip_id = Some(b.docid.clone());
         }
     }
-    let dopts = doc_opts(opts);
+    let snap = db.store().snapshot();
+    let scan = Scan {
+        db,
+        snap: &snap,
+        opts,
+        needed: needed_members(opts),
+        dopts: doc_opts(opts),
+    };
+    let mut batch = Vec::new();
+    let mut size = 64;
     let mut failure = None;
-    db.scan_docs(&lower, upper.as_deref(), plan.descending, true, |row| {
-        if skip_id.as_deref() == Some(row.id.as_str()) {
-            return ControlFlow::Continue(());
-        }
-        r.stats.keys += 1;
-        if row.id.starts_with("_design/") {
-            return ControlFlow::Continue(());
-        }
-        r.stats.docs += 1;
-        let (Some(info), Some(body)) = (&row.info, &row.body) else {
-            return ControlFlow::Continue(());
+    db.scan_infos_in(
+        &snap,
+        &lower,
+        upper.as_deref(),
+        plan.descending,
+        |id, info| {
+            if skip_id.as_deref() == Some(id.as_str()) {
+                return ControlFlow::Continue(());
+            }
+            batch.push((id, info));
+            if batch.len() < size {
+                return ControlFlow::Continue(());
+            }
+            size = (size * 2).min(1 << 16);
+            match scan.batch(std::mem::take(&mut batch), r) {
+                Ok(()) if !r.done() => ControlFlow::Continue(()),
+                Ok(()) => ControlFlow::Break(()),
+                Err(e) => {
+                    failure = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        },
+    )?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if !batch.is_empty() && !r.done() {
+        scan.batch(batch, r)?;
+    }
+    Ok(())
+}
+
+/// A `_find` over `_all_docs` in progress.
+struct Scan<'a> {
+    db: &'a Database,
+    snap: &'a settee_storage::Snapshot<'a>,
+    opts: &'a FindOpts,
+    needed: Option<Vec<String>>,
+    dopts: DocOpts,
+}
+
+impl Scan<'_> {
+    fn batch(&self, rows: Vec<(String, settee_db::DocInfo)>, r: &mut Run<'_>) -> ApiResult<()> {
+        // Design documents are read (and counted) but never returned.
+        let rows: Vec<(String, settee_db::DocInfo, Option<settee_core::Leaf>)> = rows
+            .into_iter()
+            .map(|(id, info)| {
+                let winner = info
+                    .tree
+                    .winner()
+                    .filter(|w| w.body.is_some() && !id.starts_with("_design/"));
+                (id, info, winner)
+            })
+            .collect();
+        let docs: Vec<(&str, &settee_db::DocInfo, &settee_core::Leaf)> = rows
+            .iter()
+            .filter_map(|(id, info, w)| Some((id.as_str(), info, w.as_ref()?)))
+            .collect();
+        let ids: Vec<u64> = docs.iter().filter_map(|(_, _, w)| w.body).collect();
+        let pinned = self.db.bodies_in(self.snap, &ids, true)?;
+        let bodies: Vec<&[u8]> = pinned.iter().map(|p| &p[..]).collect();
+        // Match on every core; each document's verdict is its candidate if it matched.
+        let judge = |i: usize| -> ApiResult<Option<Value>> {
+            let (id, info, w) = docs[i];
+            let doc = candidate(
+                id,
+                info,
+                &w.rev,
+                bodies[i],
+                self.needed.as_deref(),
+                &self.dopts,
+            )?;
+            Ok(self.opts.selector.matches(&doc).then_some(doc))
         };
-        let text = winner_json_with(&row.id, info, body, &dopts, None);
-        let res = parse_doc(&text)
-            .and_then(|doc| r.offer(Value::String(row.id.clone()), &row.id, &text, &doc));
-        if let Err(e) = res {
-            failure = Some(e);
-            return ControlFlow::Break(());
-        }
-        if r.done() {
-            ControlFlow::Break(())
+        let n = docs.len();
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |c| c.get())
+            .min(n.div_ceil(256))
+            .max(1);
+        let per = n.div_ceil(workers);
+        let verdicts: Vec<ApiResult<Option<Value>>> = if workers == 1 {
+            (0..n).map(judge).collect()
         } else {
-            ControlFlow::Continue(())
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..workers)
+                    .map(|w| {
+                        let judge = &judge;
+                        scope.spawn(move || {
+                            (w * per..((w + 1) * per).min(n))
+                                .map(judge)
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("matcher thread"))
+                    .collect()
+            })
+        };
+        let mut verdicts = verdicts.into_iter();
+        let mut bodies = bodies.into_iter();
+        for (id, info, winner) in &rows {
+            r.stats.keys += 1;
+            if winner.is_none() {
+                continue;
+            }
+            r.stats.docs += 1;
+            let body = bodies.next().expect("a body per document");
+            if let Some(doc) = verdicts.next().expect("a verdict per document")? {
+                r.offer_matched(Value::String(id.clone()), id, |fields| match fields {
+                    None => Ok(winner_json_with(id, info, body, &self.dopts, None)),
+                    Some(f) => {
+                        Ok(serde_json::to_vec(&settee_mango::field::project(&doc, f)?)
+                            .expect("json"))
+                    }
+                })?;
+            }
+            if r.done() {
+                break;
+            }
         }
-    })?;
-    failure.map_or(Ok(()), Err)
+        Ok(())
+    }
 }
 
 /// An upper bound above every value: objects sort last, and no member name sorts after
