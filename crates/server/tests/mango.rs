@@ -845,3 +845,26 @@ fn indexed_answers_follow_edits_and_deletes() {
     );
     assert!(r.json().get("warning").is_none());
 }
+
+/// `_changes?filter=_view` naming a Mango index: the changes of documents it has rows for.
+#[test]
+fn changes_filtered_by_a_json_index_view() {
+    let s = Server::start();
+    people(&s);
+    bulk(&s, "db", json!([{"_id": "no-age", "team": "red"}]));
+    let r = s.post(
+        "/db/_index",
+        r#"{"index": {"fields": ["age"], "partial_filter_selector": {"team": "red"}}, "ddoc": "i", "name": "reds"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = s.get("/db/_changes?filter=_view&view=i/reds");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut got: Vec<String> = r.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["p0", "p2", "p4", "p6", "p8"]);
+}

@@ -164,6 +164,11 @@ impl Views {
         language == "javascript" || self.native.contains(language)
     }
 
+    /// The native map of `def`, or `None` when its language is JavaScript (or unknown).
+    pub fn native_map(&self, def: &ViewGroupDef) -> Result<Option<Arc<dyn NativeMap>>> {
+        Ok(self.native.build(def)?)
+    }
+
     /// The view group of a design document body.
     pub fn group(
         &self,

@@ -66,52 +66,86 @@ enum Filter {
 }
 
 #[derive(Clone)]
-struct ViewFilter(Arc<settee_views::Group>, usize);
+struct ViewFilter {
+    group: Arc<settee_views::Group>,
+    view: usize,
+    /// The group's map when its language is native (Mango's `query`), not JavaScript.
+    native: Option<Arc<dyn settee_views::NativeMap>>,
+}
 
 impl std::fmt::Debug for ViewFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ViewFilter({}, {})", self.0.ddoc_id, self.1)
+        write!(f, "ViewFilter({}, {})", self.group.ddoc_id, self.view)
     }
+}
+
+/// What maps documents for a view filter while one feed runs.
+enum ViewMapper {
+    Js(settee_js::ViewRuntime),
+    /// The whole group's native map, and which of its views the filter names.
+    Native(Arc<dyn settee_views::NativeMap>, usize),
 }
 
 impl ViewFilter {
     fn load(state: &AppState, db: &Database, ddoc: &str, view: &str) -> ApiResult<ViewFilter> {
         design_member(db, ddoc, &["views", view])?;
-        let (g, n) = super::views::load_group(state, db, ddoc, view)?;
-        Ok(ViewFilter(g, n))
+        let (group, view) = super::views::load_group(state, db, ddoc, view)?;
+        let native = state.views.native_map(&group.def).map_err(ApiError::from)?;
+        Ok(ViewFilter {
+            group,
+            view,
+            native,
+        })
     }
 
-    fn runtime(&self, state_limits: &settee_views::Limits) -> ApiResult<settee_js::ViewRuntime> {
-        let src = &self.0.fns.views[self.1];
+    fn mapper(&self, state_limits: &settee_views::Limits) -> ApiResult<ViewMapper> {
+        if let Some(native) = &self.native {
+            return Ok(ViewMapper::Native(native.clone(), self.view));
+        }
+        let src = &self.group.fns.views[self.view];
         let fns = settee_js::ViewFns {
             views: vec![settee_js::ViewSource {
                 name: src.name.clone(),
                 map: src.map.clone(),
                 reduce: None,
             }],
-            lib: self.0.fns.lib.clone(),
+            lib: self.group.fns.lib.clone(),
         };
         settee_js::ViewRuntime::new(&fns, *state_limits)
+            .map(ViewMapper::Js)
             .map_err(|e| ApiError::from(settee_views::Error::Js(e)))
     }
 }
 
-/// Whether the view filter's map function emits anything for the change's document.
-fn view_emits(rt: &mut settee_js::ViewRuntime, c: &Change) -> ApiResult<bool> {
-    let w = c.info.tree.winner().expect("stored docs have a winner");
-    let mut j = settee_core::DocJson::new(
-        &c.id,
-        Some(&w.rev.to_string()),
-        c.body.as_deref().unwrap_or(b"{}"),
-    );
-    if w.deleted {
-        j.member("_deleted", &Value::Bool(true));
+impl ViewMapper {
+    /// Whether the view filter's map function emits anything for the change's document.
+    fn emits(&mut self, c: &Change) -> ApiResult<bool> {
+        let w = c.info.tree.winner().expect("stored docs have a winner");
+        let mut j = settee_core::DocJson::new(
+            &c.id,
+            Some(&w.rev.to_string()),
+            c.body.as_deref().unwrap_or(b"{}"),
+        );
+        if w.deleted {
+            j.member("_deleted", &Value::Bool(true));
+        }
+        let text = j.finish();
+        match self {
+            ViewMapper::Js(rt) => {
+                let text = String::from_utf8(text).map_err(|_| ApiError::bad_request("body"))?;
+                let res = rt
+                    .map_doc(&text)
+                    .map_err(|e| ApiError::from(settee_views::Error::Js(e)))?;
+                Ok(matches!(res.first(), Some(Ok(rows)) if !rows.is_empty()))
+            }
+            ViewMapper::Native(map, view) => {
+                let rows = map
+                    .map_doc(&text)
+                    .map_err(|e| ApiError::Db(settee_db::Error::Internal(e)))?;
+                Ok(rows.get(*view).is_some_and(|r| !r.is_empty()))
+            }
+        }
     }
-    let text = String::from_utf8(j.finish()).map_err(|_| ApiError::bad_request("body"))?;
-    let res = rt
-        .map_doc(&text)
-        .map_err(|e| ApiError::from(settee_views::Error::Js(e)))?;
-    Ok(matches!(res.first(), Some(Ok(rows)) if !rows.is_empty()))
 }
 
 /// The revisions of a change whose documents match `sel` (CouchDB's selector filter): the
@@ -461,8 +495,8 @@ fn scan(
 ) -> ApiResult<(u64, u64)> {
     let mut last = since;
     let mut sent = 0u64;
-    let mut rt = match &o.filter {
-        Filter::View(f) => Some(f.runtime(&o.js_limits)?),
+    let mut mapper = match &o.filter {
+        Filter::View(f) => Some(f.mapper(&o.js_limits)?),
         _ => None,
     };
     let mut failure = None;
@@ -470,7 +504,7 @@ fn scan(
         Filter::Selector(s) => Some(s.clone()),
         _ => None,
     };
-    let with_bodies = o.include_docs || rt.is_some() || selector.is_some();
+    let with_bodies = o.include_docs || mapper.is_some() || selector.is_some();
     db.changes(since, o.descending, with_bodies, |c| {
         if sent >= limit {
             return ControlFlow::Break(());
@@ -479,8 +513,8 @@ fn scan(
         if !o.keep(&c) {
             return ControlFlow::Continue(());
         }
-        if let Some(rt) = rt.as_mut() {
-            match view_emits(rt, &c) {
+        if let Some(mapper) = mapper.as_mut() {
+            match mapper.emits(&c) {
                 Ok(true) => {}
                 Ok(false) => return ControlFlow::Continue(()),
                 Err(e) => {
