@@ -338,7 +338,7 @@ pub fn plan(opts: &FindOpts, indexes: &[Index], explain: bool) -> Result<Plan, E
     } else {
         json_pool
     };
-    let gap = |i: &Index| ranges.len().saturating_sub(prefix(i, &ranges).len());
+    let gap = |i: &Index| prefix_gap(i, &ranges);
     ranked.sort_by(|a, b| {
         (gap(a), a.columns().len(), &a.ddoc, &a.name).cmp(&(
             gap(b),
@@ -357,7 +357,15 @@ pub fn plan(opts: &FindOpts, indexes: &[Index], explain: bool) -> Result<Plan, E
                 descending: opts.sort.dir() == Dir::Desc,
                 covering: false,
                 warnings,
-                candidates: candidates(indexes, &considered, &verdicts, None, &ranked, opts),
+                candidates: candidates(
+                    indexes,
+                    &considered,
+                    &verdicts,
+                    None,
+                    &ranked,
+                    opts,
+                    &ranges,
+                ),
                 hints: hints(selector, &ranges),
             });
         }
@@ -381,7 +389,15 @@ pub fn plan(opts: &FindOpts, indexes: &[Index], explain: bool) -> Result<Plan, E
         .is_some_and(|r| r.is_empty(index.is_special()))
         || trivially_empty(selector);
     let covering = is_covering(&index, opts);
-    let candidates = candidates(indexes, &considered, &verdicts, Some(&index), &ranked, opts);
+    let candidates = candidates(
+        indexes,
+        &considered,
+        &verdicts,
+        Some(&index),
+        &ranked,
+        opts,
+        &ranges,
+    );
     Ok(Plan {
         descending: opts.sort.dir() == Dir::Desc,
         ranges: prefix_ranges,
@@ -475,6 +491,7 @@ fn candidates(
     chosen: Option<&Index>,
     ranked: &[&Index],
     opts: &FindOpts,
+    ranges: &BTreeMap<String, Range>,
 ) -> Vec<Value> {
     let global = opts.partition.is_empty();
     let chose_named = chosen.is_some_and(|c| c.named_by(&opts.use_index));
@@ -508,13 +525,13 @@ fn candidates(
     let scope = unusable + any(|l| matches!(l, Lost::Unusable(_)));
     let partial = scope + any(|l| *l == Lost::ScopeMismatch);
     let winner_cols = chosen.map_or(0, |c| c.columns().len());
-    let winner_gap = chosen.map_or(0, |c| prefix_gap(c, opts));
+    let winner_gap = chosen.map_or(0, |c| prefix_gap(c, ranges));
     let mut out: Vec<(&Index, Value)> = lost
         .into_iter()
         .map(|(i, why)| {
             let (usable, reason, ranking) = match why {
                 Lost::Ranked(pos) => {
-                    let reason = if prefix_gap(i, opts) > winner_gap {
+                    let reason = if prefix_gap(i, ranges) > winner_gap {
                         "less_overlap"
                     } else if i.columns().len() > winner_cols {
                         "too_many_fields"
@@ -562,9 +579,9 @@ fn verdict_name(v: Verdict) -> &'static str {
     }
 }
 
-fn prefix_gap(i: &Index, opts: &FindOpts) -> usize {
-    let ranges = field_ranges(opts.selector.normalized());
-    ranges.len().saturating_sub(prefix(i, &ranges).len())
+/// How many of the selector's ranged fields the index's leading columns leave out.
+fn prefix_gap(i: &Index, ranges: &BTreeMap<String, Range>) -> usize {
+    ranges.len().saturating_sub(prefix(i, ranges).len())
 }
 
 /// The `"<MAX>"` marker `_explain` shows for an open end.
@@ -576,10 +593,10 @@ impl Plan {
         let Some(index) = &self.index else {
             return Value::Null;
         };
-        let (mut start, mut end) = if self.empty {
+        let (start, end) = if self.empty {
             (Value::Null, Value::Null)
         } else if index.is_special() {
-            match self.ranges.first() {
+            let (start, end) = match self.ranges.first() {
                 None => (Value::Null, json!(MAX_MARKER)),
                 Some(r) => (
                     r.low.as_ref().map_or(json!(""), |(v, _)| v.clone()),
@@ -587,24 +604,15 @@ impl Plan {
                         .as_ref()
                         .map_or(json!(MAX_MARKER), |(v, _)| v.clone()),
                 ),
+            };
+            if self.descending {
+                (end, start)
+            } else {
+                (start, end)
             }
         } else {
-            let lows: Vec<Value> = self
-                .ranges
-                .iter()
-                .map_while(|r| r.low.as_ref().map(|b| b.0.clone()))
-                .collect();
-            let mut highs: Vec<Value> = self
-                .ranges
-                .iter()
-                .map_while(|r| r.high.as_ref().map(|b| b.0.clone()))
-                .collect();
-            highs.push(json!(MAX_MARKER));
-            (Value::Array(lows), Value::Array(highs))
+            self.json_keys(json!(MAX_MARKER))
         };
-        if self.descending {
-            std::mem::swap(&mut start, &mut end);
-        }
         let include_docs = !self.covering && opts.r <= 1;
         json!({
             "include_docs": include_docs,
@@ -618,5 +626,25 @@ impl Plan {
             "update": opts.refresh(),
             "conflicts": if opts.conflicts { json!(true) } else { json!("undefined") },
         })
+    }
+
+    /// A json index's key range: the leading columns' lower bounds, up to the first column
+    /// without one, and their upper bounds followed by `max`; swapped when descending.
+    pub fn json_keys(&self, max: Value) -> (Value, Value) {
+        let bounds = |side: fn(&Range) -> &Bound| -> Vec<Value> {
+            self.ranges
+                .iter()
+                .map_while(|r| side(r).as_ref().map(|b| b.0.clone()))
+                .collect()
+        };
+        let lows = bounds(|r| &r.low);
+        let mut highs = bounds(|r| &r.high);
+        highs.push(max);
+        let (start, end) = (Value::Array(lows), Value::Array(highs));
+        if self.descending {
+            (end, start)
+        } else {
+            (start, end)
+        }
     }
 }

@@ -494,21 +494,7 @@ fn scan_view(
     let ddoc = index.ddoc.as_deref().unwrap_or_default();
     let (g, view) =
         super::views::load_group(state, db, ddoc.trim_start_matches("_design/"), &index.name)?;
-    let lows: Vec<Value> = plan
-        .ranges
-        .iter()
-        .map_while(|r| r.low.as_ref().map(|b| b.0.clone()))
-        .collect();
-    let mut highs: Vec<Value> = plan
-        .ranges
-        .iter()
-        .map_while(|r| r.high.as_ref().map(|b| b.0.clone()))
-        .collect();
-    highs.push(max_key());
-    let (mut start, mut end) = (Value::Array(lows), Value::Array(highs));
-    if plan.descending {
-        std::mem::swap(&mut start, &mut end);
-    }
+    let (start, end) = plan.json_keys(max_key());
     let mut q = ViewQuery {
         start_key: Some(start),
         end_key: Some(end),
