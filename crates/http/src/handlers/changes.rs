@@ -156,11 +156,8 @@ fn selector_passes(
     c: &Change,
     all_leaves: bool,
 ) -> ApiResult<Vec<Rev>> {
-    let matches = |json: Vec<u8>| -> ApiResult<bool> {
-        let doc: Value = serde_json::from_slice(&json)
-            .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
-        Ok(sel.matches(&doc))
-    };
+    let matches =
+        |json: Vec<u8>| -> ApiResult<bool> { Ok(sel.matches(&super::mango::parse_doc(&json)?)) };
     let winner = c.info.tree.winner().expect("stored docs have a winner");
     if !all_leaves {
         let body = c.body.as_deref().unwrap_or(b"{}");

@@ -172,7 +172,9 @@ impl Run<'_> {
     }
 }
 
-fn parse_doc(text: &[u8]) -> ApiResult<Value> {
+/// A rendered or stored document parsed (stored text is valid JSON; failing that is an
+/// internal error).
+pub(crate) fn parse_doc(text: &[u8]) -> ApiResult<Value> {
     serde_json::from_slice(text)
         .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))
 }
