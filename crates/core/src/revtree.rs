@@ -269,6 +269,69 @@ impl RevTree {
         }
     }
 
+    /// The winning leaf of an encoded tree (what `decode` then `winner` gives), read
+    /// without building the tree: a scan over many documents wants only the winner.
+    /// Trees of more than 16 nodes are decoded whole. `None` on corrupt input.
+    pub fn decode_winner(buf: &[u8]) -> Option<Option<Leaf>> {
+        struct Raw<'a> {
+            pos: u64,
+            id: &'a [u8],
+            parent: Option<&'a [u8]>,
+            deleted: bool,
+            body: Option<u64>,
+        }
+        let mut cur = buf;
+        let (&version, rest) = cur.split_first()?;
+        if version != FORMAT_V1 {
+            return None;
+        }
+        cur = rest;
+        let count = varint::get(&mut cur)?;
+        if count > 16 {
+            let mut whole = buf;
+            return Some(Self::decode(&mut whole)?.winner());
+        }
+        let mut nodes: Vec<Raw<'_>> = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let pos = varint::get(&mut cur)?;
+            let id = varint::get_bytes(&mut cur)?;
+            let (&flags, rest) = cur.split_first()?;
+            cur = rest;
+            let parent = if flags & F_PARENT != 0 {
+                Some(varint::get_bytes(&mut cur)?)
+            } else {
+                None
+            };
+            let body = if flags & F_BODY != 0 {
+                Some(varint::get(&mut cur)?)
+            } else {
+                None
+            };
+            nodes.push(Raw {
+                pos,
+                id,
+                parent,
+                deleted: flags & F_DELETED != 0,
+                body,
+            });
+        }
+        let is_leaf = |n: &Raw<'_>| {
+            !nodes
+                .iter()
+                .any(|c| c.pos == n.pos + 1 && c.parent == Some(n.id))
+        };
+        // Winner order: live before deleted, then higher pos, then higher id (as `leaves`).
+        let best = nodes
+            .iter()
+            .filter(|n| is_leaf(n))
+            .max_by(|a, b| (!a.deleted, a.pos, a.id).cmp(&(!b.deleted, b.pos, b.id)));
+        Some(best.map(|n| Leaf {
+            rev: Rev::new(n.pos, RevId::from_bytes(n.id)),
+            deleted: n.deleted,
+            body: n.body,
+        }))
+    }
+
     /// Decodes from the front of `buf`, advancing it. `None` on corrupt input.
     pub fn decode(buf: &mut &[u8]) -> Option<Self> {
         let (&version, rest) = buf.split_first()?;
@@ -479,6 +542,15 @@ mod tests {
             t.encode(&mut out);
             let mut s = &out[..];
             prop_assert_eq!(RevTree::decode(&mut s), Some(t));
+        }
+
+        #[test]
+        fn decode_winner_agrees_with_decode(paths in prop::collection::vec(arb_path(), 0..30)) {
+            let mut t = RevTree::new();
+            for (pos, p, d) in &paths { t.add_path(*pos, p, *d, Some(*pos)); }
+            let mut out = Vec::new();
+            t.encode(&mut out);
+            prop_assert_eq!(RevTree::decode_winner(&out), Some(t.winner()));
         }
     }
 }

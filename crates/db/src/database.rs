@@ -6,7 +6,7 @@ use crate::meta;
 use crate::writer::{self, Job, LocalUpdate, UpdateResult};
 use crate::{Error, Result};
 use serde_json::{json, Value};
-use settee_core::{ParsedDoc, Rev};
+use settee_core::{Leaf, ParsedDoc, Rev};
 use settee_storage::{key_in_db, seq_key, Cf, DbId, Pinned, Read, Snapshot, Store};
 use std::ops::ControlFlow;
 use std::sync::mpsc::SyncSender;
@@ -359,20 +359,8 @@ impl Database {
         body_ids: &[u64],
         fill_cache: bool,
     ) -> Result<Vec<Pinned<'s>>> {
-        let keys: Vec<Vec<u8>> = body_ids
-            .iter()
-            .map(|&b| seq_key(self.id, b).to_vec())
-            .collect();
-        // Ids close together (a build of a freshly loaded database, a long scan) are read
-        // by one scan rather than a lookup each: stepping over a body costs a small part
-        // of a lookup, so a scan wins while at least one body in eight is wanted.
-        let ascending = body_ids.windows(2).all(|w| w[0] < w[1]);
-        let span = match (body_ids.first(), body_ids.last()) {
-            (Some(&a), Some(&b)) => b.saturating_sub(a),
-            _ => 0,
-        };
-        let dense = ascending && span < 8 * body_ids.len() as u64;
-        let values = if dense {
+        let keys = self.body_keys(body_ids);
+        let values = if Self::dense(body_ids) {
             snap.scan_values(Cf::Bodies, &keys, fill_cache)?
         } else {
             snap.multi_get_pinned(Cf::Bodies, &keys, fill_cache)?
@@ -382,6 +370,60 @@ impl Database {
             .zip(body_ids)
             .map(|(v, b)| v.ok_or_else(|| missing_body(*b)))
             .collect()
+    }
+
+    /// Calls `f` with the position and stored body of each of `body_ids` (ascending), as of
+    /// `snap`, in order, read in place (no copies where a scan reads them): the cheapest
+    /// way through many bodies.
+    pub fn each_body_in(
+        &self,
+        snap: &Snapshot<'_>,
+        body_ids: &[u64],
+        fill_cache: bool,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        assert!(body_ids.is_sorted(), "body ids in order");
+        if !Self::dense(body_ids) {
+            for (i, body) in self
+                .sorted_bodies_in(snap, body_ids, fill_cache)?
+                .iter()
+                .enumerate()
+            {
+                f(i, body);
+            }
+            return Ok(());
+        }
+        let mut missing = None;
+        snap.scan_each(
+            Cf::Bodies,
+            &self.body_keys(body_ids),
+            fill_cache,
+            |i, v| match v {
+                Some(v) => f(i, v),
+                None => missing = missing.or(Some(body_ids[i])),
+            },
+        )?;
+        missing.map_or(Ok(()), |b| Err(missing_body(b)))
+    }
+
+    fn body_keys(&self, body_ids: &[u64]) -> Vec<Vec<u8>> {
+        body_ids
+            .iter()
+            .map(|&b| seq_key(self.id, b).to_vec())
+            .collect()
+    }
+
+    /// Whether ascending body ids are close enough together to be read by one scan rather
+    /// than a lookup each (a build of a freshly loaded database, a long scan): stepping over
+    /// a body costs a small part of a lookup, so a scan wins while at least one body in
+    /// eight is wanted.
+    fn dense(body_ids: &[u64]) -> bool {
+        let ascending = body_ids.windows(2).all(|w| w[0] < w[1]);
+        let span = match (body_ids.first(), body_ids.last()) {
+            (Some(&a), Some(&b)) => b.saturating_sub(a),
+            _ => 0,
+        };
+        ascending && span < 8 * body_ids.len() as u64
     }
 
     fn read_body(&self, r: &impl Read, body_id: u64) -> Result<Vec<u8>> {
@@ -557,26 +599,84 @@ impl Database {
     /// Walks the live documents with `lower <= id < upper` (byte order) as of `snap`,
     /// ascending or descending, without their bodies (read them with
     /// [`Database::bodies_in`], in batches).
-    pub fn scan_infos_in(
+    pub fn scan_winners_in(
         &self,
         snap: &Snapshot<'_>,
         lower: &[u8],
         upper: Option<&[u8]>,
         descending: bool,
-        mut f: impl FnMut(String, DocInfo) -> ControlFlow<()>,
+        mut f: impl FnMut(LiveDoc) -> ControlFlow<()>,
     ) -> Result<()> {
         let (lo, hi) = self.id_bounds(lower, upper);
-        for item in snap.range(Cf::Docs, &lo, &hi, descending) {
-            let (k, v) = item?;
-            let info = DocInfo::decode(&v)?;
-            if info.is_deleted() {
-                continue;
-            }
-            if f(decode_id(&k[8..])?, info).is_break() {
-                break;
-            }
-        }
-        Ok(())
+        let mut failure = None;
+        snap.each(
+            Cf::Docs,
+            &lo,
+            &hi,
+            descending,
+            |k, v| match LiveDoc::decode(k, v) {
+                Ok(Some(doc)) => f(doc),
+                Ok(None) => ControlFlow::Continue(()),
+                Err(e) => {
+                    failure = Some(e);
+                    ControlFlow::Break(())
+                }
+            },
+        )?;
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Every live document with `lower <= id < upper`, ascending, as of `snap`: read by
+    /// two threads, one from each end, which stop where they meet.
+    pub fn winners_in(
+        &self,
+        snap: &Snapshot<'_>,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+    ) -> Result<Vec<LiveDoc>> {
+        // The last id each walker has passed (published every `STEP` documents); a walker
+        // stops once it reaches the other's: between them they have covered the range.
+        const STEP: usize = 512;
+        let reached: Mutex<[Option<String>; 2]> = Mutex::new([None, None]);
+        let walk = |descending: bool| -> Result<Vec<LiveDoc>> {
+            let (me, other) = if descending { (1, 0) } else { (0, 1) };
+            let mut out = Vec::new();
+            self.scan_winners_in(snap, lower, upper, descending, |doc| {
+                let crossed = if out.len() % STEP == 0 {
+                    let mut r = reached.lock().unwrap();
+                    r[me] = Some(doc.id.clone());
+                    r[other].as_deref().is_some_and(|o| {
+                        if descending {
+                            doc.id.as_str() <= o
+                        } else {
+                            doc.id.as_str() >= o
+                        }
+                    })
+                } else {
+                    false
+                };
+                out.push(doc);
+                if crossed {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            Ok(out)
+        };
+        let (up, down) = std::thread::scope(|s| {
+            let down = s.spawn(|| walk(true));
+            let up = walk(false);
+            (up, down.join().expect("walker thread"))
+        });
+        let (mut up, down) = (up?, down?);
+        let last = up.last().map(|d| d.id.clone());
+        up.extend(
+            down.into_iter()
+                .rev()
+                .filter(|d| last.as_deref().is_none_or(|l| d.id.as_str() > l)),
+        );
+        Ok(up)
     }
 
     /// Walks documents with `lower <= id < upper` (byte order), ascending or descending.
@@ -806,9 +906,36 @@ impl Database {
     }
 }
 
+/// A live document met by a scan: its id, stored info (decode it with [`DocInfo::decode`]
+/// when needed) and winning leaf.
+pub struct LiveDoc {
+    pub id: String,
+    pub info: Box<[u8]>,
+    pub winner: Leaf,
+}
+
+impl LiveDoc {
+    /// The document an entry of the `docs` family holds (`None` if deleted).
+    fn decode(key: &[u8], info: &[u8]) -> Result<Option<LiveDoc>> {
+        let winner = match DocInfo::decode_winner(info)? {
+            Some(w) if !w.deleted => w,
+            _ => return Ok(None),
+        };
+        let id = std::str::from_utf8(&key[8..]).map_err(|_| corrupt_id())?;
+        Ok(Some(LiveDoc {
+            id: id.to_string(),
+            info: info.into(),
+            winner,
+        }))
+    }
+}
+
 fn decode_id(raw: &[u8]) -> Result<String> {
-    String::from_utf8(raw.to_vec())
-        .map_err(|_| Error::Storage(settee_storage::Error::Corrupted("doc id".into())))
+    String::from_utf8(raw.to_vec()).map_err(|_| corrupt_id())
+}
+
+fn corrupt_id() -> Error {
+    Error::Storage(settee_storage::Error::Corrupted("doc id".into()))
 }
 
 fn missing_body(body_id: u64) -> Error {

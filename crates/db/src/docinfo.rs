@@ -1,6 +1,6 @@
 //! Value formats stored by the document store (see docs/design.md, "Values").
 
-use settee_core::{varint, RevTree};
+use settee_core::{varint, Leaf, RevTree};
 use settee_storage::Error as StorageError;
 
 const DOCINFO_V1: u8 = 1;
@@ -40,6 +40,18 @@ impl DocInfo {
             body_bytes,
             tree,
         })
+    }
+
+    /// The winning leaf of an encoded info, without decoding the whole tree.
+    pub fn decode_winner(bytes: &[u8]) -> Result<Option<Leaf>, StorageError> {
+        let corrupt = || StorageError::Corrupted("document info".into());
+        let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
+        if v != DOCINFO_V1 {
+            return Err(corrupt());
+        }
+        varint::get(&mut rest).ok_or_else(corrupt)?;
+        varint::get(&mut rest).ok_or_else(corrupt)?;
+        RevTree::decode_winner(rest).ok_or_else(corrupt)
     }
 
     /// Whether the winning revision is deleted (a document with no live leaf).

@@ -16,7 +16,7 @@ mod writer;
 pub use atts::{AttChunks, AttData, AttWriter, CHUNK as ATT_CHUNK};
 pub use couch::{Config, Couch, DbEvent, DbEventKind};
 pub use database::{
-    AllDocsRow, Change, Database, DbInfo, IdRevs, LocalDoc, OpenDoc, Props, RevsDiff,
+    AllDocsRow, Change, Database, DbInfo, IdRevs, LiveDoc, LocalDoc, OpenDoc, Props, RevsDiff,
 };
 pub use docinfo::{DocInfo, Stats};
 pub use error::{Error, Result};

@@ -340,6 +340,39 @@ impl<'a> Snapshot<'a> {
             .collect()
     }
 
+    /// Calls `f` with each entry with `lower <= key < upper`, ascending or descending, read
+    /// in place (no copy per entry, unlike [`Read::range`]), until it breaks.
+    pub fn each(
+        &self,
+        cf: Cf,
+        lower: &[u8],
+        upper: &[u8],
+        reverse: bool,
+        mut f: impl FnMut(&[u8], &[u8]) -> std::ops::ControlFlow<()>,
+    ) -> Result<()> {
+        let mut ro = Store::read_opts(upper);
+        ro.set_iterate_lower_bound(lower.to_vec());
+        ro.set_snapshot(&self.snap);
+        let mut it = self.store.db.raw_iterator_cf_opt(self.store.handle(cf), ro);
+        if reverse {
+            it.seek_to_last();
+        } else {
+            it.seek(lower);
+        }
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if f(k, v).is_break() {
+                break;
+            }
+            if reverse {
+                it.prev();
+            } else {
+                it.next();
+            }
+        }
+        it.status()?;
+        Ok(())
+    }
+
     /// The values of `keys` (ascending), read by one forward scan from the first key to the
     /// last: far cheaper than a lookup per key when the keys are most of that range (a
     /// view build reading bodies in seq order), wasteful when they are sparse in it.
@@ -349,8 +382,24 @@ impl<'a> Snapshot<'a> {
         keys: &[Vec<u8>],
         fill_cache: bool,
     ) -> Result<Vec<Option<Pinned<'a>>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        self.scan_each(cf, keys, fill_cache, |_, v| {
+            out.push(v.map(|v| Pinned::Owned(v.to_vec())))
+        })?;
+        Ok(out)
+    }
+
+    /// [`Snapshot::scan_values`] without the copies: `f` sees each key's position and
+    /// value, read in place, in order.
+    pub fn scan_each(
+        &self,
+        cf: Cf,
+        keys: &[Vec<u8>],
+        fill_cache: bool,
+        mut f: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
         let (Some(first), Some(last)) = (keys.first(), keys.last()) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let mut upper = last.clone();
         upper.push(0);
@@ -360,21 +409,20 @@ impl<'a> Snapshot<'a> {
         ro.set_iterate_upper_bound(upper);
         let mut it = self.store.db.raw_iterator_cf_opt(self.store.handle(cf), ro);
         it.seek(first);
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
+        for (i, key) in keys.iter().enumerate() {
             while it.key().is_some_and(|k| k < key.as_slice()) {
                 it.next();
             }
             match (it.key(), it.value()) {
                 (Some(k), Some(v)) if k == key.as_slice() => {
-                    out.push(Some(Pinned::Owned(v.to_vec())));
+                    f(i, Some(v));
                     it.next();
                 }
-                _ => out.push(None),
+                _ => f(i, None),
             }
         }
         it.status()?;
-        Ok(out)
+        Ok(())
     }
 }
 

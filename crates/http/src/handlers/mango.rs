@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::split_stored;
-use settee_db::Database;
+use settee_db::{Database, LiveDoc};
 use settee_mango::bookmark::Bookmark;
 use settee_mango::index::{self, Index, Kind};
 use settee_mango::opts::{FindOpts, IndexOpts};
@@ -261,50 +261,88 @@ fn doc_opts(opts: &FindOpts) -> DocOpts {
     }
 }
 
-/// The top-level members a query reads from each document, when they can be picked out
-/// of its stored JSON without parsing the rest; `None` when the whole document is needed
-/// (the selector reads it as a whole, or names members only a rendered document has).
-fn needed_members(opts: &FindOpts) -> Option<Vec<String>> {
-    let mut names = opts.selector.top_fields()?;
-    for f in opts.fields.iter().flatten() {
-        let first = settee_mango::field::parse(f).ok()?.into_iter().next()?;
-        if !names.contains(&first) {
-            names.push(first);
+/// What a query reads of each document it examines.
+struct Needs {
+    /// The top-level members of the stored JSON the selector and `fields` read, when they
+    /// can be picked out of it without parsing the rest; `None` when the whole rendered
+    /// document is needed (the selector reads it as a whole, or names members only a
+    /// rendered document has).
+    members: Option<Vec<String>>,
+    /// Of `_id` and `_rev`, those the selector reads (added before matching)...
+    selector_meta: Vec<&'static str>,
+    /// ... and those `fields` names (added to a match before projecting).
+    fields_meta: Vec<&'static str>,
+}
+
+impl Needs {
+    fn of(opts: &FindOpts) -> Needs {
+        let selector = opts.selector.top_fields();
+        let fields: Option<Vec<String>> = opts
+            .fields
+            .iter()
+            .flatten()
+            .map(|f| settee_mango::field::parse(f).ok()?.into_iter().next())
+            .collect();
+        let meta = |names: &Option<Vec<String>>| -> Vec<&'static str> {
+            ["_id", "_rev"]
+                .into_iter()
+                .filter(|m| names.iter().flatten().any(|n| n == m))
+                .collect()
+        };
+        let (selector_meta, fields_meta) = (meta(&selector), meta(&fields));
+        let members = selector.zip(fields).and_then(|(mut names, fields)| {
+            for f in fields {
+                if !names.contains(&f) {
+                    names.push(f);
+                }
+            }
+            names.retain(|n| n != "_id" && n != "_rev");
+            (!names.iter().any(|n| n.starts_with('_'))).then_some(names)
+        });
+        Needs {
+            members,
+            selector_meta,
+            fields_meta,
         }
     }
-    let rendered_only = |n: &String| n.starts_with('_') && n != "_id" && n != "_rev";
-    (!names.iter().any(rendered_only)).then_some(names)
 }
 
-/// The document a selector sees: the rendered document, or only the members it reads
-/// (with `_id` and `_rev` when it reads them).
-fn candidate(
-    id: &str,
-    info: &settee_db::DocInfo,
-    rev: &settee_core::Rev,
-    body: &[u8],
-    needed: Option<&[String]>,
-    dopts: &DocOpts,
-) -> ApiResult<Value> {
-    let Some(names) = needed else {
-        return parse_doc(&winner_json_with(id, info, body, dopts, None));
-    };
-    let stored = split_stored(body).0;
-    let mut doc = settee_mango::lazy::pick_members(stored, names)
-        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
-    for name in names {
-        match name.as_str() {
-            "_id" => doc.insert("_id".into(), json!(id)),
-            "_rev" => doc.insert("_rev".into(), json!(rev.to_string())),
-            _ => None,
-        };
-    }
-    Ok(Value::Object(doc))
+/// The members `names` of a stored body, parsed (see [`Needs::members`]).
+fn pick(body: &[u8], names: &[String]) -> ApiResult<Map<String, Value>> {
+    settee_mango::lazy::pick_members(body, names)
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("stored body".into())))
 }
+
+/// Adds a document's `_id` and/or `_rev` (`meta`) to its picked members.
+fn add_meta(doc: &mut Map<String, Value>, meta: &[&str], row: &LiveDoc) {
+    for &m in meta {
+        let v = match m {
+            "_id" => json!(row.id),
+            _ => json!(row.winner.rev.to_string()),
+        };
+        doc.insert(m.into(), v);
+    }
+}
+
+/// The stored info of a document met by an `_all_docs` scan.
+fn info(row: &LiveDoc) -> ApiResult<settee_db::DocInfo> {
+    Ok(settee_db::DocInfo::decode(&row.info).map_err(settee_db::Error::from)?)
+}
+
+/// The body an `_all_docs` scan reads and matches for a document, if any (design documents
+/// are read, counted, never returned).
+fn examined(row: &LiveDoc) -> Option<u64> {
+    row.winner.body.filter(|_| !row.id.starts_with("_design/"))
+}
+
+/// Rows read by an `_all_docs` scan at most at once, and bodies held at most at once.
+const MAX_BATCH: usize = 1 << 18;
+const BODY_CHUNK: usize = 1 << 16;
 
 /// `_all_docs`: documents by id over the plan's `_id` range, design documents skipped.
-/// Rows are read in batches (bodies by one multi-get), and each batch's documents are
-/// matched on every core before the matches are taken in order.
+/// Rows are read in batches that grow from 64 (a query that ends early reads little), or
+/// all at once, from both ends by two threads, when the query will read every document
+/// anyway and they are not too many.
 fn scan_all_docs(
     db: &Arc<Database>,
     opts: &FindOpts,
@@ -343,36 +381,48 @@ fn scan_all_docs(
         db,
         snap: &snap,
         opts,
-        needed: needed_members(opts),
+        needs: Needs::of(opts),
         dopts: doc_opts(opts),
     };
-    let mut batch = Vec::new();
+    // A query that can return every document (design documents never are) reads them all.
+    let mut design = 0;
+    db.scan_winners_in(&snap, b"_design/", Some(b"_design0"), false, |_| {
+        design += 1;
+        ControlFlow::Continue(())
+    })?;
+    let count = db.stats_in(&snap)?.doc_count;
+    if opts.limit.saturating_add(opts.skip).saturating_add(design) >= count
+        && count <= MAX_BATCH as u64
+    {
+        let mut rows = db.winners_in(&snap, &lower, upper.as_deref())?;
+        rows.retain(|d| skip_id.as_deref() != Some(d.id.as_str()));
+        if plan.descending {
+            rows.reverse();
+        }
+        return scan.batch(rows, r);
+    }
     let mut size = 64;
+    let mut batch = Vec::with_capacity(size);
     let mut failure = None;
-    db.scan_infos_in(
-        &snap,
-        &lower,
-        upper.as_deref(),
-        plan.descending,
-        |id, info| {
-            if skip_id.as_deref() == Some(id.as_str()) {
-                return ControlFlow::Continue(());
+    db.scan_winners_in(&snap, &lower, upper.as_deref(), plan.descending, |doc| {
+        if skip_id.as_deref() == Some(doc.id.as_str()) {
+            return ControlFlow::Continue(());
+        }
+        batch.push(doc);
+        if batch.len() < size {
+            return ControlFlow::Continue(());
+        }
+        size = (size * 2).min(MAX_BATCH);
+        let full = std::mem::replace(&mut batch, Vec::with_capacity(size));
+        match scan.batch(full, r) {
+            Ok(()) if !r.done() => ControlFlow::Continue(()),
+            Ok(()) => ControlFlow::Break(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
             }
-            batch.push((id, info));
-            if batch.len() < size {
-                return ControlFlow::Continue(());
-            }
-            size = (size * 2).min(1 << 16);
-            match scan.batch(std::mem::take(&mut batch), r) {
-                Ok(()) if !r.done() => ControlFlow::Continue(()),
-                Ok(()) => ControlFlow::Break(()),
-                Err(e) => {
-                    failure = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
-        },
-    )?;
+        }
+    })?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -387,93 +437,115 @@ struct Scan<'a> {
     db: &'a Database,
     snap: &'a settee_storage::Snapshot<'a>,
     opts: &'a FindOpts,
-    needed: Option<Vec<String>>,
+    needs: Needs,
     dopts: DocOpts,
 }
 
 impl Scan<'_> {
-    fn batch(&self, rows: Vec<(String, settee_db::DocInfo)>, r: &mut Run<'_>) -> ApiResult<()> {
-        // Design documents are read (and counted) but never returned.
-        let rows: Vec<(String, settee_db::DocInfo, Option<settee_core::Leaf>)> = rows
-            .into_iter()
-            .map(|(id, info)| {
-                let winner = info
-                    .tree
-                    .winner()
-                    .filter(|w| w.body.is_some() && !id.starts_with("_design/"));
-                (id, info, winner)
-            })
-            .collect();
-        let docs: Vec<(&str, &settee_db::DocInfo, &settee_core::Leaf)> = rows
+    /// Matches a batch of rows and offers the matches in id order. Bodies are read in body
+    /// order (one pass over the bodies the batch names), a chunk at a time, each chunk
+    /// split between the cores, which read their parts' bodies and match them.
+    fn batch(&self, rows: Vec<LiveDoc>, r: &mut Run<'_>) -> ApiResult<()> {
+        // (body id, row) of every row examined, in body order.
+        let mut order: Vec<(u64, usize)> = rows
             .iter()
-            .filter_map(|(id, info, w)| Some((id.as_str(), info, w.as_ref()?)))
+            .enumerate()
+            .filter_map(|(i, row)| Some((examined(row)?, i)))
             .collect();
-        let ids: Vec<u64> = docs.iter().filter_map(|(_, _, w)| w.body).collect();
-        let pinned = self.db.bodies_in(self.snap, &ids, true)?;
-        let bodies: Vec<&[u8]> = pinned.iter().map(|p| &p[..]).collect();
-        // Match on every core; each document's verdict is its candidate if it matched.
-        let judge = |i: usize| -> ApiResult<Option<Value>> {
-            let (id, info, w) = docs[i];
-            let doc = candidate(
-                id,
-                info,
-                &w.rev,
-                bodies[i],
-                self.needed.as_deref(),
-                &self.dopts,
-            )?;
-            Ok(self.opts.selector.matches(&doc).then_some(doc))
-        };
-        let n = docs.len();
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |c| c.get())
-            .min(n.div_ceil(256))
-            .max(1);
-        let per = n.div_ceil(workers);
-        let verdicts: Vec<ApiResult<Option<Value>>> = if workers == 1 {
-            (0..n).map(judge).collect()
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..workers)
-                    .map(|w| {
-                        let judge = &judge;
-                        scope.spawn(move || {
-                            (w * per..((w + 1) * per).min(n))
-                                .map(judge)
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().expect("matcher thread"))
-                    .collect()
-            })
-        };
-        let mut verdicts = verdicts.into_iter();
-        let mut bodies = bodies.into_iter();
-        for (id, info, winner) in &rows {
-            r.stats.keys += 1;
-            if winner.is_none() {
-                continue;
-            }
-            r.stats.docs += 1;
-            let body = bodies.next().expect("a body per document");
-            if let Some(doc) = verdicts.next().expect("a verdict per document")? {
-                r.offer_matched(Value::String(id.clone()), id, |fields| match fields {
-                    None => Ok(winner_json_with(id, info, body, &self.dopts, None)),
-                    Some(f) => {
-                        Ok(serde_json::to_vec(&settee_mango::field::project(&doc, f)?)
-                            .expect("json"))
+        order.sort_unstable();
+        let mut matches: Vec<(usize, Vec<u8>)> = Vec::new();
+        for chunk in order.chunks(BODY_CHUNK) {
+            let parts = par_chunks(chunk, |part| -> ApiResult<Vec<(usize, Vec<u8>)>> {
+                let ids: Vec<u64> = part.iter().map(|&(b, _)| b).collect();
+                let mut found = Vec::new();
+                let mut failure = None;
+                self.db.each_body_in(self.snap, &ids, true, |j, body| {
+                    let i = part[j].1;
+                    match self.judge(&rows[i], body) {
+                        Ok(Some(rendered)) => found.push((i, rendered)),
+                        Ok(None) => {}
+                        Err(e) => failure = failure.take().or(Some(e)),
                     }
                 })?;
+                failure.map_or(Ok(found), Err)
+            });
+            for part in parts {
+                matches.extend(part?);
             }
+        }
+        matches.sort_unstable_by_key(|&(i, _)| i);
+        // Rows count as examined up to the one that ends the query.
+        let mut end = rows.len();
+        for (i, rendered) in matches {
+            let row = &rows[i];
+            r.offer_matched(Value::String(row.id.clone()), &row.id, |_| Ok(rendered))?;
             if r.done() {
+                end = i + 1;
                 break;
             }
         }
+        r.stats.keys += end as u64;
+        r.stats.docs += rows[..end].iter().filter(|d| examined(d).is_some()).count() as u64;
         Ok(())
     }
+
+    /// A document's rendering (whole, or its `fields`) if it matches the selector.
+    fn judge(&self, row: &LiveDoc, body: &[u8]) -> ApiResult<Option<Vec<u8>>> {
+        let Some(members) = &self.needs.members else {
+            let text = winner_json_with(&row.id, &info(row)?, body, &self.dopts, None);
+            let doc = parse_doc(&text)?;
+            if !self.opts.selector.matches(&doc) {
+                return Ok(None);
+            }
+            return Ok(Some(match &self.opts.fields {
+                None => text,
+                Some(f) => {
+                    serde_json::to_vec(&settee_mango::field::project(&doc, f)?).expect("json")
+                }
+            }));
+        };
+        let mut doc = pick(body, members)?;
+        add_meta(&mut doc, &self.needs.selector_meta, row);
+        let mut doc = Value::Object(doc);
+        if !self.opts.selector.matches(&doc) {
+            return Ok(None);
+        }
+        Ok(Some(match &self.opts.fields {
+            None => winner_json_with(&row.id, &info(row)?, body, &self.dopts, None),
+            Some(f) => {
+                if let Value::Object(m) = &mut doc {
+                    add_meta(m, &self.needs.fields_meta, row);
+                }
+                serde_json::to_vec(&settee_mango::field::project(&doc, f)?).expect("json")
+            }
+        }))
+    }
+}
+
+/// `f` over `items` split into one contiguous part per core (one part when there are few),
+/// the parts' results in order.
+fn par_chunks<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> R + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |c| c.get())
+        .min(items.len().div_ceil(256))
+        .max(1);
+    if workers == 1 {
+        return vec![f(items)];
+    }
+    let per = items.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|part| {
+                let f = &f;
+                scope.spawn(move || f(part))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("matcher thread"))
+            .collect()
+    })
 }
 
 /// An upper bound above every value: objects sort last, and no member name sorts after
