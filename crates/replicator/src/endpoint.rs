@@ -1,0 +1,124 @@
+//! The seam between the replication algorithm and the two databases it copies between: an
+//! [`Endpoint`] is either a database of this server (read and written in process) or a
+//! database of an HTTP peer. Both answer in the protocol's JSON shapes, so the algorithm is
+//! the same whatever the pair.
+//!
+//! Threading contract: an endpoint is shared by the tasks of one replication (`Send +
+//! Sync`); its calls may run concurrently.
+
+use crate::Result;
+use serde_json::{Map, Value};
+use std::future::Future;
+
+/// What the replicator needs of a database's info.
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    pub update_seq: Value,
+    pub instance_start_time: String,
+}
+
+/// One row of a changes feed read with `style=all_docs`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChangeRow {
+    pub seq: Value,
+    pub id: String,
+    /// The document's leaf revisions.
+    pub revs: Vec<String>,
+    pub deleted: bool,
+}
+
+/// A batch of changes and the seq to continue from.
+#[derive(Clone, Debug)]
+pub struct Changes {
+    pub rows: Vec<ChangeRow>,
+    pub last_seq: Value,
+}
+
+/// Which changes a replication copies.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Filter {
+    #[default]
+    All,
+    /// `doc_ids`: only these documents.
+    DocIds(Vec<String>),
+    /// `selector`: documents a Mango selector matches.
+    Selector(Value),
+    /// `filter`: a design document's filter function (`ddoc/name`), with `query_params`.
+    Design {
+        name: String,
+        query_params: Map<String, Value>,
+    },
+}
+
+/// How long a changes read may wait for a change when there is none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Wait {
+    /// Answer at once.
+    No,
+    /// Wait up to this many milliseconds for the first change (`feed=longpoll`).
+    UpTo(u64),
+}
+
+/// The revisions of a document the target lacks (`_revs_diff`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Missing {
+    pub id: String,
+    pub revs: Vec<String>,
+    pub possible_ancestors: Vec<String>,
+}
+
+/// A document revision the target refused (`_bulk_docs` with `new_edits: false`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WriteFailure {
+    pub id: String,
+    pub error: String,
+    pub reason: String,
+}
+
+/// A database the replicator reads from or writes to.
+pub trait Endpoint: Send + Sync {
+    /// The database's name as replication ids and logs show it: the URL of a remote
+    /// database (credentials removed), the name of a local one.
+    fn name(&self) -> String;
+
+    /// The database's info; [`crate::Error::DbNotFound`] when it does not exist.
+    fn info(&self) -> impl Future<Output = Result<PeerInfo>> + Send;
+
+    /// Creates the database (`create_target`), with CouchDB's creation parameters; an
+    /// existing database is fine.
+    fn create(&self, params: &Map<String, Value>) -> impl Future<Output = Result<()>> + Send;
+
+    /// A `_local` document (`id` includes `_local/`).
+    fn get_local(&self, id: &str) -> impl Future<Output = Result<Option<Value>>> + Send;
+
+    /// Writes a `_local` document (its `_rev`, if any, is the one it replaces).
+    fn put_local(&self, id: &str, doc: Value) -> impl Future<Output = Result<()>> + Send;
+
+    /// Changes after `since`, at most `limit`, every leaf revision of each document.
+    fn changes(
+        &self,
+        since: &Value,
+        limit: usize,
+        filter: &Filter,
+        wait: Wait,
+    ) -> impl Future<Output = Result<Changes>> + Send;
+
+    /// The revisions of `revs` this database lacks.
+    fn revs_diff(
+        &self,
+        revs: Vec<(String, Vec<String>)>,
+    ) -> impl Future<Output = Result<Vec<Missing>>> + Send;
+
+    /// The documents at these revisions, with `_revisions` and attachments inline
+    /// (`_bulk_get` with `revs=true&attachments=true&latest=true`); a revision that can no
+    /// longer be read is left out.
+    fn bulk_get(
+        &self,
+        wanted: Vec<(String, String)>,
+    ) -> impl Future<Output = Result<Vec<Value>>> + Send;
+
+    /// Writes replicated revisions (`_bulk_docs` with `new_edits: false`); the documents it
+    /// refused.
+    fn bulk_docs(&self, docs: Vec<Value>)
+        -> impl Future<Output = Result<Vec<WriteFailure>>> + Send;
+}

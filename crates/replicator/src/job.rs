@@ -1,0 +1,353 @@
+//! The replication algorithm, as CouchDB's replicator runs it: read the source's changes
+//! (every leaf), ask the target which revisions it lacks, fetch those from the source with
+//! their history and attachments, write them to the target as they are (`new_edits:
+//! false`), and record how far it got in a checkpoint on both sides.
+
+use crate::checkpoint::{self, Session, Stats};
+use crate::endpoint::{ChangeRow, Endpoint, Filter, Wait};
+use crate::Result;
+use serde_json::{Map, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How a replication runs (the options of `_replicate` that the algorithm reads).
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub continuous: bool,
+    pub filter: Filter,
+    /// `since_seq`: start there instead of at the checkpoint.
+    pub since_seq: Option<Value>,
+    pub use_checkpoints: bool,
+    pub checkpoint_interval: Duration,
+    /// Changes read, and documents fetched and written, per batch.
+    pub batch_size: usize,
+    /// Copy only each document's winning revision.
+    pub winning_revs_only: bool,
+    pub create_target: bool,
+    pub create_target_params: Map<String, Value>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            continuous: false,
+            filter: Filter::All,
+            since_seq: None,
+            use_checkpoints: true,
+            checkpoint_interval: Duration::from_secs(30),
+            batch_size: 500,
+            winning_revs_only: false,
+            create_target: false,
+            create_target_params: Map::new(),
+        }
+    }
+}
+
+/// What a running replication shows (`_active_tasks`), updated as it goes.
+#[derive(Clone, Debug, Default)]
+pub struct Progress {
+    pub stats: Stats,
+    pub source_seq: Value,
+    pub through_seq: Value,
+    pub checkpointed_source_seq: Value,
+    pub changes_pending: Option<u64>,
+}
+
+/// The end of a one-shot replication (`_replicate`'s answer).
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Nothing to replicate (no change since the checkpoint).
+    NoChanges,
+    Done {
+        session_id: String,
+        source_last_seq: Value,
+        /// The source's checkpoint history, this session first.
+        history: Vec<Value>,
+    },
+}
+
+/// A replication between two endpoints.
+pub struct Job<S, T> {
+    pub source: S,
+    pub target: T,
+    /// The replication id without its `+continuous`… extensions: the checkpoint's name.
+    pub base_id: String,
+    pub options: Options,
+    pub progress: Arc<Mutex<Progress>>,
+    /// Set to stop the replication (cancel, server shutdown).
+    pub stop: watch::Receiver<bool>,
+}
+
+/// `Wed, 25 Nov 2026 03:05:00 GMT`, as checkpoints record times.
+fn now_rfc1123() -> String {
+    httpdate(std::time::SystemTime::now())
+}
+
+fn httpdate(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = secs / 86_400;
+    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    format!(
+        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        d,
+        MONTHS[(month - 1) as usize],
+        year,
+        h,
+        m,
+        s
+    )
+}
+
+impl<S: Endpoint, T: Endpoint> Job<S, T> {
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Runs the replication: to the end of the source's changes (one-shot), or until
+    /// stopped (continuous).
+    pub async fn run(mut self) -> Result<Outcome> {
+        let source_info = self.source.info().await?;
+        if self.options.create_target {
+            self.target
+                .create(&self.options.create_target_params)
+                .await?;
+        }
+        self.target.info().await?;
+        let log_id = format!("_local/{}", self.base_id);
+        let (mut source_log, mut target_log) = if self.options.use_checkpoints {
+            (
+                self.source.get_local(&log_id).await?,
+                self.target.get_local(&log_id).await?,
+            )
+        } else {
+            (None, None)
+        };
+        let start = match &self.options.since_seq {
+            Some(s) => s.clone(),
+            None => checkpoint::start_seq(source_log.as_ref(), target_log.as_ref()),
+        };
+        {
+            let mut p = self.progress.lock().unwrap();
+            p.source_seq = source_info.update_seq.clone();
+            p.through_seq = start.clone();
+            p.checkpointed_source_seq = start.clone();
+        }
+        let session_id = hex::encode(rand::random::<[u8; 16]>());
+        let start_time = now_rfc1123();
+        let mut stats = Stats::default();
+        let mut current = start.clone();
+        let mut recorded = start.clone();
+        let mut last_checkpoint = Instant::now();
+        let mut changed = false;
+        loop {
+            if self.stopped() {
+                break;
+            }
+            let wait = if self.options.continuous {
+                Wait::UpTo(10_000)
+            } else {
+                Wait::No
+            };
+            let batch = tokio::select! {
+                b = self.source.changes(&current, self.options.batch_size, &self.options.filter, wait) => b?,
+                _ = self.stop.changed() => break,
+            };
+            if !batch.rows.is_empty() {
+                changed = true;
+                self.copy(&batch.rows, &mut stats).await?;
+            }
+            let done = batch.rows.len() < self.options.batch_size;
+            if batch.rows.is_empty() && batch.last_seq == current && !self.options.continuous {
+                break;
+            }
+            current = batch.last_seq;
+            {
+                let mut p = self.progress.lock().unwrap();
+                p.stats = stats.clone();
+                p.through_seq = current.clone();
+            }
+            let due = last_checkpoint.elapsed() >= self.options.checkpoint_interval;
+            if self.options.use_checkpoints
+                && changed
+                && (due || (done && self.options.continuous))
+                && current != recorded
+            {
+                self.checkpoint(
+                    &mut source_log,
+                    &mut target_log,
+                    &session_id,
+                    &start_time,
+                    &start,
+                    &current,
+                    &stats,
+                )
+                .await?;
+                recorded = current.clone();
+                last_checkpoint = Instant::now();
+            }
+            if done && !self.options.continuous {
+                break;
+            }
+        }
+        if !changed && current == start {
+            return Ok(Outcome::NoChanges);
+        }
+        if self.options.use_checkpoints && current != recorded {
+            self.checkpoint(
+                &mut source_log,
+                &mut target_log,
+                &session_id,
+                &start_time,
+                &start,
+                &current,
+                &stats,
+            )
+            .await?;
+        }
+        let history = source_log
+            .as_ref()
+            .and_then(|l| l.get("history"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_else(|| {
+                let end = now_rfc1123();
+                vec![Session {
+                    session_id: &session_id,
+                    start_time: &start_time,
+                    end_time: &end,
+                    start_last_seq: &start,
+                    end_last_seq: &current,
+                    recorded_seq: &current,
+                    stats: &stats,
+                }
+                .entry()]
+            });
+        Ok(Outcome::Done {
+            session_id,
+            source_last_seq: current,
+            history,
+        })
+    }
+
+    /// Copies the revisions of `rows` the target lacks.
+    async fn copy(&self, rows: &[ChangeRow], stats: &mut Stats) -> Result<()> {
+        let asked: Vec<(String, Vec<String>)> = rows
+            .iter()
+            .map(|r| {
+                let revs = if self.options.winning_revs_only {
+                    r.revs.iter().take(1).cloned().collect()
+                } else {
+                    r.revs.clone()
+                };
+                (r.id.clone(), revs)
+            })
+            .collect();
+        stats.revisions_checked += asked.iter().map(|(_, r)| r.len() as u64).sum::<u64>();
+        let missing = self.target.revs_diff(asked).await?;
+        let wanted: Vec<(String, String)> = missing
+            .into_iter()
+            .flat_map(|m| {
+                let id = m.id;
+                m.revs.into_iter().map(move |r| (id.clone(), r))
+            })
+            .collect();
+        stats.missing_revisions_found += wanted.len() as u64;
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        stats.bulk_get_attempts += 1;
+        let docs = self.source.bulk_get(wanted).await?;
+        stats.bulk_get_docs += docs.len() as u64;
+        stats.docs_read += docs.len() as u64;
+        let n = docs.len() as u64;
+        let failures = self.target.bulk_docs(docs).await?;
+        for f in &failures {
+            tracing::warn!(
+                "replicator: target refused {}: {} ({})",
+                f.id,
+                f.error,
+                f.reason
+            );
+        }
+        stats.doc_write_failures += failures.len() as u64;
+        stats.docs_written += n - failures.len() as u64;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn checkpoint(
+        &self,
+        source_log: &mut Option<Value>,
+        target_log: &mut Option<Value>,
+        session_id: &str,
+        start_time: &str,
+        start: &Value,
+        current: &Value,
+        stats: &Stats,
+    ) -> Result<()> {
+        let end_time = now_rfc1123();
+        let session = Session {
+            session_id,
+            start_time,
+            end_time: &end_time,
+            start_last_seq: start,
+            end_last_seq: current,
+            recorded_seq: current,
+            stats,
+        };
+        let log_id = format!("_local/{}", self.base_id);
+        for (log, is_source) in [(source_log, true), (target_log, false)] {
+            let doc = checkpoint::document(log.as_ref(), &session);
+            if is_source {
+                self.source
+                    .put_local(&log_id, Value::Object(doc.clone()))
+                    .await?;
+            } else {
+                self.target
+                    .put_local(&log_id, Value::Object(doc.clone()))
+                    .await?;
+            }
+            // The next write replaces this one: re-read for its new `_rev`.
+            *log = if is_source {
+                self.source.get_local(&log_id).await?
+            } else {
+                self.target.get_local(&log_id).await?
+            };
+        }
+        self.progress.lock().unwrap().checkpointed_source_seq = current.clone();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc1123_dates() {
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_795_575_900);
+        assert_eq!(httpdate(t), "Wed, 25 Nov 2026 03:05:00 GMT");
+        assert_eq!(
+            httpdate(std::time::UNIX_EPOCH),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
+    }
+}

@@ -1,0 +1,459 @@
+//! A database of an HTTP peer (Apache CouchDB, another Settee, anything that speaks the
+//! protocol), reached with `reqwest` over HTTP or HTTPS (rustls).
+//!
+//! Requests that fail in a way a retry may cure (a connection error, a timeout, a 5xx, a
+//! 429) are retried `retries` times, waiting 250 ms and doubling up to 5 minutes, as
+//! CouchDB's replicator does; a 401 or 403 fails at once.
+
+use crate::endpoint::{
+    ChangeRow, Changes, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
+};
+use crate::{Error, Result};
+use base64::Engine as _;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// Characters a document id keeps unescaped in a path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// How to reach a peer's database.
+#[derive(Clone, Debug)]
+pub struct RemoteSpec {
+    /// The database's URL, possibly with `user:password@`.
+    pub url: String,
+    /// Extra request headers (`headers` of the replication document).
+    pub headers: Map<String, Value>,
+    /// `auth: {"basic": {"username", "password"}}`.
+    pub basic: Option<(String, String)>,
+    pub timeout: Duration,
+    pub retries: u32,
+}
+
+/// A database of an HTTP peer.
+pub struct Remote {
+    client: reqwest::Client,
+    /// The database URL without credentials, ending in `/`.
+    base: String,
+    headers: HeaderMap,
+    retries: u32,
+}
+
+impl Remote {
+    pub fn new(spec: &RemoteSpec) -> Result<Remote> {
+        let bad =
+            |why: &str| Error::BadRequest(format!("Invalid URL `{}`: {why}", redact(&spec.url)));
+        let mut url = reqwest::Url::parse(&spec.url).map_err(|e| bad(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(bad("not http or https"));
+        }
+        let mut headers = HeaderMap::new();
+        let userinfo = (!url.username().is_empty()).then(|| {
+            let user = percent_encoding::percent_decode_str(url.username())
+                .decode_utf8_lossy()
+                .into_owned();
+            let pass = url
+                .password()
+                .map(|p| {
+                    percent_encoding::percent_decode_str(p)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                })
+                .unwrap_or_default();
+            (user, pass)
+        });
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        // `auth.basic` wins over credentials in the URL, as in CouchDB 3.
+        if let Some((user, pass)) = spec.basic.clone().or(userinfo) {
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+            headers.insert(
+                AUTHORIZATION,
+                HeaderValue::from_str(&format!("Basic {token}")).map_err(|_| bad("credentials"))?,
+            );
+        }
+        for (name, value) in &spec.headers {
+            let (Ok(name), Some(Ok(value))) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                value.as_str().map(HeaderValue::from_str),
+            ) else {
+                return Err(Error::BadRequest(format!("Invalid header `{name}`")));
+            };
+            headers.insert(name, value);
+        }
+        let mut base = url.to_string();
+        if !base.ends_with('/') {
+            base.push('/');
+        }
+        let client = reqwest::Client::builder()
+            .timeout(spec.timeout)
+            .connect_timeout(spec.timeout)
+            .user_agent(concat!("Settee/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::Unreachable(e.to_string()))?;
+        Ok(Remote {
+            client,
+            base,
+            headers,
+            retries: spec.retries,
+        })
+    }
+
+    /// Sends a request (retrying what may be cured by retrying); the status and JSON body.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value)> {
+        let url = format!("{}{path}", self.base);
+        let mut wait = Duration::from_millis(250);
+        let mut attempt = 0;
+        loop {
+            let mut req = self
+                .client
+                .request(method.clone(), &url)
+                .headers(self.headers.clone())
+                .header("Accept", "application/json");
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let failure = match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+                        format!("{} answered {status}", redact(&url))
+                    } else {
+                        let bytes = resp.bytes().await;
+                        match bytes {
+                            Ok(b) => {
+                                let v = serde_json::from_slice(&b).unwrap_or(Value::Null);
+                                if status == StatusCode::UNAUTHORIZED
+                                    || status == StatusCode::FORBIDDEN
+                                {
+                                    let reason = v
+                                        .get("reason")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or("")
+                                        .to_string();
+                                    return Err(Error::Unauthorized {
+                                        status: status.as_u16(),
+                                        reason: format!("unauthorized to access or create database {}: {reason}", self.base),
+                                    });
+                                }
+                                return Ok((status, v));
+                            }
+                            Err(e) => format!("{} failed: {e}", redact(&url)),
+                        }
+                    }
+                }
+                Err(e) => format!("{} failed: {e}", redact(&url)),
+            };
+            attempt += 1;
+            if attempt > self.retries {
+                return Err(Error::Unreachable(failure));
+            }
+            tracing::warn!("replicator: retrying in {wait:?}: {failure}");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(300));
+        }
+    }
+
+    /// A successful answer's body, or the peer's error as a protocol failure.
+    async fn ok(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value> {
+        let (status, v) = self.call(method, path, body).await?;
+        if status.is_success() {
+            Ok(v)
+        } else if status == StatusCode::NOT_FOUND && path.is_empty() {
+            Err(Error::DbNotFound(format!("could not open {}", self.base)))
+        } else {
+            Err(Error::Protocol(format!(
+                "{} answered {status}: {v}",
+                redact(&format!("{}{path}", self.base))
+            )))
+        }
+    }
+
+    fn local_path(id: &str) -> String {
+        let rest = id.strip_prefix("_local/").unwrap_or(id);
+        format!("_local/{}", utf8_percent_encode(rest, SEGMENT))
+    }
+}
+
+/// A URL with its password replaced by `*****`, as CouchDB shows them.
+pub fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("*****"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn seq_param(seq: &Value) -> String {
+    match seq {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn query(pairs: &[(&str, String)]) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+fn change_row(v: &Value) -> Option<ChangeRow> {
+    Some(ChangeRow {
+        seq: v.get("seq")?.clone(),
+        id: v.get("id")?.as_str()?.to_string(),
+        revs: v
+            .get("changes")?
+            .as_array()?
+            .iter()
+            .filter_map(|c| Some(c.get("rev")?.as_str()?.to_string()))
+            .collect(),
+        deleted: v.get("deleted") == Some(&Value::Bool(true)),
+    })
+}
+
+impl Endpoint for Remote {
+    fn name(&self) -> String {
+        self.base.clone()
+    }
+
+    async fn info(&self) -> Result<PeerInfo> {
+        let v = self.ok(Method::GET, "", None).await?;
+        Ok(PeerInfo {
+            update_seq: v.get("update_seq").cloned().unwrap_or(Value::Null),
+            instance_start_time: v
+                .get("instance_start_time")
+                .and_then(Value::as_str)
+                .unwrap_or("0")
+                .to_string(),
+        })
+    }
+
+    async fn create(&self, params: &Map<String, Value>) -> Result<()> {
+        let pairs: Vec<(&str, String)> = params
+            .iter()
+            .map(|(k, v)| (k.as_str(), seq_param(v)))
+            .collect();
+        let path = if pairs.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", query(&pairs))
+        };
+        let (status, v) = self.call(Method::PUT, &path, None).await?;
+        if status.is_success() || status == StatusCode::PRECONDITION_FAILED {
+            Ok(())
+        } else {
+            Err(Error::Protocol(format!(
+                "creating {} answered {status}: {v}",
+                self.base
+            )))
+        }
+    }
+
+    async fn get_local(&self, id: &str) -> Result<Option<Value>> {
+        let (status, v) = self.call(Method::GET, &Self::local_path(id), None).await?;
+        match status {
+            s if s.is_success() => Ok(Some(v)),
+            StatusCode::NOT_FOUND => Ok(None),
+            s => Err(Error::Protocol(format!(
+                "reading {id} from {} answered {s}: {v}",
+                self.base
+            ))),
+        }
+    }
+
+    async fn put_local(&self, id: &str, doc: Value) -> Result<()> {
+        self.ok(Method::PUT, &Self::local_path(id), Some(&doc))
+            .await
+            .map(|_| ())
+    }
+
+    async fn changes(
+        &self,
+        since: &Value,
+        limit: usize,
+        filter: &Filter,
+        wait: Wait,
+    ) -> Result<Changes> {
+        let mut pairs = vec![
+            ("style", "all_docs".to_string()),
+            ("since", seq_param(since)),
+            ("limit", limit.to_string()),
+        ];
+        match wait {
+            Wait::No => pairs.push(("feed", "normal".into())),
+            Wait::UpTo(ms) => {
+                pairs.push(("feed", "longpoll".into()));
+                pairs.push(("timeout", ms.to_string()));
+            }
+        }
+        let body = match filter {
+            Filter::All => None,
+            Filter::DocIds(ids) => {
+                pairs.push(("filter", "_doc_ids".into()));
+                Some(json!({"doc_ids": ids}))
+            }
+            Filter::Selector(s) => {
+                pairs.push(("filter", "_selector".into()));
+                Some(json!({"selector": s}))
+            }
+            Filter::Design { name, query_params } => {
+                pairs.push(("filter", name.clone()));
+                for (k, v) in query_params {
+                    pairs.push((k.as_str(), seq_param(v)));
+                }
+                None
+            }
+        };
+        let path = format!("_changes?{}", query(&pairs));
+        let method = if body.is_some() {
+            Method::POST
+        } else {
+            Method::GET
+        };
+        let v = self.ok(method, &path, body.as_ref()).await?;
+        let rows = v
+            .get("results")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                Error::Protocol(format!("{}_changes answered without results", self.base))
+            })?
+            .iter()
+            .filter_map(change_row)
+            .collect();
+        Ok(Changes {
+            rows,
+            last_seq: v.get("last_seq").cloned().unwrap_or_else(|| since.clone()),
+        })
+    }
+
+    async fn revs_diff(&self, revs: Vec<(String, Vec<String>)>) -> Result<Vec<Missing>> {
+        let body: Map<String, Value> = revs.into_iter().map(|(id, r)| (id, json!(r))).collect();
+        let v = self
+            .ok(Method::POST, "_revs_diff", Some(&Value::Object(body)))
+            .await?;
+        let strings = |v: Option<&Value>| -> Vec<String> {
+            v.and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Ok(v.as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(id, d)| Missing {
+                        id: id.clone(),
+                        revs: strings(d.get("missing")),
+                        possible_ancestors: strings(d.get("possible_ancestors")),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn bulk_get(&self, wanted: Vec<(String, String)>) -> Result<Vec<Value>> {
+        let docs: Vec<Value> = wanted
+            .iter()
+            .map(|(id, rev)| json!({"id": id, "rev": rev}))
+            .collect();
+        let (status, v) = self
+            .call(
+                Method::POST,
+                "_bulk_get?revs=true&attachments=true&latest=true",
+                Some(&json!({"docs": docs})),
+            )
+            .await?;
+        if status == StatusCode::NOT_FOUND
+            || status == StatusCode::METHOD_NOT_ALLOWED
+            || status == StatusCode::BAD_REQUEST
+        {
+            // A peer without `_bulk_get`: one `open_revs` read a document.
+            let mut out = Vec::new();
+            for (id, rev) in wanted {
+                let path = format!(
+                    "{}?{}",
+                    utf8_percent_encode(&id, SEGMENT),
+                    query(&[
+                        ("revs", "true".into()),
+                        ("latest", "true".into()),
+                        ("attachments", "true".into()),
+                        ("open_revs", json!([rev]).to_string()),
+                    ])
+                );
+                let v = self.ok(Method::GET, &path, None).await?;
+                out.extend(
+                    v.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r.get("ok").cloned()),
+                );
+            }
+            return Ok(out);
+        }
+        if !status.is_success() {
+            return Err(Error::Protocol(format!(
+                "{}_bulk_get answered {status}: {v}",
+                self.base
+            )));
+        }
+        Ok(v.get("results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .flat_map(|r| {
+                r.get("docs")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(|d| d.get("ok").cloned())
+            .collect())
+    }
+
+    async fn bulk_docs(&self, docs: Vec<Value>) -> Result<Vec<WriteFailure>> {
+        let v = self
+            .ok(
+                Method::POST,
+                "_bulk_docs",
+                Some(&json!({"docs": docs, "new_edits": false})),
+            )
+            .await?;
+        Ok(v.as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r.get("error").is_some())
+            .map(|r| WriteFailure {
+                id: r
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                error: r
+                    .get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                reason: r
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            })
+            .collect())
+    }
+}
