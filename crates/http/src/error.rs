@@ -48,6 +48,31 @@ impl From<settee_views::Error> for ApiError {
     }
 }
 
+impl From<settee_replicator::Error> for ApiError {
+    fn from(e: settee_replicator::Error) -> Self {
+        use settee_replicator::Error as R;
+        use StatusCode as S;
+        match e {
+            R::BadRequest(m) => ApiError::BadRequest(m),
+            // CouchDB's parser throws these as a bare `{error, Reason}`.
+            R::Invalid(m) => ApiError::Named(S::INTERNAL_SERVER_ERROR, "error".into(), m),
+            R::DbNotFound(m) => ApiError::Named(S::NOT_FOUND, "db_not_found".into(), m),
+            R::Unauthorized {
+                status: 403,
+                reason,
+            } => ApiError::Forbidden(reason),
+            R::Unauthorized { reason, .. } => ApiError::Unauthorized(reason),
+            R::NotFound(m) => ApiError::NotFound(m),
+            R::Cancelled => {
+                ApiError::Named(S::INTERNAL_SERVER_ERROR, "error".into(), "cancelled".into())
+            }
+            R::Unreachable(m) | R::Protocol(m) => {
+                ApiError::Named(S::INTERNAL_SERVER_ERROR, "replication_failed".into(), m)
+            }
+        }
+    }
+}
+
 impl From<settee_mango::Error> for ApiError {
     fn from(e: settee_mango::Error) -> Self {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);

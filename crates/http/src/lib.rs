@@ -13,6 +13,7 @@ mod mango_index;
 mod mrargs;
 pub mod node_config;
 mod render;
+mod replication;
 mod reply;
 mod req;
 mod router;
@@ -59,6 +60,10 @@ pub struct Inner {
     /// The `[uuids]` generator; replaced when the configured algorithm changes.
     uuids: Mutex<Option<settee_core::uuids::Generator>>,
     tasks: handlers::database::Tasks,
+    replications: replication::Replications,
+    /// The address the server listens on, once bound (replication endpoints naming it are
+    /// this server's own databases).
+    local_addr: replication::LocalAddr,
 }
 
 #[derive(Clone)]
@@ -86,9 +91,20 @@ impl AppState {
             config,
             uuids: Mutex::new(None),
             tasks: Default::default(),
+            replications: Default::default(),
+            local_addr: Default::default(),
         }));
         state.apply_settings();
         state
+    }
+
+    /// Records the address the server listens on.
+    pub fn set_local_addr(&self, addr: std::net::SocketAddr) {
+        let _ = self.local_addr.set(addr);
+    }
+
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local_addr.get().copied()
     }
 
     /// Pushes the settings other components hold into them, from the live configuration:

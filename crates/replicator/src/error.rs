@@ -6,6 +6,10 @@ pub enum Error {
     /// The replication request itself is malformed (400 `bad_request`).
     #[error("{0}")]
     BadRequest(String),
+    /// A request CouchDB's parser refuses with a bare `{error, Reason}` (500 `error`): no
+    /// source or target, an endpoint that is not a URL, a malformed filter name.
+    #[error("{0}")]
+    Invalid(String),
     /// A database the replication names does not exist (404 `db_not_found`); the text is
     /// CouchDB's reason, e.g. `could not open http://host/db/`.
     #[error("{0}")]

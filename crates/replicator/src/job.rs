@@ -57,8 +57,9 @@ pub struct Progress {
 /// The end of a one-shot replication (`_replicate`'s answer).
 #[derive(Clone, Debug)]
 pub enum Outcome {
-    /// Nothing to replicate (no change since the checkpoint).
-    NoChanges,
+    /// Nothing to replicate (no change since the checkpoint): the source's checkpoint, if
+    /// there is one.
+    NoChanges(Option<Value>),
     Done {
         session_id: String,
         source_last_seq: Value,
@@ -207,8 +208,8 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
                 break;
             }
         }
-        if !changed && current == start {
-            return Ok(Outcome::NoChanges);
+        if !changed {
+            return Ok(Outcome::NoChanges(source_log));
         }
         if self.options.use_checkpoints && current != recorded {
             self.checkpoint(
@@ -273,7 +274,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         if wanted.is_empty() {
             return Ok(());
         }
-        stats.bulk_get_attempts += 1;
+        stats.bulk_get_attempts += wanted.len() as u64;
         let docs = self.source.bulk_get(wanted).await?;
         stats.bulk_get_docs += docs.len() as u64;
         stats.docs_read += docs.len() as u64;

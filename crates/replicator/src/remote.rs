@@ -16,6 +16,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
+pub use reqwest::Url;
+
 /// Characters a document id keeps unescaped in a path segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
@@ -178,6 +180,16 @@ impl Remote {
                 redact(&format!("{}{path}", self.base))
             )))
         }
+    }
+
+    /// A document (the latest revision), if it exists.
+    pub async fn get_doc(&self, id: &str) -> Result<Option<Value>> {
+        let path = match id.strip_prefix("_design/") {
+            Some(rest) => format!("_design/{}", utf8_percent_encode(rest, SEGMENT)),
+            None => utf8_percent_encode(id, SEGMENT).to_string(),
+        };
+        let (status, v) = self.call(Method::GET, &path, None).await?;
+        Ok(status.is_success().then_some(v))
     }
 
     fn local_path(id: &str) -> String {

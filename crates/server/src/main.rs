@@ -116,6 +116,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         // The bound address, not the requested one: with port 0 this tells the caller
         // (the test harness, scripts) which port the kernel chose.
         let local = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
+        state.set_local_addr(local);
         eprintln!(
             "Settee {} listening on http://{local}",
             env!("CARGO_PKG_VERSION")

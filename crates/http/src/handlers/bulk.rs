@@ -199,7 +199,7 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     Ok(json_bytes(StatusCode::OK, out))
 }
 
-fn bulk_get_one(
+pub(crate) fn bulk_get_one(
     db: &Database,
     item: &Value,
     opts: &DocOpts,

@@ -698,6 +698,64 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     }
 }
 
+/// Which changes the replicator reads from a database of this server.
+pub enum ReplicationFilter {
+    All,
+    DocIds(HashSet<String>),
+    Selector(Arc<settee_mango::Selector>),
+}
+
+/// The replicator's read of a local database: up to `limit` changes after `since` as
+/// `style=all_docs` rows (rendered as `_changes` renders them) through `filter`, waiting up
+/// to `wait` for the first when there is none yet; the rows and the last seq read.
+pub async fn for_replication(
+    db: Arc<Database>,
+    since: u64,
+    limit: u64,
+    filter: ReplicationFilter,
+    wait: Option<Duration>,
+) -> ApiResult<(Vec<Value>, u64)> {
+    let all = Params::parse(Some("style=all_docs"));
+    let mut o = Opts::parse(&all, &all, Duration::from_secs(60))?;
+    o.filter = match filter {
+        ReplicationFilter::All => Filter::None,
+        ReplicationFilter::DocIds(ids) => Filter::DocIds(ids),
+        ReplicationFilter::Selector(s) => Filter::Selector(s),
+    };
+    let o = Arc::new(o);
+    let mut rx = db.watch_seq();
+    let mut waited = false;
+    loop {
+        let seen = db.update_seq();
+        let (d, opts) = (db.clone(), o.clone());
+        let (rows, last) = blocking(move || {
+            let mut rows = Vec::new();
+            let (last, _) = scan(&d, &opts, since, limit, &mut |_, row| {
+                rows.push(row);
+                true
+            })?;
+            Ok((rows, last))
+        })
+        .await?;
+        let rows = rows
+            .iter()
+            .map(|r| {
+                serde_json::from_slice(r)
+                    .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))
+            })
+            .collect::<ApiResult<Vec<Value>>>()?;
+        match wait {
+            Some(w) if rows.is_empty() && !waited => {
+                waited = true;
+                if !wait_past(&mut rx, seen, w).await {
+                    return Ok((rows, last));
+                }
+            }
+            _ => return Ok((rows, last)),
+        }
+    }
+}
+
 /// Waits for the sequence to move past `seen`, up to `wait`. False on timeout.
 async fn wait_past(rx: &mut watch::Receiver<u64>, seen: u64, wait: Duration) -> bool {
     let moved = rx.wait_for(|s| *s > seen);

@@ -389,7 +389,7 @@ pub async fn admit(
     .await
 }
 
-async fn admit_as(
+pub(crate) async fn admit_as(
     state: &AppState,
     db: &Arc<Database>,
     user: settee_auth::UserCtx,

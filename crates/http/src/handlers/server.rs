@@ -232,6 +232,7 @@ pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
         _ => Vec::new(),
     };
     tasks.extend(state.views.tasks.list());
+    tasks.extend(state.replications.tasks());
     Ok(json(StatusCode::OK, &Value::Array(tasks)))
 }
 

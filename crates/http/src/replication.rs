@@ -1,0 +1,768 @@
+//! Replication through this server: `POST /_replicate`, this server's databases as
+//! replication endpoints, and the replications running now (`_active_tasks`, `cancel`).
+//!
+//! A database of this server, named bare or by a URL of this server, is read and written in
+//! process ([`LocalDb`]), never through loopback HTTP, as the user the request's (or the
+//! URL's) credentials authenticate: reads need a member, and writes go through the same
+//! admission as `_bulk_docs` (design documents, `_users` rules, `validate_doc_update`).
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::{attachments, blocking, bulk, changes, doc};
+use crate::reply::json;
+use crate::req::Params;
+use crate::{AppState, Req};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde_json::{json, Map, Value};
+use settee_auth::security::SecurityObject;
+use settee_auth::UserCtx;
+use settee_core::{format_seq, parse_seq, SeqArg};
+use settee_db::{Database, LocalUpdate, UpdateResult};
+use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
+use settee_replicator::job::{Job, Options, Outcome, Progress};
+use settee_replicator::remote::{redact, Remote, RemoteSpec};
+use settee_replicator::spec::{PeerSpec, Request};
+use settee_replicator::{
+    ChangeRow, Changes, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait, WriteFailure,
+};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+type RepResult<T> = Result<T, RepError>;
+
+/// An API error met by a local endpoint, as the replicator sees a peer's answer.
+fn rep_error(e: ApiError) -> RepError {
+    let (status, error, reason) = e.parts();
+    match status.as_u16() {
+        401 | 403 => RepError::Unauthorized {
+            status: status.as_u16(),
+            reason: reason.to_string(),
+        },
+        _ => RepError::Protocol(format!("{error}: {reason}")),
+    }
+}
+
+/// A database of this server, used as the user `user`.
+pub struct LocalDb {
+    state: AppState,
+    name: String,
+    user: UserCtx,
+    /// The database's URL as CouchDB shows it (password hidden, trailing `/`).
+    url: String,
+}
+
+impl LocalDb {
+    /// The database, if it exists and the user may read and write it.
+    fn db(&self) -> RepResult<Arc<Database>> {
+        let db = self
+            .state
+            .couch
+            .get(&self.name)
+            .map_err(|_| RepError::DbNotFound(format!("could not open {}", self.url)))?;
+        let sec = SecurityObject::from_json(&db.props().security);
+        if !sec.is_member(&self.user) {
+            let status = if self.user.name.is_none() { 401 } else { 403 };
+            return Err(RepError::Unauthorized {
+                status,
+                reason: format!("unauthorized to access or create database {}", self.url),
+            });
+        }
+        Ok(db)
+    }
+}
+
+fn seq_of(v: &Value) -> RepResult<u64> {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match parse_seq(&text) {
+        Ok(SeqArg::Seq(n)) => Ok(n),
+        _ => Err(RepError::BadRequest(format!("Invalid sequence `{text}`"))),
+    }
+}
+
+impl Endpoint for LocalDb {
+    fn name(&self) -> String {
+        self.url.clone()
+    }
+
+    async fn info(&self) -> RepResult<PeerInfo> {
+        let db = self.db()?;
+        Ok(PeerInfo {
+            update_seq: Value::String(format_seq(db.update_seq())),
+            instance_start_time: "0".into(),
+        })
+    }
+
+    async fn create(&self, _params: &Map<String, Value>) -> RepResult<()> {
+        if self.state.couch.exists(&self.name) {
+            return Ok(());
+        }
+        if !self.user.is_server_admin() {
+            return Err(RepError::Unauthorized {
+                status: 401,
+                reason: format!("unauthorized to access or create database {}", self.url),
+            });
+        }
+        let security = settee_auth::security::default_for(
+            self.state
+                .node
+                .get("couchdb", "default_security")
+                .as_deref(),
+        );
+        let (couch, name) = (self.state.couch.clone(), self.name.clone());
+        blocking(move || Ok(couch.create(&name, security).map(|_| ())?))
+            .await
+            .map_err(rep_error)
+    }
+
+    async fn get_local(&self, id: &str) -> RepResult<Option<Value>> {
+        let db = self.db()?;
+        let found = db.local_doc(id).map_err(|e| rep_error(e.into()))?;
+        Ok(found.map(|d| serde_json::from_slice(&doc::local_json(&d)).unwrap_or(Value::Null)))
+    }
+
+    async fn put_local(&self, id: &str, mut body: Value) -> RepResult<()> {
+        let db = self.db()?;
+        let rev = match body.as_object_mut().and_then(|o| o.shift_remove("_rev")) {
+            Some(Value::String(r)) => r.strip_prefix("0-").and_then(|n| n.parse().ok()),
+            _ => None,
+        };
+        let parsed = settee_core::parse_doc(body).map_err(|e| rep_error(e.into()))?;
+        let update = LocalUpdate {
+            id: id.to_string(),
+            rev,
+            deleted: false,
+            body: parsed.body,
+        };
+        let rx = db.update_local(update).map_err(|e| rep_error(e.into()))?;
+        crate::handlers::await_write(rx).await.map_err(rep_error)?;
+        Ok(())
+    }
+
+    async fn changes(
+        &self,
+        since: &Value,
+        limit: usize,
+        filter: &Filter,
+        wait: Wait,
+    ) -> RepResult<Changes> {
+        let db = self.db()?;
+        let since_n = seq_of(since)?;
+        let filter = match filter {
+            Filter::All => changes::ReplicationFilter::All,
+            Filter::DocIds(ids) => {
+                changes::ReplicationFilter::DocIds(ids.iter().cloned().collect::<HashSet<_>>())
+            }
+            Filter::Selector(s) => changes::ReplicationFilter::Selector(Arc::new(
+                settee_mango::Selector::parse(s)
+                    .map_err(|e| RepError::BadRequest(e.to_string()))?,
+            )),
+            Filter::Design { name, .. } => {
+                return Err(RepError::Protocol(format!(
+                    "filter `{name}`: filter functions are not supported by this Settee version"
+                )))
+            }
+        };
+        let wait = match wait {
+            Wait::No => None,
+            Wait::UpTo(ms) => Some(Duration::from_millis(ms)),
+        };
+        let (rows, last) = changes::for_replication(db, since_n, limit as u64, filter, wait)
+            .await
+            .map_err(rep_error)?;
+        let rows = rows
+            .iter()
+            .filter_map(|r| {
+                Some(ChangeRow {
+                    seq: r.get("seq")?.clone(),
+                    id: r.get("id")?.as_str()?.to_string(),
+                    revs: r
+                        .get("changes")?
+                        .as_array()?
+                        .iter()
+                        .filter_map(|c| Some(c.get("rev")?.as_str()?.to_string()))
+                        .collect(),
+                    deleted: r.get("deleted") == Some(&Value::Bool(true)),
+                })
+            })
+            .collect();
+        let last_seq = if last == since_n {
+            since.clone()
+        } else {
+            Value::String(format_seq(last))
+        };
+        Ok(Changes { rows, last_seq })
+    }
+
+    async fn revs_diff(&self, revs: Vec<(String, Vec<String>)>) -> RepResult<Vec<Missing>> {
+        let db = self.db()?;
+        let mut asked = Vec::with_capacity(revs.len());
+        for (id, rs) in revs {
+            let parsed = rs
+                .iter()
+                .map(|r| {
+                    settee_core::Rev::parse(r)
+                        .map_err(|_| RepError::Protocol(format!("bad revision {r}")))
+                })
+                .collect::<RepResult<Vec<_>>>()?;
+            asked.push((id, parsed));
+        }
+        let diff = blocking(move || Ok(db.revs_diff(asked)?))
+            .await
+            .map_err(rep_error)?;
+        Ok(diff
+            .into_iter()
+            .map(|(id, missing, ancestors)| Missing {
+                id,
+                revs: missing.iter().map(ToString::to_string).collect(),
+                possible_ancestors: ancestors.iter().map(ToString::to_string).collect(),
+            })
+            .collect())
+    }
+
+    async fn bulk_get(&self, wanted: Vec<(String, String)>) -> RepResult<Vec<Value>> {
+        let db = self.db()?;
+        blocking(move || {
+            let opts = crate::render::DocOpts {
+                revs: true,
+                revs_limit: Some(db.props().revs_limit as usize),
+                ..Default::default()
+            };
+            let atts = attachments::AttOpts::from_params(&Params::parse(Some("attachments=true")))?;
+            let mut out = Vec::with_capacity(wanted.len());
+            for (id, rev) in wanted {
+                let item = json!({"id": id, "rev": rev});
+                let bytes = bulk::bulk_get_one(&db, &item, &opts, atts, true)?;
+                let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                out.extend(
+                    v.get("docs")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|d| d.get("ok").cloned()),
+                );
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(rep_error)
+    }
+
+    async fn bulk_docs(&self, docs: Vec<Value>) -> RepResult<Vec<WriteFailure>> {
+        let db = self.db()?;
+        let mut failures = Vec::new();
+        let mut parsed = Vec::with_capacity(docs.len());
+        for d in docs {
+            let id = d
+                .get("_id")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            match settee_core::parse_doc(d) {
+                Ok(p) if p.revs.is_some() && p.id.is_some() => parsed.push(p),
+                Ok(_) => failures.push(failure(
+                    &id,
+                    ApiError::bad_request("missing _id or _revisions"),
+                )),
+                Err(e) => failures.push(failure(&id, e.into())),
+            }
+        }
+        let ids: Vec<String> = parsed
+            .iter()
+            .map(|p| p.id.clone().unwrap_or_default())
+            .collect();
+        let admitted = doc::admit_as(
+            &self.state,
+            &db,
+            self.user.clone(),
+            parsed,
+            false,
+            attachments::Followed::new(),
+        )
+        .await
+        .map_err(rep_error)?;
+        let mut ok = Vec::new();
+        for (id, a) in ids.iter().zip(admitted) {
+            match a {
+                Ok(d) => ok.push(d),
+                Err(e) => failures.push(failure(id, e)),
+            }
+        }
+        if !ok.is_empty() {
+            let rx = db.update_docs(ok, false).map_err(|e| rep_error(e.into()))?;
+            for r in crate::handlers::await_write(rx).await.map_err(rep_error)? {
+                if let UpdateResult::Err { id, error } = r {
+                    failures.push(failure(&id, error.into()));
+                }
+            }
+        }
+        Ok(failures)
+    }
+}
+
+fn failure(id: &str, e: ApiError) -> WriteFailure {
+    let (_, error, reason) = e.parts();
+    WriteFailure {
+        id: id.to_string(),
+        error: error.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A running replication, as `_active_tasks` and `cancel` see it.
+struct Running {
+    stop: watch::Sender<bool>,
+    progress: Arc<Mutex<Progress>>,
+    user: Option<String>,
+    source: String,
+    target: String,
+    continuous: bool,
+    checkpoint_interval: u64,
+    started_on: u64,
+    pid: u64,
+}
+
+/// The replications running on this server, by full replication id.
+#[derive(Default)]
+pub struct Replications {
+    jobs: Mutex<HashMap<String, Running>>,
+    next_pid: std::sync::atomic::AtomicU64,
+}
+
+impl Replications {
+    /// Forgets a replication that ended, unless another has taken its id since.
+    fn finished(&self, id: &str, pid: u64) {
+        let mut jobs = self.jobs.lock().unwrap();
+        if jobs.get(id).is_some_and(|r| r.pid == pid) {
+            jobs.remove(id);
+        }
+    }
+
+    /// `_active_tasks` entries: CouchDB's fields, in its (alphabetical) order.
+    pub fn tasks(&self) -> Vec<Value> {
+        let now = crate::auth::now_secs();
+        let jobs = self.jobs.lock().unwrap();
+        let mut out: Vec<(String, Value)> = jobs
+            .iter()
+            .map(|(id, r)| {
+                let p = r.progress.lock().unwrap();
+                let s = &p.stats;
+                let task = json!({
+                    "node": "nonode@nohost",
+                    "pid": format!("<0.{}.0>", r.pid),
+                    "bulk_get_attempts": s.bulk_get_attempts,
+                    "bulk_get_docs": s.bulk_get_docs,
+                    "changes_pending": p.changes_pending,
+                    "checkpoint_interval": r.checkpoint_interval,
+                    "checkpointed_source_seq": p.checkpointed_source_seq,
+                    "continuous": r.continuous,
+                    "database": null,
+                    "doc_id": null,
+                    "doc_write_failures": s.doc_write_failures,
+                    "docs_read": s.docs_read,
+                    "docs_written": s.docs_written,
+                    "missing_revisions_found": s.missing_revisions_found,
+                    "replication_id": id,
+                    "revisions_checked": s.revisions_checked,
+                    "source": r.source,
+                    "source_seq": p.source_seq,
+                    "started_on": r.started_on,
+                    "target": r.target,
+                    "through_seq": p.through_seq,
+                    "type": "replication",
+                    "updated_on": now,
+                    "user": r.user,
+                });
+                (id.clone(), task)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.into_iter().map(|(_, t)| t).collect()
+    }
+}
+
+/// Either kind of endpoint.
+enum Peer {
+    Local(LocalDb),
+    Remote(Remote),
+}
+
+/// This server's own address, as endpoint URLs name it.
+fn is_own(state: &AppState, url: &reqwest_url::Url) -> bool {
+    let Some(own) = state.local_addr() else {
+        return false;
+    };
+    let port_matches = url.port_or_known_default() == Some(own.port());
+    let host_matches = match url.host_str() {
+        Some("localhost") => true,
+        Some(h) => {
+            let h = h.trim_start_matches('[').trim_end_matches(']');
+            h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback() || ip == own.ip())
+        }
+        None => false,
+    };
+    url.scheme() == "http" && port_matches && host_matches
+}
+
+/// Re-export of the URL type the replicator's client uses.
+mod reqwest_url {
+    pub use settee_replicator::remote::Url;
+}
+
+/// The user a set of credentials (an endpoint's URL, `auth` and `headers`) authenticates
+/// on this server, as if they came with a request.
+fn user_of(
+    state: &AppState,
+    url: &reqwest_url::Url,
+    headers: &Map<String, Value>,
+    basic: &Option<(String, String)>,
+) -> RepResult<UserCtx> {
+    let mut h = HeaderMap::new();
+    for (k, v) in headers {
+        if let (Ok(name), Some(Ok(value))) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            v.as_str().map(axum::http::HeaderValue::from_str),
+        ) {
+            h.insert(name, value);
+        }
+    }
+    let user = percent_encoding::percent_decode_str(url.username())
+        .decode_utf8_lossy()
+        .into_owned();
+    let creds = basic.clone().or_else(|| {
+        (!user.is_empty()).then(|| {
+            let pass = url.password().unwrap_or("");
+            (
+                user,
+                percent_encoding::percent_decode_str(pass)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            )
+        })
+    });
+    if let Some((u, p)) = creds {
+        use base64::Engine as _;
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("Basic {token}")) {
+            h.insert(axum::http::header::AUTHORIZATION, v);
+        }
+    }
+    let creds = crate::auth::Credentials {
+        headers: &h,
+        peer: "127.0.0.1",
+    };
+    state
+        .auth
+        .authenticate(&creds, &state.node, &state.couch)
+        .map(|a| a.user)
+        .map_err(|e| {
+            let (status, _, reason) = e.parts();
+            RepError::Unauthorized {
+                status: status.as_u16(),
+                reason: reason.to_string(),
+            }
+        })
+}
+
+/// An endpoint of a request: its peer and its replication-id identity.
+fn endpoint(
+    state: &AppState,
+    req: &Req,
+    spec: &PeerSpec,
+    r: &Request,
+) -> ApiResult<(Peer, EndpointId)> {
+    match spec {
+        PeerSpec::Name(name) => {
+            // CouchDB 3 turns a bare name into a URL of itself carrying the caller's
+            // `Authorization` and session cookie; its id is computed from that.
+            let addr = state
+                .local_addr()
+                .map_or("127.0.0.1:5984".to_string(), |a| a.to_string());
+            let url = format!("http://{addr}/{}", crate::location::url_encode(name));
+            let mut headers = Map::new();
+            headers.insert(
+                "authorization".into(),
+                json!(req.header("authorization").unwrap_or("")),
+            );
+            let cookie = req
+                .header("cookie")
+                .and_then(|c| {
+                    c.split(';')
+                        .map(str::trim)
+                        .find(|p| p.starts_with("AuthSession="))
+                })
+                .unwrap_or("");
+            headers.insert("cookie".into(), json!(cookie));
+            let eid = EndpointId::new(&url, &headers, None)
+                .ok_or_else(|| ApiError::bad_request("invalid endpoint"))?;
+            Ok((
+                Peer::Local(LocalDb {
+                    state: state.clone(),
+                    name: name.clone(),
+                    user: req.user.clone(),
+                    url: format!("{url}/"),
+                }),
+                eid,
+            ))
+        }
+        PeerSpec::Url {
+            url,
+            headers,
+            basic,
+        } => {
+            let invalid =
+                || ApiError::from(RepError::Invalid("endpoint has an invalid url".into()));
+            let parsed = reqwest_url::Url::parse(url).map_err(|_| invalid())?;
+            let eid = EndpointId::new(url, headers, basic.as_ref().map(|(u, _)| u.as_str()))
+                .ok_or_else(invalid)?;
+            if is_own(state, &parsed) {
+                let name = parsed.path().trim_matches('/');
+                let name = percent_encoding::percent_decode_str(name)
+                    .decode_utf8_lossy()
+                    .into_owned();
+                let user = user_of(state, &parsed, headers, basic).map_err(ApiError::from)?;
+                let mut shown = redact(url);
+                if !shown.ends_with('/') {
+                    shown.push('/');
+                }
+                return Ok((
+                    Peer::Local(LocalDb {
+                        state: state.clone(),
+                        name,
+                        user,
+                        url: shown,
+                    }),
+                    eid,
+                ));
+            }
+            let remote = Remote::new(&RemoteSpec {
+                url: url.clone(),
+                headers: headers.clone(),
+                basic: basic.clone(),
+                timeout: r.connection_timeout,
+                retries: r.retries,
+            })?;
+            Ok((Peer::Remote(remote), eid))
+        }
+    }
+}
+
+fn shown(peer: &Peer) -> String {
+    match peer {
+        Peer::Local(l) => l.name(),
+        Peer::Remote(r) => redact(&r.name()),
+    }
+}
+
+/// The source code of a design filter function (`ddoc/name`), which the replication id
+/// includes.
+async fn filter_code(source: &Peer, ddoc: &str, name: &str) -> ApiResult<String> {
+    let id = format!("_design/{ddoc}");
+    let found = match source {
+        Peer::Local(l) => {
+            let db = l.db()?;
+            let d = blocking(move || Ok(db.open_doc(&id, None)?)).await.ok();
+            d.and_then(|d| {
+                serde_json::from_slice::<Value>(&crate::render::doc_json(&d, &Default::default()))
+                    .ok()
+            })
+        }
+        Peer::Remote(r) => r.get_doc(&id).await?,
+    };
+    found
+        .as_ref()
+        .and_then(|d| {
+            d.get("filters")?
+                .get(name)?
+                .as_str()
+                .map(|s| s.trim().to_string())
+        })
+        .ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "Couldn't open document `_design/{ddoc}` from source database `{}`: not_found",
+                shown(source)
+            ))
+        })
+}
+
+/// `POST /_replicate`.
+pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
+    crate::handlers::allow(&req.method, "POST")?;
+    crate::req::require_json(&req.headers)?;
+    let body = match req.json().await? {
+        Value::Object(m) => m,
+        _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
+    };
+    let r = Request::parse(&body)?;
+    if r.cancel {
+        if let Some(id) = &r.id {
+            return cancel(state, &req, id);
+        }
+    }
+    let (source, src_id) = endpoint(state, &req, r.source.as_ref().expect("parsed"), &r)?;
+    let (target, tgt_id) = endpoint(state, &req, r.target.as_ref().expect("parsed"), &r)?;
+    let filter = match (&r.options.filter, &r.filter_function) {
+        (Filter::All, _) => FilterId::None,
+        (Filter::DocIds(ids), _) => FilterId::DocIds(ids.clone()),
+        (Filter::Selector(s), _) => FilterId::Selector(s.clone()),
+        (Filter::Design { name, query_params }, None) => FilterId::Named {
+            code: name.clone(),
+            query_params: query_params.clone(),
+        },
+        (Filter::Design { query_params, .. }, Some((ddoc, fname))) => FilterId::Named {
+            code: filter_code(&source, ddoc, fname).await?,
+            query_params: query_params.clone(),
+        },
+    };
+    let (base, ext) = id::replication_id(&IdInput {
+        server_uuid: &state.config.server_uuid,
+        source: &src_id,
+        target: &tgt_id,
+        filter: &filter,
+        winning_revs_only: r.options.winning_revs_only,
+        continuous: r.options.continuous,
+        create_target: r.options.create_target,
+    });
+    let full = format!("{base}{ext}");
+    if r.cancel {
+        return cancel(state, &req, &full);
+    }
+    let running = Running {
+        stop: watch::channel(false).0,
+        progress: Default::default(),
+        user: req.user.name.clone(),
+        source: shown(&source),
+        target: shown(&target),
+        continuous: r.options.continuous,
+        checkpoint_interval: r.options.checkpoint_interval.as_millis() as u64,
+        started_on: crate::auth::now_secs(),
+        pid: state
+            .replications
+            .next_pid
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1,
+    };
+    let (stop_rx, progress, pid) = (
+        running.stop.subscribe(),
+        running.progress.clone(),
+        running.pid,
+    );
+    {
+        let mut jobs = state.replications.jobs.lock().unwrap();
+        if jobs.contains_key(&full) {
+            // Already running: CouchDB reuses the job.
+            if r.options.continuous {
+                return Ok(json(
+                    StatusCode::ACCEPTED,
+                    &json!({"ok": true, "_local_id": full}),
+                ));
+            }
+        }
+        jobs.insert(full.clone(), running);
+    }
+    let run = run_pair(source, target, base, r.options.clone(), progress, stop_rx);
+    if r.options.continuous {
+        let (st, id) = (state.clone(), full.clone());
+        tokio::spawn(async move {
+            if let Err(e) = run.await {
+                tracing::warn!(replication = %id, error = ?e, "continuous replication stopped");
+            }
+            st.replications.finished(&id, pid);
+        });
+        return Ok(json(
+            StatusCode::ACCEPTED,
+            &json!({"ok": true, "_local_id": full}),
+        ));
+    }
+    let outcome = run.await;
+    state.replications.finished(&full, pid);
+    let outcome = outcome?;
+    let mut out = Map::new();
+    out.insert("ok".into(), json!(true));
+    match outcome {
+        Outcome::NoChanges(log) => {
+            out.insert("no_changes".into(), json!(true));
+            for (k, v) in log
+                .as_ref()
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                if !k.starts_with('_') {
+                    out.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Outcome::Done { .. } if !r.options.use_checkpoints => {
+            out.insert("use_checkpoints".into(), json!(false));
+        }
+        Outcome::Done {
+            session_id,
+            source_last_seq,
+            history,
+        } => {
+            out.insert("session_id".into(), json!(session_id));
+            out.insert("source_last_seq".into(), source_last_seq);
+            out.insert("replication_id_version".into(), json!(id::VERSION));
+            out.insert("history".into(), Value::Array(history));
+        }
+    }
+    Ok(json(StatusCode::OK, &Value::Object(out)))
+}
+
+/// Runs a replication between any pair of endpoints.
+async fn run_pair(
+    source: Peer,
+    target: Peer,
+    base_id: String,
+    options: Options,
+    progress: Arc<Mutex<Progress>>,
+    stop: watch::Receiver<bool>,
+) -> ApiResult<Outcome> {
+    macro_rules! job {
+        ($s:expr, $t:expr) => {
+            Job {
+                source: $s,
+                target: $t,
+                base_id,
+                options,
+                progress,
+                stop,
+            }
+            .run()
+            .await
+        };
+    }
+    let outcome = match (source, target) {
+        (Peer::Local(s), Peer::Local(t)) => job!(s, t),
+        (Peer::Local(s), Peer::Remote(t)) => job!(s, t),
+        (Peer::Remote(s), Peer::Local(t)) => job!(s, t),
+        (Peer::Remote(s), Peer::Remote(t)) => job!(s, t),
+    };
+    Ok(outcome?)
+}
+
+/// Stops a running replication by full id.
+fn cancel(state: &AppState, req: &Req, id: &str) -> ApiResult<Response> {
+    let mut jobs = state.replications.jobs.lock().unwrap();
+    let Some(job) = jobs.get(id) else {
+        return Err(ApiError::NotFound("missing".into()));
+    };
+    if !req.user.is_server_admin() && job.user != req.user.name {
+        return Err(ApiError::unauthorized(
+            "Can't cancel a replication triggered by another user",
+        ));
+    }
+    let job = jobs.remove(id).expect("present");
+    let _ = job.stop.send(true);
+    Ok(json(StatusCode::OK, &json!({"ok": true, "_local_id": id})))
+}
+
+/// `SocketAddr` this server listens on, once known.
+pub type LocalAddr = std::sync::OnceLock<SocketAddr>;

@@ -1,0 +1,405 @@
+//! Replication (`POST /_replicate`) with the real binary: between databases of one server
+//! (in process) and between two servers over HTTP, in both directions.
+
+mod common;
+use common::{Server, ADMIN};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn bulk(s: &Server, db: &str, docs: Value, new_edits: bool) {
+    let r = s.post(
+        &format!("/{db}/_bulk_docs"),
+        &json!({"docs": docs, "new_edits": new_edits}).to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+}
+
+fn replicate(s: &Server, body: Value) -> (u16, Value) {
+    let r = s.post("/_replicate", &body.to_string());
+    (r.status, r.json())
+}
+
+/// An admin URL of a database of `s`.
+fn url(s: &Server, db: &str) -> String {
+    s.url
+        .replace("http://", &format!("http://{}:{}@", ADMIN.0, ADMIN.1))
+        + "/"
+        + db
+}
+
+/// Every document with every leaf revision and its body (deleted ones too), and the
+/// attachments' bytes: what replication must carry over exactly.
+fn contents(s: &Server, db: &str) -> Vec<Value> {
+    let changes = s.get(&format!("/{db}/_changes?style=all_docs")).json();
+    let mut out = Vec::new();
+    for row in changes["results"].as_array().unwrap() {
+        let id = row["id"].as_str().unwrap();
+        let mut revs: Vec<&str> = row["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["rev"].as_str().unwrap())
+            .collect();
+        revs.sort();
+        for rev in revs {
+            let enc = id.replace('/', "%2F");
+            let doc = s
+                .get(&format!("/{db}/{enc}?rev={rev}&revs=true&attachments=true"))
+                .json();
+            out.push(doc);
+        }
+    }
+    out.sort_by(|a, b| {
+        (a["_id"].as_str(), a["_rev"].as_str()).cmp(&(b["_id"].as_str(), b["_rev"].as_str()))
+    });
+    out
+}
+
+fn seed(s: &Server, db: &str) {
+    s.create_db(db);
+    bulk(
+        s,
+        db,
+        json!([
+            {"_id": "a", "n": 1},
+            {"_id": "b", "n": 2, "_attachments": {"bin.dat": {"content_type": "application/octet-stream", "data": "AAEC/f7/"}}},
+            {"_id": "c", "n": 3},
+            {"_id": "_design/d", "views": {"v": {"map": "function(d){emit(d.n)}"}}},
+        ]),
+        true,
+    );
+    // A conflict on `a` and a deletion of `c`.
+    bulk(
+        s,
+        db,
+        json!([{"_id": "a", "_rev": "1-00000000000000000000000000000001", "n": "other"}]),
+        false,
+    );
+    let c = s.get(&format!("/{db}/c")).json();
+    assert_eq!(
+        s.delete(&format!("/{db}/c?rev={}", c["_rev"].as_str().unwrap()))
+            .status,
+        200
+    );
+}
+
+#[test]
+fn one_shot_local_copies_conflicts_deletions_attachments_and_resumes() {
+    let s = Server::start();
+    seed(&s, "src");
+    let (status, r) = replicate(
+        &s,
+        json!({"source": "src", "target": "dst", "create_target": true}),
+    );
+    assert_eq!(status, 200, "{r}");
+    let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "ok",
+            "session_id",
+            "source_last_seq",
+            "replication_id_version",
+            "history"
+        ]
+    );
+    assert_eq!(r["replication_id_version"], 4);
+    let h = &r["history"][0];
+    let hkeys: Vec<&str> = h.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        hkeys,
+        [
+            "session_id",
+            "start_time",
+            "end_time",
+            "start_last_seq",
+            "end_last_seq",
+            "recorded_seq",
+            "missing_checked",
+            "missing_found",
+            "docs_read",
+            "docs_written",
+            "doc_write_failures",
+            "bulk_get_docs",
+            "bulk_get_attempts"
+        ]
+    );
+    assert_eq!(h["session_id"], r["session_id"]);
+    assert_eq!(h["start_last_seq"], 0);
+    assert_eq!(
+        (h["docs_read"].as_u64(), h["docs_written"].as_u64()),
+        (Some(5), Some(5))
+    );
+    assert_eq!(contents(&s, "src"), contents(&s, "dst"));
+    let conflicts = s.get("/dst/a?conflicts=true").json();
+    assert_eq!(conflicts["_conflicts"].as_array().map(Vec::len), Some(1));
+
+    // Nothing new: no changes, with the last checkpoint's fields.
+    let (_, again) = replicate(&s, json!({"source": "src", "target": "dst"}));
+    assert_eq!(again["no_changes"], true, "{again}");
+    assert_eq!(again["source_last_seq"], r["source_last_seq"]);
+
+    // An incremental pass reads only the new changes, from the checkpoint.
+    bulk(&s, "src", json!([{"_id": "e", "n": 5}]), true);
+    let (_, inc) = replicate(&s, json!({"source": "src", "target": "dst"}));
+    assert_eq!(inc["history"].as_array().unwrap().len(), 2, "{inc}");
+    assert_eq!(inc["history"][0]["start_last_seq"], r["source_last_seq"]);
+    assert_eq!(inc["history"][0]["docs_read"], 1);
+    assert_eq!(contents(&s, "src"), contents(&s, "dst"));
+
+    // Both sides hold the checkpoint under the base id.
+    let (_, with_ids) = replicate(
+        &s,
+        json!({"source": "src", "target": "dst", "continuous": true}),
+    );
+    let full = with_ids["_local_id"].as_str().unwrap().to_string();
+    assert!(full.ends_with("+continuous"), "{full}");
+    let cancelled = s.post(
+        "/_replicate",
+        &json!({"replication_id": full, "cancel": true}).to_string(),
+    );
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    let local_ids = |db: &str| -> Vec<String> {
+        s.get(&format!("/{db}/_local_docs")).json()["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(local_ids("src").len(), 1);
+    assert_eq!(local_ids("src"), local_ids("dst"));
+}
+
+#[test]
+fn two_servers_push_and_pull_over_http() {
+    let a = Server::start();
+    let b = Server::start();
+    seed(&a, "db");
+    b.create_db("db");
+    bulk(
+        &b,
+        "db",
+        json!([{"_id": "from-b", "n": 9}, {"_id": "a", "n": "b's own"}]),
+        true,
+    );
+
+    // a pushes to b (a runs it: remote target), then b pulls from a (remote source).
+    let (status, push) = replicate(&a, json!({"source": "db", "target": url(&b, "db")}));
+    assert_eq!(status, 200, "{push}");
+    let (status, pull) = replicate(
+        &b,
+        json!({"source": url(&a, "db"), "target": url(&b, "db")}),
+    );
+    assert_eq!(status, 200, "{pull}");
+    assert_eq!(pull["no_changes"], Value::Null, "{pull}");
+    // and back: b's documents (and its branch of `a`) reach a.
+    let (status, back) = replicate(&b, json!({"source": "db", "target": url(&a, "db")}));
+    assert_eq!(status, 200, "{back}");
+    assert_eq!(contents(&a, "db"), contents(&b, "db"));
+    let conflicts = a.get("/db/a?conflicts=true").json();
+    assert_eq!(
+        conflicts["_conflicts"].as_array().map(Vec::len),
+        Some(2),
+        "{conflicts}"
+    );
+    // The same winner on both servers.
+    assert_eq!(a.get("/db/a").json(), b.get("/db/a").json());
+}
+
+#[test]
+fn filters_doc_ids_and_selector() {
+    let s = Server::start();
+    s.create_db("src");
+    bulk(
+        &s,
+        "src",
+        json!([{"_id": "a", "k": 1}, {"_id": "b", "k": 2}, {"_id": "c/d", "k": 3}]),
+        true,
+    );
+    let (status, r) = replicate(
+        &s,
+        json!({"source": "src", "target": "by_ids", "create_target": true, "doc_ids": ["c%2Fd", "a", "nope"]}),
+    );
+    assert_eq!(status, 200, "{r}");
+    let ids = |db: &str| -> Vec<String> {
+        s.get(&format!("/{db}/_all_docs")).json()["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids("by_ids"), ["a", "c/d"]);
+    let (status, r) = replicate(
+        &s,
+        json!({"source": "src", "target": "by_sel", "create_target": true, "selector": {"k": {"$gte": 2}}}),
+    );
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(ids("by_sel"), ["b", "c/d"]);
+}
+
+#[test]
+fn target_refusals_are_counted_not_fatal() {
+    let s = Server::start();
+    s.create_db("src");
+    s.create_db("dst");
+    bulk(
+        &s,
+        "src",
+        json!([{"_id": "ok1"}, {"_id": "bad1", "bad": true}, {"_id": "ok2"}]),
+        true,
+    );
+    let vdu = json!({"validate_doc_update": "function(n){ if (n.bad) throw({forbidden: 'no bad docs'}); }"});
+    assert_eq!(s.put("/dst/_design/v", &vdu.to_string()).status, 201);
+    let (status, r) = replicate(&s, json!({"source": "src", "target": "dst"}));
+    assert_eq!(status, 200, "{r}");
+    let h = &r["history"][0];
+    assert_eq!(
+        (
+            h["docs_read"].as_u64(),
+            h["docs_written"].as_u64(),
+            h["doc_write_failures"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1)),
+        "{r}"
+    );
+    assert_eq!(s.get("/dst/bad1").status, 404);
+}
+
+#[test]
+fn continuous_replication_follows_writes_until_cancelled() {
+    let s = Server::start();
+    s.create_db("src");
+    s.create_db("dst");
+    let (status, r) = replicate(
+        &s,
+        json!({"source": "src", "target": "dst", "continuous": true}),
+    );
+    assert_eq!(status, 202, "{r}");
+    let id = r["_local_id"].as_str().unwrap().to_string();
+    bulk(&s, "src", json!([{"_id": "live", "n": 1}]), true);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.get("/dst/live").status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the write never reached the target"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let tasks = s.get("/_active_tasks").json();
+    let task = tasks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type"] == "replication")
+        .expect("a replication task")
+        .clone();
+    assert_eq!(task["replication_id"], id);
+    assert_eq!(task["continuous"], true);
+    assert_eq!(task["source"], format!("{}/src/", s.url));
+    // The same request again reuses the running job.
+    let (status, same) = replicate(
+        &s,
+        json!({"source": "src", "target": "dst", "continuous": true}),
+    );
+    assert_eq!((status, &same["_local_id"]), (202, &json!(id)));
+    // Cancel by the request's body, then by id: the second finds nothing.
+    let r = s.post(
+        "/_replicate",
+        &json!({"source": "src", "target": "dst", "continuous": true, "cancel": true}).to_string(),
+    );
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"ok": true, "_local_id": id}))
+    );
+    let r = s.post(
+        "/_replicate",
+        &json!({"replication_id": id, "cancel": true}).to_string(),
+    );
+    assert_eq!(
+        (r.status, r.json()),
+        (404, json!({"error": "not_found", "reason": "missing"}))
+    );
+    assert!(s
+        .get("/_active_tasks")
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["type"] != "replication"));
+}
+
+#[test]
+fn request_errors() {
+    let s = Server::start();
+    s.create_db("src");
+    let cases = [
+        (
+            json!({"source": "src", "target": "x", "continuous": "yes"}),
+            400,
+            "bad_request",
+            "parameter `continuous` must be a boolean",
+        ),
+        (
+            json!({"source": "src", "target": "x", "doc_ids": ["a"], "filter": "d/f"}),
+            400,
+            "bad_request",
+            "`doc_ids`,`filter`,`selector` are mutually exclusive",
+        ),
+        (
+            json!({"source": "src", "target": "x", "create_target_params": 1}),
+            400,
+            "bad_request",
+            "parameter `create_target_params` must be a JSON object",
+        ),
+        (
+            json!({"source": "src", "target": "x", "selector": []}),
+            400,
+            "bad_request",
+            "parameter `selector` must be a JSON object",
+        ),
+        (
+            json!({"source": "src"}),
+            500,
+            "error",
+            "Missing replicator database",
+        ),
+        (
+            json!({"source": "src", "target": "x", "filter": "nofilter"}),
+            500,
+            "error",
+            "Invalid filter. Must match `ddocname/filtername`.",
+        ),
+        (
+            json!({"source": "missing", "target": "x"}),
+            404,
+            "db_not_found",
+            "could not open {url}/missing/",
+        ),
+        (
+            json!({"source": "src", "target": "nosuch"}),
+            404,
+            "db_not_found",
+            "could not open {url}/nosuch/",
+        ),
+    ];
+    for (body, status, error, reason) in cases {
+        let reason = reason.replace("{url}", &s.url);
+        let r = s.post("/_replicate", &body.to_string());
+        assert_eq!(
+            (r.status, r.json()),
+            (status, json!({"error": error, "reason": reason})),
+            "{body}"
+        );
+    }
+    // A peer that refuses the credentials fails the replication with its 401.
+    let bad = s.url.replace("http://", "http://admin:wrong@") + "/src";
+    let r = s.post(
+        "/_replicate",
+        &json!({"source": bad, "target": "src"}).to_string(),
+    );
+    assert_eq!(r.status, 401, "{}", r.text);
+    let r = s.req("GET", "/_replicate", None);
+    assert_eq!(r.status, 405);
+}
