@@ -19,6 +19,18 @@ pub struct Stats {
     pub bulk_get_attempts: u64,
 }
 
+impl Stats {
+    pub fn add(&mut self, o: &Stats) {
+        self.revisions_checked += o.revisions_checked;
+        self.missing_revisions_found += o.missing_revisions_found;
+        self.docs_read += o.docs_read;
+        self.docs_written += o.docs_written;
+        self.doc_write_failures += o.doc_write_failures;
+        self.bulk_get_docs += o.bulk_get_docs;
+        self.bulk_get_attempts += o.bulk_get_attempts;
+    }
+}
+
 /// The seq to start from given the checkpoints found on the source and the target: the
 /// source's `source_last_seq` when both record the same last session, else the
 /// `recorded_seq` of the newest session both histories share, else from the start (`0`).

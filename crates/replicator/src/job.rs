@@ -6,6 +6,7 @@
 use crate::checkpoint::{self, Session, Stats};
 use crate::endpoint::{ChangeRow, Endpoint, Filter, Wait};
 use crate::Result;
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +23,8 @@ pub struct Options {
     pub checkpoint_interval: Duration,
     /// Changes read, and documents fetched and written, per batch.
     pub batch_size: usize,
+    /// Batches copied at once (`worker_processes`).
+    pub workers: usize,
     /// Copy only each document's winning revision.
     pub winning_revs_only: bool,
     pub create_target: bool,
@@ -37,6 +40,7 @@ impl Default for Options {
             use_checkpoints: true,
             checkpoint_interval: Duration::from_secs(30),
             batch_size: 500,
+            workers: 4,
             winning_revs_only: false,
             create_target: false,
             create_target_params: Map::new(),
@@ -118,13 +122,9 @@ fn httpdate(t: std::time::SystemTime) -> String {
 }
 
 impl<S: Endpoint, T: Endpoint> Job<S, T> {
-    fn stopped(&self) -> bool {
-        *self.stop.borrow()
-    }
-
     /// Runs the replication: to the end of the source's changes (one-shot), or until
     /// stopped (continuous).
-    pub async fn run(mut self) -> Result<Outcome> {
+    pub async fn run(self) -> Result<Outcome> {
         let source_info = self.source.info().await?;
         if self.options.create_target {
             self.target
@@ -154,44 +154,62 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         let session_id = hex::encode(rand::random::<[u8; 16]>());
         let start_time = now_rfc1123();
         let mut stats = Stats::default();
+        // `current`: every change up to it is copied (checkpoints record it); `read`: where
+        // the next changes read starts. Up to `workers` batches are copied at once, and
+        // finish in the order they were read.
         let mut current = start.clone();
+        let mut read = start.clone();
         let mut recorded = start.clone();
         let mut last_checkpoint = Instant::now();
         let mut changed = false;
-        loop {
-            if self.stopped() {
-                break;
+        let mut exhausted = false;
+        let mut stop = self.stop.clone();
+        let this = &self;
+        let mut inflight = FuturesOrdered::new();
+        'run: loop {
+            while !exhausted && !*stop.borrow() && inflight.len() < this.options.workers.max(1) {
+                let wait = if this.options.continuous && inflight.is_empty() {
+                    Wait::UpTo(10_000)
+                } else {
+                    Wait::No
+                };
+                let batch = tokio::select! {
+                    b = this.source.changes(&read, this.options.batch_size, &this.options.filter, wait) => b?,
+                    _ = stop.changed() => break 'run,
+                };
+                let full = batch.rows.len() >= this.options.batch_size;
+                if batch.rows.is_empty() {
+                    if inflight.is_empty() {
+                        // Changes a filter dropped still move the feed on.
+                        current = batch.last_seq.clone();
+                    }
+                } else {
+                    changed = true;
+                    let seq = batch.last_seq.clone();
+                    inflight.push_back(async move { (this.copy(&batch.rows).await, seq) });
+                }
+                read = batch.last_seq;
+                if !full {
+                    exhausted = !this.options.continuous;
+                    break;
+                }
             }
-            let wait = if self.options.continuous {
-                Wait::UpTo(10_000)
-            } else {
-                Wait::No
+            let Some((copied, seq)) = inflight.next().await else {
+                if exhausted || *stop.borrow() {
+                    break;
+                }
+                continue;
             };
-            let batch = tokio::select! {
-                b = self.source.changes(&current, self.options.batch_size, &self.options.filter, wait) => b?,
-                _ = self.stop.changed() => break,
-            };
-            if !batch.rows.is_empty() {
-                changed = true;
-                self.copy(&batch.rows, &mut stats).await?;
-            }
-            let done = batch.rows.len() < self.options.batch_size;
-            if batch.rows.is_empty() && batch.last_seq == current && !self.options.continuous {
-                break;
-            }
-            current = batch.last_seq;
+            stats.add(&copied?);
+            current = seq;
             {
-                let mut p = self.progress.lock().unwrap();
+                let mut p = this.progress.lock().unwrap();
                 p.stats = stats.clone();
                 p.through_seq = current.clone();
             }
-            let due = last_checkpoint.elapsed() >= self.options.checkpoint_interval;
-            if self.options.use_checkpoints
-                && changed
-                && (due || (done && self.options.continuous))
-                && current != recorded
-            {
-                self.checkpoint(
+            let due = last_checkpoint.elapsed() >= this.options.checkpoint_interval;
+            if this.options.use_checkpoints && due && current != recorded {
+                this.checkpoint(
                     &mut source_log,
                     &mut target_log,
                     &session_id,
@@ -204,9 +222,11 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
                 recorded = current.clone();
                 last_checkpoint = Instant::now();
             }
-            if done && !self.options.continuous {
-                break;
-            }
+        }
+        // Stopped: what is in flight still finishes, so that the checkpoint covers it.
+        while let Some((copied, seq)) = inflight.next().await {
+            stats.add(&copied?);
+            current = seq;
         }
         if !changed {
             return Ok(Outcome::NoChanges(source_log));
@@ -248,8 +268,9 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         })
     }
 
-    /// Copies the revisions of `rows` the target lacks.
-    async fn copy(&self, rows: &[ChangeRow], stats: &mut Stats) -> Result<()> {
+    /// Copies the revisions of `rows` the target lacks; what it counted.
+    async fn copy(&self, rows: &[ChangeRow]) -> Result<Stats> {
+        let mut stats = Stats::default();
         let asked: Vec<(String, Vec<String>)> = rows
             .iter()
             .map(|r| {
@@ -272,7 +293,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             .collect();
         stats.missing_revisions_found += wanted.len() as u64;
         if wanted.is_empty() {
-            return Ok(());
+            return Ok(stats);
         }
         stats.bulk_get_attempts += wanted.len() as u64;
         let docs = self.source.bulk_get(wanted).await?;
@@ -290,7 +311,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         stats.doc_write_failures += failures.len() as u64;
         stats.docs_written += n - failures.len() as u64;
-        Ok(())
+        Ok(stats)
     }
 
     #[allow(clippy::too_many_arguments)]

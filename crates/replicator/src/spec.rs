@@ -200,6 +200,7 @@ impl Request {
             use_checkpoints: body.get("use_checkpoints") != Some(&Value::Bool(false)),
             checkpoint_interval: ms("checkpoint_interval", 30_000)?,
             batch_size: integer(body, "worker_batch_size", 500)?.max(1) as usize,
+            workers: integer(body, "worker_processes", 4)?.clamp(1, 64) as usize,
             winning_revs_only,
             create_target,
             create_target_params,
