@@ -17,6 +17,7 @@ mod replication;
 mod reply;
 mod req;
 mod router;
+mod scheduler;
 
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
@@ -61,6 +62,7 @@ pub struct Inner {
     uuids: Mutex<Option<settee_core::uuids::Generator>>,
     tasks: handlers::database::Tasks,
     replications: replication::Replications,
+    scheduler_docs: scheduler::Docs,
     /// The address the server listens on, once bound (replication endpoints naming it are
     /// this server's own databases).
     local_addr: replication::LocalAddr,
@@ -92,10 +94,16 @@ impl AppState {
             uuids: Mutex::new(None),
             tasks: Default::default(),
             replications: Default::default(),
+            scheduler_docs: Default::default(),
             local_addr: Default::default(),
         }));
         state.apply_settings();
         state
+    }
+
+    /// Starts the replication scheduler (`_replicator`); needs the Tokio runtime.
+    pub fn start_scheduler(&self) {
+        scheduler::start(self);
     }
 
     /// Records the address the server listens on.

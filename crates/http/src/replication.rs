@@ -325,6 +325,7 @@ struct Running {
     checkpoint_interval: u64,
     started_on: u64,
     pid: u64,
+    origin: Option<Origin>,
 }
 
 /// The replications running on this server, by full replication id.
@@ -335,6 +336,76 @@ pub struct Replications {
 }
 
 impl Replications {
+    /// Stops a replication (the scheduler's stop; `cancel` checks ownership first).
+    pub(crate) fn stop(&self, id: &str) {
+        if let Some(job) = self.jobs.lock().unwrap().remove(id) {
+            let _ = job.stop.send(true);
+        }
+    }
+
+    pub(crate) fn is_running(&self, id: &str) -> bool {
+        self.jobs.lock().unwrap().contains_key(id)
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.jobs.lock().unwrap().len()
+    }
+
+    /// A running replication's statistics, as `_scheduler` shows them (`info`).
+    pub(crate) fn info(&self, id: &str) -> Option<Value> {
+        let jobs = self.jobs.lock().unwrap();
+        let p = jobs.get(id)?.progress.lock().unwrap().clone();
+        let s = &p.stats;
+        Some(json!({
+            "revisions_checked": s.revisions_checked,
+            "missing_revisions_found": s.missing_revisions_found,
+            "docs_read": s.docs_read,
+            "docs_written": s.docs_written,
+            "changes_pending": p.changes_pending,
+            "doc_write_failures": s.doc_write_failures,
+            "bulk_get_docs": s.bulk_get_docs,
+            "bulk_get_attempts": s.bulk_get_attempts,
+            "checkpointed_source_seq": p.checkpointed_source_seq,
+            "source_seq": p.source_seq,
+            "through_seq": p.through_seq,
+        }))
+    }
+
+    /// `_scheduler/jobs` entries, by id.
+    pub(crate) fn jobs_json(&self) -> Vec<Value> {
+        let ids: Vec<String> = {
+            let mut ids: Vec<String> = self.jobs.lock().unwrap().keys().cloned().collect();
+            ids.sort();
+            ids
+        };
+        ids.into_iter()
+            .filter_map(|id| {
+                let info = self.info(&id)?;
+                let jobs = self.jobs.lock().unwrap();
+                let r = jobs.get(&id)?;
+                let started = settee_replicator::job::iso8601(
+                    std::time::UNIX_EPOCH + Duration::from_secs(r.started_on),
+                );
+                Some(json!({
+                    "id": id,
+                    "pid": format!("<0.{}.0>", r.pid),
+                    "source": r.source,
+                    "target": r.target,
+                    "database": r.origin.as_ref().map(|o| o.database.clone()),
+                    "user": r.user,
+                    "doc_id": r.origin.as_ref().map(|o| o.doc_id.clone()),
+                    "info": info,
+                    "history": [
+                        {"timestamp": started, "type": "started"},
+                        {"timestamp": started, "type": "added"},
+                    ],
+                    "node": "nonode@nohost",
+                    "start_time": started,
+                }))
+            })
+            .collect()
+    }
+
     /// Forgets a replication that ended, unless another has taken its id since.
     fn finished(&self, id: &str, pid: u64) {
         let mut jobs = self.jobs.lock().unwrap();
@@ -361,8 +432,8 @@ impl Replications {
                     "checkpoint_interval": r.checkpoint_interval,
                     "checkpointed_source_seq": p.checkpointed_source_seq,
                     "continuous": r.continuous,
-                    "database": null,
-                    "doc_id": null,
+                    "database": r.origin.as_ref().map(|o| o.database.clone()),
+                    "doc_id": r.origin.as_ref().map(|o| o.doc_id.clone()),
                     "doc_write_failures": s.doc_write_failures,
                     "docs_read": s.docs_read,
                     "docs_written": s.docs_written,
@@ -470,10 +541,37 @@ fn user_of(
         })
 }
 
+/// Who asks for a replication: their user and the credentials CouchDB forwards for bare
+/// database names (`None` where bare names are refused: `_replicator` documents).
+pub(crate) struct Caller {
+    pub user: UserCtx,
+    pub forwarded: Option<(String, String)>,
+}
+
+impl Caller {
+    fn of(req: &Req) -> Caller {
+        let cookie = req
+            .header("cookie")
+            .and_then(|c| {
+                c.split(';')
+                    .map(str::trim)
+                    .find(|p| p.starts_with("AuthSession="))
+            })
+            .unwrap_or("");
+        Caller {
+            user: req.user.clone(),
+            forwarded: Some((
+                req.header("authorization").unwrap_or("").to_string(),
+                cookie.to_string(),
+            )),
+        }
+    }
+}
+
 /// An endpoint of a request: its peer and its replication-id identity.
 fn endpoint(
     state: &AppState,
-    req: &Req,
+    caller: &Caller,
     spec: &PeerSpec,
     r: &Request,
 ) -> ApiResult<(Peer, EndpointId)> {
@@ -481,23 +579,15 @@ fn endpoint(
         PeerSpec::Name(name) => {
             // CouchDB 3 turns a bare name into a URL of itself carrying the caller's
             // `Authorization` and session cookie; its id is computed from that.
+            let Some((authorization, cookie)) = &caller.forwarded else {
+                return Err(RepError::Invalid("local_endpoints_not_supported".into()).into());
+            };
             let addr = state
                 .local_addr()
                 .map_or("127.0.0.1:5984".to_string(), |a| a.to_string());
             let url = format!("http://{addr}/{}", crate::location::url_encode(name));
             let mut headers = Map::new();
-            headers.insert(
-                "authorization".into(),
-                json!(req.header("authorization").unwrap_or("")),
-            );
-            let cookie = req
-                .header("cookie")
-                .and_then(|c| {
-                    c.split(';')
-                        .map(str::trim)
-                        .find(|p| p.starts_with("AuthSession="))
-                })
-                .unwrap_or("");
+            headers.insert("authorization".into(), json!(authorization));
             headers.insert("cookie".into(), json!(cookie));
             let eid = EndpointId::new(&url, &headers, None)
                 .ok_or_else(|| ApiError::bad_request("invalid endpoint"))?;
@@ -505,7 +595,7 @@ fn endpoint(
                 Peer::Local(LocalDb {
                     state: state.clone(),
                     name: name.clone(),
-                    user: req.user.clone(),
+                    user: caller.user.clone(),
                     url: format!("{url}/"),
                 }),
                 eid,
@@ -591,22 +681,30 @@ async fn filter_code(source: &Peer, ddoc: &str, name: &str) -> ApiResult<String>
         })
 }
 
-/// `POST /_replicate`.
-pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
-    crate::handlers::allow(&req.method, "POST")?;
-    crate::req::require_json(&req.headers)?;
-    let body = match req.json().await? {
-        Value::Object(m) => m,
-        _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
-    };
-    let r = Request::parse(&body)?;
-    if r.cancel {
-        if let Some(id) = &r.id {
-            return cancel(state, &req, id);
-        }
+/// A replication ready to run: its endpoints and ids.
+pub(crate) struct Prepared {
+    source: Peer,
+    target: Peer,
+    base: String,
+    pub full: String,
+    pub options: Options,
+}
+
+impl Prepared {
+    pub fn source(&self) -> String {
+        shown(&self.source)
     }
-    let (source, src_id) = endpoint(state, &req, r.source.as_ref().expect("parsed"), &r)?;
-    let (target, tgt_id) = endpoint(state, &req, r.target.as_ref().expect("parsed"), &r)?;
+
+    pub fn target(&self) -> String {
+        shown(&self.target)
+    }
+}
+
+/// Builds a replication's endpoints and computes its id.
+pub(crate) async fn prepare(state: &AppState, caller: &Caller, r: &Request) -> ApiResult<Prepared> {
+    let missing = || ApiError::from(RepError::Invalid("Missing replicator database".into()));
+    let (source, src_id) = endpoint(state, caller, r.source.as_ref().ok_or_else(missing)?, r)?;
+    let (target, tgt_id) = endpoint(state, caller, r.target.as_ref().ok_or_else(missing)?, r)?;
     let filter = match (&r.options.filter, &r.filter_function) {
         (Filter::All, _) => FilterId::None,
         (Filter::DocIds(ids), _) => FilterId::DocIds(ids.clone()),
@@ -629,24 +727,46 @@ pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
         continuous: r.options.continuous,
         create_target: r.options.create_target,
     });
-    let full = format!("{base}{ext}");
-    if r.cancel {
-        return cancel(state, &req, &full);
-    }
+    Ok(Prepared {
+        source,
+        target,
+        full: format!("{base}{ext}"),
+        base,
+        options: r.options.clone(),
+    })
+}
+
+/// Where a replication comes from: a `_replicator` document, or `_replicate` (`None`).
+#[derive(Clone)]
+pub(crate) struct Origin {
+    pub database: String,
+    pub doc_id: String,
+}
+
+/// Registers a prepared replication as running and returns the future that runs it (and
+/// forgets it when done). `None` if a replication with that id is running already.
+pub(crate) fn launch(
+    state: &AppState,
+    p: Prepared,
+    user: Option<String>,
+    origin: Option<Origin>,
+) -> Option<impl std::future::Future<Output = ApiResult<Outcome>> + Send + 'static> {
+    let now = crate::auth::now_secs();
     let running = Running {
         stop: watch::channel(false).0,
         progress: Default::default(),
-        user: req.user.name.clone(),
-        source: shown(&source),
-        target: shown(&target),
-        continuous: r.options.continuous,
-        checkpoint_interval: r.options.checkpoint_interval.as_millis() as u64,
-        started_on: crate::auth::now_secs(),
+        user,
+        source: p.source(),
+        target: p.target(),
+        continuous: p.options.continuous,
+        checkpoint_interval: p.options.checkpoint_interval.as_millis() as u64,
+        started_on: now,
         pid: state
             .replications
             .next_pid
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1,
+        origin,
     };
     let (stop_rx, progress, pid) = (
         running.stop.subscribe(),
@@ -655,34 +775,65 @@ pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
     );
     {
         let mut jobs = state.replications.jobs.lock().unwrap();
-        if jobs.contains_key(&full) {
-            // Already running: CouchDB reuses the job.
-            if r.options.continuous {
-                return Ok(json(
-                    StatusCode::ACCEPTED,
-                    &json!({"ok": true, "_local_id": full}),
-                ));
-            }
+        if jobs.contains_key(&p.full) {
+            return None;
         }
-        jobs.insert(full.clone(), running);
+        jobs.insert(p.full.clone(), running);
     }
-    let run = run_pair(source, target, base, r.options.clone(), progress, stop_rx);
+    let (st, id) = (state.clone(), p.full.clone());
+    Some(async move {
+        let outcome = run_pair(p.source, p.target, p.base, p.options, progress, stop_rx).await;
+        st.replications.finished(&id, pid);
+        outcome
+    })
+}
+
+/// `POST /_replicate`.
+pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
+    // CouchDB reads the body as a JSON object before it looks at the method.
+    if !crate::handlers::unavailable::has_body(&req) {
+        return Err(ApiError::bad_request("Missing request body"));
+    }
+    let body = match req.json().await? {
+        Value::Object(m) => m,
+        _ => return Err(ApiError::bad_request("Request body must be a JSON object")),
+    };
+    crate::handlers::allow(&req.method, "POST")?;
+    crate::req::require_json(&req.headers)?;
+    let r = Request::parse(&body)?;
+    if r.cancel {
+        if let Some(id) = &r.id {
+            return cancel(state, &req, id);
+        }
+    }
+    let prepared = prepare(state, &Caller::of(&req), &r).await?;
+    let full = prepared.full.clone();
+    if r.cancel {
+        return cancel(state, &req, &full);
+    }
+    let accepted = || {
+        json(
+            StatusCode::ACCEPTED,
+            &json!({"ok": true, "_local_id": full}),
+        )
+    };
+    let Some(run) = launch(state, prepared, req.user.name.clone(), None) else {
+        // Already running: CouchDB reuses the job.
+        if r.options.continuous {
+            return Ok(accepted());
+        }
+        return Err(RepError::Invalid(format!("Replication `{full}` is already running")).into());
+    };
     if r.options.continuous {
-        let (st, id) = (state.clone(), full.clone());
+        let id = full.clone();
         tokio::spawn(async move {
             if let Err(e) = run.await {
                 tracing::warn!(replication = %id, error = ?e, "continuous replication stopped");
             }
-            st.replications.finished(&id, pid);
         });
-        return Ok(json(
-            StatusCode::ACCEPTED,
-            &json!({"ok": true, "_local_id": full}),
-        ));
+        return Ok(accepted());
     }
-    let outcome = run.await;
-    state.replications.finished(&full, pid);
-    let outcome = outcome?;
+    let outcome = run.await?;
     let mut out = Map::new();
     out.insert("ok".into(), json!(true));
     match outcome {

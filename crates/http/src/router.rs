@@ -354,7 +354,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Utils(file) => unavailable::utils(&req, file),
         Endpoint::Replicate(false) => crate::replication::replicate(&state, req).await,
         Endpoint::Replicate(true) => unavailable::replicate(req, true).await,
-        Endpoint::Scheduler(rest) => unavailable::scheduler(&req, &rest),
+        Endpoint::Scheduler(rest) => crate::scheduler::scheduler(&state, &req, &rest),
         Endpoint::Reshard(rest) => unavailable::reshard(&req, &rest),
         Endpoint::ClusterSetup => unavailable::cluster_setup(req).await,
         Endpoint::SearchAnalyze => unavailable::search_analyze(req).await,

@@ -89,7 +89,14 @@ fn now_rfc1123() -> String {
     httpdate(std::time::SystemTime::now())
 }
 
-fn httpdate(t: std::time::SystemTime) -> String {
+/// `2026-11-25T03:05:00Z`, as the scheduler shows times.
+pub fn iso8601(t: std::time::SystemTime) -> String {
+    let (year, month, d, h, m, s, _) = civil(t);
+    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
+}
+
+/// (year, month, day, hour, minute, second, days since the epoch) of a UTC time.
+fn civil(t: std::time::SystemTime) -> (i64, i64, i64, u64, u64, u64, u64) {
     let secs = t
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -105,6 +112,11 @@ fn httpdate(t: std::time::SystemTime) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, d, h, m, s, days)
+}
+
+fn httpdate(t: std::time::SystemTime) -> String {
+    let (year, month, d, h, m, s, days) = civil(t);
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",

@@ -117,6 +117,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         // (the test harness, scripts) which port the kernel chose.
         let local = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
         state.set_local_addr(local);
+        state.start_scheduler();
         eprintln!(
             "Settee {} listening on http://{local}",
             env!("CARGO_PKG_VERSION")

@@ -409,28 +409,23 @@ fn replication_routes_keep_couchdbs_grammar() {
     let body = r#"{"source": "a", "target": "b"}"#;
     assert_eq!(
         sj(&s.post("/_replicate", body)),
-        err(
-            501,
-            "not_implemented",
-            "replication is not supported by this Settee version"
-        )
+        err(404, "db_not_found", &format!("could not open {}/a/", s.url))
     );
 
     // couch_replicator_httpd:handle_scheduler_req
-    let absent = err(
-        501,
-        "not_implemented",
-        "the replication scheduler is not supported by this Settee version",
-    );
+    let empty_jobs = (200, json!({"total_rows": 0, "offset": 0, "jobs": []}));
+    let empty_docs = (200, json!({"total_rows": 0, "offset": 0, "docs": []}));
+    assert_eq!(sj(&s.get("/_scheduler/jobs")), empty_jobs);
+    assert_eq!(sj(&s.get("/_scheduler/docs")), empty_docs);
+    assert_eq!(sj(&s.get("/_scheduler/docs/_replicator")), empty_docs);
+    let missing = err(404, "not_found", "missing");
     for path in [
-        "/_scheduler/jobs",
         "/_scheduler/jobs/abc",
-        "/_scheduler/docs",
-        "/_scheduler/docs/_replicator",
+        "/_scheduler/docs/_replicator/x",
         "/_scheduler/docs/a/_replicator/x",
         "/_scheduler/docs/a%2F_replicator/x",
     ] {
-        assert_eq!(sj(&s.get(path)), absent, "{path}");
+        assert_eq!(sj(&s.get(path)), missing, "{path}");
     }
     for path in ["/_scheduler", "/_scheduler/foo", "/_scheduler/jobs/a/b"] {
         assert_eq!(

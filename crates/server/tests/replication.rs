@@ -400,6 +400,119 @@ fn request_errors() {
         &json!({"source": bad, "target": "src"}).to_string(),
     );
     assert_eq!(r.status, 401, "{}", r.text);
-    let r = s.req("GET", "/_replicate", None);
+    let r = s.req("GET", "/_replicate", Some("{}"));
     assert_eq!(r.status, 405);
+}
+
+/// Polls `f` until it returns `Some`, for up to 30 s.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn replicator_documents_run_complete_and_fail() {
+    let s = Server::start();
+    seed(&s, "src");
+    let doc = json!({"source": url(&s, "src"), "target": url(&s, "dst"), "create_target": true});
+    assert_eq!(s.put("/_replicator/once", &doc.to_string()).status, 201);
+    let done = eventually("the one-shot replication to complete", || {
+        let d = s.get("/_replicator/once").json();
+        (d["_replication_state"] == "completed").then_some(d)
+    });
+    assert_eq!(done["_replication_stats"]["docs_written"], 5, "{done}");
+    assert!(done["_replication_state_time"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    assert_eq!(contents(&s, "src"), contents(&s, "dst"));
+    let shown = s.get("/_scheduler/docs/_replicator/once").json();
+    assert_eq!(shown["state"], "completed", "{shown}");
+    assert_eq!(
+        shown["source"],
+        format!("{}/src/", s.url.replace("http://", "http://admin:*****@"))
+    );
+
+    // Bare names are refused in replication documents, and a second document for the same
+    // replication as a running one fails.
+    assert_eq!(
+        s.put(
+            "/_replicator/bare",
+            &json!({"source": "src", "target": "dst"}).to_string()
+        )
+        .status,
+        201
+    );
+    let failed = eventually("the bare-name document to fail", || {
+        let d = s.get("/_replicator/bare").json();
+        (d["_replication_state"] == "failed").then_some(d)
+    });
+    assert!(
+        failed["_replication_state_reason"]
+            .as_str()
+            .unwrap()
+            .contains("local_endpoints_not_supported"),
+        "{failed}"
+    );
+    let live = json!({"source": url(&s, "src"), "target": url(&s, "dst"), "continuous": true});
+    assert_eq!(s.put("/_replicator/live", &live.to_string()).status, 201);
+    eventually("the continuous job", || {
+        let d = s.get("/_scheduler/docs/_replicator/live").json();
+        (d["state"] == "running").then_some(())
+    });
+    assert_eq!(s.put("/_replicator/twin", &live.to_string()).status, 201);
+    let twin = eventually("the duplicate to fail", || {
+        let d = s.get("/_replicator/twin").json();
+        (d["_replication_state"] == "failed").then_some(d)
+    });
+    let reason = twin["_replication_state_reason"].as_str().unwrap();
+    assert!(
+        reason.contains("already started, triggered by document `live`"),
+        "{reason}"
+    );
+    let jobs = s.get("/_scheduler/jobs").json();
+    assert_eq!(jobs["total_rows"], 1, "{jobs}");
+    assert_eq!(jobs["jobs"][0]["doc_id"], "live");
+    assert_eq!(jobs["jobs"][0]["database"], "_replicator");
+    // Deleting the document stops the replication.
+    let rev = s.get("/_replicator/live").json()["_rev"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        s.delete(&format!("/_replicator/live?rev={rev}")).status,
+        200
+    );
+    eventually("the job to stop", || {
+        (s.get("/_scheduler/jobs").json()["total_rows"] == 0).then_some(())
+    });
+}
+
+#[test]
+fn replicator_documents_restart_with_the_server() {
+    let peer = Server::start();
+    peer.create_db("src");
+    peer.create_db("dst");
+    bulk(&peer, "src", json!([{"_id": "before"}]), true);
+    let mut s = Server::start();
+    let doc = json!({"source": url(&peer, "src"), "target": url(&peer, "dst"), "continuous": true, "checkpoint_interval": 100});
+    assert_eq!(s.put("/_replicator/r", &doc.to_string()).status, 201);
+    eventually("the first document to arrive", || {
+        (peer.get("/dst/before").status == 200).then_some(())
+    });
+    s.stop();
+    let dir = s.take_dir();
+    let s = Server::start_in(dir.path());
+    bulk(&peer, "src", json!([{"_id": "after"}]), true);
+    eventually("a write made after the restart to arrive", || {
+        (peer.get("/dst/after").status == 200).then_some(())
+    });
+    let shown = s.get("/_scheduler/docs/_replicator/r").json();
+    assert_eq!(shown["state"], "running", "{shown}");
 }

@@ -57,7 +57,7 @@ pub fn utils(req: &Req, file: bool) -> ApiResult<Response> {
 }
 
 /// Whether the request carries a body at all (`Content-Length` or chunked).
-fn has_body(req: &Req) -> bool {
+pub(crate) fn has_body(req: &Req) -> bool {
     req.header("content-length").is_some() || req.header("transfer-encoding").is_some()
 }
 
@@ -76,26 +76,6 @@ pub async fn replicate(mut req: Req, extra: bool) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     crate::req::require_json(&req.headers)?;
     Err(absent("replication"))
-}
-
-/// `/_scheduler/jobs[/{id}]`, `/_scheduler/docs[/{db…}[/{docid}]]`.
-pub fn scheduler(req: &Req, rest: &[String]) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD")?;
-    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-    let replicator = |db: &str| db == "_replicator" || db.ends_with("/_replicator");
-    match rest.as_slice() {
-        ["jobs"] | ["jobs", _] | ["docs"] => {}
-        ["docs", db] | ["docs", db, _] if replicator(db) => {}
-        ["docs", path @ ..] => {
-            // Unencoded database paths: `a/b/_replicator[/docid]`.
-            let at = path.iter().position(|p| *p == "_replicator");
-            if !matches!(at, Some(i) if path.len() >= 2 && path.len() - i <= 2) {
-                return Err(ApiError::BadRequest(String::new()));
-            }
-        }
-        _ => return Ok(json(StatusCode::NOT_FOUND, &json!({"error": "not found"}))),
-    }
-    Err(absent("the replication scheduler"))
 }
 
 /// `/_reshard`, `/_reshard/state`, `/_reshard/jobs[/{id}[/state]]`.
