@@ -24,6 +24,8 @@ pub struct Admission {
     sec: SecurityObject,
     sec_json: Value,
     users_db: bool,
+    /// A replicator database (`_replicator`, `…/_replicator`): documents have owners.
+    replicator_db: bool,
     passwords: PasswordRules,
     limits: settee_js::Limits,
     /// `[couchdb] max_attachment_size`.
@@ -85,6 +87,7 @@ impl Admission {
             validator: None,
             db_name: db.name.clone(),
             users_db: crate::access::is_users_db(&state.node, &db.name),
+            replicator_db: db.name == "_replicator" || db.name.ends_with("/_replicator"),
             passwords: crate::auth::password_rules(&state.node),
         }
     }
@@ -112,7 +115,8 @@ impl Admission {
             self.validator = Some(load_validator(db, self.limits, self.users_db)?);
         }
         let has_vdu = matches!(&self.validator, Some(l) if l.validator.is_some());
-        let checks = !design && (self.users_db || has_vdu);
+        let owned = self.replicator_db && !self.sec.is_admin(&self.user);
+        let checks = !design && (self.users_db || has_vdu || owned);
         // The common case (no attachments, no rules) pays no read of the replaced revision.
         let old = if checks || doc.atts.is_some() {
             replaced(db, &id, doc, new_edits)?
@@ -140,6 +144,9 @@ impl Admission {
         }
         if self.users_db {
             self.users_rules(&id, doc, old.as_ref().map(|o| &o.body))?;
+        }
+        if owned {
+            self.owner_rules(doc, old.as_ref().map(|o| &o.body))?;
         }
         self.validate(db, &id, doc, old)
     }
@@ -200,6 +207,38 @@ impl Admission {
             UsersError::Denied(d) => d.into(),
         })?;
         body.shift_remove("_id");
+        doc.body =
+            settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
+        Ok(())
+    }
+}
+
+impl Admission {
+    /// Replication documents belong to the user who wrote them (CouchDB's replicator
+    /// `before_doc_update`): a member's document gets `owner` (their name) if it has none,
+    /// and nobody but database admins may write one owned by someone else.
+    fn owner_rules(&self, doc: &mut ParsedDoc, old: Option<&Map<String, Value>>) -> ApiResult<()> {
+        let me = self
+            .user
+            .name
+            .clone()
+            .map(Value::String)
+            .unwrap_or(Value::Null);
+        let foreign =
+            || ApiError::Forbidden("Can't update replication documents from other users.".into());
+        if old.and_then(|o| o.get("owner")).is_some_and(|o| *o != me) {
+            return Err(foreign());
+        }
+        let (body, stubs) = settee_core::split_stored(&doc.body);
+        let stubs = stubs.map(<[u8]>::to_vec);
+        let mut body: Map<String, Value> = serde_json::from_slice(body)
+            .map_err(|_| ApiError::bad_request("invalid document body"))?;
+        match body.get("owner") {
+            Some(o) if *o != me => return Err(foreign()),
+            Some(_) => return Ok(()),
+            None if doc.deleted => return Ok(()),
+            None => body.insert("owner".into(), me),
+        };
         doc.body =
             settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
         Ok(())

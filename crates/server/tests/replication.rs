@@ -516,3 +516,53 @@ fn replicator_documents_restart_with_the_server() {
     let shown = s.get("/_scheduler/docs/_replicator/r").json();
     assert_eq!(shown["state"], "running", "{shown}");
 }
+
+#[test]
+fn replicator_documents_belong_to_their_writers() {
+    let s = Server::start();
+    for name in ["bob", "eve"] {
+        let user = json!({"name": name, "password": "pw", "roles": [], "type": "user"});
+        let r = s.put(
+            &format!("/_users/org.couchdb.user:{name}"),
+            &user.to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let sec = json!({"members": {"names": ["bob", "eve"]}, "admins": {"roles": ["_admin"]}});
+    // The scheduler creates `_replicator` at start-up.
+    eventually("_replicator", || {
+        (s.get("/_replicator").status == 200).then_some(())
+    });
+    assert_eq!(
+        s.put("/_replicator/_security", &sec.to_string()).status,
+        200
+    );
+    // A document the scheduler fails at once (no target): ownership is what is tested.
+    let doc = json!({"source": "http://127.0.0.1:1/x"});
+    let r = s.as_user(
+        ("bob", "pw"),
+        "PUT",
+        "/_replicator/bobs",
+        Some(&doc.to_string()),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let stored = s.get("/_replicator/bobs").json();
+    assert_eq!(stored["owner"], "bob");
+    let forbidden = json!({"error": "forbidden", "reason": "Can't update replication documents from other users."});
+    let mut edit = stored.clone();
+    edit["note"] = json!("eve was here");
+    let r = s.as_user(
+        ("eve", "pw"),
+        "PUT",
+        "/_replicator/bobs",
+        Some(&edit.to_string()),
+    );
+    assert_eq!((r.status, r.json()), (403, forbidden.clone()));
+    let r = s.as_user(
+        ("eve", "pw"),
+        "PUT",
+        "/_replicator/fake",
+        Some(&json!({"source": "a", "owner": "bob"}).to_string()),
+    );
+    assert_eq!((r.status, r.json()), (403, forbidden));
+}
