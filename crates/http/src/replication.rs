@@ -98,9 +98,14 @@ impl Endpoint for LocalDb {
         })
     }
 
-    async fn create(&self, _params: &Map<String, Value>) -> RepResult<()> {
+    async fn create(&self, params: &Map<String, Value>) -> RepResult<()> {
         if self.state.couch.exists(&self.name) {
             return Ok(());
+        }
+        if params.get("partitioned") == Some(&Value::Bool(true)) {
+            return Err(RepError::BadRequest(
+                "Partitioned databases are not supported by this Settee version".into(),
+            ));
         }
         if !self.user.is_server_admin() {
             return Err(RepError::Unauthorized {
@@ -637,6 +642,7 @@ fn endpoint(
                 basic: basic.clone(),
                 timeout: r.connection_timeout,
                 retries: r.retries,
+                connections: r.http_connections.max(1) as usize,
             })?;
             Ok((Peer::Remote(remote), eid))
         }

@@ -61,16 +61,47 @@ pub fn start(state: &AppState) {
     });
 }
 
+/// The checks CouchDB's `_design/_replicator` makes of replication documents (CouchDB's
+/// messages, this project's code); the replicator's own writes bypass them.
+const VALIDATE_JS: &str = r#"function (newDoc, oldDoc, userCtx) {
+  function refuse(msg) { throw({forbidden: msg}); }
+  function isObject(v) { return v !== null && typeof v === 'object' && !isArray(v); }
+  if (userCtx.roles.indexOf('_replicator') >= 0) return;
+  if (newDoc._deleted === true || newDoc._replication_state === 'failed') return;
+  ['source', 'target'].forEach(function (f) {
+    var ep = newDoc[f];
+    if (typeof ep === 'string') return;
+    if (!isObject(ep)) refuse('The `' + f + "' property must exist and be either a string or an object.");
+    if (typeof ep.url !== 'string' || ep.url === '') refuse('The url property must exist in the `' + f + "' field and must be a non-empty string.");
+    if (ep.auth !== undefined && !isObject(ep.auth)) refuse('`' + f + ".auth' must be a non-null object.");
+    if (ep.headers !== undefined && !isObject(ep.headers)) refuse('`' + f + ".headers' must be a non-null object.");
+  });
+  ['create_target', 'continuous'].forEach(function (f) {
+    if (newDoc[f] !== undefined && typeof newDoc[f] !== 'boolean') refuse('The `' + f + "' field must be a boolean.");
+  });
+  var ids = newDoc.doc_ids, sel = newDoc.selector, filter = newDoc.filter;
+  if (ids !== undefined && (!isArray(ids) || ids.some(function (i) { return typeof i !== 'string'; })))
+    refuse("The `doc_ids' field must be an array of strings.");
+  if (sel !== undefined && !isObject(sel)) refuse("The `selector' field must be an object.");
+  if (filter !== undefined && (typeof filter !== 'string' || filter === '')) refuse("The `filter' field must be a non-empty string.");
+  if (ids !== undefined && sel !== undefined) refuse("`doc_ids' field is incompatible with `selector'.");
+  if (filter !== undefined && (sel !== undefined || ids !== undefined)) refuse("`filter' field is incompatible with `selector' and `doc_ids'.");
+  if (newDoc.query_params !== undefined && !isObject(newDoc.query_params)) refuse("The `query_params' field must be an object.");
+}"#;
+
 fn replicator_db(state: &AppState) -> ApiResult<Arc<Database>> {
-    match state.couch.get(REPLICATOR_DB) {
-        Ok(db) => Ok(db),
-        Err(_) => {
-            let security = settee_auth::security::default_for(
-                state.node.get("couchdb", "default_security").as_deref(),
-            );
-            Ok(state.couch.create(REPLICATOR_DB, security)?)
-        }
+    if let Ok(db) = state.couch.get(REPLICATOR_DB) {
+        return Ok(db);
     }
+    let security = settee_auth::security::default_for(
+        state.node.get("couchdb", "default_security").as_deref(),
+    );
+    let db = state.couch.create(REPLICATOR_DB, security)?;
+    let ddoc = json!({"_id": "_design/_replicator", "language": "javascript", "validate_doc_update": VALIDATE_JS});
+    let rx = db.update_docs(vec![settee_core::parse_doc(ddoc)?], true)?;
+    rx.blocking_recv()
+        .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))??;
+    Ok(db)
 }
 
 async fn run(state: AppState) -> ApiResult<()> {

@@ -36,6 +36,8 @@ pub struct RemoteSpec {
     pub basic: Option<(String, String)>,
     pub timeout: Duration,
     pub retries: u32,
+    /// Connections kept open to the peer (`http_connections`).
+    pub connections: usize,
 }
 
 /// A database of an HTTP peer.
@@ -96,6 +98,7 @@ impl Remote {
         let client = reqwest::Client::builder()
             .timeout(spec.timeout)
             .connect_timeout(spec.timeout)
+            .pool_max_idle_per_host(spec.connections)
             .user_agent(concat!("Settee/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Error::Unreachable(e.to_string()))?;

@@ -34,7 +34,7 @@ pub struct Request {
     pub filter_function: Option<(String, String)>,
     pub connection_timeout: Duration,
     pub retries: u32,
-    pub worker_processes: u64,
+    /// Connections kept open to each HTTP peer.
     pub http_connections: u64,
 }
 
@@ -224,7 +224,6 @@ impl Request {
             filter_function,
             connection_timeout: ms("connection_timeout", 30_000)?,
             retries: integer(body, "retries_per_request", 5)? as u32,
-            worker_processes: integer(body, "worker_processes", 4)?,
             http_connections: integer(body, "http_connections", 20)?,
         })
     }

@@ -537,8 +537,8 @@ fn replicator_documents_belong_to_their_writers() {
         s.put("/_replicator/_security", &sec.to_string()).status,
         200
     );
-    // A document the scheduler fails at once (no target): ownership is what is tested.
-    let doc = json!({"source": "http://127.0.0.1:1/x"});
+    // A document the scheduler cannot run (nothing listens there): ownership is tested.
+    let doc = json!({"source": "http://127.0.0.1:1/x", "target": "http://127.0.0.1:1/y"});
     let r = s.as_user(
         ("bob", "pw"),
         "PUT",
