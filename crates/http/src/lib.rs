@@ -23,6 +23,7 @@ pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
 pub use mango_index::register_query_language;
 pub use node_config::NodeConfig;
+pub use scheduler::ensure_replicator_db;
 
 use axum::body::Body;
 use axum::extract::{Request, State};

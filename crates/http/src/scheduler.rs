@@ -90,13 +90,20 @@ const VALIDATE_JS: &str = r#"function (newDoc, oldDoc, userCtx) {
 }"#;
 
 fn replicator_db(state: &AppState) -> ApiResult<Arc<Database>> {
-    if let Ok(db) = state.couch.get(REPLICATOR_DB) {
+    ensure_replicator_db(&state.couch, &state.node)
+}
+
+/// Opens `_replicator`, creating it (with `_design/_replicator`) if it does not exist.
+pub fn ensure_replicator_db(
+    couch: &settee_db::Couch,
+    node: &crate::NodeConfig,
+) -> ApiResult<Arc<Database>> {
+    if let Ok(db) = couch.get(REPLICATOR_DB) {
         return Ok(db);
     }
-    let security = settee_auth::security::default_for(
-        state.node.get("couchdb", "default_security").as_deref(),
-    );
-    let db = state.couch.create(REPLICATOR_DB, security)?;
+    let security =
+        settee_auth::security::default_for(node.get("couchdb", "default_security").as_deref());
+    let db = couch.create(REPLICATOR_DB, security)?;
     let ddoc = json!({"_id": "_design/_replicator", "language": "javascript", "validate_doc_update": VALIDATE_JS});
     let rx = db.update_docs(vec![settee_core::parse_doc(ddoc)?], true)?;
     rx.blocking_recv()

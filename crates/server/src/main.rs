@@ -77,6 +77,8 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     }
     settee_http::ensure_auth_ddoc(&couch, &settings.node)
         .map_err(|e| format!("cannot write _design/_auth: {e}"))?;
+    settee_http::ensure_replicator_db(&couch, &settings.node)
+        .map_err(|e| format!("cannot create _replicator: {e:?}"))?;
     let http_config = HttpConfig {
         max_http_request_size: settings.max_http_request_size,
         server_uuid: settings.server_uuid.clone(),
