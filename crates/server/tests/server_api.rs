@@ -122,9 +122,13 @@ fn database_lifecycle() {
         assert_eq!(r.status, 400, "{bad}: {}", r.text);
         assert_eq!(r.json()["error"], "illegal_database_name", "{bad}");
     }
-    // `_users` is created at startup
+    // `_users` and `_replicator` are created at startup
     assert_eq!(s.put("/_users", "").status, 412);
-    assert_eq!(s.get("/_all_dbs").json(), json!(["_users", "a/b", "db1"]));
+    assert_eq!(s.put("/_replicator", "").status, 412);
+    assert_eq!(
+        s.get("/_all_dbs").json(),
+        json!(["_replicator", "_users", "a/b", "db1"])
+    );
     assert_eq!(
         s.get("/_all_dbs?descending=true&limit=2").json(),
         json!(["db1", "a/b"])
@@ -150,7 +154,7 @@ fn dbs_info_and_db_updates() {
     s.create_db("b");
     s.put("/a/x", "{}");
     let all = s.get("/_dbs_info").json();
-    assert_eq!(all.as_array().unwrap().len(), 3, "_users, a, b");
+    assert_eq!(all.as_array().unwrap().len(), 4, "_replicator, _users, a, b");
     let some = s.post("/_dbs_info", r#"{"keys":["b","zz"]}"#).json();
     assert_eq!(some[0]["key"], "b");
     assert_eq!(some[0]["info"]["db_name"], "b");
