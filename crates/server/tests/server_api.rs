@@ -154,7 +154,11 @@ fn dbs_info_and_db_updates() {
     s.create_db("b");
     s.put("/a/x", "{}");
     let all = s.get("/_dbs_info").json();
-    assert_eq!(all.as_array().unwrap().len(), 4, "_replicator, _users, a, b");
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        4,
+        "_replicator, _users, a, b"
+    );
     let some = s.post("/_dbs_info", r#"{"keys":["b","zz"]}"#).json();
     assert_eq!(some[0]["key"], "b");
     assert_eq!(some[0]["info"]["db_name"], "b");
