@@ -293,38 +293,18 @@ fn same_site_attr(same_site: Option<SameSite>) -> &'static str {
 
 /// `Wdy, DD-Mon-YYYY HH:MM:SS GMT`, the RFC 2109 date mochiweb writes in `Expires`.
 fn cookie_date(unix_secs: u64) -> String {
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let days = unix_secs / 86_400;
-    let secs = unix_secs % 86_400;
-    let (year, month, day) = civil_from_days(days as i64);
+    use settee_core::dates::{utc, MONTHS};
+    let t = utc(unix_secs);
     format!(
         "{}, {:02}-{}-{:04} {:02}:{:02}:{:02} GMT",
-        DAYS[(days % 7) as usize],
-        day,
-        MONTHS[(month - 1) as usize],
-        year,
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
+        t.weekday,
+        t.day,
+        MONTHS[(t.month - 1) as usize],
+        t.year,
+        t.hour,
+        t.minute,
+        t.second
     )
-}
-
-/// (year, month 1–12, day 1–31) of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

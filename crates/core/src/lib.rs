@@ -3,6 +3,7 @@
 //! sequence format. Everything here is a function over values so it can be property-tested.
 
 pub mod collate;
+pub mod dates;
 pub mod design;
 mod doc;
 mod error;

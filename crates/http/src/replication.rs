@@ -20,7 +20,7 @@ use settee_core::{format_seq, parse_seq, SeqArg};
 use settee_db::{Database, LocalUpdate, UpdateResult};
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
 use settee_replicator::job::{Job, Options, Outcome, Progress};
-use settee_replicator::remote::{redact, Remote, RemoteSpec};
+use settee_replicator::remote::{redact, Remote, RemoteSpec, Url};
 use settee_replicator::spec::{PeerSpec, Request};
 use settee_replicator::{
     ChangeRow, Changes, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait, WriteFailure,
@@ -180,22 +180,7 @@ impl Endpoint for LocalDb {
         let (rows, last) = changes::for_replication(db, since_n, limit as u64, filter, wait)
             .await
             .map_err(rep_error)?;
-        let rows = rows
-            .iter()
-            .filter_map(|r| {
-                Some(ChangeRow {
-                    seq: r.get("seq")?.clone(),
-                    id: r.get("id")?.as_str()?.to_string(),
-                    revs: r
-                        .get("changes")?
-                        .as_array()?
-                        .iter()
-                        .filter_map(|c| Some(c.get("rev")?.as_str()?.to_string()))
-                        .collect(),
-                    deleted: r.get("deleted") == Some(&Value::Bool(true)),
-                })
-            })
-            .collect();
+        let rows = rows.iter().filter_map(ChangeRow::from_json).collect();
         let last_seq = if last == since_n {
             since.clone()
         } else {
@@ -469,7 +454,7 @@ enum Peer {
 }
 
 /// This server's own address, as endpoint URLs name it.
-fn is_own(state: &AppState, url: &reqwest_url::Url) -> bool {
+fn is_own(state: &AppState, url: &Url) -> bool {
     let Some(own) = state.local_addr() else {
         return false;
     };
@@ -486,16 +471,11 @@ fn is_own(state: &AppState, url: &reqwest_url::Url) -> bool {
     url.scheme() == "http" && port_matches && host_matches
 }
 
-/// Re-export of the URL type the replicator's client uses.
-mod reqwest_url {
-    pub use settee_replicator::remote::Url;
-}
-
 /// The user a set of credentials (an endpoint's URL, `auth` and `headers`) authenticates
 /// on this server, as if they came with a request.
 fn user_of(
     state: &AppState,
-    url: &reqwest_url::Url,
+    url: &Url,
     headers: &Map<String, Value>,
     basic: &Option<(String, String)>,
 ) -> RepResult<UserCtx> {
@@ -613,7 +593,7 @@ fn endpoint(
         } => {
             let invalid =
                 || ApiError::from(RepError::Invalid("endpoint has an invalid url".into()));
-            let parsed = reqwest_url::Url::parse(url).map_err(|_| invalid())?;
+            let parsed = Url::parse(url).map_err(|_| invalid())?;
             let eid = EndpointId::new(url, headers, basic.as_ref().map(|(u, _)| u.as_str()))
                 .ok_or_else(invalid)?;
             if is_own(state, &parsed) {

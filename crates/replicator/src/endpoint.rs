@@ -27,6 +27,23 @@ pub struct ChangeRow {
     pub deleted: bool,
 }
 
+impl ChangeRow {
+    /// A row of a `_changes` response.
+    pub fn from_json(v: &Value) -> Option<ChangeRow> {
+        Some(ChangeRow {
+            seq: v.get("seq")?.clone(),
+            id: v.get("id")?.as_str()?.to_string(),
+            revs: v
+                .get("changes")?
+                .as_array()?
+                .iter()
+                .filter_map(|c| Some(c.get("rev")?.as_str()?.to_string()))
+                .collect(),
+            deleted: v.get("deleted") == Some(&Value::Bool(true)),
+        })
+    }
+}
+
 /// A batch of changes and the seq to continue from.
 #[derive(Clone, Debug)]
 pub struct Changes {

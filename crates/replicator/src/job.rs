@@ -84,53 +84,19 @@ pub struct Job<S, T> {
     pub stop: watch::Receiver<bool>,
 }
 
+fn unix_secs(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// `Wed, 25 Nov 2026 03:05:00 GMT`, as checkpoints record times.
 fn now_rfc1123() -> String {
-    httpdate(std::time::SystemTime::now())
+    settee_core::dates::rfc1123(unix_secs(std::time::SystemTime::now()))
 }
 
 /// `2026-11-25T03:05:00Z`, as the scheduler shows times.
 pub fn iso8601(t: std::time::SystemTime) -> String {
-    let (year, month, d, h, m, s, _) = civil(t);
-    format!("{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
-}
-
-/// (year, month, day, hour, minute, second, days since the epoch) of a UTC time.
-fn civil(t: std::time::SystemTime) -> (i64, i64, i64, u64, u64, u64, u64) {
-    let secs = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let days = secs / 86_400;
-    let (h, m, s) = ((secs / 3600) % 24, (secs / 60) % 60, secs % 60);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, d, h, m, s, days)
-}
-
-fn httpdate(t: std::time::SystemTime) -> String {
-    let (year, month, d, h, m, s, days) = civil(t);
-    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    format!(
-        "{}, {:02} {} {} {:02}:{:02}:{:02} GMT",
-        DAYS[(days % 7) as usize],
-        d,
-        MONTHS[(month - 1) as usize],
-        year,
-        h,
-        m,
-        s
-    )
+    settee_core::dates::iso8601(unix_secs(t))
 }
 
 impl<S: Endpoint, T: Endpoint> Job<S, T> {
@@ -368,20 +334,5 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         self.progress.lock().unwrap().checkpointed_source_seq = current.clone();
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc1123_dates() {
-        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_795_575_900);
-        assert_eq!(httpdate(t), "Wed, 25 Nov 2026 03:05:00 GMT");
-        assert_eq!(
-            httpdate(std::time::UNIX_EPOCH),
-            "Thu, 01 Jan 1970 00:00:00 GMT"
-        );
     }
 }

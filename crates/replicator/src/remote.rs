@@ -225,20 +225,6 @@ fn query(pairs: &[(&str, String)]) -> String {
         .finish()
 }
 
-fn change_row(v: &Value) -> Option<ChangeRow> {
-    Some(ChangeRow {
-        seq: v.get("seq")?.clone(),
-        id: v.get("id")?.as_str()?.to_string(),
-        revs: v
-            .get("changes")?
-            .as_array()?
-            .iter()
-            .filter_map(|c| Some(c.get("rev")?.as_str()?.to_string()))
-            .collect(),
-        deleted: v.get("deleted") == Some(&Value::Bool(true)),
-    })
-}
-
 impl Endpoint for Remote {
     fn name(&self) -> String {
         self.base.clone()
@@ -346,7 +332,7 @@ impl Endpoint for Remote {
                 Error::Protocol(format!("{}_changes answered without results", self.base))
             })?
             .iter()
-            .filter_map(change_row)
+            .filter_map(ChangeRow::from_json)
             .collect();
         Ok(Changes {
             rows,
