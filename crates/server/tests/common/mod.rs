@@ -111,24 +111,35 @@ impl Server {
 
     /// Starts with extra command-line arguments (e.g. `--config`).
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
-        Server::spawn(dir, extra, None)
+        Server::spawn(dir, extra, None, "127.0.0.1:0")
+    }
+
+    /// Starts on an existing data directory at a given address: a restart that keeps the
+    /// port (replication ids name a server by its address).
+    pub fn start_at(dir: &Path, addr: &str) -> Server {
+        Server::spawn(dir, &[], None, addr)
+    }
+
+    /// The `host:port` the server listens on.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
     }
 
     /// Starts with debug logging written to `log` (to check what the log contains).
     pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Server {
-        Server::spawn(dir, extra, Some(log))
+        Server::spawn(dir, extra, Some(log), "127.0.0.1:0")
     }
 
-    /// Starts the binary on port 0 and learns the port the kernel chose from its
-    /// `listening on` line (no window in which another test can take the port).
-    fn spawn(dir: &Path, extra: &[&str], log: Option<&Path>) -> Server {
+    /// Starts the binary on `bind` (port 0: the kernel chooses, and the port is learnt from
+    /// its `listening on` line, with no window in which another test can take it).
+    fn spawn(dir: &Path, extra: &[&str], log: Option<&Path>, bind: &str) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(["serve", "--data-dir"])
             .arg(dir)
             .args(extra)
             .args([
                 "--bind",
-                "127.0.0.1:0",
+                bind,
                 "--admin",
                 &format!("{}:{}", ADMIN.0, ADMIN.1),
             ])
