@@ -64,11 +64,15 @@ impl LocalDb {
             .map_err(|_| RepError::DbNotFound(format!("could not open {}", self.url)))?;
         let sec = SecurityObject::from_json(&db.props().security);
         if !sec.is_member(&self.user) {
-            let status = if self.user.name.is_none() { 401 } else { 403 };
-            return Err(RepError::Unauthorized {
-                status,
-                reason: format!("unauthorized to access or create database {}", self.url),
-            });
+            // As a peer's 401 or 403 reads (see `Remote`): a 403 names only the URL.
+            let (status, reason) = match self.user.name {
+                None => (
+                    401,
+                    format!("unauthorized to access or create database {}", self.url),
+                ),
+                Some(_) => (403, self.url.clone()),
+            };
+            return Err(RepError::Unauthorized { status, reason });
         }
         Ok(db)
     }

@@ -142,15 +142,11 @@ impl Remote {
                                 if status == StatusCode::UNAUTHORIZED
                                     || status == StatusCode::FORBIDDEN
                                 {
-                                    let reason = v
-                                        .get("reason")
-                                        .and_then(Value::as_str)
-                                        .unwrap_or("")
-                                        .to_string();
-                                    return Err(Error::Unauthorized {
-                                        status: status.as_u16(),
-                                        reason: format!("unauthorized to access or create database {}: {reason}", self.base),
-                                    });
+                                    tracing::warn!(
+                                        "replicator: {} answered {status}: {v}",
+                                        redact(&url)
+                                    );
+                                    return Err(self.refused(status));
                                 }
                                 return Ok((status, v));
                             }
@@ -167,6 +163,20 @@ impl Remote {
             tracing::warn!("replicator: retrying in {wait:?}: {failure}");
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(Duration::from_secs(300));
+        }
+    }
+
+    /// A 401 or 403 as CouchDB reports it: `unauthorized` naming the database, or
+    /// `forbidden` with the database's URL alone (the peer's own reason is only logged).
+    fn refused(&self, status: StatusCode) -> Error {
+        let reason = if status == StatusCode::FORBIDDEN {
+            self.base.clone()
+        } else {
+            format!("unauthorized to access or create database {}", self.base)
+        };
+        Error::Unauthorized {
+            status: status.as_u16(),
+            reason,
         }
     }
 
