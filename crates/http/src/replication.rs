@@ -624,7 +624,7 @@ fn endpoint(
                 url: url.clone(),
                 headers: headers.clone(),
                 basic: basic.clone(),
-                timeout: r.connection_timeout,
+                timeout: r.options.connection_timeout,
                 retries: r.retries,
                 connections: r.http_connections.max(1) as usize,
             })?;

@@ -21,6 +21,8 @@ pub struct Options {
     pub since_seq: Option<Value>,
     pub use_checkpoints: bool,
     pub checkpoint_interval: Duration,
+    /// How long a peer may stay silent in the middle of a request (`connection_timeout`).
+    pub connection_timeout: Duration,
     /// Changes read, and documents fetched and written, per batch.
     pub batch_size: usize,
     /// Batches copied at once (`worker_processes`).
@@ -39,12 +41,24 @@ impl Default for Options {
             since_seq: None,
             use_checkpoints: true,
             checkpoint_interval: Duration::from_secs(30),
+            connection_timeout: Duration::from_secs(30),
             batch_size: 500,
             workers: 4,
             winning_revs_only: false,
             create_target: false,
             create_target_params: Map::new(),
         }
+    }
+}
+
+impl Options {
+    /// How long a continuous replication's changes read waits for a change: a third of
+    /// `connection_timeout`, at least 1 s, as CouchDB's replicator asks its source; but
+    /// at most half of it, so that a quiet feed always answers before the peer counts
+    /// as silent.
+    pub fn changes_wait_ms(&self) -> u64 {
+        let timeout = self.connection_timeout.as_millis() as u64;
+        (timeout / 3).max(1000).min(timeout / 2)
     }
 }
 
@@ -147,7 +161,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         'run: loop {
             while !exhausted && !*stop.borrow() && inflight.len() < this.options.workers.max(1) {
                 let wait = if this.options.continuous && inflight.is_empty() {
-                    Wait::UpTo(10_000)
+                    Wait::UpTo(this.options.changes_wait_ms())
                 } else {
                     Wait::No
                 };
@@ -334,5 +348,24 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         self.progress.lock().unwrap().checkpointed_source_seq = current.clone();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_wait_stays_inside_the_connection_timeout() {
+        let wait = |ms| {
+            Options {
+                connection_timeout: Duration::from_millis(ms),
+                ..Options::default()
+            }
+            .changes_wait_ms()
+        };
+        assert_eq!(wait(30_000), 10_000);
+        assert_eq!(wait(6_000), 2_000);
+        assert_eq!(wait(1_500), 750);
     }
 }

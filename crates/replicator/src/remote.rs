@@ -34,6 +34,8 @@ pub struct RemoteSpec {
     pub headers: Map<String, Value>,
     /// `auth: {"basic": {"username", "password"}}`.
     pub basic: Option<(String, String)>,
+    /// How long the peer may stay silent (connecting, or mid-request) before the request
+    /// fails and is retried.
     pub timeout: Duration,
     pub retries: u32,
     /// Connections kept open to the peer (`http_connections`).
@@ -95,8 +97,10 @@ impl Remote {
         if !base.ends_with('/') {
             base.push('/');
         }
+        // `timeout` bounds silence, not a whole exchange (CouchDB's inactivity timeout): a
+        // large batch may take longer to transfer, and a changes read waits for changes.
         let client = reqwest::Client::builder()
-            .timeout(spec.timeout)
+            .read_timeout(spec.timeout)
             .connect_timeout(spec.timeout)
             .pool_max_idle_per_host(spec.connections)
             .user_agent(concat!("Settee/", env!("CARGO_PKG_VERSION")))

@@ -32,7 +32,6 @@ pub struct Request {
     pub id: Option<String>,
     /// A user filter's `ddoc/name`, whose source code the replication id needs.
     pub filter_function: Option<(String, String)>,
-    pub connection_timeout: Duration,
     pub retries: u32,
     /// Connections kept open to each HTTP peer.
     pub http_connections: u64,
@@ -199,6 +198,7 @@ impl Request {
             since_seq: body.get("since_seq").cloned(),
             use_checkpoints: body.get("use_checkpoints") != Some(&Value::Bool(false)),
             checkpoint_interval: ms("checkpoint_interval", 30_000)?,
+            connection_timeout: ms("connection_timeout", 30_000)?,
             batch_size: integer(body, "worker_batch_size", 500)?.max(1) as usize,
             workers: integer(body, "worker_processes", 4)?.clamp(1, 64) as usize,
             winning_revs_only,
@@ -222,7 +222,6 @@ impl Request {
             cancel,
             id,
             filter_function,
-            connection_timeout: ms("connection_timeout", 30_000)?,
             retries: integer(body, "retries_per_request", 5)? as u32,
             http_connections: integer(body, "http_connections", 20)?,
         })
