@@ -823,7 +823,14 @@ pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
         });
         return Ok(accepted());
     }
-    let outcome = run.await?;
+    // The job runs in a task of its own, as in CouchDB's scheduler: a one-shot job runs to
+    // its end even if its caller hangs up (dropping this handler), and leaves the registry
+    // when it ends.
+    let outcome = tokio::spawn(run).await.map_err(|e| {
+        ApiError::Db(settee_db::Error::Internal(format!(
+            "replication task failed: {e}"
+        )))
+    })??;
     let mut out = Map::new();
     out.insert("ok".into(), json!(true));
     match outcome {
