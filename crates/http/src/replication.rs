@@ -135,7 +135,7 @@ impl Endpoint for LocalDb {
         Ok(found.map(|d| serde_json::from_slice(&doc::local_json(&d)).unwrap_or(Value::Null)))
     }
 
-    async fn put_local(&self, id: &str, mut body: Value) -> RepResult<()> {
+    async fn put_local(&self, id: &str, mut body: Value) -> RepResult<String> {
         let db = self.db()?;
         let rev = match body.as_object_mut().and_then(|o| o.shift_remove("_rev")) {
             Some(Value::String(r)) => r.strip_prefix("0-").and_then(|n| n.parse().ok()),
@@ -149,8 +149,8 @@ impl Endpoint for LocalDb {
             body: parsed.body,
         };
         let rx = db.update_local(update).map_err(|e| rep_error(e.into()))?;
-        crate::handlers::await_write(rx).await.map_err(rep_error)?;
-        Ok(())
+        let n = crate::handlers::await_write(rx).await.map_err(rep_error)?;
+        Ok(format!("0-{n}"))
     }
 
     async fn changes(

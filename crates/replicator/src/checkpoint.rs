@@ -97,17 +97,22 @@ impl Session<'_> {
     }
 }
 
-/// The checkpoint document to write: this session's entry first, then the earlier
+/// The checkpoint document to write: this session's `entry` first, then the earlier
 /// sessions of `previous` (the document being replaced), at most [`MAX_HISTORY`] in all.
-pub fn document(previous: Option<&Value>, session: &Session<'_>) -> Map<String, Value> {
-    let mut history = vec![session.entry()];
+pub fn document(
+    previous: Option<&Value>,
+    session_id: &str,
+    recorded_seq: &Value,
+    entry: Value,
+) -> Map<String, Value> {
+    let mut history = vec![entry];
     if let Some(old) = previous
         .and_then(|p| p.get("history"))
         .and_then(Value::as_array)
     {
         history.extend(
             old.iter()
-                .filter(|e| e.get("session_id").and_then(Value::as_str) != Some(session.session_id))
+                .filter(|e| e.get("session_id").and_then(Value::as_str) != Some(session_id))
                 .take(MAX_HISTORY - 1)
                 .cloned(),
         );
@@ -116,8 +121,8 @@ pub fn document(previous: Option<&Value>, session: &Session<'_>) -> Map<String, 
     if let Some(rev) = previous.and_then(|p| p.get("_rev")) {
         doc.insert("_rev".into(), rev.clone());
     }
-    doc.insert("session_id".into(), json!(session.session_id));
-    doc.insert("source_last_seq".into(), session.recorded_seq.clone());
+    doc.insert("session_id".into(), json!(session_id));
+    doc.insert("source_last_seq".into(), recorded_seq.clone());
     doc.insert("replication_id_version".into(), json!(crate::id::VERSION));
     doc.insert("history".into(), Value::Array(history));
     doc
@@ -156,7 +161,12 @@ mod tests {
                 recorded_seq: &seq,
                 stats: &stats,
             };
-            prev = Some(Value::Object(document(prev.as_ref(), &session)));
+            prev = Some(Value::Object(document(
+                prev.as_ref(),
+                &id,
+                &seq,
+                session.entry(),
+            )));
         }
         let doc = prev.unwrap();
         let h = doc["history"].as_array().unwrap();

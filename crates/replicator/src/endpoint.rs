@@ -108,8 +108,9 @@ pub trait Endpoint: Send + Sync {
     /// A `_local` document (`id` includes `_local/`).
     fn get_local(&self, id: &str) -> impl Future<Output = Result<Option<Value>>> + Send;
 
-    /// Writes a `_local` document (its `_rev`, if any, is the one it replaces).
-    fn put_local(&self, id: &str, doc: Value) -> impl Future<Output = Result<()>> + Send;
+    /// Writes a `_local` document (its `_rev`, if any, is the one it replaces); the new
+    /// `_rev`.
+    fn put_local(&self, id: &str, doc: Value) -> impl Future<Output = Result<String>> + Send;
 
     /// Changes after `since`, at most `limit`, every leaf revision of each document.
     fn changes(

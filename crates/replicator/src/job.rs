@@ -113,6 +113,36 @@ pub fn iso8601(t: std::time::SystemTime) -> String {
     settee_core::dates::iso8601(unix_secs(t))
 }
 
+/// Where and when this run began, as its checkpoints record it.
+struct Begun {
+    session_id: String,
+    start_time: String,
+    start: Value,
+}
+
+impl Begun {
+    /// This run's history entry, ending now at `current`.
+    fn entry(&self, current: &Value, stats: &Stats) -> Value {
+        let end_time = now_rfc1123();
+        Session {
+            session_id: &self.session_id,
+            start_time: &self.start_time,
+            end_time: &end_time,
+            start_last_seq: &self.start,
+            end_last_seq: current,
+            recorded_seq: current,
+            stats,
+        }
+        .entry()
+    }
+}
+
+/// The checkpoint documents as last read or written, source and target.
+struct Logs {
+    source: Option<Value>,
+    target: Option<Value>,
+}
+
 impl<S: Endpoint, T: Endpoint> Job<S, T> {
     /// Runs the replication: to the end of the source's changes (one-shot), or until
     /// stopped (continuous).
@@ -125,17 +155,20 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         self.target.info().await?;
         let log_id = format!("_local/{}", self.base_id);
-        let (mut source_log, mut target_log) = if self.options.use_checkpoints {
-            (
-                self.source.get_local(&log_id).await?,
-                self.target.get_local(&log_id).await?,
-            )
+        let mut logs = if self.options.use_checkpoints {
+            Logs {
+                source: self.source.get_local(&log_id).await?,
+                target: self.target.get_local(&log_id).await?,
+            }
         } else {
-            (None, None)
+            Logs {
+                source: None,
+                target: None,
+            }
         };
         let start = match &self.options.since_seq {
             Some(s) => s.clone(),
-            None => checkpoint::start_seq(source_log.as_ref(), target_log.as_ref()),
+            None => checkpoint::start_seq(logs.source.as_ref(), logs.target.as_ref()),
         };
         {
             let mut p = self.progress.lock().unwrap();
@@ -143,8 +176,11 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             p.through_seq = start.clone();
             p.checkpointed_source_seq = start.clone();
         }
-        let session_id = hex::encode(rand::random::<[u8; 16]>());
-        let start_time = now_rfc1123();
+        let begun = Begun {
+            session_id: hex::encode(rand::random::<[u8; 16]>()),
+            start_time: now_rfc1123(),
+            start: start.clone(),
+        };
         let mut stats = Stats::default();
         // `current`: every change up to it is copied (checkpoints record it); `read`: where
         // the next changes read starts. Up to `workers` batches are copied at once, and
@@ -201,16 +237,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             }
             let due = last_checkpoint.elapsed() >= this.options.checkpoint_interval;
             if this.options.use_checkpoints && due && current != recorded {
-                this.checkpoint(
-                    &mut source_log,
-                    &mut target_log,
-                    &session_id,
-                    &start_time,
-                    &start,
-                    &current,
-                    &stats,
-                )
-                .await?;
+                this.checkpoint(&mut logs, &begun, &current, &stats).await?;
                 recorded = current.clone();
                 last_checkpoint = Instant::now();
             }
@@ -221,40 +248,20 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             current = seq;
         }
         if !changed {
-            return Ok(Outcome::NoChanges(source_log));
+            return Ok(Outcome::NoChanges(logs.source));
         }
         if self.options.use_checkpoints && current != recorded {
-            self.checkpoint(
-                &mut source_log,
-                &mut target_log,
-                &session_id,
-                &start_time,
-                &start,
-                &current,
-                &stats,
-            )
-            .await?;
+            self.checkpoint(&mut logs, &begun, &current, &stats).await?;
         }
-        let history = source_log
+        let history = logs
+            .source
             .as_ref()
             .and_then(|l| l.get("history"))
             .and_then(Value::as_array)
             .cloned()
-            .unwrap_or_else(|| {
-                let end = now_rfc1123();
-                vec![Session {
-                    session_id: &session_id,
-                    start_time: &start_time,
-                    end_time: &end,
-                    start_last_seq: &start,
-                    end_last_seq: &current,
-                    recorded_seq: &current,
-                    stats: &stats,
-                }
-                .entry()]
-            });
+            .unwrap_or_else(|| vec![begun.entry(&current, &stats)]);
         Ok(Outcome::Done {
-            session_id,
+            session_id: begun.session_id,
             source_last_seq: current,
             history,
         })
@@ -306,46 +313,33 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         Ok(stats)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Records `current` in both checkpoint documents, source first.
     async fn checkpoint(
         &self,
-        source_log: &mut Option<Value>,
-        target_log: &mut Option<Value>,
-        session_id: &str,
-        start_time: &str,
-        start: &Value,
+        logs: &mut Logs,
+        begun: &Begun,
         current: &Value,
         stats: &Stats,
     ) -> Result<()> {
-        let end_time = now_rfc1123();
-        let session = Session {
-            session_id,
-            start_time,
-            end_time: &end_time,
-            start_last_seq: start,
-            end_last_seq: current,
-            recorded_seq: current,
-            stats,
-        };
         let log_id = format!("_local/{}", self.base_id);
-        for (log, is_source) in [(source_log, true), (target_log, false)] {
-            let doc = checkpoint::document(log.as_ref(), &session);
-            if is_source {
-                self.source
-                    .put_local(&log_id, Value::Object(doc.clone()))
-                    .await?;
-            } else {
-                self.target
-                    .put_local(&log_id, Value::Object(doc.clone()))
-                    .await?;
-            }
-            // The next write replaces this one: re-read for its new `_rev`.
-            *log = if is_source {
-                self.source.get_local(&log_id).await?
-            } else {
-                self.target.get_local(&log_id).await?
-            };
-        }
+        let entry = begun.entry(current, stats);
+        let doc = |previous: &Option<Value>| {
+            checkpoint::document(previous.as_ref(), &begun.session_id, current, entry.clone())
+        };
+        let mut source = doc(&logs.source);
+        let rev = self
+            .source
+            .put_local(&log_id, Value::Object(source.clone()))
+            .await?;
+        source.insert("_rev".into(), Value::String(rev));
+        logs.source = Some(Value::Object(source));
+        let mut target = doc(&logs.target);
+        let rev = self
+            .target
+            .put_local(&log_id, Value::Object(target.clone()))
+            .await?;
+        target.insert("_rev".into(), Value::String(rev));
+        logs.target = Some(Value::Object(target));
         self.progress.lock().unwrap().checkpointed_source_seq = current.clone();
         Ok(())
     }

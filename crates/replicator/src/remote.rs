@@ -289,10 +289,19 @@ impl Endpoint for Remote {
         }
     }
 
-    async fn put_local(&self, id: &str, doc: Value) -> Result<()> {
-        self.ok(Method::PUT, &Self::local_path(id), Some(&doc))
-            .await
-            .map(|_| ())
+    async fn put_local(&self, id: &str, doc: Value) -> Result<String> {
+        let v = self
+            .ok(Method::PUT, &Self::local_path(id), Some(&doc))
+            .await?;
+        v.get("rev")
+            .and_then(Value::as_str)
+            .map(String::from)
+            .ok_or_else(|| {
+                Error::Protocol(format!(
+                    "{}: a write answered without `rev`: {v}",
+                    self.base
+                ))
+            })
     }
 
     async fn changes(
