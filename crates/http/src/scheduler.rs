@@ -263,18 +263,14 @@ async fn handle(
         }
     };
     let full = prepared.full.clone();
+    let running = |base: DocState| DocState {
+        id: Some(full.clone()),
+        state: "running",
+        ..base
+    };
     if let Some(old) = previous.as_ref().and_then(|p| p.id.clone()) {
         if old == full && state.replications.is_running(&full) {
-            set(
-                state,
-                doc_id,
-                DocState {
-                    id: Some(full),
-                    state: "running",
-                    ..base
-                },
-            );
-            return;
+            return set(state, doc_id, running(base));
         }
         stop_job(state, &old);
     }
@@ -315,27 +311,11 @@ async fn handle(
         doc_id: doc_id.to_string(),
     };
     let continuous = prepared.options.continuous;
+    // Not launched when a replication with this id already runs (started by `_replicate`).
     let Some(job) = launch(state, prepared, user, Some(origin)) else {
-        set(
-            state,
-            doc_id,
-            DocState {
-                id: Some(full),
-                state: "running",
-                ..base
-            },
-        );
-        return;
+        return set(state, doc_id, running(base));
     };
-    set(
-        state,
-        doc_id,
-        DocState {
-            id: Some(full.clone()),
-            state: "running",
-            ..base.clone()
-        },
-    );
+    set(state, doc_id, running(base));
     let (st, db, doc_id) = (state.clone(), db.clone(), doc_id.to_string());
     tokio::spawn(async move {
         let result = job.await;
