@@ -2,30 +2,10 @@
 //! (in process) and between two servers over HTTP, in both directions.
 
 mod common;
-use common::{Server, ADMIN};
+use common::replication::{bulk, replicate, seed, url};
+use common::Server;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-fn bulk(s: &Server, db: &str, docs: Value, new_edits: bool) {
-    let r = s.post(
-        &format!("/{db}/_bulk_docs"),
-        &json!({"docs": docs, "new_edits": new_edits}).to_string(),
-    );
-    assert_eq!(r.status, 201, "{}", r.text);
-}
-
-fn replicate(s: &Server, body: Value) -> (u16, Value) {
-    let r = s.post("/_replicate", &body.to_string());
-    (r.status, r.json())
-}
-
-/// An admin URL of a database of `s`.
-fn url(s: &Server, db: &str) -> String {
-    s.url
-        .replace("http://", &format!("http://{}:{}@", ADMIN.0, ADMIN.1))
-        + "/"
-        + db
-}
 
 /// Every document with every leaf revision and its body (deleted ones too), and the
 /// attachments' bytes: what replication must carry over exactly.
@@ -55,38 +35,10 @@ fn contents(s: &Server, db: &str) -> Vec<Value> {
     out
 }
 
-fn seed(s: &Server, db: &str) {
-    s.create_db(db);
-    bulk(
-        s,
-        db,
-        json!([
-            {"_id": "a", "n": 1},
-            {"_id": "b", "n": 2, "_attachments": {"bin.dat": {"content_type": "application/octet-stream", "data": "AAEC/f7/"}}},
-            {"_id": "c", "n": 3},
-            {"_id": "_design/d", "views": {"v": {"map": "function(d){emit(d.n)}"}}},
-        ]),
-        true,
-    );
-    // A conflict on `a` and a deletion of `c`.
-    bulk(
-        s,
-        db,
-        json!([{"_id": "a", "_rev": "1-00000000000000000000000000000001", "n": "other"}]),
-        false,
-    );
-    let c = s.get(&format!("/{db}/c")).json();
-    assert_eq!(
-        s.delete(&format!("/{db}/c?rev={}", c["_rev"].as_str().unwrap()))
-            .status,
-        200
-    );
-}
-
 #[test]
 fn one_shot_local_copies_conflicts_deletions_attachments_and_resumes() {
     let s = Server::start();
-    seed(&s, "src");
+    seed(&s, "src", 0);
     let (status, r) = replicate(
         &s,
         json!({"source": "src", "target": "dst", "create_target": true}),
@@ -175,7 +127,7 @@ fn one_shot_local_copies_conflicts_deletions_attachments_and_resumes() {
 fn two_servers_push_and_pull_over_http() {
     let a = Server::start();
     let b = Server::start();
-    seed(&a, "db");
+    seed(&a, "db", 0);
     b.create_db("db");
     bulk(
         &b,
@@ -419,7 +371,7 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 #[test]
 fn replicator_documents_run_complete_and_fail() {
     let s = Server::start();
-    seed(&s, "src");
+    seed(&s, "src", 0);
     let doc = json!({"source": url(&s, "src"), "target": url(&s, "dst"), "create_target": true});
     assert_eq!(s.put("/_replicator/once", &doc.to_string()).status, 201);
     let done = eventually("the one-shot replication to complete", || {

@@ -2,6 +2,8 @@
 //! port, and speaks HTTP to it.
 #![allow(dead_code)]
 
+pub mod replication;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
