@@ -491,28 +491,26 @@ impl Scan<'_> {
 
     /// A document's rendering (whole, or its `fields`) if it matches the selector.
     fn judge(&self, row: &LiveDoc, body: &[u8]) -> ApiResult<Option<Vec<u8>>> {
-        let Some(members) = &self.needs.members else {
-            let text = winner_json_with(&row.id, &info(row)?, body, &self.dopts, None);
-            let doc = parse_doc(&text)?;
-            if !self.opts.selector.matches(&doc) {
-                return Ok(None);
+        // The candidate: the rendered document (kept, it may be the answer), or only the
+        // members the query reads.
+        let (mut doc, rendered) = match &self.needs.members {
+            None => {
+                let text = winner_json_with(&row.id, &info(row)?, body, &self.dopts, None);
+                (parse_doc(&text)?, Some(text))
             }
-            return Ok(Some(match &self.opts.fields {
-                None => text,
-                Some(f) => {
-                    serde_json::to_vec(&settee_mango::field::project(&doc, f)?).expect("json")
-                }
-            }));
+            Some(members) => {
+                let mut doc = pick(body, members)?;
+                add_meta(&mut doc, &self.needs.selector_meta, row);
+                (Value::Object(doc), None)
+            }
         };
-        let mut doc = pick(body, members)?;
-        add_meta(&mut doc, &self.needs.selector_meta, row);
-        let mut doc = Value::Object(doc);
         if !self.opts.selector.matches(&doc) {
             return Ok(None);
         }
-        Ok(Some(match &self.opts.fields {
-            None => winner_json_with(&row.id, &info(row)?, body, &self.dopts, None),
-            Some(f) => {
+        Ok(Some(match (&self.opts.fields, rendered) {
+            (None, Some(text)) => text,
+            (None, None) => winner_json_with(&row.id, &info(row)?, body, &self.dopts, None),
+            (Some(f), _) => {
                 if let Value::Object(m) = &mut doc {
                     add_meta(m, &self.needs.fields_meta, row);
                 }
