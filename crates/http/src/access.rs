@@ -3,7 +3,7 @@
 //! member of the database (its `_security` `members`, everyone when that is empty) or, for
 //! administrative operations, a database admin. Per-document rules (design documents need
 //! a database admin, the `_users` rules, `validate_doc_update`) are applied to each
-//! document by `admission`.
+//! document by the write path (`settee_docs`).
 
 use crate::error::{ApiError, ApiResult};
 use crate::router::{DbOp, Endpoint};
@@ -186,13 +186,6 @@ pub fn auth_db(node: &crate::NodeConfig) -> String {
         .map(|v| v.trim().to_string())
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| USERS_DB.to_string())
-}
-
-/// Whether writes to the database follow the rules of user documents (password hashing,
-/// who may write which): `_users`, any `…/_users`, and the configured authentication
-/// database, as CouchDB's `couch_db:is_users_db/1` decides.
-pub fn is_users_db(node: &crate::NodeConfig, name: &str) -> bool {
-    name == USERS_DB || name.ends_with("/_users") || name == auth_db(node)
 }
 
 /// A `[chttpd_auth]` setting, or CouchDB 2's `[couch_httpd_auth]` one.

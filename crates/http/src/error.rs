@@ -73,6 +73,32 @@ impl From<settee_replicator::Error> for ApiError {
     }
 }
 
+impl From<settee_docs::Error> for ApiError {
+    fn from(e: settee_docs::Error) -> Self {
+        use settee_docs::Error as W;
+        use StatusCode as S;
+        match e {
+            W::Db(d) => ApiError::Db(d),
+            W::Core(c) => ApiError::Core(c),
+            W::Views(v) => v.into(),
+            W::BadRequest(r) => ApiError::BadRequest(r),
+            W::Unauthorized(r) => ApiError::Unauthorized(r),
+            W::Forbidden(r) => ApiError::Forbidden(r),
+            W::MissingStub(r) => ApiError::Named(S::PRECONDITION_FAILED, "missing_stub".into(), r),
+            // A validation function's own error: CouchDB's status for the names it knows.
+            W::Rejected { error, reason } => {
+                let status = match error.as_str() {
+                    "not_found" => S::NOT_FOUND,
+                    "conflict" => S::CONFLICT,
+                    "bad_request" => S::BAD_REQUEST,
+                    _ => S::INTERNAL_SERVER_ERROR,
+                };
+                ApiError::Named(status, error, reason)
+            }
+        }
+    }
+}
+
 impl From<settee_mango::Error> for ApiError {
     fn from(e: settee_mango::Error) -> Self {
         let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);

@@ -3,7 +3,6 @@
 //! and return [`ApiError`], which `error.rs` maps to CouchDB's status and body in one place.
 
 mod access;
-mod admission;
 mod auth;
 mod cors;
 mod error;
@@ -23,6 +22,7 @@ pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
 pub use mango_index::register_query_language;
 pub use node_config::NodeConfig;
+pub use replication::LocalDb;
 pub use scheduler::ensure_replicator_db;
 
 use axum::body::Body;
@@ -114,6 +114,29 @@ impl AppState {
 
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
         self.local_addr.get().copied()
+    }
+
+    /// The write checks' settings, from the live configuration.
+    pub fn write_settings(&self) -> settee_docs::Settings {
+        let node = &self.node;
+        settee_docs::Settings {
+            limits: self.views.limits(),
+            att_limit: handlers::attachments::max_size(self),
+            compression: std::sync::Arc::new(settee_docs::Compression::new(
+                &node.get_or(
+                    "attachments",
+                    "compressible_types",
+                    settee_docs::Compression::DEFAULT_TYPES,
+                ),
+                node.get_u64(
+                    "attachments",
+                    "compression_level",
+                    settee_docs::Compression::DEFAULT_LEVEL,
+                ),
+            )),
+            passwords: auth::password_rules(node),
+            auth_db: access::auth_db(node),
+        }
     }
 
     /// Pushes the settings other components hold into them, from the live configuration:

@@ -3,8 +3,9 @@
 //!
 //! A database of this server, named bare or by a URL of this server, is read and written in
 //! process ([`LocalDb`]), never through loopback HTTP, as the user the request's (or the
-//! URL's) credentials authenticate: reads need a member, and writes go through the same
-//! admission as `_bulk_docs` (design documents, `_users` rules, `validate_doc_update`).
+//! URL's) credentials authenticate: reads need a member, and writes go through the write
+//! path `_bulk_docs` takes (`settee_docs::write`: design documents, `_users` rules,
+//! `validate_doc_update`, attachments).
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{attachments, blocking, bulk, changes, doc};
@@ -17,7 +18,8 @@ use serde_json::{json, Map, Value};
 use settee_auth::security::SecurityObject;
 use settee_auth::UserCtx;
 use settee_core::{format_seq, parse_seq, SeqArg};
-use settee_db::{Database, LocalUpdate, UpdateResult};
+use settee_db::{Database, LocalUpdate};
+use settee_docs::Followed;
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
 use settee_replicator::job::{Job, Options, Outcome, Progress};
 use settee_replicator::remote::{redact, Remote, RemoteSpec, Url};
@@ -55,6 +57,17 @@ pub struct LocalDb {
 }
 
 impl LocalDb {
+    /// The database `name` of this server, read and written as `user`; `url` is how
+    /// replication ids and tasks name it.
+    pub fn new(state: &AppState, name: &str, user: UserCtx, url: String) -> LocalDb {
+        LocalDb {
+            state: state.clone(),
+            name: name.to_string(),
+            user,
+            url,
+        }
+    }
+
     /// The database, if it exists and the user may read and write it.
     fn db(&self) -> RepResult<Arc<Database>> {
         let db = self
@@ -270,29 +283,14 @@ impl Endpoint for LocalDb {
             .iter()
             .map(|p| p.id.clone().unwrap_or_default())
             .collect();
-        let admitted = doc::admit_as(
-            &self.state,
-            &db,
-            self.user.clone(),
-            parsed,
-            false,
-            attachments::Followed::new(),
-        )
-        .await
-        .map_err(rep_error)?;
-        let mut ok = Vec::new();
-        for (id, a) in ids.iter().zip(admitted) {
-            match a {
-                Ok(d) => ok.push(d),
-                Err(e) => failures.push(failure(id, e)),
-            }
-        }
-        if !ok.is_empty() {
-            let rx = db.update_docs(ok, false).map_err(|e| rep_error(e.into()))?;
-            for r in crate::handlers::await_write(rx).await.map_err(rep_error)? {
-                if let UpdateResult::Err { id, error } = r {
-                    failures.push(failure(&id, error.into()));
-                }
+        let settings = self.state.write_settings();
+        let written =
+            settee_docs::write(&settings, &db, &self.user, parsed, false, Followed::new())
+                .await
+                .map_err(|e| rep_error(e.into()))?;
+        for (id, w) in ids.iter().zip(written) {
+            if let Err(e) = w {
+                failures.push(failure(id, e.into()));
             }
         }
         Ok(failures)
@@ -581,12 +579,12 @@ fn endpoint(
             let eid = EndpointId::new(&url, &headers, None)
                 .ok_or_else(|| ApiError::bad_request("invalid endpoint"))?;
             Ok((
-                Peer::Local(LocalDb {
-                    state: state.clone(),
-                    name: name.clone(),
-                    user: caller.user.clone(),
-                    url: format!("{url}/"),
-                }),
+                Peer::Local(LocalDb::new(
+                    state,
+                    name,
+                    caller.user.clone(),
+                    format!("{url}/"),
+                )),
                 eid,
             ))
         }
@@ -610,15 +608,7 @@ fn endpoint(
                 if !shown.ends_with('/') {
                     shown.push('/');
                 }
-                return Ok((
-                    Peer::Local(LocalDb {
-                        state: state.clone(),
-                        name,
-                        user,
-                        url: shown,
-                    }),
-                    eid,
-                ));
+                return Ok((Peer::Local(LocalDb::new(state, &name, user, shown)), eid));
             }
             let remote = Remote::new(&RemoteSpec {
                 url: url.clone(),

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::{parse_doc, validate_doc_id, DocKind, ParsedDoc, Rev};
-use settee_db::{Database, LocalUpdate, UpdateResult};
+use settee_db::{Database, LocalUpdate};
 use std::sync::Arc;
 
 fn error_entry(id: &str, e: ApiError) -> Value {
@@ -86,11 +86,9 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     if new_edits && body.get("all_or_nothing") == Some(&Value::Bool(true)) {
         return Ok(all_or_nothing_refused(&parsed));
     }
-    // Local documents are written apart; their places keep the results in order. So do
-    // the entries of documents that admission refused.
+    // Local documents are written apart; every entry keeps its document's place.
     let mut docs = Vec::with_capacity(parsed.len());
     let mut locals = Vec::new();
-    let mut placed = Vec::new();
     for (i, d) in parsed.into_iter().enumerate() {
         let id = d.id.clone().unwrap_or_default();
         if DocKind::of(&id) == DocKind::Local {
@@ -99,35 +97,30 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
             docs.push(((i, id, d.rev()), d));
         }
     }
-    let (places, parsed): (Vec<Place>, Vec<ParsedDoc>) = docs.into_iter().unzip();
-    let mut docs = Vec::with_capacity(parsed.len());
-    let admitted = super::doc::admit(state, &db, &req, parsed, new_edits).await?;
-    let mut written = Vec::with_capacity(places.len());
-    for ((i, id, rev), result) in places.into_iter().zip(admitted) {
-        match result {
-            Ok(d) => {
-                written.push(rev);
-                docs.push(d);
-            }
-            Err(e) if new_edits => placed.push((i, error_entry(&id, e))),
-            Err(e) => placed.push((i, replicated_error_entry(&id, rev, e))),
-        }
-    }
+    let (places, docs): (Vec<Place>, Vec<ParsedDoc>) = docs.into_iter().unzip();
     let results = if docs.is_empty() {
         Vec::new()
     } else {
-        await_write(db.update_docs(docs, new_edits)?).await?
+        let settings = state.write_settings();
+        settee_docs::write(
+            &settings,
+            &db,
+            &req.user,
+            docs,
+            new_edits,
+            Default::default(),
+        )
+        .await?
     };
-    let mut out: Vec<Value> = results
+    // A replicated revision written (or already known) has no entry, as in CouchDB.
+    let mut entries: Vec<(usize, Value)> = places
         .into_iter()
-        .zip(written)
-        .filter_map(|(r, rev)| match r {
-            UpdateResult::Ok { id, rev: Some(rev) } => {
-                Some(json!({"ok": true, "id": id, "rev": rev.to_string()}))
-            }
-            UpdateResult::Ok { rev: None, .. } => None,
-            UpdateResult::Err { id, error } if new_edits => Some(error_entry(&id, error.into())),
-            UpdateResult::Err { id, error } => Some(replicated_error_entry(&id, rev, error.into())),
+        .zip(results)
+        .filter_map(|((i, id, rev), r)| match r {
+            Ok(Some(new)) => Some((i, json!({"ok": true, "id": id, "rev": new.to_string()}))),
+            Ok(None) => None,
+            Err(e) if new_edits => Some((i, error_entry(&id, e.into()))),
+            Err(e) => Some((i, replicated_error_entry(&id, rev, e.into()))),
         })
         .collect();
     for (i, id, d) in locals {
@@ -136,13 +129,11 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
             Err(e) => error_entry(&id, e),
         };
         if new_edits || entry.get("error").is_some() {
-            placed.push((i, entry));
+            entries.push((i, entry));
         }
     }
-    placed.sort_by_key(|(i, _)| *i);
-    for (i, entry) in placed {
-        out.insert(i.min(out.len()), entry);
-    }
+    entries.sort_by_key(|(i, _)| *i);
+    let out = entries.into_iter().map(|(_, e)| e).collect();
     Ok(json(StatusCode::CREATED, &Value::Array(out)))
 }
 

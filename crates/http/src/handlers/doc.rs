@@ -2,9 +2,8 @@
 //! `_local/` documents.
 
 use super::{await_write, blocking};
-use crate::admission::Admission;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::{AttOpts, Followed, MixedPart};
+use crate::handlers::attachments::{AttOpts, MixedPart};
 use crate::location::{absolute_uri, doc_path};
 use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes};
@@ -15,7 +14,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
-use settee_db::{Database, LocalUpdate, OpenDoc, UpdateResult};
+use settee_db::{Database, LocalUpdate, OpenDoc};
+use settee_docs::Followed;
 use std::sync::Arc;
 
 pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
@@ -331,90 +331,28 @@ pub async fn write_one_with(
     batch: bool,
     followed: Followed,
 ) -> ApiResult<Option<Rev>> {
+    let settings = state.write_settings();
     if batch {
         // As CouchDB's `batch=ok`: answered at once; the checks (validation functions
         // included) and the write happen afterwards, and their failures are only logged.
-        let (state, user) = (state.clone(), req.user.clone());
+        let user = req.user.clone();
         tokio::spawn(async move {
-            let written = async {
-                let doc = admit_as(&state, &db, user, vec![doc], new_edits, followed)
-                    .await?
-                    .pop()
-                    .expect("one result")?;
-                await_write(db.update_docs(vec![doc], new_edits)?).await
-            };
-            match written.await {
-                Err(e) => tracing::warn!(error = ?e, "batch=ok write failed"),
-                Ok(results) => {
-                    if let Some(UpdateResult::Err { id, error }) = results.into_iter().next() {
-                        tracing::warn!(%id, error = %error, "batch=ok write failed");
-                    }
-                }
+            let written =
+                settee_docs::write(&settings, &db, &user, vec![doc], new_edits, followed).await;
+            match written.map(|mut r| r.pop()) {
+                Err(e) => tracing::warn!(error = %e, "batch=ok write failed"),
+                Ok(Some(Err(e))) => tracing::warn!(error = %e, "batch=ok write failed"),
+                Ok(_) => {}
             }
         });
         return Ok(None);
     }
-    let doc = admit_as(state, &db, req.user.clone(), vec![doc], new_edits, followed)
+    let given = doc.rev();
+    let written = settee_docs::write(&settings, &db, &req.user, vec![doc], new_edits, followed)
         .await?
         .pop()
-        .expect("one result")?;
-    let given = doc.rev();
-    let rx = db.update_docs(vec![doc], new_edits)?;
-    match await_write(rx).await?.pop() {
-        Some(UpdateResult::Ok { rev, .. }) => Ok(rev.or(given)),
-        Some(UpdateResult::Err { error, .. }) => Err(error.into()),
-        None => Err(ApiError::Db(settee_db::Error::Internal(
-            "no result for write".into(),
-        ))),
-    }
-}
-
-/// Runs the per-document write checks (`admission`) on a blocking thread; one result per
-/// document, in order.
-pub async fn admit(
-    state: &AppState,
-    db: &Arc<Database>,
-    req: &Req,
-    docs: Vec<ParsedDoc>,
-    new_edits: bool,
-) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
-    admit_as(
-        state,
-        db,
-        req.user.clone(),
-        docs,
-        new_edits,
-        Followed::new(),
-    )
-    .await
-}
-
-pub(crate) async fn admit_as(
-    state: &AppState,
-    db: &Arc<Database>,
-    user: settee_auth::UserCtx,
-    docs: Vec<ParsedDoc>,
-    new_edits: bool,
-    followed: Followed,
-) -> ApiResult<Vec<ApiResult<ParsedDoc>>> {
-    let (state, db) = (state.clone(), db.clone());
-    blocking(move || {
-        let mut admission = Admission::new(&state, &db, &user);
-        admission.followed = followed;
-        Ok(docs
-            .into_iter()
-            .map(|mut d| {
-                admission.admit(&db, &mut d, new_edits)?;
-                // The body is final: its term for the revision id is made here, in
-                // parallel with other requests, rather than on the database's writer.
-                if new_edits {
-                    d.body_term = Some(settee_core::body_term(&d.body));
-                }
-                Ok(d)
-            })
-            .collect())
-    })
-    .await
+        .expect("one result per document")?;
+    Ok(written.or(given))
 }
 
 /// `{"ok":true,"id","rev"}` with an `ETag` (the quoted revision, or `etag` as given when

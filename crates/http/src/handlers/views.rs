@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::design::ViewGroupDef;
-use settee_core::{ParsedDoc, Rev};
+use settee_core::Rev;
 use settee_db::Database;
 use settee_views::{Event, Freshness, Group, Grouping, ReduceKind, ViewQuery, Views};
 use std::ops::ControlFlow;
@@ -130,37 +130,6 @@ fn check_language(views: &Views, def: &ViewGroupDef) -> ApiResult<()> {
             def.language.clone(),
         ))
     }
-}
-
-/// CouchDB's check of a design document on save: its members must have the right types
-/// and its views maps and known built-in reduces (`400 invalid_design_doc`), and JavaScript
-/// functions must compile (`compilation_error`). Functions of other languages (such as
-/// Mango's `query`) are not compiled.
-pub fn validate_design(id: &str, doc: &ParsedDoc) -> ApiResult<()> {
-    if !id.starts_with("_design/") || doc.deleted {
-        return Ok(());
-    }
-    let Ok(body) =
-        serde_json::from_slice::<Map<String, Value>>(settee_core::split_stored(&doc.body).0)
-    else {
-        return Ok(());
-    };
-    settee_core::design::check_members(&body)
-        .map_err(|e| ApiError::from(settee_views::Error::from(e)))?;
-    let js = matches!(body.get("language"), None | Some(Value::Null))
-        || body.get("language") == Some(&json!("javascript"));
-    if !js {
-        return Ok(());
-    }
-    let def =
-        ViewGroupDef::from_ddoc(&body).map_err(|e| ApiError::from(settee_views::Error::from(e)))?;
-    if def.views.is_empty() {
-        return Ok(());
-    }
-    let g = Group::new(0, id, def);
-    settee_js::ViewRuntime::new(&g.fns, settee_js::Limits::default())
-        .map(|_| ())
-        .map_err(|e| ApiError::from(settee_views::Error::Js(e)))
 }
 
 /// A POST body as CouchDB's `json_body_obj` takes it.

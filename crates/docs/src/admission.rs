@@ -3,11 +3,9 @@
 //! follow its rules and have their password hashed; then every `validate_doc_update` of
 //! the database's design documents must accept the document.
 
-use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments;
-use crate::AppState;
+use crate::atts::{self, Followed, StoredAtts};
+use crate::{Error, Result, Settings};
 use serde_json::{Map, Value};
-use settee_auth::password_rules::PasswordRules;
 use settee_auth::security::SecurityObject;
 use settee_auth::users::{self, UserWrite, UsersError};
 use settee_auth::UserCtx;
@@ -26,13 +24,9 @@ pub struct Admission {
     users_db: bool,
     /// A replicator database (`_replicator`, `…/_replicator`): documents have owners.
     replicator_db: bool,
-    passwords: PasswordRules,
-    limits: settee_js::Limits,
-    /// `[couchdb] max_attachment_size`.
-    att_limit: u64,
-    compression: attachments::Compression,
+    settings: Settings,
     /// Attachment contents already stored for the next document's `follows` entries.
-    pub followed: attachments::Followed,
+    pub followed: Followed,
     /// The database's `validate_doc_update` functions, loaded at the first document that
     /// needs them (`None` = not loaded yet; `Some(None)` = the database has none).
     validator: Option<Loaded>,
@@ -74,27 +68,24 @@ impl Drop for Admission {
 }
 
 impl Admission {
-    pub fn new(state: &AppState, db: &Database, user: &UserCtx) -> Admission {
+    pub fn new(settings: &Settings, db: &Database, user: &UserCtx) -> Admission {
         let sec_json = db.props().security;
         Admission {
             user: user.clone(),
             sec: SecurityObject::from_json(&sec_json),
             sec_json,
-            limits: state.views.limits(),
-            att_limit: attachments::max_size(state),
-            compression: attachments::Compression::from_config(state),
-            followed: attachments::Followed::new(),
+            settings: settings.clone(),
+            followed: Followed::new(),
             validator: None,
             db_name: db.name.clone(),
-            users_db: crate::access::is_users_db(&state.node, &db.name),
+            users_db: settings.is_users_db(&db.name),
             replicator_db: db.name == "_replicator" || db.name.ends_with("/_replicator"),
-            passwords: crate::auth::password_rules(&state.node),
         }
     }
 
     /// Checks one document (with its id set); may rewrite its body (`_users` passwords).
     /// Runs on a blocking thread: it reads the replaced revision.
-    pub fn admit(&mut self, db: &Database, doc: &mut ParsedDoc, new_edits: bool) -> ApiResult<()> {
+    pub fn admit(&mut self, db: &Database, doc: &mut ParsedDoc, new_edits: bool) -> Result<()> {
         let id = doc.id.clone().unwrap_or_default();
         if id.starts_with("_local/") {
             return Ok(());
@@ -112,7 +103,7 @@ impl Admission {
         if design {
             self.sec.check_admin(&self.user)?;
         } else if self.validator.is_none() {
-            self.validator = Some(load_validator(db, self.limits, self.users_db)?);
+            self.validator = Some(load_validator(db, self.settings.limits, self.users_db)?);
         }
         let has_vdu = matches!(&self.validator, Some(l) if l.validator.is_some());
         let owned = self.replicator_db && !self.sec.is_admin(&self.user);
@@ -123,13 +114,13 @@ impl Admission {
         } else {
             None
         };
-        let mut target = attachments::Target {
+        let mut target = atts::Target {
             db,
-            limit: self.att_limit,
-            compression: &self.compression,
+            limit: self.settings.att_limit,
+            compression: &self.settings.compression,
             followed: &mut self.followed,
         };
-        attachments::resolve(
+        atts::resolve(
             &mut target,
             &id,
             doc,
@@ -137,7 +128,7 @@ impl Admission {
             new_edits,
         )?;
         if design {
-            return crate::handlers::views::validate_design(&id, doc);
+            return crate::design::validate_design(&id, doc);
         }
         if !checks {
             return Ok(());
@@ -158,7 +149,7 @@ impl Admission {
         id: &str,
         doc: &ParsedDoc,
         old: Option<Replaced>,
-    ) -> ApiResult<()> {
+    ) -> Result<()> {
         let Some(validator) = self.validator.as_mut().and_then(|l| l.validator.as_mut()) else {
             return Ok(());
         };
@@ -188,11 +179,11 @@ impl Admission {
         id: &str,
         doc: &mut ParsedDoc,
         old: Option<&Map<String, Value>>,
-    ) -> ApiResult<()> {
+    ) -> Result<()> {
         let (body, stubs) = settee_core::split_stored(&doc.body);
         let stubs = stubs.map(<[u8]>::to_vec);
         let mut body: Map<String, Value> = serde_json::from_slice(body)
-            .map_err(|_| ApiError::bad_request("invalid document body"))?;
+            .map_err(|_| Error::BadRequest("invalid document body".into()))?;
         body.insert("_id".into(), Value::String(id.to_string()));
         let w = UserWrite {
             id,
@@ -200,10 +191,10 @@ impl Admission {
             old,
             ctx: &self.user,
             sec: &self.sec,
-            rules: &self.passwords,
+            rules: &self.settings.passwords,
         };
         users::prepare_write(&w, &mut body).map_err(|e| match e {
-            UsersError::NotFound => ApiError::Db(settee_db::Error::NotFound("missing")),
+            UsersError::NotFound => Error::Db(settee_db::Error::NotFound("missing")),
             UsersError::Denied(d) => d.into(),
         })?;
         body.shift_remove("_id");
@@ -217,7 +208,7 @@ impl Admission {
     /// Replication documents belong to the user who wrote them (CouchDB's replicator
     /// `before_doc_update`): a member's document gets `owner` (their name) if it has none,
     /// and nobody but database admins may write one owned by someone else.
-    fn owner_rules(&self, doc: &mut ParsedDoc, old: Option<&Map<String, Value>>) -> ApiResult<()> {
+    fn owner_rules(&self, doc: &mut ParsedDoc, old: Option<&Map<String, Value>>) -> Result<()> {
         let me = self
             .user
             .name
@@ -225,14 +216,14 @@ impl Admission {
             .map(Value::String)
             .unwrap_or(Value::Null);
         let foreign =
-            || ApiError::Forbidden("Can't update replication documents from other users.".into());
+            || Error::Forbidden("Can't update replication documents from other users.".into());
         if old.and_then(|o| o.get("owner")).is_some_and(|o| *o != me) {
             return Err(foreign());
         }
         let (body, stubs) = settee_core::split_stored(&doc.body);
         let stubs = stubs.map(<[u8]>::to_vec);
         let mut body: Map<String, Value> = serde_json::from_slice(body)
-            .map_err(|_| ApiError::bad_request("invalid document body"))?;
+            .map_err(|_| Error::BadRequest("invalid document body".into()))?;
         match body.get("owner") {
             Some(o) if *o != me => return Err(foreign()),
             Some(_) => return Ok(()),
@@ -247,7 +238,7 @@ impl Admission {
 
 /// The `validate_doc_update` functions of the database's design documents, compiled, or
 /// this thread's cached ones if the design documents and limits are unchanged.
-fn load_validator(db: &Database, limits: settee_js::Limits, users_db: bool) -> ApiResult<Loaded> {
+fn load_validator(db: &Database, limits: settee_js::Limits, users_db: bool) -> Result<Loaded> {
     let fingerprint = fingerprint(db, limits, users_db)?;
     let cached = VALIDATORS.with_borrow_mut(|cache| {
         let at = cache
@@ -265,7 +256,7 @@ fn load_validator(db: &Database, limits: settee_js::Limits, users_db: bool) -> A
 }
 
 /// A hash of the design documents' ids and winning revisions and of the limits.
-fn fingerprint(db: &Database, limits: settee_js::Limits, users_db: bool) -> ApiResult<u64> {
+fn fingerprint(db: &Database, limits: settee_js::Limits, users_db: bool) -> Result<u64> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     limits.hash(&mut h);
     users_db.hash(&mut h);
@@ -286,7 +277,7 @@ fn compile_validator(
     db: &Database,
     limits: settee_js::Limits,
     users_db: bool,
-) -> ApiResult<Option<Validator>> {
+) -> Result<Option<Validator>> {
     let mut sources = Vec::new();
     let mut failed = None;
     db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
@@ -312,7 +303,7 @@ fn compile_validator(
         ControlFlow::Continue(())
     })?;
     if let Some(e) = failed {
-        return Err(ApiError::Db(settee_db::Error::Internal(e)));
+        return Err(Error::Db(settee_db::Error::Internal(e)));
     }
     if sources.is_empty() {
         return Ok(None);
@@ -324,10 +315,11 @@ fn compile_validator(
 
 /// The document as a validation function sees it: `_id`, `_rev`, the body, `_revisions`
 /// and `_deleted`.
-fn new_doc_json(id: &str, doc: &ParsedDoc) -> ApiResult<Value> {
-    let body: Map<String, Value> = serde_json::from_slice(settee_core::split_stored(&doc.body).0)
-        .map_err(|_| ApiError::bad_request("invalid document body"))?;
-    let stubs = attachments::stored_stubs(&doc.body);
+fn new_doc_json(id: &str, doc: &ParsedDoc) -> Result<Value> {
+    let body: Map<String, Value> =
+        serde_json::from_slice(settee_core::split_stored(&doc.body).0)
+            .map_err(|_| Error::BadRequest("invalid document body".into()))?;
+    let stubs = atts::stored_stubs(&doc.body);
     let mut v = with_meta(id, doc.rev().as_ref(), body, stubs);
     if let Some((start, ids)) = &doc.revs {
         let ids: Vec<Value> = ids.iter().map(|r| Value::String(r.to_string())).collect();
@@ -357,28 +349,24 @@ fn with_meta(
     Value::Object(m)
 }
 
-/// CouchDB's HTTP answer for a rejected write (`chttpd:error_info`).
-fn rejection_error(r: Rejection) -> ApiError {
-    use axum::http::StatusCode as S;
+/// A rejected write as CouchDB names it (`chttpd:error_info`): a thrown object without
+/// a reason is an `unknown_error` whose reason is the thrown error.
+fn rejection_error(r: Rejection) -> Error {
     let text = |v: Value| match v {
         Value::String(s) => s,
         other => other.to_string(),
     };
     match r {
-        Rejection::Forbidden(m) => ApiError::Forbidden(text(m)),
-        Rejection::Unauthorized(m) => ApiError::Unauthorized(text(m)),
-        Rejection::Error { error, reason } if reason.is_null() => {
-            ApiError::Named(S::INTERNAL_SERVER_ERROR, "unknown_error".into(), error)
-        }
-        Rejection::Error { error, reason } => {
-            let status = match error.as_str() {
-                "not_found" => S::NOT_FOUND,
-                "conflict" => S::CONFLICT,
-                "bad_request" => S::BAD_REQUEST,
-                _ => S::INTERNAL_SERVER_ERROR,
-            };
-            ApiError::Named(status, error, text(reason))
-        }
+        Rejection::Forbidden(m) => Error::Forbidden(text(m)),
+        Rejection::Unauthorized(m) => Error::Unauthorized(text(m)),
+        Rejection::Error { error, reason } if reason.is_null() => Error::Rejected {
+            error: "unknown_error".into(),
+            reason: error,
+        },
+        Rejection::Error { error, reason } => Error::Rejected {
+            error,
+            reason: text(reason),
+        },
         Rejection::Failed(e) => settee_views::Error::Js(e).into(),
     }
 }
@@ -387,17 +375,12 @@ fn rejection_error(r: Rejection) -> ApiError {
 struct Replaced {
     rev: Rev,
     body: Map<String, Value>,
-    atts: attachments::StoredAtts,
+    atts: StoredAtts,
 }
 
 /// The body of the revision a write replaces: the leaf it names, or for a replicated
 /// revision its nearest stored ancestor; `None` for new documents and deleted leaves.
-fn replaced(
-    db: &Database,
-    id: &str,
-    doc: &ParsedDoc,
-    new_edits: bool,
-) -> ApiResult<Option<Replaced>> {
+fn replaced(db: &Database, id: &str, doc: &ParsedDoc, new_edits: bool) -> Result<Option<Replaced>> {
     let Some((pos, ids)) = &doc.revs else {
         return Ok(None);
     };
@@ -418,7 +401,7 @@ fn replaced(
                 return Ok(body.map(|body| Replaced {
                     rev,
                     body,
-                    atts: attachments::StoredAtts::of(&stored),
+                    atts: StoredAtts::of(&stored),
                 }));
             }
             None => {}
