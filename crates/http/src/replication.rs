@@ -9,6 +9,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{attachments, blocking, bulk, changes, doc};
+use crate::render::doc_json_with;
 use crate::reply::json;
 use crate::req::Params;
 use crate::{AppState, Req};
@@ -17,7 +18,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_auth::security::SecurityObject;
 use settee_auth::UserCtx;
-use settee_core::{format_seq, parse_seq, SeqArg};
+use settee_core::{format_seq, parse_seq, ParsedDoc, Rev, SeqArg};
 use settee_db::{Database, LocalUpdate};
 use settee_docs::Followed;
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
@@ -25,7 +26,8 @@ use settee_replicator::job::{Job, Options, Outcome, Progress};
 use settee_replicator::remote::{redact, Remote, RemoteSpec, Url};
 use settee_replicator::spec::{PeerSpec, Request};
 use settee_replicator::{
-    ChangeRow, Changes, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait, WriteFailure,
+    ChangeRow, Changes, Doc, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait,
+    WriteFailure,
 };
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -232,27 +234,47 @@ impl Endpoint for LocalDb {
             .collect())
     }
 
-    async fn bulk_get(&self, wanted: Vec<(String, String)>) -> RepResult<Vec<Value>> {
+    async fn bulk_get(&self, wanted: Vec<(String, String)>, stored: bool) -> RepResult<Vec<Doc>> {
         let db = self.db()?;
         blocking(move || {
+            let revs_limit = db.props().revs_limit as usize;
             let opts = crate::render::DocOpts {
                 revs: true,
-                revs_limit: Some(db.props().revs_limit as usize),
+                revs_limit: Some(revs_limit),
                 ..Default::default()
             };
             let atts = attachments::AttOpts::from_params(&Params::parse(Some("attachments=true")))?;
             let mut out = Vec::with_capacity(wanted.len());
             for (id, rev) in wanted {
-                let item = json!({"id": id, "rev": rev});
-                let bytes = bulk::bulk_get_one(&db, &item, &opts, atts, true)?;
-                let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                out.extend(
-                    v.get("docs")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|d| d.get("ok").cloned()),
-                );
+                // A revision that cannot be read (any more) is left out, as `_bulk_get`
+                // answers it with an error.
+                let Ok(d) = Rev::parse(&rev)
+                    .map_err(drop)
+                    .and_then(|r| bulk::open_latest(&db, &id, &r).map_err(drop))
+                else {
+                    continue;
+                };
+                let doc = if stored && settee_core::split_stored(&d.body).1.is_none() {
+                    let path = d.info.tree.ancestry(&d.rev);
+                    Doc::Stored(ParsedDoc {
+                        id: Some(d.id),
+                        revs: Some((
+                            d.rev.pos,
+                            path.into_iter().take(revs_limit.max(1)).collect(),
+                        )),
+                        deleted: d.deleted,
+                        body: d.body,
+                        atts: None,
+                        body_term: None,
+                    })
+                } else {
+                    let rendered = doc_json_with(&d, &opts, atts.render(&db, &d.body)?);
+                    Doc::Json(
+                        serde_json::from_slice(&rendered)
+                            .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))?,
+                    )
+                };
+                out.push(doc);
             }
             Ok(out)
         })
@@ -260,11 +282,22 @@ impl Endpoint for LocalDb {
         .map_err(rep_error)
     }
 
-    async fn bulk_docs(&self, docs: Vec<Value>) -> RepResult<Vec<WriteFailure>> {
+    fn takes_stored(&self) -> bool {
+        true
+    }
+
+    async fn bulk_docs(&self, docs: Vec<Doc>) -> RepResult<Vec<WriteFailure>> {
         let db = self.db()?;
         let mut failures = Vec::new();
         let mut parsed = Vec::with_capacity(docs.len());
         for d in docs {
+            let d = match d {
+                Doc::Stored(p) => {
+                    parsed.push(p);
+                    continue;
+                }
+                Doc::Json(v) => v,
+            };
             let id = d
                 .get("_id")
                 .and_then(Value::as_str)

@@ -12,7 +12,7 @@ use settee_auth::UserCtx;
 use settee_http::node_config::{builtin_defaults, Sections};
 use settee_http::{app, AppState, HttpConfig, LocalDb, NodeConfig};
 use settee_replicator::remote::{Remote, RemoteSpec};
-use settee_replicator::{Endpoint, Error, Filter, Wait};
+use settee_replicator::{Doc, Endpoint, Error, Filter, Wait};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,6 +91,21 @@ fn revisions(rev: &str, parents: &[&str]) -> Value {
     json!({"start": pos.parse::<u64>().unwrap(), "ids": ids})
 }
 
+fn json_docs(docs: Vec<Value>) -> Vec<Doc> {
+    docs.into_iter().map(Doc::Json).collect()
+}
+
+/// The revisions the suite reads back: a conflict's other leaf, an edit, a deletion and a
+/// document with attachments.
+fn wanted() -> Vec<(String, String)> {
+    vec![
+        ("a".into(), R1B.into()),
+        ("b".into(), R2.into()),
+        ("c".into(), DEL.into()),
+        ("d".into(), R1.into()),
+    ]
+}
+
 /// What every endpoint must do, step by step; returns every answer, for comparing two
 /// endpoints' transcripts.
 async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
@@ -125,7 +140,7 @@ async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
     // Replicated revisions: a conflict, an edit, a deletion, a binary attachment, and a
     // validation function that refuses some documents.
     let failures = e
-        .bulk_docs(vec![
+        .bulk_docs(json_docs(vec![
             json!({"_id": "_design/v", "_rev": R1, "_revisions": revisions(R1, &[]),
                    "validate_doc_update":
                        "function(doc) { if (doc.bad) throw({forbidden: 'no bad docs'}); }"}),
@@ -139,15 +154,15 @@ async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
                                             "revpos": 1, "data": "AAEC/w=="},
                                     "txt": {"content_type": "text/plain",
                                             "revpos": 1, "data": "aGVsbG8gaGVsbG8gaGVsbG8="}}}),
-        ])
+        ]))
         .await
         .expect("bulk_docs");
     assert_eq!(failures, vec![]);
     let failures = e
-        .bulk_docs(vec![
+        .bulk_docs(json_docs(vec![
             json!({"_id": "e", "_rev": R1, "_revisions": revisions(R1, &[]), "bad": true}),
             json!({"_id": "f", "_rev": R1, "_revisions": revisions(R1, &[]), "bad": false}),
-        ])
+        ]))
         .await
         .expect("bulk_docs");
     assert_eq!(failures.len(), 1);
@@ -158,9 +173,9 @@ async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
     assert_eq!(failures[0].reason, "no bad docs");
     // Writing the same revisions again changes nothing.
     let failures = e
-        .bulk_docs(vec![
+        .bulk_docs(vec![Doc::Json(
             json!({"_id": "a", "_rev": R1, "_revisions": revisions(R1, &[]), "n": 1}),
-        ])
+        )])
         .await
         .unwrap();
     assert_eq!(failures, vec![]);
@@ -263,15 +278,13 @@ async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
         .collect::<Vec<_>>()));
 
     // Documents at revisions, with their history and attachments inline.
-    let docs = e
-        .bulk_get(vec![
-            ("a".into(), R1B.into()),
-            ("b".into(), R2.into()),
-            ("c".into(), DEL.into()),
-            ("d".into(), R1.into()),
-        ])
+    let docs: Vec<Value> = e
+        .bulk_get(wanted(), false)
         .await
-        .unwrap();
+        .unwrap()
+        .into_iter()
+        .map(Doc::into_json)
+        .collect();
     assert_eq!(docs.len(), 4);
     assert_eq!(docs[0]["n"], 2);
     assert_eq!(docs[1]["_revisions"], revisions(R2, &[R1]));
@@ -300,6 +313,52 @@ async fn local_and_remote_endpoints_conform_alike() {
             "step {i} differs between the local and the remote endpoint"
         );
     }
+}
+
+/// A database's documents at [`wanted`] revisions and its change rows.
+async fn contents(db: &LocalDb) -> (Vec<Doc>, Vec<Value>) {
+    let docs = db.bulk_get(wanted(), false).await.unwrap();
+    let changes = db
+        .changes(&json!(0), 100, &Filter::All, Wait::No)
+        .await
+        .unwrap();
+    let rows = changes
+        .rows
+        .iter()
+        .map(|r| json!([r.id, r.revs, r.deleted]))
+        .collect();
+    (docs, rows)
+}
+
+/// Between two databases of this server, revisions without attachments move as stored
+/// (`Doc::Stored`), and arrive exactly as the protocol's JSON would have brought them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_revisions_move_between_local_databases_as_json_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, _) = server(dir.path()).await;
+    let source = LocalDb::new(&state, "source", admin(), "source".into());
+    suite(&source).await;
+    assert!(source.takes_stored());
+    let stored = source.bulk_get(wanted(), true).await.unwrap();
+    let kinds: Vec<bool> = stored.iter().map(|d| matches!(d, Doc::Stored(_))).collect();
+    assert_eq!(
+        kinds,
+        [true, true, true, false],
+        "attachments travel as JSON"
+    );
+    let json = source.bulk_get(wanted(), false).await.unwrap();
+    for (s, j) in stored.iter().zip(&json) {
+        assert_eq!(s.clone().into_json(), j.clone().into_json());
+    }
+    let (by_stored, by_json) = (
+        LocalDb::new(&state, "by-stored", admin(), "by-stored".into()),
+        LocalDb::new(&state, "by-json", admin(), "by-json".into()),
+    );
+    for (target, docs) in [(&by_stored, stored), (&by_json, json)] {
+        target.create(&Map::new()).await.unwrap();
+        assert_eq!(target.bulk_docs(docs).await.unwrap(), vec![]);
+    }
+    assert_eq!(contents(&by_stored).await, contents(&by_json).await);
 }
 
 /// A user who is not a member of the database is refused alike: 401 without a name, 403

@@ -7,7 +7,8 @@
 //! Sync`); its calls may run concurrently.
 
 use crate::Result;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
+use settee_core::ParsedDoc;
 use std::future::Future;
 
 /// What the replicator needs of a database's info.
@@ -84,6 +85,47 @@ pub struct Missing {
     pub possible_ancestors: Vec<String>,
 }
 
+/// A document revision on its way from the source to the target.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Doc {
+    /// The protocol's JSON: `_id`, `_rev`, `_revisions`, attachments inline. What peers
+    /// send and take.
+    Json(Value),
+    /// A revision of one of this server's databases as it is stored (`revs`: its path,
+    /// cut to the source's `_revs_limit`), without attachments: another of this server's
+    /// databases takes it as it is, with no rendering and parsing in between.
+    Stored(ParsedDoc),
+}
+
+impl Doc {
+    /// The protocol's JSON for the revision.
+    pub fn into_json(self) -> Value {
+        let d = match self {
+            Doc::Json(v) => return v,
+            Doc::Stored(d) => d,
+        };
+        let mut m = Map::new();
+        m.insert(
+            "_id".into(),
+            Value::String(d.id.clone().unwrap_or_default()),
+        );
+        if let Some((pos, ids)) = &d.revs {
+            if let Some(first) = ids.first() {
+                m.insert("_rev".into(), Value::String(format!("{pos}-{first}")));
+            }
+            let ids: Vec<Value> = ids.iter().map(|i| Value::String(i.to_string())).collect();
+            m.insert("_revisions".into(), json!({"start": pos, "ids": ids}));
+        }
+        if d.deleted {
+            m.insert("_deleted".into(), Value::Bool(true));
+        }
+        let body: Map<String, Value> =
+            serde_json::from_slice(settee_core::split_stored(&d.body).0).unwrap_or_default();
+        m.extend(body);
+        Value::Object(m)
+    }
+}
+
 /// A document revision the target refused (`_bulk_docs` with `new_edits: false`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WriteFailure {
@@ -129,14 +171,24 @@ pub trait Endpoint: Send + Sync {
 
     /// The documents at these revisions, with `_revisions` and attachments inline
     /// (`_bulk_get` with `revs=true&attachments=true&latest=true`); a revision that can no
-    /// longer be read is left out.
+    /// longer be read is left out. With `stored` (the target [`takes_stored`]), a
+    /// database of this server may hand over revisions without attachments as
+    /// [`Doc::Stored`].
+    ///
+    /// [`takes_stored`]: Endpoint::takes_stored
     fn bulk_get(
         &self,
         wanted: Vec<(String, String)>,
-    ) -> impl Future<Output = Result<Vec<Value>>> + Send;
+        stored: bool,
+    ) -> impl Future<Output = Result<Vec<Doc>>> + Send;
+
+    /// Whether this endpoint is a database of this server, which takes [`Doc::Stored`]
+    /// revisions as they are.
+    fn takes_stored(&self) -> bool {
+        false
+    }
 
     /// Writes replicated revisions (`_bulk_docs` with `new_edits: false`); the documents it
     /// refused.
-    fn bulk_docs(&self, docs: Vec<Value>)
-        -> impl Future<Output = Result<Vec<WriteFailure>>> + Send;
+    fn bulk_docs(&self, docs: Vec<Doc>) -> impl Future<Output = Result<Vec<WriteFailure>>> + Send;
 }

@@ -295,7 +295,8 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             return Ok(stats);
         }
         stats.bulk_get_attempts += wanted.len() as u64;
-        let docs = self.source.bulk_get(wanted).await?;
+        let stored = self.target.takes_stored();
+        let docs = self.source.bulk_get(wanted, stored).await?;
         stats.bulk_get_docs += docs.len() as u64;
         stats.docs_read += docs.len() as u64;
         let n = docs.len() as u64;

@@ -6,7 +6,7 @@
 //! CouchDB's replicator does; a 401 or 403 fails at once.
 
 use crate::endpoint::{
-    ChangeRow, Changes, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
+    ChangeRow, Changes, Doc, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
 };
 use crate::{Error, Result};
 use base64::Engine as _;
@@ -390,7 +390,7 @@ impl Endpoint for Remote {
             .unwrap_or_default())
     }
 
-    async fn bulk_get(&self, wanted: Vec<(String, String)>) -> Result<Vec<Value>> {
+    async fn bulk_get(&self, wanted: Vec<(String, String)>, _stored: bool) -> Result<Vec<Doc>> {
         let docs: Vec<Value> = wanted
             .iter()
             .map(|(id, rev)| json!({"id": id, "rev": rev}))
@@ -424,7 +424,8 @@ impl Endpoint for Remote {
                     v.as_array()
                         .into_iter()
                         .flatten()
-                        .filter_map(|r| r.get("ok").cloned()),
+                        .filter_map(|r| r.get("ok").cloned())
+                        .map(Doc::Json),
                 );
             }
             return Ok(out);
@@ -446,10 +447,12 @@ impl Endpoint for Remote {
                     .flatten()
             })
             .filter_map(|d| d.get("ok").cloned())
+            .map(Doc::Json)
             .collect())
     }
 
-    async fn bulk_docs(&self, docs: Vec<Value>) -> Result<Vec<WriteFailure>> {
+    async fn bulk_docs(&self, docs: Vec<Doc>) -> Result<Vec<WriteFailure>> {
+        let docs: Vec<Value> = docs.into_iter().map(Doc::into_json).collect();
         let v = self
             .ok(
                 Method::POST,

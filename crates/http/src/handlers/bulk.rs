@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::{parse_doc, validate_doc_id, DocKind, ParsedDoc, Rev};
-use settee_db::{Database, LocalUpdate};
+use settee_db::{Database, LocalUpdate, OpenDoc};
 use std::sync::Arc;
 
 fn error_entry(id: &str, e: ApiError) -> Value {
@@ -190,6 +190,27 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     Ok(json_bytes(StatusCode::OK, out))
 }
 
+/// The revision `rev` of a document or, when it is no longer a leaf, the newest leaf that
+/// descends from it (`latest=true`).
+pub(crate) fn open_latest(db: &Database, id: &str, rev: &Rev) -> settee_db::Result<OpenDoc> {
+    let d = db.open_doc(id, Some(rev))?;
+    let newest = d
+        .info
+        .tree
+        .leaves()
+        .into_iter()
+        .map(|l| l.rev)
+        .filter(|l| {
+            l.pos >= rev.pos
+                && d.info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id)
+        })
+        .max();
+    match newest {
+        Some(n) if &n != rev => db.open_doc(id, Some(&n)),
+        _ => Ok(d),
+    }
+}
+
 pub(crate) fn bulk_get_one(
     db: &Database,
     item: &Value,
@@ -213,23 +234,7 @@ pub(crate) fn bulk_get_one(
         }
     };
     let found = match &rev {
-        Some(r) if latest => db.open_doc(id, Some(r)).and_then(|d| {
-            let newest = d
-                .info
-                .tree
-                .leaves()
-                .into_iter()
-                .map(|l| l.rev)
-                .filter(|l| {
-                    l.pos >= r.pos
-                        && d.info.tree.ancestry(l).get((l.pos - r.pos) as usize) == Some(&r.id)
-                })
-                .max();
-            match newest {
-                Some(n) if &n != r => db.open_doc(id, Some(&n)),
-                _ => Ok(d),
-            }
-        }),
+        Some(r) if latest => open_latest(db, id, r),
         r => db.open_doc(id, r.as_ref()),
     };
     let doc_part = match found {
