@@ -9,6 +9,7 @@ mod error;
 pub mod id;
 pub mod job;
 pub mod remote;
+pub mod schedule;
 pub mod spec;
 
 pub use endpoint::{ChangeRow, Changes, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure};
