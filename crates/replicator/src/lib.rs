@@ -13,4 +13,4 @@ pub mod schedule;
 pub mod spec;
 
 pub use endpoint::{ChangeRow, Changes, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure};
-pub use error::{Error, Result};
+pub use error::{Cause, Error, RequestFailed, Result, Term};

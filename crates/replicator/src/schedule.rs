@@ -339,7 +339,10 @@ mod tests {
             (1, vec![crashed(3), started(2), stopped(1), started(0)]),
             // Healthy for longer than the threshold: the streak ends.
             (0, vec![crashed(999), started(0)]),
-            (1, vec![crashed(999), started(998), crashed(997), started(0)]),
+            (
+                1,
+                vec![crashed(999), started(998), crashed(997), started(0)],
+            ),
         ];
         for (expected, history) in cases {
             assert_eq!(
@@ -457,7 +460,10 @@ mod tests {
     fn waiting_jobs_fill_free_slots_whatever_max_churn() {
         assert_eq!(Jobs::new(&[(1, O, P)]).reschedule(500, 20), vec![1]);
         assert_eq!(Jobs::new(&[(1, O, P)]).reschedule(0, 20), Vec::<u64>::new());
-        assert_eq!(Jobs::new(&[(1, O, P), (2, O, P)]).reschedule(1, 20), vec![1]);
+        assert_eq!(
+            Jobs::new(&[(1, O, P), (2, O, P)]).reschedule(1, 20),
+            vec![1]
+        );
         assert_eq!(
             Jobs::new(&[(1, O, P), (2, O, P)]).reschedule(500, 0),
             vec![1, 2]
@@ -496,7 +502,10 @@ mod tests {
         let plan = reschedule(&j.views(), &Limits::default(), 0);
         assert_eq!(plan, Plan::default());
         assert_eq!(j.reschedule(2, 2), vec![1, 2]);
-        assert_eq!(Jobs::new(&[(1, C, P), (2, C, R)]).reschedule(2, 2), vec![1, 2]);
+        assert_eq!(
+            Jobs::new(&[(1, C, P), (2, C, R)]).reschedule(2, 2),
+            vec![1, 2]
+        );
     }
 
     #[test]
@@ -511,7 +520,10 @@ mod tests {
 
     #[test]
     fn one_shot_jobs_are_not_rotated_out_and_get_no_priority() {
-        assert_eq!(Jobs::new(&[(1, O, R), (2, C, P)]).reschedule(1, 20), vec![1]);
+        assert_eq!(
+            Jobs::new(&[(1, O, R), (2, C, P)]).reschedule(1, 20),
+            vec![1]
+        );
         assert_eq!(
             Jobs::new(&[(1, C, P), (2, O, R), (3, C, R)]).reschedule(2, 20),
             vec![1, 2]
