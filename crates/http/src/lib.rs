@@ -15,6 +15,7 @@ mod mrargs;
 pub mod node_config;
 mod render;
 mod replication;
+mod replicator_read;
 mod reply;
 mod req;
 mod router;

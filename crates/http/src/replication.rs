@@ -223,10 +223,12 @@ impl Endpoint for LocalDb {
 
     async fn bulk_get(&self, wanted: Vec<(String, String)>) -> RepResult<Vec<Value>> {
         let db = self.db()?;
+        let user = self.user.clone();
         blocking(move || {
             let opts = crate::render::DocOpts {
                 revs: true,
                 revs_limit: Some(db.props().revs_limit as usize),
+                reader: crate::replicator_read::reader(&db, &user),
                 ..Default::default()
             };
             let atts = attachments::AttOpts::from_params(&Params::parse(Some("attachments=true")))?;

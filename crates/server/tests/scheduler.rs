@@ -1,7 +1,8 @@
 //! The replication scheduler with the real binary, as CouchDB 3's: `max_jobs`,
 //! `max_churn` and `interval` set live through `/_node/_local/_config` (rotation, waiting
 //! jobs starting), `_scheduler/jobs` and `_scheduler/docs` rows, crash backoff, a second
-//! identical `POST /_replicate` joining the first, and a cancel that ends a retry's wait.
+//! identical `POST /_replicate` joining the first, a cancel that ends a retry's wait, and
+//! the credentials of `_replicator` documents hidden from other readers.
 
 mod common;
 use common::replication::{replicate, url, write_docs};
@@ -436,4 +437,171 @@ fn a_cancel_ends_a_retry_wait_at_once() {
     assert_eq!(status, 202);
     let r = s.post("/_replicate", &cancel.to_string());
     assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[test]
+fn replication_credentials_are_hidden_from_other_readers() {
+    let s = Server::start();
+    for user in ["bob", "carol"] {
+        let doc = json!({"name": user, "password": "pw", "roles": [], "type": "user"});
+        let r = s.put(
+            &format!("/_users/org.couchdb.user:{user}"),
+            &doc.to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let security = json!({"admins": {"names": [], "roles": []},
+                          "members": {"names": ["bob", "carol"], "roles": []}});
+    assert_eq!(
+        s.put("/_replicator/_security", &security.to_string())
+            .status,
+        200
+    );
+    // Replications nobody can run (max_jobs = 0): only their documents matter here.
+    config(&s, "max_jobs", "0");
+    let doc = json!({
+        "source": "https://bob:s3cret@remote.example/db",
+        "target": {"url": "https://bob:t4rget@other.example/db",
+                   "headers": {"Authorization": "Basic Ym9iOnM="},
+                   "auth": {"basic": {"username": "bob", "password": "s3cret"}}},
+        "continuous": true,
+    });
+    let r = s.as_user(
+        ("bob", "pw"),
+        "PUT",
+        "/_replicator/bobs",
+        Some(&doc.to_string()),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev = r.json()["rev"].as_str().unwrap().to_string();
+
+    let as_ = |user: &str, method: &str, path: &str, body: Option<&Value>| {
+        let body = body.map(Value::to_string);
+        s.as_user((user, "pw"), method, path, body.as_deref())
+    };
+    // The owner and an admin see the document as stored.
+    let own = as_("bob", "GET", "/_replicator/bobs", None).json();
+    assert_eq!(own["_rev"], rev.as_str());
+    assert_eq!(own["source"], doc["source"]);
+    assert_eq!(own["target"], doc["target"]);
+    assert_eq!(own["owner"], "bob");
+    let admin = s.get("/_replicator/bobs").json();
+    assert_eq!(admin, own);
+
+    // Another member sees no credentials, and a revision made up from what it sees.
+    let seen = as_("carol", "GET", "/_replicator/bobs?revs=true", None).json();
+    assert_eq!(seen["source"], "https://remote.example/db");
+    // An endpoint object loses `headers` and `auth`; CouchDB leaves its `url` alone.
+    assert_eq!(
+        seen["target"],
+        json!({"url": "https://bob:t4rget@other.example/db"})
+    );
+    assert_eq!(seen["owner"], "bob");
+    let shown_rev = seen["_rev"].as_str().unwrap();
+    assert_ne!(shown_rev, rev);
+    assert!(shown_rev.starts_with("1-"), "{shown_rev}");
+    assert_eq!(
+        seen["_revisions"],
+        json!({"start": 1, "ids": [&shown_rev[2..]]})
+    );
+    // The same read gives the same revision.
+    assert_eq!(
+        as_("carol", "GET", "/_replicator/bobs", None).json()["_rev"],
+        shown_rev
+    );
+    let keys_of = |v: &Value| keys(v).into_iter().map(String::from).collect::<Vec<_>>();
+    assert_eq!(
+        keys_of(&seen),
+        [
+            "_id",
+            "_rev",
+            "source",
+            "target",
+            "continuous",
+            "owner",
+            "_revisions"
+        ]
+    );
+
+    // Every read of the database hides them: _bulk_get, _find, open_revs.
+    let got = as_(
+        "carol",
+        "POST",
+        "/_replicator/_bulk_get",
+        Some(&json!({"docs": [{"id": "bobs"}]})),
+    )
+    .json();
+    let via_bulk = &got["results"][0]["docs"][0]["ok"];
+    assert_eq!(via_bulk["source"], "https://remote.example/db", "{got}");
+    assert_eq!(via_bulk["_rev"], shown_rev);
+    let found = as_(
+        "carol",
+        "POST",
+        "/_replicator/_find",
+        Some(&json!({"selector": {"source": {"$regex": "s3cret"}}})),
+    )
+    .json();
+    assert_eq!(
+        found["docs"],
+        json!([]),
+        "the selector sees what carol sees"
+    );
+    let found = as_(
+        "carol",
+        "POST",
+        "/_replicator/_find",
+        Some(&json!({"selector": {"owner": "bob"}, "fields": ["source"]})),
+    )
+    .json();
+    assert_eq!(
+        found["docs"],
+        json!([{"source": "https://remote.example/db"}])
+    );
+    let revs = as_("carol", "GET", "/_replicator/bobs?open_revs=all", None);
+    assert_eq!(revs.status, 200, "{}", revs.text);
+    assert!(!revs.text.contains("s3cret"), "{}", revs.text);
+    // Bob sees his own through the same paths.
+    let found = as_(
+        "bob",
+        "POST",
+        "/_replicator/_find",
+        Some(&json!({"selector": {"source": {"$regex": "s3cret"}}})),
+    )
+    .json();
+    assert_eq!(found["docs"].as_array().unwrap().len(), 1, "{found}");
+
+    // `_all_docs` and `_changes` of `_replicator` are for server admins.
+    for path in [
+        "/_replicator/_all_docs?include_docs=true",
+        "/_replicator/_changes?include_docs=true",
+    ] {
+        let r = as_("carol", "GET", path, None);
+        assert_eq!(
+            (r.status, r.json()),
+            (
+                401,
+                json!({"error": "unauthorized", "reason": "You are not a server admin."})
+            ),
+            "{path}"
+        );
+    }
+    let listed = s
+        .get("/_replicator/_all_docs?include_docs=true&key=%22bobs%22")
+        .json();
+    assert_eq!(listed["rows"][0]["doc"]["source"], doc["source"]);
+    // Design documents are shown as stored.
+    let ddoc = as_("carol", "GET", "/_replicator/_design/_replicator", None);
+    assert_eq!(ddoc.status, 200, "{}", ddoc.text);
+
+    // An admin of the database sees everything too.
+    let security = json!({"admins": {"names": ["carol"], "roles": []},
+                          "members": {"names": ["bob", "carol"], "roles": []}});
+    assert_eq!(
+        s.put("/_replicator/_security", &security.to_string())
+            .status,
+        200
+    );
+    let seen = as_("carol", "GET", "/_replicator/bobs", None).json();
+    assert_eq!(seen["_rev"], rev.as_str());
+    assert_eq!(seen["source"], doc["source"]);
 }
