@@ -64,16 +64,16 @@ impl From<&settee_replicator::Error> for ApiError {
                 ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), m.clone())
             }
             R::NotFound(m) => ApiError::NotFound(m.clone()),
-            // A replication that ended with an error: CouchDB's reason term, sent through
-            // its error table (`replicator::Error::answer`).
+            // A replication that ended with an error: CouchDB's reason, through its error
+            // table, where a replication's names other than these fall to 500.
             other => match other.answer() {
-                (401, _, reason) => ApiError::Unauthorized(reason),
-                (403, _, reason) => ApiError::Forbidden(reason),
-                (status, error, reason) => ApiError::Named(
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    error,
-                    reason,
-                ),
+                (e, reason) if e == "unauthorized" => ApiError::Unauthorized(reason),
+                (e, reason) if e == "forbidden" => ApiError::Forbidden(reason),
+                (e, reason) if e == "not_found" => ApiError::NotFound(reason),
+                (e, reason) if e == "bad_request" => ApiError::BadRequest(reason),
+                (error, reason) => {
+                    ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, error, reason)
+                }
             },
         }
     }

@@ -1,7 +1,7 @@
 //! What can stop a replication, and how CouchDB reports it. CouchDB's replicator passes
 //! Erlang terms around as reasons; `POST /_replicate` and `_scheduler` print them, so the
 //! terms are rebuilt here ([`Term`]) and [`Error::answer`] and [`Error::crash_reason`]
-//! give the two printed forms. The HTTP layer maps the rest to status codes.
+//! give the two printed forms. The HTTP layer gives the status codes.
 
 use std::fmt;
 
@@ -179,24 +179,15 @@ impl Error {
         }
     }
 
-    /// How `POST /_replicate` answers a replication that ended with this error: the
-    /// status, `error` and `reason`. A `{Name, Text}` reason is sent as it is (CouchDB's
-    /// error table gives `unauthorized` 401 and `forbidden` 403; the rest, `db_not_found`
-    /// included, 500); any other term as `error` with the term printed.
-    pub fn answer(&self) -> (u16, String, String) {
+    /// How `POST /_replicate` reports a replication that ended with this error: `error`
+    /// and `reason`. A `{Name, Text}` reason is sent as it is (CouchDB's error table then
+    /// gives the status: `unauthorized` 401, `forbidden` 403, the rest — `db_not_found`
+    /// included — 500); any other term as `error` with the term printed.
+    pub fn answer(&self) -> (String, String) {
         match self.reason() {
-            Reason::Pair(name, text) => {
-                let status = match name {
-                    "unauthorized" => 401,
-                    "forbidden" => 403,
-                    "not_found" => 404,
-                    "bad_request" => 400,
-                    _ => 500,
-                };
-                (status, name.to_string(), text)
-            }
-            Reason::Other(Term::Bin(text)) => (500, "error".into(), text),
-            Reason::Other(term) => (500, "error".into(), term.to_string()),
+            Reason::Pair(name, text) => (name.to_string(), text),
+            Reason::Other(Term::Bin(text)) => ("error".into(), text),
+            Reason::Other(term) => ("error".into(), term.to_string()),
         }
     }
 
@@ -287,11 +278,7 @@ mod tests {
         let e = Error::DbNotFound("could not open http://h/db/".into());
         assert_eq!(
             e.answer(),
-            (
-                500,
-                "db_not_found".into(),
-                "could not open http://h/db/".into()
-            )
+            ("db_not_found".into(), "could not open http://h/db/".into())
         );
         assert_eq!(
             e.crash_reason(),
@@ -301,7 +288,6 @@ mod tests {
         assert_eq!(
             e.answer(),
             (
-                500,
                 "error".into(),
                 r#"{http_error_code,500,<<"GET http://h/db/">>}"#.into()
             )
@@ -315,7 +301,6 @@ mod tests {
         assert_eq!(
             e.answer(),
             (
-                500,
                 "nxdomain".into(),
                 "could not resolve http://nowhere/db/".into()
             )
@@ -324,16 +309,13 @@ mod tests {
             status: 401,
             reason: "unauthorized to access or create database http://h/db/".into(),
         };
-        assert_eq!(e.answer().0, 401);
+        assert_eq!(e.answer().0, "unauthorized");
     }
 
     #[test]
     fn errors_of_a_running_replication() {
         let e = Error::ChangesReader(Box::new(failed("GET", "u", Cause::Timeout)));
-        assert_eq!(
-            e.answer(),
-            (500, "error".into(), "changes_reader_died".into())
-        );
+        assert_eq!(e.answer(), ("error".into(), "changes_reader_died".into()));
         let e = Error::Worker {
             pid: 7,
             error: Box::new(failed("POST", "http://h/db/_bulk_docs", Cause::Status(500))),
@@ -350,6 +332,6 @@ mod tests {
             e.crash_reason(),
             "Error updating the target checkpoint document: conflict"
         );
-        assert_eq!(e.answer().1, "checkpoint_commit_failure");
+        assert_eq!(e.answer().0, "checkpoint_commit_failure");
     }
 }
