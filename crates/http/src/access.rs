@@ -124,10 +124,11 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
                 {
                     sec.check_member(user)?
                 }
-                // chttpd_auth_request: `_all_docs` and `_changes` of `_users` are for
-                // server admins (401 even for a named user or a database admin) ...
+                // chttpd_auth_request: `_all_docs` and `_changes` of `_users` (and of
+                // `_replicator`) are for server admins (401 even for a named user or a
+                // database admin) ...
                 Need::MemberListing
-                    if is_system_db(db)
+                    if (is_system_db(db) || db == crate::scheduler::REPLICATOR_DB)
                         && matches!(
                             endpoint,
                             Endpoint::DbOp(_, DbOp::AllDocs | DbOp::AllDocsQueries | DbOp::Changes)

@@ -50,25 +50,31 @@ impl From<settee_views::Error> for ApiError {
 
 impl From<settee_replicator::Error> for ApiError {
     fn from(e: settee_replicator::Error) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&settee_replicator::Error> for ApiError {
+    fn from(e: &settee_replicator::Error) -> Self {
         use settee_replicator::Error as R;
-        use StatusCode as S;
         match e {
-            R::BadRequest(m) => ApiError::BadRequest(m),
+            R::BadRequest(m) => ApiError::BadRequest(m.clone()),
             // CouchDB's parser throws these as a bare `{error, Reason}`.
-            R::Invalid(m) => ApiError::Named(S::INTERNAL_SERVER_ERROR, "error".into(), m),
-            R::DbNotFound(m) => ApiError::Named(S::NOT_FOUND, "db_not_found".into(), m),
-            R::Unauthorized {
-                status: 403,
-                reason,
-            } => ApiError::Forbidden(reason),
-            R::Unauthorized { reason, .. } => ApiError::Unauthorized(reason),
-            R::NotFound(m) => ApiError::NotFound(m),
-            R::Cancelled => {
-                ApiError::Named(S::INTERNAL_SERVER_ERROR, "error".into(), "cancelled".into())
+            R::Invalid(m) => {
+                ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), m.clone())
             }
-            R::Unreachable(m) | R::Protocol(m) => {
-                ApiError::Named(S::INTERNAL_SERVER_ERROR, "replication_failed".into(), m)
-            }
+            R::NotFound(m) => ApiError::NotFound(m.clone()),
+            // A replication that ended with an error: CouchDB's reason, through its error
+            // table, where a replication's names other than these fall to 500.
+            other => match other.answer() {
+                (e, reason) if e == "unauthorized" => ApiError::Unauthorized(reason),
+                (e, reason) if e == "forbidden" => ApiError::Forbidden(reason),
+                (e, reason) if e == "not_found" => ApiError::NotFound(reason),
+                (e, reason) if e == "bad_request" => ApiError::BadRequest(reason),
+                (error, reason) => {
+                    ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, error, reason)
+                }
+            },
         }
     }
 }

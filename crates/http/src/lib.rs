@@ -7,12 +7,14 @@ mod auth;
 mod cors;
 mod error;
 mod handlers;
+mod jobs;
 mod location;
 mod mango_index;
 mod mrargs;
 pub mod node_config;
 mod render;
 mod replication;
+mod replicator_read;
 mod reply;
 mod req;
 mod router;
@@ -62,7 +64,7 @@ pub struct Inner {
     /// The `[uuids]` generator; replaced when the configured algorithm changes.
     uuids: Mutex<Option<settee_core::uuids::Generator>>,
     tasks: handlers::database::Tasks,
-    replications: replication::Replications,
+    replications: jobs::Replications,
     scheduler_docs: scheduler::Docs,
     /// The address the server listens on, once bound (replication endpoints naming it are
     /// this server's own databases).

@@ -285,6 +285,14 @@ pub fn builtin_defaults() -> Sections {
         ),
         ("attachments", "compression_level", "8".into()),
         ("query_server_config", "reduce_limit", "true".into()),
+        // The replication scheduler (CouchDB's defaults; `retry_base` is Settee's, in
+        // seconds: the first crash's backoff, fixed at 30 in CouchDB).
+        ("replicator", "max_jobs", "500".into()),
+        ("replicator", "interval", "60000".into()),
+        ("replicator", "max_churn", "20".into()),
+        ("replicator", "max_history", "20".into()),
+        ("replicator", "health_threshold", "120".into()),
+        ("replicator", "retry_base", "30".into()),
         ("settee", "js_memory_limit", limits.memory_limit.to_string()),
         ("settee", "view_index_workers", "0".into()),
     ];

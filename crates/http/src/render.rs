@@ -6,8 +6,8 @@ use serde_json::{json, Value};
 use settee_core::{format_seq, DocJson, Rev, RevTree};
 use settee_db::{DocInfo, OpenDoc};
 
-/// What a document read should include besides the body.
-#[derive(Clone, Copy, Debug, Default)]
+/// What a document read should include besides the body, and for whom.
+#[derive(Clone, Debug, Default)]
 pub struct DocOpts {
     pub revs: bool,
     pub revs_info: bool,
@@ -17,6 +17,9 @@ pub struct DocOpts {
     /// The database's `_revs_limit`: `_revisions` never lists more ids, as CouchDB cuts
     /// every revision path it reads to it (before compaction stems the tree).
     pub revs_limit: Option<usize>,
+    /// A reader of a replicator database from whom other users' credentials are hidden
+    /// (`replicator_read`).
+    pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
 }
 
 impl DocOpts {
@@ -30,6 +33,7 @@ impl DocOpts {
             deleted_conflicts: p.is_true("deleted_conflicts") || meta,
             local_seq: p.is_true("local_seq"),
             revs_limit: None,
+            reader: None,
         })
     }
 }
@@ -80,7 +84,26 @@ pub fn doc_json(doc: &OpenDoc, opts: &DocOpts) -> Vec<u8> {
 
 /// [`doc_json`] with `_attachments` replaced (for attachments rendered inline).
 pub fn doc_json_with(doc: &OpenDoc, opts: &DocOpts, atts: Option<Vec<u8>>) -> Vec<u8> {
-    let mut j = DocJson::new(&doc.id, Some(&doc.rev.to_string()), &doc.body);
+    match opts
+        .reader
+        .as_deref()
+        .and_then(|r| crate::replicator_read::after_read(doc, r))
+    {
+        Some(shown) => render_doc(doc, &shown.body, &shown.rev, opts, atts),
+        None => render_doc(doc, &doc.body, &doc.rev, opts, atts),
+    }
+}
+
+/// A document's JSON with `body` and the revision `shown` (the stored ones, or those
+/// CouchDB's `after_doc_read` made up); metadata comes from the stored revision.
+fn render_doc(
+    doc: &OpenDoc,
+    body: &[u8],
+    shown: &Rev,
+    opts: &DocOpts,
+    atts: Option<Vec<u8>>,
+) -> Vec<u8> {
+    let mut j = DocJson::new(&doc.id, Some(&shown.to_string()), body);
     if atts.is_some() {
         j.set_attachments(atts);
     }
@@ -89,7 +112,11 @@ pub fn doc_json_with(doc: &OpenDoc, opts: &DocOpts, atts: Option<Vec<u8>>) -> Ve
     }
     let tree = &doc.info.tree;
     if opts.revs {
-        j.member("_revisions", &revs_json(&doc.rev, tree, opts.revs_limit));
+        let mut revs = revs_json(&doc.rev, tree, opts.revs_limit);
+        if shown != &doc.rev {
+            revs["ids"][0] = json!(shown.id.to_string());
+        }
+        j.member("_revisions", &revs);
     }
     if opts.revs_info {
         j.member("_revs_info", &revs_info_json(&doc.rev, tree));

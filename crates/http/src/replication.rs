@@ -9,6 +9,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{attachments, blocking, bulk, changes, doc};
+use crate::jobs::NewJob;
 use crate::render::doc_json_with;
 use crate::reply::json;
 use crate::req::Params;
@@ -23,13 +24,13 @@ use settee_db::{Database, LocalUpdate};
 use settee_docs::Followed;
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
 use settee_replicator::job::{Job, Options, Outcome, Progress};
-use settee_replicator::remote::{redact, Remote, RemoteSpec, Url};
+use settee_replicator::remote::{without_credentials, Remote, RemoteSpec, Url};
 use settee_replicator::spec::{PeerSpec, Request};
 use settee_replicator::{
     ChangeRow, Changes, Doc, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait,
     WriteFailure,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,6 +51,7 @@ fn rep_error(e: ApiError) -> RepError {
 }
 
 /// A database of this server, used as the user `user`.
+#[derive(Clone)]
 pub struct LocalDb {
     state: AppState,
     name: String,
@@ -236,14 +238,18 @@ impl Endpoint for LocalDb {
 
     async fn bulk_get(&self, wanted: Vec<(String, String)>, stored: bool) -> RepResult<Vec<Doc>> {
         let db = self.db()?;
+        let user = self.user.clone();
         blocking(move || {
             let revs_limit = db.props().revs_limit as usize;
             let opts = crate::render::DocOpts {
                 revs: true,
                 revs_limit: Some(revs_limit),
+                reader: crate::replicator_read::reader(&db, &user),
                 ..Default::default()
             };
             let atts = attachments::AttOpts::from_params(&Params::parse(Some("attachments=true")))?;
+            // What a reader of a replicator database sees may differ from what is stored.
+            let stored = stored && opts.reader.is_none();
             let mut out = Vec::with_capacity(wanted.len());
             for (id, rev) in wanted {
                 // A revision that cannot be read (any more) is left out, as `_bulk_get`
@@ -339,150 +345,8 @@ fn failure(id: &str, e: ApiError) -> WriteFailure {
     }
 }
 
-/// A running replication, as `_active_tasks` and `cancel` see it.
-struct Running {
-    stop: watch::Sender<bool>,
-    progress: Arc<Mutex<Progress>>,
-    user: Option<String>,
-    source: String,
-    target: String,
-    continuous: bool,
-    checkpoint_interval: u64,
-    started_on: u64,
-    pid: u64,
-    origin: Option<Origin>,
-}
-
-/// The replications running on this server, by full replication id.
-#[derive(Default)]
-pub struct Replications {
-    jobs: Mutex<HashMap<String, Running>>,
-    next_pid: std::sync::atomic::AtomicU64,
-}
-
-impl Replications {
-    /// Stops a replication (the scheduler's stop; `cancel` checks ownership first).
-    pub(crate) fn stop(&self, id: &str) {
-        if let Some(job) = self.jobs.lock().unwrap().remove(id) {
-            let _ = job.stop.send(true);
-        }
-    }
-
-    pub(crate) fn is_running(&self, id: &str) -> bool {
-        self.jobs.lock().unwrap().contains_key(id)
-    }
-
-    pub(crate) fn count(&self) -> usize {
-        self.jobs.lock().unwrap().len()
-    }
-
-    /// A running replication's statistics, as `_scheduler` shows them (`info`).
-    pub(crate) fn info(&self, id: &str) -> Option<Value> {
-        let jobs = self.jobs.lock().unwrap();
-        let p = jobs.get(id)?.progress.lock().unwrap().clone();
-        let s = &p.stats;
-        Some(json!({
-            "revisions_checked": s.revisions_checked,
-            "missing_revisions_found": s.missing_revisions_found,
-            "docs_read": s.docs_read,
-            "docs_written": s.docs_written,
-            "changes_pending": p.changes_pending,
-            "doc_write_failures": s.doc_write_failures,
-            "bulk_get_docs": s.bulk_get_docs,
-            "bulk_get_attempts": s.bulk_get_attempts,
-            "checkpointed_source_seq": p.checkpointed_source_seq,
-            "source_seq": p.source_seq,
-            "through_seq": p.through_seq,
-        }))
-    }
-
-    /// `_scheduler/jobs` entries, by id.
-    pub(crate) fn jobs_json(&self) -> Vec<Value> {
-        let ids: Vec<String> = {
-            let mut ids: Vec<String> = self.jobs.lock().unwrap().keys().cloned().collect();
-            ids.sort();
-            ids
-        };
-        ids.into_iter()
-            .filter_map(|id| {
-                let info = self.info(&id)?;
-                let jobs = self.jobs.lock().unwrap();
-                let r = jobs.get(&id)?;
-                let started = settee_replicator::job::iso8601(
-                    std::time::UNIX_EPOCH + Duration::from_secs(r.started_on),
-                );
-                Some(json!({
-                    "id": id,
-                    "pid": format!("<0.{}.0>", r.pid),
-                    "source": r.source,
-                    "target": r.target,
-                    "database": r.origin.as_ref().map(|o| o.database.clone()),
-                    "user": r.user,
-                    "doc_id": r.origin.as_ref().map(|o| o.doc_id.clone()),
-                    "info": info,
-                    "history": [
-                        {"timestamp": started, "type": "started"},
-                        {"timestamp": started, "type": "added"},
-                    ],
-                    "node": "nonode@nohost",
-                    "start_time": started,
-                }))
-            })
-            .collect()
-    }
-
-    /// Forgets a replication that ended, unless another has taken its id since.
-    fn finished(&self, id: &str, pid: u64) {
-        let mut jobs = self.jobs.lock().unwrap();
-        if jobs.get(id).is_some_and(|r| r.pid == pid) {
-            jobs.remove(id);
-        }
-    }
-
-    /// `_active_tasks` entries: CouchDB's fields, in its (alphabetical) order.
-    pub fn tasks(&self) -> Vec<Value> {
-        let now = crate::auth::now_secs();
-        let jobs = self.jobs.lock().unwrap();
-        let mut out: Vec<(String, Value)> = jobs
-            .iter()
-            .map(|(id, r)| {
-                let p = r.progress.lock().unwrap();
-                let s = &p.stats;
-                let task = json!({
-                    "node": "nonode@nohost",
-                    "pid": format!("<0.{}.0>", r.pid),
-                    "bulk_get_attempts": s.bulk_get_attempts,
-                    "bulk_get_docs": s.bulk_get_docs,
-                    "changes_pending": p.changes_pending,
-                    "checkpoint_interval": r.checkpoint_interval,
-                    "checkpointed_source_seq": p.checkpointed_source_seq,
-                    "continuous": r.continuous,
-                    "database": r.origin.as_ref().map(|o| o.database.clone()),
-                    "doc_id": r.origin.as_ref().map(|o| o.doc_id.clone()),
-                    "doc_write_failures": s.doc_write_failures,
-                    "docs_read": s.docs_read,
-                    "docs_written": s.docs_written,
-                    "missing_revisions_found": s.missing_revisions_found,
-                    "replication_id": id,
-                    "revisions_checked": s.revisions_checked,
-                    "source": r.source,
-                    "source_seq": p.source_seq,
-                    "started_on": r.started_on,
-                    "target": r.target,
-                    "through_seq": p.through_seq,
-                    "type": "replication",
-                    "updated_on": now,
-                    "user": r.user,
-                });
-                (id.clone(), task)
-            })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out.into_iter().map(|(_, t)| t).collect()
-    }
-}
-
 /// Either kind of endpoint.
+#[derive(Clone)]
 enum Peer {
     Local(LocalDb),
     Remote(Remote),
@@ -637,7 +501,7 @@ fn endpoint(
                     .decode_utf8_lossy()
                     .into_owned();
                 let user = user_of(state, &parsed, headers, basic).map_err(ApiError::from)?;
-                let mut shown = redact(url);
+                let mut shown = without_credentials(url);
                 if !shown.ends_with('/') {
                     shown.push('/');
                 }
@@ -659,7 +523,7 @@ fn endpoint(
 fn shown(peer: &Peer) -> String {
     match peer {
         Peer::Local(l) => l.name(),
-        Peer::Remote(r) => redact(&r.name()),
+        Peer::Remote(r) => without_credentials(&r.name()),
     }
 }
 
@@ -694,13 +558,17 @@ async fn filter_code(source: &Peer, ddoc: &str, name: &str) -> ApiResult<String>
         })
 }
 
-/// A replication ready to run: its endpoints and ids.
+/// A replication ready to run: its endpoints and ids. Each run of the job uses a copy.
+#[derive(Clone)]
 pub(crate) struct Prepared {
     source: Peer,
     target: Peer,
     base: String,
     pub full: String,
     pub options: Options,
+    /// What makes two requests for this id the same replication (CouchDB compares its
+    /// normalized `#rep{}`): endpoints and options, not who asks.
+    pub fingerprint: String,
 }
 
 impl Prepared {
@@ -740,68 +608,36 @@ pub(crate) async fn prepare(state: &AppState, caller: &Caller, r: &Request) -> A
         continuous: r.options.continuous,
         create_target: r.options.create_target,
     });
+    let fingerprint = format!(
+        "{:?}",
+        Request {
+            cancel: false,
+            id: None,
+            ..r.clone()
+        }
+    );
     Ok(Prepared {
         source,
         target,
         full: format!("{base}{ext}"),
         base,
         options: r.options.clone(),
+        fingerprint,
     })
 }
 
 /// Where a replication comes from: a `_replicator` document, or `_replicate` (`None`).
-#[derive(Clone)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Origin {
     pub database: String,
     pub doc_id: String,
 }
 
-/// Registers a prepared replication as running and returns the future that runs it (and
-/// forgets it when done). `None` if a replication with that id is running already.
-pub(crate) fn launch(
-    state: &AppState,
-    p: Prepared,
-    user: Option<String>,
-    origin: Option<Origin>,
-) -> Option<impl std::future::Future<Output = ApiResult<Outcome>> + Send + 'static> {
-    let now = crate::auth::now_secs();
-    let running = Running {
-        stop: watch::channel(false).0,
-        progress: Default::default(),
-        user,
-        source: p.source(),
-        target: p.target(),
-        continuous: p.options.continuous,
-        checkpoint_interval: p.options.checkpoint_interval.as_millis() as u64,
-        started_on: now,
-        pid: state
-            .replications
-            .next_pid
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1,
-        origin,
-    };
-    let (stop_rx, progress, pid) = (
-        running.stop.subscribe(),
-        running.progress.clone(),
-        running.pid,
-    );
-    {
-        let mut jobs = state.replications.jobs.lock().unwrap();
-        if jobs.contains_key(&p.full) {
-            return None;
-        }
-        jobs.insert(p.full.clone(), running);
-    }
-    let (st, id) = (state.clone(), p.full.clone());
-    Some(async move {
-        let outcome = run_pair(p.source, p.target, p.base, p.options, progress, stop_rx).await;
-        st.replications.finished(&id, pid);
-        outcome
-    })
-}
-
-/// `POST /_replicate`.
+/// `POST /_replicate`. The replication becomes a job of the scheduler (without a
+/// document), as in CouchDB: a continuous one is answered at once; for a one-shot one
+/// the caller waits for the job's end, and a second identical request made meanwhile
+/// waits for the same job and gets the same answer. The job runs to its end even if its
+/// callers hang up.
 pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
     // CouchDB reads the body as a JSON object before it looks at the method.
     if !crate::handlers::unavailable::has_body(&req) {
@@ -824,36 +660,37 @@ pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
     if r.cancel {
         return cancel(state, &req, &full);
     }
-    let accepted = || {
-        json(
-            StatusCode::ACCEPTED,
-            &json!({"ok": true, "_local_id": full}),
-        )
-    };
-    let Some(run) = launch(state, prepared, req.user.name.clone(), None) else {
-        // Already running: CouchDB reuses the job.
-        if r.options.continuous {
-            return Ok(accepted());
+    // CouchDB's check_authorization: another user's job is a server admin's to join.
+    if let Some(owner) = state.replications.owner(&full) {
+        if owner != req.user.name && !req.user.is_server_admin() {
+            return Err(ApiError::unauthorized("You are not a server admin."));
         }
-        return Err(RepError::Invalid(format!("Replication `{full}` is already running")).into());
+    }
+    let job = NewJob {
+        prepared,
+        user: req.user.name.clone(),
+        origin: None,
     };
     if r.options.continuous {
-        let id = full.clone();
-        tokio::spawn(async move {
-            if let Err(e) = run.await {
-                tracing::warn!(replication = %id, error = ?e, "continuous replication stopped");
-            }
-        });
-        return Ok(accepted());
+        state.replications.add(state, job, None);
+        return Ok(json(
+            StatusCode::ACCEPTED,
+            &json!({"ok": true, "_local_id": full}),
+        ));
     }
-    // The job runs in a task of its own, as in CouchDB's scheduler: a one-shot job runs to
-    // its end even if its caller hangs up (dropping this handler), and leaves the registry
-    // when it ends.
-    let outcome = tokio::spawn(run).await.map_err(|e| {
-        ApiError::Db(settee_db::Error::Internal(format!(
-            "replication task failed: {e}"
-        )))
-    })??;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    state.replications.add(state, job, Some(tx));
+    let outcome = match rx.await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(e)) => return Err(ApiError::from(&*e)),
+        Err(_) => return Err(ApiError::from(&RepError::Cancelled)),
+    };
+    Ok(json(StatusCode::OK, &Value::Object(answer(outcome, &r))))
+}
+
+/// A finished one-shot replication's answer (without `ok`'s errors): the checkpoint
+/// history, or `no_changes` with the source's checkpoint.
+fn answer(outcome: Outcome, r: &Request) -> Map<String, Value> {
     let mut out = Map::new();
     out.insert("ok".into(), json!(true));
     match outcome {
@@ -884,18 +721,22 @@ pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
             out.insert("history".into(), Value::Array(history));
         }
     }
-    Ok(json(StatusCode::OK, &Value::Object(out)))
+    out
 }
 
-/// Runs a replication between any pair of endpoints.
-async fn run_pair(
-    source: Peer,
-    target: Peer,
-    base_id: String,
-    options: Options,
+/// Runs one run of a replication job, until its end or until `stop` is set (a peer's
+/// retry waits end when it is).
+pub(crate) async fn run_pair(
+    p: Prepared,
     progress: Arc<Mutex<Progress>>,
     stop: watch::Receiver<bool>,
-) -> ApiResult<Outcome> {
+) -> Result<Outcome, RepError> {
+    let (base_id, options) = (p.base, p.options);
+    let watched = |peer: Peer| match peer {
+        Peer::Remote(r) => Peer::Remote(r.watching(stop.clone())),
+        local => local,
+    };
+    let (source, target) = (watched(p.source), watched(p.target));
     macro_rules! job {
         ($s:expr, $t:expr) => {
             Job {
@@ -910,28 +751,25 @@ async fn run_pair(
             .await
         };
     }
-    let outcome = match (source, target) {
+    match (source, target) {
         (Peer::Local(s), Peer::Local(t)) => job!(s, t),
         (Peer::Local(s), Peer::Remote(t)) => job!(s, t),
         (Peer::Remote(s), Peer::Local(t)) => job!(s, t),
         (Peer::Remote(s), Peer::Remote(t)) => job!(s, t),
-    };
-    Ok(outcome?)
+    }
 }
 
-/// Stops a running replication by full id.
+/// Stops and removes a replication job by full id: its owner's or a server admin's to do.
 fn cancel(state: &AppState, req: &Req, id: &str) -> ApiResult<Response> {
-    let mut jobs = state.replications.jobs.lock().unwrap();
-    let Some(job) = jobs.get(id) else {
+    let Some(owner) = state.replications.owner(id) else {
         return Err(ApiError::NotFound("missing".into()));
     };
-    if !req.user.is_server_admin() && job.user != req.user.name {
+    if !req.user.is_server_admin() && owner != req.user.name {
         return Err(ApiError::unauthorized(
             "Can't cancel a replication triggered by another user",
         ));
     }
-    let job = jobs.remove(id).expect("present");
-    let _ = job.stop.send(true);
+    state.replications.remove(state, id);
     Ok(json(StatusCode::OK, &json!({"ok": true, "_local_id": id})))
 }
 

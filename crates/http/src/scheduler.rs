@@ -1,14 +1,15 @@
-//! The `_replicator` database and the replication scheduler: a replication document starts
-//! a replication (again after a restart, from its checkpoint), a deleted or changed one
-//! stops it, a one-shot replication that ends marks its document `completed`, and a document
-//! that cannot be run is marked `failed`. At most `[replicator] max_jobs` run at once; the
-//! rest wait (`pending`). A replication that crashes is retried after a backoff doubling
-//! from `[replicator] retry_base` seconds (CouchDB: 30). `_scheduler/jobs` and
-//! `_scheduler/docs` show the replications and documents as CouchDB 3 does.
+//! The `_replicator` database and its documents, as CouchDB 3's replicator document
+//! processor follows them: a replication document becomes a job of the scheduler
+//! (`jobs.rs`) — again after a restart, resuming from its checkpoint —; a deleted or
+//! changed one removes its job; a one-shot job that ends marks its document `completed`,
+//! and a document that cannot become a job is marked `failed`. A rescheduling runs every
+//! `[replicator] interval` (read live). `_scheduler/jobs` and `_scheduler/docs` show the
+//! jobs and documents with CouchDB's rows.
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{allow, blocking};
-use crate::replication::{launch, prepare, Caller, Origin};
+use crate::jobs::NewJob;
+use crate::replication::{prepare, Caller, Origin};
 use crate::reply::json;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
@@ -25,21 +26,36 @@ use std::time::{Duration, Instant, SystemTime};
 
 pub const REPLICATOR_DB: &str = "_replicator";
 
+/// Where a document stands (CouchDB's document processor states).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    /// Seen, not yet a job.
+    Initializing,
+    /// Could not become a job for now (a filter that cannot be fetched, the same
+    /// replication started by `_replicate`); tried again later.
+    Error,
+    /// Its job is in the scheduler, which gives its state.
+    Scheduled,
+    /// `_replication_state` in the document: the job will not run again.
+    Completed,
+    Failed,
+}
+
 /// What the scheduler knows of one replication document.
 #[derive(Clone, Debug)]
 struct DocState {
+    /// The document revision this state is for.
+    rev: String,
+    phase: Phase,
     /// The full replication id, once computed.
     id: Option<String>,
-    state: &'static str,
     info: Value,
     error_count: u64,
     last_updated: String,
-    start_time: String,
+    start_time: Value,
     source: Option<String>,
     target: Option<String>,
-    /// The document revision this state is for.
-    rev: String,
-    /// When a crashed or waiting replication may be tried again.
+    /// When a document in `error` is tried again.
     retry_at: Option<Instant>,
 }
 
@@ -51,12 +67,26 @@ fn now_iso() -> String {
     iso8601(SystemTime::now())
 }
 
-/// Starts the scheduler: creates `_replicator` if needed, then follows its changes.
+/// Starts the document processor (following `_replicator`'s changes) and the
+/// rescheduling timer.
 pub fn start(state: &AppState) {
-    let state = state.clone();
+    let st = state.clone();
     tokio::spawn(async move {
-        if let Err(e) = run(state).await {
+        if let Err(e) = run(st).await {
             tracing::error!(error = ?e, "replication scheduler stopped");
+        }
+    });
+    let st = state.clone();
+    tokio::spawn(async move {
+        // The interval is read at every tick, so a change applies from the last
+        // rescheduling on.
+        let mut last = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if last.elapsed() >= crate::jobs::interval(&st) {
+                st.replications.reschedule(&st);
+                last = Instant::now();
+            }
         }
     });
 }
@@ -156,9 +186,8 @@ async fn run(state: AppState) -> ApiResult<()> {
     }
 }
 
-/// Stops the replication a document started, if it runs.
-fn stop_job(state: &AppState, full: &str) {
-    state.replications.stop(full);
+fn previous(state: &AppState, doc_id: &str) -> Option<DocState> {
+    state.scheduler_docs.0.lock().unwrap().get(doc_id).cloned()
 }
 
 /// Reacts to a new revision (or the deletion, `body: None`) of a replication document.
@@ -172,70 +201,47 @@ async fn handle(
     if doc_id.starts_with("_design/") {
         return;
     }
-    let previous = state.scheduler_docs.0.lock().unwrap().get(doc_id).cloned();
+    let previous = previous(state, doc_id);
     if previous.as_ref().is_some_and(|p| p.rev == rev) {
         return;
     }
+    let old_job = previous
+        .as_ref()
+        .filter(|p| p.phase == Phase::Scheduled)
+        .and_then(|p| p.id.clone());
     let Some(body) = body else {
-        if let Some(id) = previous.and_then(|p| p.id) {
-            stop_job(state, &id);
+        if let Some(id) = old_job {
+            state.replications.remove(state, &id);
         }
         state.scheduler_docs.0.lock().unwrap().remove(doc_id);
         return;
     };
     let now = now_iso();
-    let terminal = body.get("_replication_state").and_then(Value::as_str);
-    if let Some(t @ ("completed" | "failed")) = terminal {
-        if let Some(id) = previous.as_ref().and_then(|p| p.id.clone()) {
-            if t == "failed" {
-                stop_job(state, &id);
-            }
-        }
-        let info = match t {
-            "completed" => body
-                .get("_replication_stats")
-                .cloned()
-                .unwrap_or(Value::Null),
-            _ => json!({"error": body.get("_replication_state_reason")}),
-        };
-        let time = body
-            .get("_replication_state_time")
-            .cloned()
-            .unwrap_or(json!(now));
-        set(
-            state,
-            doc_id,
-            DocState {
-                id: None,
-                state: if t == "completed" {
-                    "completed"
-                } else {
-                    "failed"
-                },
-                info,
-                error_count: u64::from(t == "failed"),
-                last_updated: time.as_str().unwrap_or(&now).to_string(),
-                start_time: time.as_str().unwrap_or(&now).to_string(),
-                source: body.get("source").map(shown_endpoint),
-                target: body.get("target").map(shown_endpoint),
-                rev: rev.to_string(),
-                retry_at: None,
-            },
-        );
-        return;
-    }
     let base = DocState {
+        rev: rev.to_string(),
+        phase: Phase::Initializing,
         id: None,
-        state: "initializing",
         info: Value::Null,
-        error_count: 0,
+        // Errors in a row while it could not become a job.
+        error_count: previous
+            .as_ref()
+            .filter(|p| p.phase == Phase::Error)
+            .map_or(0, |p| p.error_count),
         last_updated: now.clone(),
-        start_time: now.clone(),
+        start_time: json!(now),
         source: body.get("source").map(shown_endpoint),
         target: body.get("target").map(shown_endpoint),
-        rev: rev.to_string(),
         retry_at: None,
     };
+    if let Some(t @ ("completed" | "failed")) =
+        body.get("_replication_state").and_then(Value::as_str)
+    {
+        if let Some(id) = old_job {
+            state.replications.remove(state, &id);
+        }
+        return set(state, doc_id, from_document(base, t, &body));
+    }
+    set(state, doc_id, base.clone());
     let request = match Request::parse(&body) {
         Ok(r) => r,
         Err(e) => return fail(state, db, doc_id, base, &e.to_string()).await,
@@ -255,26 +261,17 @@ async fn handle(
         Ok(p) => p,
         Err(e) => {
             let (_, error, reason) = e.parts();
-            let reason = format!("{error}: {reason}");
             if error == "error" || error == "bad_request" {
                 return fail(state, db, doc_id, base, &reason).await;
             }
-            return crashed(state, doc_id, base, &reason);
+            return errored(state, doc_id, base, &format!("{error}: {reason}"));
         }
     };
     let full = prepared.full.clone();
-    let running = |base: DocState| DocState {
-        id: Some(full.clone()),
-        state: "running",
-        ..base
-    };
-    if let Some(old) = previous.as_ref().and_then(|p| p.id.clone()) {
-        if old == full && state.replications.is_running(&full) {
-            return set(state, doc_id, running(base));
-        }
-        stop_job(state, &old);
+    if let Some(old) = old_job.filter(|old| *old != full) {
+        state.replications.remove(state, &old);
     }
-    let owner = state
+    let other = state
         .scheduler_docs
         .0
         .lock()
@@ -282,57 +279,85 @@ async fn handle(
         .iter()
         .find(|(d, s)| {
             d.as_str() != doc_id
+                && s.phase == Phase::Scheduled
                 && s.id.as_deref() == Some(full.as_str())
-                && matches!(s.state, "running" | "pending" | "crashing")
         })
         .map(|(d, _)| d.clone());
-    if let Some(other) = owner {
+    if let Some(other) = other {
         let reason = format!(
             "Replication `{full}` specified by document `{doc_id}` already started, triggered by document `{other}` from db `{REPLICATOR_DB}`"
         );
         return fail(state, db, doc_id, base, &reason).await;
     }
-    let max_jobs = state.node.get_u64("replicator", "max_jobs", 500) as usize;
-    if state.replications.count() >= max_jobs {
-        set(
+    if state.replications.is_transient(&full) {
+        let reason = format!(
+            "Replication `{full}` specified by document `{doc_id}` already running as a transient replication, started via `_replicate` API endpoint"
+        );
+        return errored(
             state,
             doc_id,
             DocState {
                 id: Some(full),
-                state: "pending",
-                retry_at: Some(Instant::now() + Duration::from_secs(1)),
                 ..base
             },
+            &reason,
         );
-        return;
     }
     let origin = Origin {
         database: REPLICATOR_DB.into(),
         doc_id: doc_id.to_string(),
     };
-    let continuous = prepared.options.continuous;
-    // Not launched when a replication with this id already runs (started by `_replicate`).
-    let Some(job) = launch(state, prepared, user, Some(origin)) else {
-        return set(state, doc_id, running(base));
+    let job = NewJob {
+        prepared,
+        user,
+        origin: Some(origin),
     };
-    set(state, doc_id, running(base));
-    let (st, db, doc_id) = (state.clone(), db.clone(), doc_id.to_string());
-    tokio::spawn(async move {
-        let result = job.await;
-        let current = st.scheduler_docs.0.lock().unwrap().get(&doc_id).cloned();
-        // A document changed or deleted meanwhile has moved on.
-        let Some(current) = current.filter(|c| c.id.as_deref() == Some(full.as_str())) else {
-            return;
-        };
-        match result {
-            Ok(outcome) if !continuous => completed(&st, &db, &doc_id, current, outcome).await,
-            Ok(_) => {}
-            Err(e) => {
-                let (_, error, reason) = e.parts();
-                crashed(&st, &doc_id, current, &format!("{error}: {reason}"));
+    // A change that leaves the replication as it was keeps its job as it is.
+    state.replications.add(state, job, None);
+    set(
+        state,
+        doc_id,
+        DocState {
+            phase: Phase::Scheduled,
+            id: Some(full),
+            ..base
+        },
+    );
+}
+
+/// A document in a terminal state, as CouchDB's `info_from_doc` shows it.
+fn from_document(base: DocState, state: &str, body: &Map<String, Value>) -> DocState {
+    let time = body
+        .get("_replication_state_time")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let shown_time = time.as_str().map(String::from).unwrap_or_default();
+    match state {
+        "completed" => {
+            let mut stats = body
+                .get("_replication_stats")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let start = stats.shift_remove("start_time").unwrap_or(Value::Null);
+            DocState {
+                phase: Phase::Completed,
+                info: Value::Object(stats),
+                error_count: 0,
+                last_updated: shown_time,
+                start_time: start,
+                ..base
             }
         }
-    });
+        _ => DocState {
+            phase: Phase::Failed,
+            info: json!({"error": body.get("_replication_state_reason")}),
+            error_count: 1,
+            last_updated: shown_time,
+            start_time: time,
+            ..base
+        },
+    }
 }
 
 fn set(state: &AppState, doc_id: &str, s: DocState) {
@@ -344,26 +369,27 @@ fn set(state: &AppState, doc_id: &str, s: DocState) {
         .insert(doc_id.to_string(), s);
 }
 
-/// A replication that stopped with an error: `crashing`, tried again after a backoff.
-fn crashed(state: &AppState, doc_id: &str, s: DocState, reason: &str) {
+/// A document that cannot become a job for now: `error`, tried again after a backoff
+/// doubling from `[replicator] retry_base` seconds.
+fn errored(state: &AppState, doc_id: &str, s: DocState, reason: &str) {
     let error_count = s.error_count + 1;
-    let base = state.node.get_u64("replicator", "retry_base", 30);
-    let wait = base.saturating_mul(1 << (error_count - 1).min(10));
+    let base = crate::jobs::limits(state).backoff_base;
+    let wait = settee_replicator::schedule::backoff(error_count as u32, base);
     set(
         state,
         doc_id,
         DocState {
-            state: "crashing",
+            phase: Phase::Error,
             info: json!({"error": reason}),
             error_count,
             last_updated: now_iso(),
-            retry_at: Some(Instant::now() + Duration::from_secs(wait)),
+            retry_at: Some(Instant::now() + wait),
             ..s
         },
     );
 }
 
-/// Documents whose replication may be tried again now (crashed, or waiting for a slot).
+/// Documents in `error` whose wait is over: processed again.
 async fn retry_due(state: &AppState, db: &Arc<Database>) {
     let due: Vec<String> = state
         .scheduler_docs
@@ -386,17 +412,11 @@ async fn retry_due(state: &AppState, db: &Arc<Database>) {
         ))
         .ok();
         // Forget the processed revision so that `handle` looks at the document again.
-        let mut keep = None;
         if let Some(s) = state.scheduler_docs.0.lock().unwrap().get_mut(&doc_id) {
             s.rev.clear();
-            keep = Some((s.error_count, s.state));
+            s.retry_at = None;
         }
         handle(state, db, &doc_id, &doc.rev.to_string(), body).await;
-        if let Some((count, "crashing")) = keep {
-            if let Some(s) = state.scheduler_docs.0.lock().unwrap().get_mut(&doc_id) {
-                s.error_count = s.error_count.max(count);
-            }
-        }
     }
 }
 
@@ -433,16 +453,18 @@ async fn write_state(
     }
 }
 
+/// A document that cannot be run: `failed`, written into it.
 async fn fail(state: &AppState, db: &Arc<Database>, doc_id: &str, s: DocState, reason: &str) {
     let now = now_iso();
     set(
         state,
         doc_id,
         DocState {
-            state: "failed",
+            phase: Phase::Failed,
             info: json!({"error": reason}),
             error_count: 1,
             last_updated: now.clone(),
+            start_time: json!(now),
             ..s
         },
     );
@@ -459,35 +481,31 @@ async fn fail(state: &AppState, db: &Arc<Database>, doc_id: &str, s: DocState, r
     .await;
 }
 
-async fn completed(
+/// A document's one-shot job finished: `completed`, with its statistics and start time,
+/// written into the document (before the job leaves the scheduler).
+pub(crate) async fn completed(
     state: &AppState,
-    db: &Arc<Database>,
-    doc_id: &str,
-    s: DocState,
-    outcome: Outcome,
+    origin: &Origin,
+    outcome: &Outcome,
+    start_time: u64,
 ) {
-    let now = now_iso();
-    let mut stats = match &outcome {
+    let Ok(db) = state.couch.get(&origin.database) else {
+        return;
+    };
+    let mut stats = match outcome {
         Outcome::Done { history, .. } => history.first().map(stats_of).unwrap_or_default(),
         Outcome::NoChanges(_) => stats_of(&Value::Null),
     };
-    stats.insert("start_time".into(), json!(s.start_time));
-    set(
-        state,
-        doc_id,
-        DocState {
-            state: "completed",
-            info: Value::Object(stats.clone()),
-            last_updated: now.clone(),
-            ..s
-        },
+    stats.insert(
+        "start_time".into(),
+        json!(settee_core::dates::iso8601(start_time)),
     );
     write_state(
-        db,
-        doc_id,
+        &db,
+        &origin.doc_id,
         vec![
             ("_replication_state", json!("completed")),
-            ("_replication_state_time", json!(now)),
+            ("_replication_state_time", json!(now_iso())),
             ("_replication_stats", Value::Object(stats)),
         ],
         &["_replication_state_reason"],
@@ -514,24 +532,63 @@ fn stats_of(entry: &Value) -> Map<String, Value> {
     m
 }
 
-/// An endpoint of a document as the scheduler shows it: its URL, password hidden.
+/// An endpoint of a document as CouchDB shows it: its URL without credentials, ending in
+/// `/` (a bare name as it is).
 fn shown_endpoint(v: &Value) -> String {
     let url = match v {
         Value::String(s) => s.as_str(),
         Value::Object(o) => o.get("url").and_then(Value::as_str).unwrap_or(""),
         _ => "",
     };
-    let mut shown = settee_replicator::remote::redact(url);
-    if (shown.starts_with("http://") || shown.starts_with("https://")) && !shown.ends_with('/') {
+    let mut shown = settee_replicator::remote::without_credentials(url);
+    if (shown.starts_with("http://") || shown.starts_with("https://"))
+        && !shown.ends_with('/')
+        && !shown.contains('?')
+    {
         shown.push('/');
     }
     shown
 }
 
-fn paging(req: &Req) -> ApiResult<(usize, usize)> {
-    let get =
-        |k: &str, d: u64| -> ApiResult<usize> { Ok(req.params.uint(k)?.unwrap_or(d) as usize) };
-    Ok((get("limit", 100)?, get("skip", 0)?))
+/// `limit` or `skip` of `_scheduler/jobs` (CouchDB's `parse_int_param`: an integer from 0).
+fn int_param(req: &Req, name: &str, default: u64) -> ApiResult<usize> {
+    let Some(v) = req.params.get(name) else {
+        return Ok(default as usize);
+    };
+    let n: i64 = v
+        .parse()
+        .map_err(|_| ApiError::QueryParse(format!("{name} must be an integer")))?;
+    usize::try_from(n)
+        .map_err(|_| ApiError::QueryParse(format!("{name} not in range of [0,infinity]")))
+}
+
+const STATES: &[&str] = &[
+    "initializing",
+    "error",
+    "running",
+    "pending",
+    "crashing",
+    "completed",
+    "failed",
+];
+
+/// `?states=a,b` (CouchDB's `parse_replication_state_filter`; `None`: every state).
+fn states_filter(req: &Req) -> ApiResult<Option<Vec<String>>> {
+    let Some(raw) = req.params.get("states") else {
+        return Ok(None);
+    };
+    let states: Vec<String> = raw
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    if states.iter().any(|s| !STATES.contains(&s.as_str())) {
+        return Err(ApiError::QueryParse(format!(
+            "States must be one or more of [{}]",
+            STATES.join(",")
+        )));
+    }
+    Ok(Some(states))
 }
 
 /// `/_scheduler/jobs[/{id}]`, `/_scheduler/docs[/_replicator[/{docid}]]`.
@@ -540,7 +597,8 @@ pub fn scheduler(state: &AppState, req: &Req, rest: &[String]) -> ApiResult<Resp
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
     match rest.as_slice() {
         ["jobs"] => {
-            let (limit, skip) = paging(req)?;
+            let limit = int_param(req, "limit", 100)?;
+            let skip = int_param(req, "skip", 0)?;
             let jobs = state.replications.jobs_json();
             let total = jobs.len();
             let page: Vec<Value> = jobs.into_iter().skip(skip).take(limit).collect();
@@ -553,54 +611,12 @@ pub fn scheduler(state: &AppState, req: &Req, rest: &[String]) -> ApiResult<Resp
             let id = id.replace(' ', "+");
             let job = state
                 .replications
-                .jobs_json()
-                .into_iter()
-                .find(|j| j["id"] == id.as_str())
+                .job_json(&id)
                 .ok_or_else(|| ApiError::NotFound("missing".into()))?;
             Ok(json(StatusCode::OK, &job))
         }
-        ["docs"] | ["docs", REPLICATOR_DB] => {
-            let (limit, skip) = paging(req)?;
-            let states: Option<Vec<String>> = req
-                .params
-                .get("states")
-                .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
-            const STATES: &[&str] = &[
-                "initializing",
-                "error",
-                "running",
-                "pending",
-                "crashing",
-                "completed",
-                "failed",
-            ];
-            if let Some(bad) = states
-                .iter()
-                .flatten()
-                .find(|s| !STATES.contains(&s.as_str()))
-            {
-                return Err(ApiError::bad_request(format!(
-                    "Unknown replication state: {bad}"
-                )));
-            }
-            let docs: Vec<Value> = doc_states(state)
-                .into_iter()
-                .filter(|d| {
-                    states
-                        .as_ref()
-                        .is_none_or(|s| s.iter().any(|x| d["state"] == x.as_str()))
-                })
-                .collect();
-            let total = docs.len();
-            let page: Vec<Value> = docs.into_iter().skip(skip).take(limit).collect();
-            Ok(json(
-                StatusCode::OK,
-                &json!({"total_rows": total, "offset": skip.min(total), "docs": page}),
-            ))
-        }
-        ["docs", REPLICATOR_DB, doc_id] => doc_states(state)
-            .into_iter()
-            .find(|d| d["doc_id"] == *doc_id)
+        ["docs"] | ["docs", REPLICATOR_DB] => docs(state, req),
+        ["docs", REPLICATOR_DB, doc_id] => doc_row(state, doc_id)
             .map(|d| json(StatusCode::OK, &d))
             .ok_or_else(|| ApiError::NotFound("missing".into())),
         ["docs", path @ ..] => {
@@ -622,30 +638,96 @@ pub fn scheduler(state: &AppState, req: &Req, rest: &[String]) -> ApiResult<Resp
     }
 }
 
-/// Every replication document as `_scheduler/docs` shows it.
-fn doc_states(state: &AppState) -> Vec<Value> {
-    let docs = state.scheduler_docs.0.lock().unwrap().clone();
-    docs.into_iter()
-        .map(|(doc_id, s)| {
-            let running = s.id.as_deref().and_then(|id| state.replications.info(id));
-            let (st, info) = match (s.state, running) {
-                ("running", Some(info)) => ("running", info),
-                ("running", None) => ("pending", Value::Null),
-                (other, _) => (other, s.info.clone()),
-            };
-            json!({
-                "doc_id": doc_id,
-                "database": REPLICATOR_DB,
-                "id": s.id,
-                "node": "nonode@nohost",
-                "source": s.source,
-                "target": s.target,
-                "state": st,
-                "info": info,
-                "error_count": s.error_count,
-                "last_updated": s.last_updated,
-                "start_time": s.start_time,
+/// `_scheduler/docs`: a row per replication document, in document id order, after the
+/// `states` filter, `skip` and `limit` (parsed as `_all_docs` parses them). As in
+/// CouchDB, `total_rows` is the database's document count less `_design/_replicator`, and
+/// `offset` is `skip` (at most that count).
+fn docs(state: &AppState, req: &Req) -> ApiResult<Response> {
+    let args = crate::mrargs::MrArgs::from_query(&req.params)?;
+    let states = states_filter(req)?;
+    let count = state
+        .couch
+        .get(REPLICATOR_DB)
+        .map_or(0, |db| db.stats().doc_count);
+    let ids: Vec<String> = state
+        .scheduler_docs
+        .0
+        .lock()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    let rows: Vec<Value> = ids
+        .iter()
+        .filter_map(|id| doc_row(state, id))
+        .filter(|d| {
+            states.as_ref().is_none_or(|s| {
+                d["state"]
+                    .as_str()
+                    .is_some_and(|x| s.iter().any(|y| y == x))
             })
         })
-        .collect()
+        .skip(args.skip as usize)
+        .take(args.limit.map_or(usize::MAX, |l| l as usize))
+        .collect();
+    Ok(json(
+        StatusCode::OK,
+        &json!({
+            "total_rows": count.saturating_sub(1),
+            "offset": args.skip.min(count),
+            "docs": rows,
+        }),
+    ))
+}
+
+/// A document's `_scheduler/docs` row, with CouchDB's fields in its order for each kind
+/// of document (`database` first). `None` for an unknown document, or one whose job just
+/// ended.
+fn doc_row(state: &AppState, doc_id: &str) -> Option<Value> {
+    let s = previous(state, doc_id)?;
+    let row = match s.phase {
+        Phase::Scheduled => {
+            let id = s.id.as_deref()?;
+            let j = state.replications.summary(state, id)?;
+            json!({
+                "database": REPLICATOR_DB,
+                "doc_id": doc_id,
+                "id": id,
+                "node": "nonode@nohost",
+                "source": j.source,
+                "target": j.target,
+                "state": j.state,
+                "info": j.info,
+                "error_count": j.error_count,
+                "last_updated": j.last_updated,
+                "start_time": j.start_time,
+                "source_proxy": null,
+                "target_proxy": null,
+            })
+        }
+        Phase::Initializing | Phase::Error => json!({
+            "database": REPLICATOR_DB,
+            "doc_id": doc_id,
+            "id": s.id,
+            "state": if s.phase == Phase::Error { "error" } else { "initializing" },
+            "info": s.info,
+            "error_count": s.error_count,
+            "node": "nonode@nohost",
+            "last_updated": s.last_updated,
+            "start_time": s.start_time,
+        }),
+        Phase::Completed | Phase::Failed => json!({
+            "database": REPLICATOR_DB,
+            "doc_id": doc_id,
+            "id": null,
+            "source": s.source,
+            "target": s.target,
+            "state": if s.phase == Phase::Failed { "failed" } else { "completed" },
+            "error_count": s.error_count,
+            "info": s.info,
+            "start_time": s.start_time,
+            "last_updated": s.last_updated,
+        }),
+    };
+    Some(row)
 }

@@ -5,9 +5,10 @@
 
 use crate::checkpoint::{self, Session, Stats};
 use crate::endpoint::{ChangeRow, Endpoint, Filter, Wait};
-use crate::Result;
+use crate::{Error, Result};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use serde_json::{Map, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -98,6 +99,9 @@ pub struct Job<S, T> {
     pub stop: watch::Receiver<bool>,
 }
 
+/// Names the workers of failed copies, as CouchDB's `worker_died` reasons name a process.
+static WORKERS: AtomicU64 = AtomicU64::new(1000);
+
 fn unix_secs(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -147,25 +151,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
     /// Runs the replication: to the end of the source's changes (one-shot), or until
     /// stopped (continuous).
     pub async fn run(self) -> Result<Outcome> {
-        let source_info = self.source.info().await?;
-        if self.options.create_target {
-            self.target
-                .create(&self.options.create_target_params)
-                .await?;
-        }
-        self.target.info().await?;
-        let log_id = format!("_local/{}", self.base_id);
-        let mut logs = if self.options.use_checkpoints {
-            Logs {
-                source: self.source.get_local(&log_id).await?,
-                target: self.target.get_local(&log_id).await?,
-            }
-        } else {
-            Logs {
-                source: None,
-                target: None,
-            }
-        };
+        let (source_info, mut logs) = self.connect().await.map_err(|e| self.failed(e))?;
         let start = match &self.options.since_seq {
             Some(s) => s.clone(),
             None => checkpoint::start_seq(logs.source.as_ref(), logs.target.as_ref()),
@@ -202,7 +188,9 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
                     Wait::No
                 };
                 let batch = tokio::select! {
-                    b = this.source.changes(&read, this.options.batch_size, &this.options.filter, wait) => b?,
+                    b = this.source.changes(&read, this.options.batch_size, &this.options.filter, wait) => {
+                        b.map_err(|e| this.failed(Error::ChangesReader(Box::new(e))))?
+                    }
                     _ = stop.changed() => break 'run,
                 };
                 let full = batch.rows.len() >= this.options.batch_size;
@@ -228,7 +216,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
                 }
                 continue;
             };
-            stats.add(&copied?);
+            stats.add(&copied.map_err(|e| this.worker_failed(e))?);
             current = seq;
             {
                 let mut p = this.progress.lock().unwrap();
@@ -244,7 +232,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         // Stopped: what is in flight still finishes, so that the checkpoint covers it.
         while let Some((copied, seq)) = inflight.next().await {
-            stats.add(&copied?);
+            stats.add(&copied.map_err(|e| this.worker_failed(e))?);
             current = seq;
         }
         if !changed {
@@ -264,6 +252,51 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             session_id: begun.session_id,
             source_last_seq: current,
             history,
+        })
+    }
+
+    /// Opens both databases (creating the target if asked) and reads both checkpoints:
+    /// what CouchDB does when a replication starts, whose errors it reports as start
+    /// errors.
+    async fn connect(&self) -> Result<(crate::PeerInfo, Logs)> {
+        let source_info = self.source.info().await?;
+        if self.options.create_target {
+            self.target
+                .create(&self.options.create_target_params)
+                .await?;
+        }
+        self.target.info().await?;
+        let log_id = format!("_local/{}", self.base_id);
+        let logs = if self.options.use_checkpoints {
+            Logs {
+                source: self.source.get_local(&log_id).await?,
+                target: self.target.get_local(&log_id).await?,
+            }
+        } else {
+            Logs {
+                source: None,
+                target: None,
+            }
+        };
+        Ok((source_info, logs))
+    }
+
+    /// An error that ends the run, or [`Error::Cancelled`] if the run was stopped (an
+    /// error met while stopping is the stop's doing).
+    fn failed(&self, e: Error) -> Error {
+        if matches!(e, Error::Cancelled) || *self.stop.borrow() {
+            Error::Cancelled
+        } else {
+            e
+        }
+    }
+
+    /// A copy's failure, as CouchDB's worker dies of it.
+    fn worker_failed(&self, e: Error) -> Error {
+        let pid = WORKERS.fetch_add(1, Ordering::Relaxed);
+        self.failed(Error::Worker {
+            pid,
+            error: Box::new(e),
         })
     }
 
@@ -327,18 +360,26 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         let doc = |previous: &Option<Value>| {
             checkpoint::document(previous.as_ref(), &begun.session_id, current, entry.clone())
         };
+        let failed = |side, e| {
+            self.failed(Error::Checkpoint {
+                side,
+                error: Box::new(e),
+            })
+        };
         let mut source = doc(&logs.source);
         let rev = self
             .source
             .put_local(&log_id, Value::Object(source.clone()))
-            .await?;
+            .await
+            .map_err(|e| failed("source", e))?;
         source.insert("_rev".into(), Value::String(rev));
         logs.source = Some(Value::Object(source));
         let mut target = doc(&logs.target);
         let rev = self
             .target
             .put_local(&log_id, Value::Object(target.clone()))
-            .await?;
+            .await
+            .map_err(|e| failed("target", e))?;
         target.insert("_rev".into(), Value::String(rev));
         logs.target = Some(Value::Object(target));
         self.progress.lock().unwrap().checkpointed_source_seq = current.clone();

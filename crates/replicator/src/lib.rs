@@ -9,9 +9,10 @@ mod error;
 pub mod id;
 pub mod job;
 pub mod remote;
+pub mod schedule;
 pub mod spec;
 
 pub use endpoint::{
     ChangeRow, Changes, Doc, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
 };
-pub use error::{Error, Result};
+pub use error::{Cause, Error, RequestFailed, Result, Term};

@@ -2,12 +2,14 @@
 //! protocol), reached with `reqwest` over HTTP or HTTPS (rustls).
 //!
 //! Requests that fail in a way a retry may cure (a connection error, a timeout, a 5xx, a
-//! 429) are retried `retries` times, waiting 250 ms and doubling up to 5 minutes, as
-//! CouchDB's replicator does; a 401 or 403 fails at once.
+//! 429, a 408) are retried `retries` times, waiting 250 ms and doubling up to 5 minutes, as
+//! CouchDB's replicator does; a 401 or 403 fails at once. A replication that is stopped
+//! while a request waits to be retried ends that wait at once ([`Remote::watching`]).
 
 use crate::endpoint::{
     ChangeRow, Changes, Doc, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
 };
+use crate::error::{Cause, RequestFailed};
 use crate::{Error, Result};
 use base64::Engine as _;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -15,6 +17,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
+use tokio::sync::watch;
 
 pub use reqwest::Url;
 
@@ -43,18 +46,25 @@ pub struct RemoteSpec {
 }
 
 /// A database of an HTTP peer.
+#[derive(Clone)]
 pub struct Remote {
     client: reqwest::Client,
     /// The database URL without credentials, ending in `/`.
     base: String,
     headers: HeaderMap,
     retries: u32,
+    /// Set when the replication stops: a retry's wait ends at once.
+    stop: Option<watch::Receiver<bool>>,
 }
 
 impl Remote {
     pub fn new(spec: &RemoteSpec) -> Result<Remote> {
-        let bad =
-            |why: &str| Error::BadRequest(format!("Invalid URL `{}`: {why}", redact(&spec.url)));
+        let bad = |why: &str| {
+            Error::BadRequest(format!(
+                "Invalid URL `{}`: {why}",
+                without_credentials(&spec.url)
+            ))
+        };
         let mut url = reqwest::Url::parse(&spec.url).map_err(|e| bad(&e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(bad("not http or https"));
@@ -105,13 +115,38 @@ impl Remote {
             .pool_max_idle_per_host(spec.connections)
             .user_agent(concat!("Settee/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| Error::Unreachable(e.to_string()))?;
+            .map_err(|e| Error::Protocol(e.to_string()))?;
         Ok(Remote {
             client,
             base,
             headers,
             retries: spec.retries,
+            stop: None,
         })
+    }
+
+    /// This peer for one run of a replication: waits between retries end when `stop` is
+    /// set, and the request fails with [`Error::Cancelled`].
+    pub fn watching(&self, stop: watch::Receiver<bool>) -> Remote {
+        Remote {
+            stop: Some(stop),
+            ..self.clone()
+        }
+    }
+
+    /// Waits `wait` before a retry; `false` if the replication stopped meanwhile.
+    async fn pause(&self, wait: Duration) -> bool {
+        let Some(mut stop) = self.stop.clone() else {
+            tokio::time::sleep(wait).await;
+            return true;
+        };
+        if *stop.borrow() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => true,
+            _ = stop.wait_for(|s| *s) => false,
+        }
     }
 
     /// Sends a request (retrying what may be cured by retrying); the status and JSON body.
@@ -133,39 +168,45 @@ impl Remote {
             if let Some(b) = body {
                 req = req.json(b);
             }
-            let failure = match req.send().await {
+            let cause = match req.send().await {
                 Ok(resp) => {
                     let status = resp.status();
-                    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
-                        format!("{} answered {status}", redact(&url))
+                    if status.is_server_error()
+                        || status == StatusCode::TOO_MANY_REQUESTS
+                        || status == StatusCode::REQUEST_TIMEOUT
+                    {
+                        Cause::Status(status.as_u16())
                     } else {
-                        let bytes = resp.bytes().await;
-                        match bytes {
+                        match resp.bytes().await {
                             Ok(b) => {
                                 let v = serde_json::from_slice(&b).unwrap_or(Value::Null);
                                 if status == StatusCode::UNAUTHORIZED
                                     || status == StatusCode::FORBIDDEN
                                 {
-                                    tracing::warn!(
-                                        "replicator: {} answered {status}: {v}",
-                                        redact(&url)
-                                    );
+                                    tracing::warn!("replicator: {url} answered {status}: {v}");
                                     return Err(self.refused(status));
                                 }
                                 return Ok((status, v));
                             }
-                            Err(e) => format!("{} failed: {e}", redact(&url)),
+                            Err(e) => cause_of(&e),
                         }
                     }
                 }
-                Err(e) => format!("{} failed: {e}", redact(&url)),
+                Err(e) => cause_of(&e),
+            };
+            let failure = RequestFailed {
+                method: method.as_str().to_string(),
+                url: url.clone(),
+                cause,
             };
             attempt += 1;
             if attempt > self.retries {
-                return Err(Error::Unreachable(failure));
+                return Err(Error::RequestFailed(failure));
             }
             tracing::warn!("replicator: retrying in {wait:?}: {failure}");
-            tokio::time::sleep(wait).await;
+            if !self.pause(wait).await {
+                return Err(Error::Cancelled);
+            }
             wait = (wait * 2).min(Duration::from_secs(300));
         }
     }
@@ -189,12 +230,14 @@ impl Remote {
         let (status, v) = self.call(method, path, body).await?;
         if status.is_success() {
             Ok(v)
-        } else if status == StatusCode::NOT_FOUND && path.is_empty() {
+        } else if path.is_empty() {
+            // CouchDB opens a peer's database with a GET: any answer but a success (or
+            // 401/403) means it is not there.
             Err(Error::DbNotFound(format!("could not open {}", self.base)))
         } else {
             Err(Error::Protocol(format!(
-                "{} answered {status}: {v}",
-                redact(&format!("{}{path}", self.base))
+                "{}{path} answered {status}: {v}",
+                self.base
             )))
         }
     }
@@ -215,11 +258,45 @@ impl Remote {
     }
 }
 
-/// A URL with its password replaced by `*****`, as CouchDB shows them.
-pub fn redact(url: &str) -> String {
+/// Why a request failed, as CouchDB's HTTP client tells the cases apart.
+fn cause_of(e: &reqwest::Error) -> Cause {
+    if e.is_timeout() {
+        return Cause::Timeout;
+    }
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    let mut text = String::new();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => return Cause::Refused,
+                std::io::ErrorKind::TimedOut => return Cause::Timeout,
+                std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+                | std::io::ErrorKind::BrokenPipe => return Cause::Closed,
+                _ => {}
+            }
+        }
+        text = s.to_string();
+        source = s.source();
+    }
+    let all = format!("{e} {text}").to_ascii_lowercase();
+    if all.contains("dns error") || all.contains("failed to lookup address") {
+        Cause::Nxdomain
+    } else if e.is_body() || e.is_decode() || all.contains("connection closed") {
+        Cause::Closed
+    } else {
+        Cause::Other(text)
+    }
+}
+
+/// A URL without its credentials, as CouchDB 3 shows endpoints (it moves them out of the
+/// URL when it parses a replication).
+pub fn without_credentials(url: &str) -> String {
     match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("*****"));
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
             u.to_string()
         }
         _ => url.to_string(),
@@ -246,6 +323,9 @@ impl Endpoint for Remote {
 
     async fn info(&self) -> Result<PeerInfo> {
         let v = self.ok(Method::GET, "", None).await?;
+        if v.get("update_seq").is_none() || v.get("instance_start_time").is_none() {
+            return Err(Error::DbNotFound(format!("could not open {}", self.base)));
+        }
         Ok(PeerInfo {
             update_seq: v.get("update_seq").cloned().unwrap_or(Value::Null),
             instance_start_time: v

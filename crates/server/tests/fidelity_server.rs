@@ -409,7 +409,7 @@ fn replication_routes_keep_couchdbs_grammar() {
     let body = r#"{"source": "a", "target": "b"}"#;
     assert_eq!(
         sj(&s.post("/_replicate", body)),
-        err(404, "db_not_found", &format!("could not open {}/a/", s.url))
+        err(500, "db_not_found", &format!("could not open {}/a/", s.url))
     );
 
     // couch_replicator_httpd:handle_scheduler_req

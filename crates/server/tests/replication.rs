@@ -323,15 +323,17 @@ fn request_errors() {
             "error",
             "Invalid filter. Must match `ddocname/filtername`.",
         ),
+        // The job's start error reaches chttpd's error table, which has no entry for
+        // `db_not_found`: 500 (apache/couchdb#5382 proposes documenting 404).
         (
             json!({"source": "missing", "target": "x"}),
-            404,
+            500,
             "db_not_found",
             "could not open {url}/missing/",
         ),
         (
             json!({"source": "src", "target": "nosuch"}),
-            404,
+            500,
             "db_not_found",
             "could not open {url}/nosuch/",
         ),
@@ -386,10 +388,9 @@ fn replicator_documents_run_complete_and_fail() {
     assert_eq!(contents(&s, "src"), contents(&s, "dst"));
     let shown = s.get("/_scheduler/docs/_replicator/once").json();
     assert_eq!(shown["state"], "completed", "{shown}");
-    assert_eq!(
-        shown["source"],
-        format!("{}/src/", s.url.replace("http://", "http://admin:*****@"))
-    );
+    // CouchDB 3.2+ moves credentials out of endpoint URLs when it parses a replication
+    // (`normalize_basic_auth`), so the scheduler shows none.
+    assert_eq!(shown["source"], format!("{}/src/", s.url));
 
     // Bare names are refused in replication documents, and a second document for the same
     // replication as a running one fails.

@@ -365,6 +365,9 @@ fn a_peer_that_always_fails_fails_the_replication_cleanly() {
     let body = json!({"source": "db", "target": proxy.url("db"), "retries_per_request": 2});
     let (status, r) = replicate(&a, body.clone());
     assert_error(status, &r, 500, &proxy.shown("db"));
+    // CouchDB's start error for a status, printed as its term.
+    let term = format!(r#"{{http_error_code,500,<<"GET {}">>}}"#, proxy.shown("db"));
+    assert_eq!(r, json!({"error": "error", "reason": term}));
     // The first request and two retries, then nothing more.
     let log = proxy.log();
     assert_eq!(log.len(), 3, "{log:?}");
@@ -474,11 +477,8 @@ fn a_peer_refusing_the_credentials_fails_at_once() {
     let own = format!("http://bob:bobpw@{}/db", a.addr());
     let (status, r) = replicate(&a, json!({"source": own, "target": "db"}));
     assert_eq!((status, &r["error"]), (403, &json!("forbidden")), "{r}");
-    let reason = r["reason"].as_str().unwrap();
-    assert!(
-        reason.ends_with(&format!("@{}/db/", a.addr())) && !reason.contains("bobpw"),
-        "{reason}"
-    );
+    // Credentials leave the URL when CouchDB 3.2+ parses a replication.
+    assert_eq!(r["reason"], format!("http://{}/db/", a.addr()));
     assert_healthy(&a);
 }
 
@@ -492,7 +492,7 @@ fn a_missing_peer_database_is_db_not_found_unless_created() {
     assert_eq!(
         (status, r),
         (
-            404,
+            500,
             json!({"error": "db_not_found", "reason": format!("could not open {}", proxy.shown("nosuch"))})
         )
     );

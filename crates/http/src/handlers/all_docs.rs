@@ -348,6 +348,7 @@ pub async fn all_docs(
     };
     let mut q = Query::from_args(args)?;
     q.public_only = public_only(state, &db, &req)?;
+    q.opts.reader = crate::replicator_read::reader(&db, &req.user);
     Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
 }
 
@@ -376,15 +377,19 @@ pub async fn queries(
     };
     let base = MrArgs::from_query(&req.params)?;
     let public = public_only(state, &db, &req)?;
+    let reader = crate::replicator_read::reader(&db, &req.user);
     let qs = list
         .iter()
         .map(|b| {
             let b = b
                 .as_object()
                 .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-            Query::from_args(base.for_query_object(b)?).map(|q| Query {
-                public_only: public.clone(),
-                ..q
+            Query::from_args(base.for_query_object(b)?).map(|mut q| {
+                q.opts.reader = reader.clone();
+                Query {
+                    public_only: public.clone(),
+                    ..q
+                }
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;

@@ -165,6 +165,7 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     let opts = DocOpts {
         revs: req.params.is_true("revs"),
         revs_limit: Some(db.props().revs_limit as usize),
+        reader: crate::replicator_read::reader(&db, &req.user),
         ..Default::default()
     };
     let latest = req.params.is_true("latest");

@@ -298,6 +298,8 @@ struct Opts {
     filter: Filter,
     js_limits: settee_views::Limits,
     atts: super::attachments::AttOpts,
+    /// Whose credentials `include_docs` hides (`replicator_read`).
+    reader: Option<Arc<crate::replicator_read::Reader>>,
 }
 
 fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
@@ -417,6 +419,7 @@ impl Opts {
             filter: Filter::None,
             js_limits: Default::default(),
             atts: super::attachments::AttOpts::from_params(p)?,
+            reader: None,
         })
     }
 
@@ -463,6 +466,7 @@ fn render_change(
     if o.include_docs {
         let opts = DocOpts {
             conflicts: o.conflicts,
+            reader: o.reader.clone(),
             ..Default::default()
         };
         out = with_doc(
@@ -650,6 +654,7 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         Duration::from_millis(state.node.get_u64("chttpd", "changes_timeout", 60_000));
     let (all, params) = folded(&req.params);
     let mut o = Opts::parse(&all, &params, changes_timeout)?;
+    o.reader = crate::replicator_read::reader(&db, &req.user);
     // An EventSource reconnecting says where it stopped.
     if params.get("feed") == Some("eventsource") {
         if let Some(id) = req.header("last-event-id") {

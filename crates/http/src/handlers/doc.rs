@@ -102,6 +102,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let mut opts = DocOpts::from_params(&req.params)?;
     opts.revs_limit = Some(db.props().revs_limit as usize);
+    opts.reader = crate::replicator_read::reader(&db, &req.user);
     let atts = AttOpts::from_params(&req.params)?;
     let users_view = users_reader(state, &db, &req)?;
     if req.params.get("open_revs").is_some() {

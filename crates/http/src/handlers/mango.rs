@@ -81,8 +81,11 @@ pub async fn find(
     let threshold = state
         .node
         .get_u64("mango", "index_scan_warning_threshold", 10);
+    let reader = crate::replicator_read::reader(&db, &req.user);
     Ok(stream(JSON, move |sink| {
-        run(&state, &db, &opts, &plan, threshold, &mut |b| sink.write(b))
+        run(&state, &db, &opts, &plan, threshold, reader, &mut |b| {
+            sink.write(b)
+        })
     })
     .await)
 }
@@ -124,6 +127,8 @@ struct Run<'a> {
     stats: Stats,
     last: Option<Bookmark>,
     open: bool,
+    /// Whose credentials documents hide (`replicator_read`).
+    reader: Option<Arc<crate::replicator_read::Reader>>,
 }
 
 impl Run<'_> {
@@ -186,6 +191,7 @@ fn run(
     opts: &FindOpts,
     plan: &Plan,
     threshold: u64,
+    reader: Option<Arc<crate::replicator_read::Reader>>,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> ApiResult<()> {
     let started = Instant::now();
@@ -202,6 +208,7 @@ fn run(
         stats: Stats::default(),
         last: None,
         open: true,
+        reader,
     };
     let index = plan.index.as_ref().expect("a _find plan has an index");
     if opts.limit > 0 {
@@ -381,8 +388,15 @@ fn scan_all_docs(
         db,
         snap: &snap,
         opts,
-        needs: Needs::of(opts),
-        dopts: doc_opts(opts),
+        // A reader from whom credentials are hidden is matched against what they see.
+        needs: Needs {
+            members: Needs::of(opts).members.filter(|_| r.reader.is_none()),
+            ..Needs::of(opts)
+        },
+        dopts: DocOpts {
+            reader: r.reader.clone(),
+            ..doc_opts(opts)
+        },
     };
     // A query that can return every document (design documents never are) reads them all.
     let mut design = 0;
@@ -635,7 +649,11 @@ fn view_row(
             Ok(d) if !d.deleted => d,
             _ => return Ok(()),
         };
-        let text = doc_json(&found, &doc_opts(opts));
+        let dopts = DocOpts {
+            reader: r.reader.clone(),
+            ..doc_opts(opts)
+        };
+        let text = doc_json(&found, &dopts);
         let doc = parse_doc(&text)?;
         (text, doc)
     };

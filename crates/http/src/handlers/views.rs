@@ -28,6 +28,8 @@ pub struct ViewArgs {
     pub atts: AttOpts,
     pub update_seq: bool,
     pub fresh: Freshness,
+    /// Whose credentials `include_docs` hides (`replicator_read`).
+    pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
 }
 
 fn parse_error(msg: &str) -> ApiError {
@@ -88,6 +90,7 @@ impl ViewArgs {
                 Update::False => Freshness::Stale,
                 Update::Lazy => Freshness::UpdateAfter,
             },
+            reader: None,
         })
     }
 }
@@ -180,7 +183,8 @@ pub async fn view(
         })
         .await?
     };
-    let args = ViewArgs::for_view(args, &g, n)?;
+    let mut args = ViewArgs::for_view(args, &g, n)?;
+    args.reader = crate::replicator_read::reader(&db, &req.user);
     let views = state.views.clone();
     Ok(stream(JSON, move |sink| {
         run(&views, &db, &g, n, &args, &mut |b| sink.write(b))
@@ -202,6 +206,7 @@ pub async fn view_queries(
         .ok_or_else(|| ApiError::bad_request("POST body must include `queries` parameter."))?;
     let base = MrArgs::from_query(&req.params)?;
     let views = state.views.clone();
+    let reader = crate::replicator_read::reader(&db, &req.user);
     let out = blocking(move || {
         let (g, n) = load_group(&state, &db, &ddoc, &view)?;
         let args = list
@@ -210,7 +215,10 @@ pub async fn view_queries(
                 let q = q
                     .as_object()
                     .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-                ViewArgs::for_view(base.for_query_object(q)?, &g, n)
+                ViewArgs::for_view(base.for_query_object(q)?, &g, n).map(|a| ViewArgs {
+                    reader: reader.clone(),
+                    ..a
+                })
             })
             .collect::<ApiResult<Vec<_>>>()?;
         query_results(&args, |a, out| run(&views, &db, &g, n, a, out))
@@ -316,7 +324,11 @@ fn row_doc(db: &Database, id: &str, value: &[u8], args: &ViewArgs) -> Option<Vec
                 Some(r) => db.open_doc(linked, Some(&rev(r)?)).ok()?,
                 None => db.open_doc(linked, None).ok()?,
             };
-            Some(doc_json(&doc, &DocOpts::default()))
+            let opts = DocOpts {
+                reader: args.reader.clone(),
+                ..Default::default()
+            };
+            Some(doc_json(&doc, &opts))
         }
         None => {
             let doc = match member("_rev") {
@@ -328,6 +340,7 @@ fn row_doc(db: &Database, id: &str, value: &[u8], args: &ViewArgs) -> Option<Vec
             }
             let opts = DocOpts {
                 conflicts: args.conflicts && member("_rev").is_none(),
+                reader: args.reader.clone(),
                 ..Default::default()
             };
             let atts = args.atts.render(db, &doc.body).unwrap_or_else(|e| {
