@@ -6,6 +6,7 @@ mod access;
 mod admission;
 mod auth;
 mod cors;
+mod design_filter;
 mod error;
 mod handlers;
 mod location;
