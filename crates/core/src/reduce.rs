@@ -288,6 +288,47 @@ impl From<Fail> for ReduceError {
     }
 }
 
+/// An error reason as CouchDB's HTTP layer prints one (`couch_util:to_binary/1` of the
+/// EJSON term): text as it is, `true`/`false`/`null` by name, an array that is an iolist
+/// (strings, integers 0–255 and such arrays) concatenated, anything else as `~p` prints it
+/// (an empty object is `{[]}`, `{"a": 1}` is `{[{<<"a">>,1}]}`).
+pub fn reason_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Array(_) => {
+            let mut bytes = Vec::new();
+            if iolist(value, &mut bytes) {
+                return latin1_bytes_to_string(bytes);
+            }
+            latin1_bytes_to_string(erl::print(&Term::from_json(value), 1))
+        }
+        Value::Number(_) | Value::Object(_) => {
+            latin1_bytes_to_string(erl::print(&Term::from_json(value), 1))
+        }
+    }
+}
+
+/// Appends the bytes of an iolist (`list_to_binary/1`'s argument); false if it is not one.
+fn iolist(value: &Value, out: &mut Vec<u8>) -> bool {
+    match value {
+        Value::String(s) => {
+            out.extend_from_slice(s.as_bytes());
+            true
+        }
+        Value::Number(n) => match n.as_u64() {
+            Some(b) if b <= 255 => {
+                out.push(b as u8);
+                true
+            }
+            _ => false,
+        },
+        Value::Array(items) => items.iter().all(|item| iolist(item, out)),
+        _ => false,
+    }
+}
+
 /// A message built from Erlang's output, whose characters are bytes of the original UTF-8
 /// strings (Erlang's `iolist_to_binary` puts them back together the same way).
 fn latin1_bytes_to_string(bytes: Vec<u8>) -> String {
@@ -1658,6 +1699,19 @@ mod tests {
 
     fn term(v: Value) -> Term {
         Term::from_json(&v)
+    }
+
+    #[test]
+    fn reasons_print_as_couchdb_prints_them() {
+        assert_eq!(reason_text(&json!("gone")), "gone");
+        assert_eq!(reason_text(&json!(null)), "null");
+        assert_eq!(reason_text(&json!(true)), "true");
+        assert_eq!(reason_text(&json!(42)), "42");
+        assert_eq!(reason_text(&json!({})), "{[]}");
+        assert_eq!(reason_text(&json!({"a": 1})), "{[{<<\"a\">>,1}]}");
+        assert_eq!(reason_text(&json!(["a", ["b", 99]])), "abc");
+        assert_eq!(reason_text(&json!([])), "");
+        assert_eq!(reason_text(&json!([1.5])), "[1.5]");
     }
 
     #[test]

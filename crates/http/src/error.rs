@@ -48,6 +48,55 @@ impl From<settee_views::Error> for ApiError {
     }
 }
 
+/// A design function's error term as `chttpd:error_info` renders it: the entries of its table
+/// that such a term can reach, else status 500 with the name as `error` and the reason as
+/// CouchDB prints it (`reduce::reason_text`). A `null` reason leaves the name alone, which
+/// the table knows as an atom or calls `unknown_error`.
+impl From<settee_js::Rejection> for ApiError {
+    fn from(r: settee_js::Rejection) -> Self {
+        use settee_core::reduce::reason_text;
+        use settee_js::Rejection as R;
+        use StatusCode as S;
+        let named =
+            |status, error: &str, reason: String| ApiError::Named(status, error.into(), reason);
+        match r {
+            R::Forbidden(reason) => ApiError::Forbidden(reason_text(&reason)),
+            R::Unauthorized(reason) => ApiError::Unauthorized(reason_text(&reason)),
+            R::Failed(e) => settee_views::Error::Js(e).into(),
+            R::Error { error, reason } if reason.is_null() => match error.as_str() {
+                "not_found" => named(S::NOT_FOUND, "not_found", "missing".into()),
+                "bad_request" => named(S::BAD_REQUEST, "bad_request", String::new()),
+                "conflict" => named(S::CONFLICT, "conflict", "Document update conflict.".into()),
+                "timeout" => named(S::INTERNAL_SERVER_ERROR, "timeout", TIMEOUT_REASON.into()),
+                _ => named(S::INTERNAL_SERVER_ERROR, "unknown_error", error),
+            },
+            R::Error { error, reason } => {
+                let reason = reason_text(&reason);
+                match error.as_str() {
+                    "bad_request" | "query_parse_error" | "illegal_docid" | "doc_validation"
+                    | "invalid_since_seq" => named(S::BAD_REQUEST, &error, reason),
+                    "not_found" | "filter_fetch_error" => named(S::NOT_FOUND, "not_found", reason),
+                    "not_acceptable" => named(S::NOT_ACCEPTABLE, "not_acceptable", reason),
+                    "conflict" => {
+                        named(S::CONFLICT, "conflict", "Document update conflict.".into())
+                    }
+                    "missing_stub" => named(S::PRECONDITION_FAILED, "missing_stub", reason),
+                    "bad_ctype" => named(S::UNSUPPORTED_MEDIA_TYPE, "bad_content_type", reason),
+                    "timeout" => named(S::INTERNAL_SERVER_ERROR, "timeout", TIMEOUT_REASON.into()),
+                    "disabled" => named(S::NOT_IMPLEMENTED, "disabled", reason),
+                    "service_unavailable" => {
+                        named(S::SERVICE_UNAVAILABLE, "service unavailable", reason)
+                    }
+                    _ => named(S::INTERNAL_SERVER_ERROR, &error, reason),
+                }
+            }
+        }
+    }
+}
+
+/// `chttpd:error_info(timeout)`'s reason.
+const TIMEOUT_REASON: &str = "The request could not be processed in a reasonable amount of time.";
+
 impl From<settee_replicator::Error> for ApiError {
     fn from(e: settee_replicator::Error) -> Self {
         ApiError::from(&e)

@@ -5,6 +5,7 @@
 mod access;
 mod auth;
 mod cors;
+mod design_filter;
 mod error;
 mod handlers;
 mod jobs;

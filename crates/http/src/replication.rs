@@ -188,19 +188,20 @@ impl Endpoint for LocalDb {
                 settee_mango::Selector::parse(s)
                     .map_err(|e| RepError::BadRequest(e.to_string()))?,
             )),
-            Filter::Design { name, .. } => {
-                return Err(RepError::Protocol(format!(
-                    "filter `{name}`: filter functions are not supported by this Settee version"
-                )))
-            }
+            Filter::Design { name, query_params } => changes::ReplicationFilter::Named {
+                name: name.clone(),
+                query_params: query_params.clone(),
+                user: self.user.clone(),
+            },
         };
         let wait = match wait {
             Wait::No => None,
             Wait::UpTo(ms) => Some(Duration::from_millis(ms)),
         };
-        let (rows, last) = changes::for_replication(db, since_n, limit as u64, filter, wait)
-            .await
-            .map_err(rep_error)?;
+        let (rows, last) =
+            changes::for_replication(&self.state, db, since_n, limit as u64, filter, wait)
+                .await
+                .map_err(rep_error)?;
         let rows = rows.iter().filter_map(ChangeRow::from_json).collect();
         let last_seq = if last == since_n {
             since.clone()

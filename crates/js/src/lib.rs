@@ -6,7 +6,9 @@
 //! document's views, and is driven by plain Rust calls ([`ViewRuntime::map_doc`],
 //! [`ViewRuntime::reduce`], [`ViewRuntime::rereduce`]). A [`Validator`] does the same for
 //! the `validate_doc_update` functions of a database's design documents
-//! ([`Validator::validate`]), mapping what they throw to CouchDB's verdicts ([`Rejection`]).
+//! ([`Validator::validate`]), mapping what they throw to CouchDB's verdicts ([`Rejection`]),
+//! and a [`FilterFn`] for one filter function ([`FilterFn::filter`]), whose errors are the
+//! same `{error, reason}` terms.
 //!
 //! # The environment
 //!
@@ -25,7 +27,9 @@
 //! design document (`require('lib/x')`) and `this` bound to the design document, as in
 //! CouchDB; all functions of a [`Validator`] share one global scope, but each design
 //! document has its own `require` and module cache. Their arguments are plain, mutable
-//! objects (CouchDB does not freeze them), built afresh for every function.
+//! objects (CouchDB does not freeze them), built afresh for every function. Filter
+//! functions see the same: `this` and `require`'s root are the design document, and the
+//! documents and request object they get are plain objects.
 //!
 //! Documents are deep-frozen before the map functions see them, as CouchDB does
 //! (`Couch.recursivelySeal` → `Object.freeze`): one document object is shared by every
@@ -39,8 +43,9 @@
 //!
 //! # Limits
 //!
-//! Every `map_doc`, `reduce` and `rereduce` call, every validate function (and
-//! construction, which runs the sources' top-level code) gets a deadline of now + [`Limits::timeout`] and a memory limit of
+//! Every `map_doc`, `reduce` and `rereduce` call, every validate function, every `filter`
+//! call (and construction, which runs the sources' top-level code) gets a deadline of now +
+//! [`Limits::timeout`] and a memory limit of
 //! [`Limits::memory_limit`], both enforced from QuickJS's interrupt handler, which raises an
 //! exception user code cannot catch ([`JsError::Timeout`], [`JsError::OutOfMemory`]). The
 //! memory limit counts the runtime's heap and the call's converted output; single
@@ -52,7 +57,7 @@
 //!
 //! # Threading contract
 //!
-//! A [`ViewRuntime`] (like a [`Validator`]) is neither `Send` nor `Sync`: create it on the thread that uses it and
+//! A [`ViewRuntime`] (like a [`Validator`] or a [`FilterFn`]) is neither `Send` nor `Sync`: create it on the thread that uses it and
 //! keep one per worker thread (runtimes share nothing, cost ~0.5 ms and ~100 KB to create).
 //! The calling thread needs at least 2 MiB of stack (Rust's default for spawned threads):
 //! up to [`JS_STACK_LIMIT`] of it for JavaScript, the rest for the conversions.
@@ -61,6 +66,7 @@ mod compile;
 mod doc;
 mod env;
 mod error;
+mod filter;
 mod from_json;
 mod guard;
 mod lazy;
@@ -73,6 +79,7 @@ mod validate;
 use std::time::Duration;
 
 pub use error::JsError;
+pub use filter::{FilterFn, FilterSource};
 pub use runtime::{MapResult, ViewRuntime};
 pub use validate::{Rejection, ValidateSource, Validator};
 
@@ -82,7 +89,7 @@ pub const JS_STACK_LIMIT: usize = 1024 * 1024;
 /// Deepest nesting of arrays and objects accepted in documents and produced by conversions.
 pub const MAX_NESTING: usize = 512;
 
-/// Resource limits of one [`ViewRuntime`] or [`Validator`].
+/// Resource limits of one [`ViewRuntime`], [`Validator`] or [`FilterFn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limits {
     /// Wall-clock budget of one call into JavaScript.

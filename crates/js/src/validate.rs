@@ -33,7 +33,8 @@ pub struct ValidateSource {
     pub source: String,
 }
 
-/// Why a validation did not accept a document.
+/// Why a validation did not accept a document, or why a filter function failed: one of
+/// CouchDB's error terms.
 ///
 /// `Forbidden` and `Unauthorized` are CouchDB's 403 and 401. Every other rejection is one of
 /// CouchDB's `{error, reason}` terms, which its HTTP error table renders as status 500 with
@@ -341,7 +342,7 @@ fn respond(value: Json) -> Result<(), Rejection> {
 
 /// `[name, reason]` as CouchDB's `{name, reason}` error term; `forbidden` and
 /// `unauthorized` keep their meaning whichever way they arrive.
-fn error_term(pair: Json) -> Rejection {
+pub(crate) fn error_term(pair: Json) -> Rejection {
     let Json::Array(mut pair) = pair else {
         return unknown_error(pair);
     };

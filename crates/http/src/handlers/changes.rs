@@ -1,6 +1,7 @@
 //! `_changes` (normal, longpoll, continuous, eventsource) and `_db_updates`.
 
 use super::{allow, blocking};
+use crate::design_filter::{self, DesignFilter, ReqInfo};
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::{parse_pos_int, Val};
 use crate::render::{seq, winner_json_with, with_doc, DocOpts};
@@ -63,6 +64,8 @@ enum Filter {
     View(ViewFilter),
     /// `filter=_selector`: revisions whose documents match a Mango selector.
     Selector(Arc<settee_mango::Selector>),
+    /// `filter=ddoc/name`: revisions a design document's filter function passes.
+    Function(DesignFilter),
 }
 
 #[derive(Clone)]
@@ -262,21 +265,10 @@ fn filter_spec(
 }
 
 /// Checks that design document `ddoc` exists and has the member at `path`, with
-/// CouchDB's 404s: `missing`/`deleted` for the document, `missing json key: K` for the
-/// first absent key, `json_mismatch` where a value on the way is not an object.
+/// CouchDB's 404s (see [`design_filter::check_member`]).
 fn design_member(db: &Database, ddoc: &str, path: &[&str]) -> ApiResult<()> {
-    let doc = db.open_doc(&format!("_design/{ddoc}"), None)?;
-    let mut at: Value = serde_json::from_slice(settee_core::split_stored(&doc.body).0)
-        .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
-    for key in path {
-        let Value::Object(mut members) = at else {
-            return Err(ApiError::NotFound("json_mismatch".into()));
-        };
-        at = members
-            .remove(*key)
-            .ok_or_else(|| ApiError::NotFound(format!("missing json key: {key}")))?;
-    }
-    Ok(())
+    let (_, body) = design_filter::open_design(db, ddoc)?;
+    design_filter::check_member(&body, path)
 }
 
 /// `limit`'s value when none is given: CouchDB's `#changes_args.limit` default, which
@@ -429,12 +421,13 @@ impl Opts {
             Filter::DocIds(ids) => ids.contains(&c.id),
             Filter::Design => c.id.starts_with("_design/"),
             // Checked in `scan`, which reads the bodies (and owns a runtime).
-            Filter::View(_) | Filter::Selector(_) => true,
+            Filter::View(_) | Filter::Selector(_) | Filter::Function(_) => true,
         }
     }
 }
 
-/// A change's row. `passed` lists the revisions a selector let through, when one did.
+/// A change's row. `passed` lists the revisions a selector or filter function let through,
+/// when one did.
 fn render_change(
     db: &Database,
     c: &Change,
@@ -505,7 +498,12 @@ fn scan(
         Filter::Selector(s) => Some(s.clone()),
         _ => None,
     };
-    let with_bodies = o.include_docs || mapper.is_some() || selector.is_some();
+    let mut function = match &o.filter {
+        Filter::Function(f) => Some(f.start()),
+        _ => None,
+    };
+    let with_bodies =
+        o.include_docs || mapper.is_some() || selector.is_some() || function.is_some();
     db.changes(since, o.descending, with_bodies, |c| {
         if sent >= limit {
             return ControlFlow::Break(());
@@ -524,15 +522,18 @@ fn scan(
                 }
             }
         }
-        let passed = match &selector {
-            Some(sel) => match selector_passes(db, sel, &c, o.all_docs_style) {
-                Ok(revs) if revs.is_empty() => return ControlFlow::Continue(()),
-                Ok(revs) => Some(revs),
-                Err(e) => {
-                    failure = Some(e);
-                    return ControlFlow::Break(());
-                }
-            },
+        let passes = match (&selector, function.as_mut()) {
+            (Some(sel), _) => Some(selector_passes(db, sel, &c, o.all_docs_style)),
+            (_, Some(f)) => Some(f.passes(db, &c, o.all_docs_style)),
+            _ => None,
+        };
+        let passed = match passes {
+            Some(Ok(revs)) if revs.is_empty() => return ControlFlow::Continue(()),
+            Some(Ok(revs)) => Some(revs),
+            Some(Err(e)) => {
+                failure = Some(e);
+                return ControlFlow::Break(());
+            }
             None => None,
         };
         let show = o
@@ -662,27 +663,11 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         }
     }
     // `doc_ids` and `view` are read as sent (CouchDB's `configure_filter`); `filter` folded.
-    o.filter = match filter_spec(params.get("filter"), &req.params, post, body.as_ref())? {
-        FilterSpec::None => Filter::None,
-        FilterSpec::DocIds(ids) => Filter::DocIds(ids),
-        FilterSpec::Design => Filter::Design,
-        FilterSpec::View(ddoc, view) => {
-            let (st, d) = (state.clone(), db.clone());
-            let f = blocking(move || ViewFilter::load(&st, &d, &ddoc, &view)).await?;
-            o.js_limits = state.views.limits();
-            Filter::View(f)
-        }
-        FilterSpec::Function(ddoc, name) => {
-            let d = db.clone();
-            blocking(move || design_member(&d, &ddoc, &["filters", name.as_str()])).await?;
-            return Err(ApiError::NotImplemented(
-                "filter functions are not supported by this Settee version".into(),
-            ));
-        }
-        FilterSpec::Selector(sel) => {
-            Filter::Selector(Arc::new(settee_mango::Selector::parse(&sel)?))
-        }
-    };
+    let spec = filter_spec(params.get("filter"), &req.params, post, body.as_ref())?;
+    o.filter = resolve(&state, &db, spec, &mut o, || {
+        ReqInfo::of_request(&req, body.as_ref())
+    })
+    .await?;
     o.feed = Feed::for_changes(&params)?;
     match o.feed {
         Feed::Normal => {
@@ -703,17 +688,56 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     }
 }
 
+/// The filter `spec` names, with its design document read (a view's or a filter
+/// function's; `req` describes the request to a filter function).
+async fn resolve(
+    state: &AppState,
+    db: &Arc<Database>,
+    spec: FilterSpec,
+    o: &mut Opts,
+    req: impl FnOnce() -> ReqInfo,
+) -> ApiResult<Filter> {
+    Ok(match spec {
+        FilterSpec::None => Filter::None,
+        FilterSpec::DocIds(ids) => Filter::DocIds(ids),
+        FilterSpec::Design => Filter::Design,
+        FilterSpec::View(ddoc, view) => {
+            let (st, d) = (state.clone(), db.clone());
+            let f = blocking(move || ViewFilter::load(&st, &d, &ddoc, &view)).await?;
+            o.js_limits = state.views.limits();
+            Filter::View(f)
+        }
+        FilterSpec::Function(ddoc, name) => {
+            let (st, d, req) = (state.clone(), db.clone(), req());
+            let f = blocking(move || DesignFilter::load(&st, &d, &ddoc, &name, &req)).await?;
+            Filter::Function(f)
+        }
+        FilterSpec::Selector(sel) => {
+            Filter::Selector(Arc::new(settee_mango::Selector::parse(&sel)?))
+        }
+    })
+}
+
 /// Which changes the replicator reads from a database of this server.
 pub enum ReplicationFilter {
     All,
     DocIds(HashSet<String>),
     Selector(Arc<settee_mango::Selector>),
+    /// `filter` (a design document's filter function, or a built-in filter such as
+    /// `_view`) with the replication's `query_params`, as the source's `_changes` gets them
+    /// from CouchDB's replicator; `user` is whom the replication reads the source as.
+    Named {
+        name: String,
+        query_params: serde_json::Map<String, Value>,
+        user: settee_auth::UserCtx,
+    },
 }
 
 /// The replicator's read of a local database: up to `limit` changes after `since` as
 /// `style=all_docs` rows (rendered as `_changes` renders them) through `filter`, waiting up
 /// to `wait` for the first when there is none yet; the rows and the last seq read.
 pub async fn for_replication(
+    state: &AppState,
     db: Arc<Database>,
     since: u64,
     limit: u64,
@@ -726,6 +750,16 @@ pub async fn for_replication(
         ReplicationFilter::All => Filter::None,
         ReplicationFilter::DocIds(ids) => Filter::DocIds(ids),
         ReplicationFilter::Selector(s) => Filter::Selector(s),
+        ReplicationFilter::Named {
+            name,
+            query_params,
+            user,
+        } => {
+            let req = ReqInfo::for_replication(&db.name, &name, &query_params, since, wait, &user);
+            let params: Params = req.query.iter().cloned().collect();
+            let spec = filter_spec(Some(&name), &params, false, None)?;
+            resolve(state, &db, spec, &mut o, || req).await?
+        }
     };
     let o = Arc::new(o);
     let mut rx = db.watch_seq();
