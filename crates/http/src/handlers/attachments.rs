@@ -605,25 +605,74 @@ pub async fn read_multipart(
                 "More attachment parts than attachments that follow".into()
             ));
         };
-        let encoded = att.get("encoding").and_then(Value::as_str) == Some("gzip");
-        let content_type = content_type_of(att.get("content_type"));
-        let level = if encoded {
-            None
-        } else {
-            compression.level_for(content_type)
-        };
-        let mut w = ContentWriter::new(db, limit, level);
+        let mut w = FollowsWriter::new(db, att, &compression, limit);
         while let Some(chunk) = part.chunk().await.map_err(multipart_error)? {
             w.write(&chunk)?;
         }
-        let mut written = w.finish()?;
-        if encoded {
-            written.gzip = true;
-            written.identity = att.get("length").and_then(Value::as_u64).unwrap_or(0);
-        }
-        followed.insert(name.clone(), written);
+        followed.insert(name.clone(), w.finish()?);
     }
     Ok((doc, followed))
+}
+
+/// Stores the content of an attachment whose entry (`att`, in the document's
+/// `_attachments`) is marked `follows`, as it arrives: compressed as its type asks, or,
+/// when the entry says `"encoding": "gzip"`, stored as sent (the entry's `length` is then
+/// the content's own). Used for `multipart/related` parts and replicated content.
+pub struct FollowsWriter {
+    w: ContentWriter,
+    /// For content sent gzip-encoded: its identity length.
+    encoded: Option<u64>,
+}
+
+impl FollowsWriter {
+    pub fn new(
+        db: &Database,
+        att: &Map<String, Value>,
+        compression: &Compression,
+        limit: u64,
+    ) -> FollowsWriter {
+        let encoded = (att.get("encoding").and_then(Value::as_str) == Some("gzip"))
+            .then(|| att.get("length").and_then(Value::as_u64).unwrap_or(0));
+        let level = match encoded {
+            Some(_) => None,
+            None => compression.level_for(content_type_of(att.get("content_type"))),
+        };
+        FollowsWriter {
+            w: ContentWriter::new(db, limit, level),
+            encoded,
+        }
+    }
+
+    /// Appends content; `413 attachment_too_large` past the limit (what was stored is
+    /// dropped).
+    pub fn write(&mut self, data: &[u8]) -> ApiResult<()> {
+        self.w.write(data)
+    }
+
+    pub fn finish(self) -> ApiResult<Written> {
+        let mut written = self.w.finish()?;
+        if let Some(identity) = self.encoded {
+            written.gzip = true;
+            written.identity = identity;
+        }
+        Ok(written)
+    }
+
+    /// Abandons the content, removing what was stored.
+    pub fn discard(&mut self) {
+        self.w.discard();
+    }
+}
+
+/// The stored content of attachment `name` of a revision (`stored`: its stored bytes),
+/// in chunks: gzip-encoded content as stored.
+pub fn stored_content(db: &Database, stored: &[u8], name: &str) -> ApiResult<settee_db::AttChunks> {
+    let atts = StoredAtts::of(stored);
+    let stub = atts.stubs.get(name).ok_or_else(missing_attachment)?;
+    let digest = parse_digest(stub.get("digest"))
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment stub".into())))?;
+    db.attachment_chunks(&digest, 0..u64::MAX)?
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))
 }
 
 /// Streams the request body into the attachment store (compressed when its type is
