@@ -23,7 +23,8 @@ use settee_replicator::job::{Job, Options, Outcome, Progress};
 use settee_replicator::remote::{redact, Remote, RemoteSpec, Url};
 use settee_replicator::spec::{PeerSpec, Request};
 use settee_replicator::{
-    ChangeRow, Changes, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait, WriteFailure,
+    ChangeRow, Changes, Content, Endpoint, Error as RepError, Filter, Follows, Missing, PeerInfo,
+    Wait, WriteFailure,
 };
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -297,6 +298,197 @@ impl Endpoint for LocalDb {
         }
         Ok(failures)
     }
+
+    async fn bulk_get_stubs(&self, wanted: Vec<(String, String)>) -> RepResult<Vec<Value>> {
+        let db = self.db()?;
+        let atts = attachments::AttOpts {
+            inline: false,
+            encoding_info: true,
+            since_pos: 0,
+        };
+        blocking(move || bulk_get_rendered(&db, wanted, atts))
+            .await
+            .map_err(rep_error)
+    }
+
+    /// The content as stored, whatever `gzip` says: the stub asked about came from this
+    /// same store.
+    async fn attachment(&self, id: &str, rev: &str, name: &str, _gzip: bool) -> RepResult<Content> {
+        let db = self.db()?;
+        let rev = settee_core::Rev::parse(rev)
+            .map_err(|_| RepError::Protocol(format!("bad revision {rev}")))?;
+        let (id, name) = (id.to_string(), name.to_string());
+        let chunks = blocking(move || {
+            let doc = db.open_doc(&id, Some(&rev))?;
+            attachments::stored_content(&db, &doc.body, &name)
+        })
+        .await
+        .map_err(rep_error)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            for chunk in chunks {
+                let item = chunk
+                    .map(bytes::Bytes::from)
+                    .map_err(|e| rep_error(e.into()));
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    /// Each part is stored as it arrives, as a `multipart/related` upload's parts are
+    /// (`attachments::FollowsWriter`), then the revision is admitted and written with
+    /// them.
+    async fn put_streamed(
+        &self,
+        doc: Value,
+        atts: Vec<Follows>,
+    ) -> RepResult<Option<WriteFailure>> {
+        let db = self.db()?;
+        let id = doc
+            .get("_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let entries = doc
+            .get("_attachments")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let compression = attachments::Compression::from_config(&self.state);
+        let limit = attachments::max_size(&self.state);
+        let mut followed = attachments::Followed::new();
+        for f in atts {
+            let Some(Value::Object(entry)) = entries.get(&f.name) else {
+                return Err(RepError::Protocol(format!(
+                    "{id}: attachment {} has no entry to follow",
+                    f.name
+                )));
+            };
+            let name = f.name.clone();
+            match store_follows(&db, entry, &compression, limit, f).await? {
+                Ok(written) => {
+                    followed.insert(name, written);
+                }
+                Err(refused) => return Ok(Some(failure(&id, refused))),
+            }
+        }
+        let parsed = match settee_core::parse_doc(doc) {
+            Ok(p) if p.revs.is_some() && p.id.is_some() => p,
+            Ok(_) => {
+                let e = ApiError::bad_request("missing _id or _revisions");
+                return Ok(Some(failure(&id, e)));
+            }
+            Err(e) => return Ok(Some(failure(&id, e.into()))),
+        };
+        let refused = self.write_replicated(&db, vec![parsed], followed).await?;
+        Ok(refused.into_iter().next())
+    }
+}
+
+impl LocalDb {
+    /// Admits and writes replicated revisions whose `follows` contents are stored already,
+    /// exactly as `bulk_docs` writes them (`doc::admit_as`, then the database's writer);
+    /// the revisions refused. One function, so that it becomes one call of the shared
+    /// write path when that moves out of this crate.
+    async fn write_replicated(
+        &self,
+        db: &Arc<Database>,
+        docs: Vec<settee_core::ParsedDoc>,
+        followed: attachments::Followed,
+    ) -> RepResult<Vec<WriteFailure>> {
+        let ids: Vec<String> = docs
+            .iter()
+            .map(|p| p.id.clone().unwrap_or_default())
+            .collect();
+        let admitted = doc::admit_as(&self.state, db, self.user.clone(), docs, false, followed)
+            .await
+            .map_err(rep_error)?;
+        let mut failures = Vec::new();
+        let mut ok = Vec::new();
+        for (id, a) in ids.iter().zip(admitted) {
+            match a {
+                Ok(d) => ok.push(d),
+                Err(e) => failures.push(failure(id, e)),
+            }
+        }
+        if !ok.is_empty() {
+            let rx = db.update_docs(ok, false).map_err(|e| rep_error(e.into()))?;
+            for r in crate::handlers::await_write(rx).await.map_err(rep_error)? {
+                if let UpdateResult::Err { id, error } = r {
+                    failures.push(failure(&id, error.into()));
+                }
+            }
+        }
+        Ok(failures)
+    }
+}
+
+/// Stores one attachment's content as it arrives from the source: what was stored, the
+/// target's refusal (`attachment_too_large`), or the source's failure (nothing is kept).
+async fn store_follows(
+    db: &Database,
+    entry: &Map<String, Value>,
+    compression: &attachments::Compression,
+    limit: u64,
+    f: Follows,
+) -> RepResult<ApiResult<attachments::Written>> {
+    use futures_util::StreamExt;
+    let mut w = attachments::FollowsWriter::new(db, entry, compression, limit);
+    let mut content = f.content;
+    let mut received = 0u64;
+    while let Some(chunk) = content.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                w.discard();
+                return Err(e);
+            }
+        };
+        received += chunk.len() as u64;
+        if let Err(refused) = w.write(&chunk) {
+            return Ok(Err(refused));
+        }
+    }
+    if received != f.length {
+        w.discard();
+        return Err(RepError::Protocol(format!(
+            "attachment {}: {received} bytes arrived of {}",
+            f.name, f.length
+        )));
+    }
+    Ok(w.finish())
+}
+
+/// Documents at these revisions as `_bulk_get` renders them (`revs=true&latest=true`,
+/// attachments as `atts` says); a revision that can no longer be read is left out.
+fn bulk_get_rendered(
+    db: &Database,
+    wanted: Vec<(String, String)>,
+    atts: attachments::AttOpts,
+) -> ApiResult<Vec<Value>> {
+    let opts = crate::render::DocOpts {
+        revs: true,
+        revs_limit: Some(db.props().revs_limit as usize),
+        ..Default::default()
+    };
+    let mut out = Vec::with_capacity(wanted.len());
+    for (id, rev) in wanted {
+        let item = json!({"id": id, "rev": rev});
+        let bytes = bulk::bulk_get_one(db, &item, &opts, atts, true)?;
+        let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        out.extend(
+            v.get("docs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d.get("ok").cloned()),
+        );
+    }
+    Ok(out)
 }
 
 fn failure(id: &str, e: ApiError) -> WriteFailure {

@@ -5,10 +5,19 @@
 //!
 //! Threading contract: an endpoint is shared by the tasks of one replication (`Send +
 //! Sync`); its calls may run concurrently.
+//!
+//! Documents move in two ways (see [`crate::streamed`]): in batches, as JSON with any
+//! attachments inline (`bulk_get` → `bulk_docs`), or one at a time with attachment content
+//! streamed from the source to the target and never whole in memory (`bulk_get_stubs` →
+//! `attachment` → `put_streamed`), as CouchDB's replicator writes documents with
+//! attachments.
 
 use crate::Result;
+use bytes::Bytes;
+use futures_util::Stream;
 use serde_json::{Map, Value};
 use std::future::Future;
+use std::pin::Pin;
 
 /// What the replicator needs of a database's info.
 #[derive(Clone, Debug)]
@@ -92,6 +101,22 @@ pub struct WriteFailure {
     pub reason: String,
 }
 
+/// An attachment's content on its way from the source to the target: its bytes as stored
+/// (gzip-encoded content stays encoded), in chunks of a size the producer chooses. An `Err`
+/// item ends it unfinished; a consumer must then drop what it stored.
+pub type Content = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + Sync>>;
+
+/// The content of one attachment of a streamed write, which follows the document.
+pub struct Follows {
+    /// The attachment's name: its entry in the document's `_attachments` is marked
+    /// `"follows": true`.
+    pub name: String,
+    /// How many bytes `content` yields (the stored length: `encoded_length` for
+    /// gzip-encoded content).
+    pub length: u64,
+    pub content: Content,
+}
+
 /// A database the replicator reads from or writes to.
 pub trait Endpoint: Send + Sync {
     /// The database's name as replication ids and logs show it: the URL of a remote
@@ -139,4 +164,34 @@ pub trait Endpoint: Send + Sync {
     /// refused.
     fn bulk_docs(&self, docs: Vec<Value>)
         -> impl Future<Output = Result<Vec<WriteFailure>>> + Send;
+
+    /// As [`Endpoint::bulk_get`], but with attachment stubs instead of content, carrying
+    /// `encoding` and `encoded_length` for content stored gzip-encoded
+    /// (`att_encoding_info=true`).
+    fn bulk_get_stubs(
+        &self,
+        wanted: Vec<(String, String)>,
+    ) -> impl Future<Output = Result<Vec<Value>>> + Send;
+
+    /// The content of attachment `name` of revision `rev` of document `id`, streamed as
+    /// stored: `gzip` (the stub's `encoding`) asks for the stored gzip bytes, not the
+    /// decoded ones.
+    fn attachment(
+        &self,
+        id: &str,
+        rev: &str,
+        name: &str,
+        gzip: bool,
+    ) -> impl Future<Output = Result<Content>> + Send;
+
+    /// Writes one replicated revision (`new_edits=false`) whose `_attachments` entries
+    /// marked `follows` get their content from `atts`, in the same order (the others are
+    /// stubs of content the target holds); `Some` if the target refused it. Implementations
+    /// consume `atts` in order and drop them when done or failing, so the producer never
+    /// waits on a part nobody reads.
+    fn put_streamed(
+        &self,
+        doc: Value,
+        atts: Vec<Follows>,
+    ) -> impl Future<Output = Result<Option<WriteFailure>>> + Send;
 }

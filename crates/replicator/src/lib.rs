@@ -11,5 +11,7 @@ pub mod job;
 pub mod remote;
 pub mod spec;
 
-pub use endpoint::{ChangeRow, Changes, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure};
+pub use endpoint::{
+    ChangeRow, Changes, Content, Endpoint, Filter, Follows, Missing, PeerInfo, Wait, WriteFailure,
+};
 pub use error::{Error, Result};
