@@ -10,6 +10,7 @@ pub mod id;
 pub mod job;
 pub mod remote;
 pub mod spec;
+pub mod streamed;
 
 pub use endpoint::{
     ChangeRow, Changes, Content, Endpoint, Filter, Follows, Missing, PeerInfo, Wait, WriteFailure,
