@@ -157,6 +157,55 @@ fn io_error(e: std::io::Error) -> Error {
     )))
 }
 
+/// Stores the content of an attachment whose entry (`att`, in the document's
+/// `_attachments`) is marked `follows`, as it arrives: compressed as its type asks, or,
+/// when the entry says `"encoding": "gzip"`, stored as sent (the entry's `length` is then
+/// the content's own). Used for `multipart/related` parts and replicated content.
+pub struct FollowsWriter {
+    w: ContentWriter,
+    /// For content sent gzip-encoded: its identity length.
+    encoded: Option<u64>,
+}
+
+impl FollowsWriter {
+    pub fn new(
+        db: &Database,
+        att: &Map<String, Value>,
+        compression: &Compression,
+        limit: u64,
+    ) -> FollowsWriter {
+        let encoded = (att.get("encoding").and_then(Value::as_str) == Some("gzip"))
+            .then(|| att.get("length").and_then(Value::as_u64).unwrap_or(0));
+        let level = match encoded {
+            Some(_) => None,
+            None => compression.level_for(content_type_of(att.get("content_type"))),
+        };
+        FollowsWriter {
+            w: ContentWriter::new(db, limit, level),
+            encoded,
+        }
+    }
+
+    /// Appends content; `413 attachment_too_large` past the limit (what was stored is
+    /// dropped).
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.w.write(data)
+    }
+
+    pub fn finish(self) -> Result<Written> {
+        let mut written = self.w.finish()?;
+        if let Some(identity) = self.encoded {
+            written.sent_gzipped(Some(identity));
+        }
+        Ok(written)
+    }
+
+    /// Abandons the content, removing what was stored.
+    pub fn discard(&mut self) {
+        self.w.discard();
+    }
+}
+
 /// A revision's attachments as stored: the stubs as rendered, and the encoding details of
 /// those stored compressed.
 #[derive(Default)]

@@ -12,7 +12,6 @@ use crate::handlers::{attachments, blocking, bulk, changes, doc};
 use crate::jobs::NewJob;
 use crate::render::doc_json_with;
 use crate::reply::json;
-use crate::req::Params;
 use crate::{AppState, Req};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
@@ -21,14 +20,15 @@ use settee_auth::security::SecurityObject;
 use settee_auth::UserCtx;
 use settee_core::{format_seq, parse_seq, ParsedDoc, Rev, SeqArg};
 use settee_db::{Database, LocalUpdate};
+use settee_docs::atts::FollowsWriter;
 use settee_docs::Followed;
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
 use settee_replicator::job::{Job, Options, Outcome, Progress};
 use settee_replicator::remote::{without_credentials, Remote, RemoteSpec, Url};
 use settee_replicator::spec::{PeerSpec, Request};
 use settee_replicator::{
-    ChangeRow, Changes, Doc, Endpoint, Error as RepError, Filter, Missing, PeerInfo, Wait,
-    WriteFailure,
+    ChangeRow, Changes, Content, Doc, Endpoint, Error as RepError, Fetch, Filter, Follows, Missing,
+    PeerInfo, Wait, WriteFailure,
 };
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -237,56 +237,16 @@ impl Endpoint for LocalDb {
             .collect())
     }
 
-    async fn bulk_get(&self, wanted: Vec<(String, String)>, stored: bool) -> RepResult<Vec<Doc>> {
-        let db = self.db()?;
-        let user = self.user.clone();
-        blocking(move || {
-            let revs_limit = db.props().revs_limit as usize;
-            let opts = crate::render::DocOpts {
-                revs: true,
-                revs_limit: Some(revs_limit),
-                reader: crate::replicator_read::reader(&db, &user),
-                ..Default::default()
-            };
-            let atts = attachments::AttOpts::from_params(&Params::parse(Some("attachments=true")))?;
-            // What a reader of a replicator database sees may differ from what is stored.
-            let stored = stored && opts.reader.is_none();
-            let mut out = Vec::with_capacity(wanted.len());
-            for (id, rev) in wanted {
-                // A revision that cannot be read (any more) is left out, as `_bulk_get`
-                // answers it with an error.
-                let Ok(d) = Rev::parse(&rev)
-                    .map_err(drop)
-                    .and_then(|r| bulk::open_latest(&db, &id, &r).map_err(drop))
-                else {
-                    continue;
-                };
-                let doc = if stored && settee_core::split_stored(&d.body).1.is_none() {
-                    let path = d.info.tree.ancestry(&d.rev);
-                    Doc::Stored(ParsedDoc {
-                        id: Some(d.id),
-                        revs: Some((
-                            d.rev.pos,
-                            path.into_iter().take(revs_limit.max(1)).collect(),
-                        )),
-                        deleted: d.deleted,
-                        body: d.body,
-                        atts: None,
-                        body_term: None,
-                    })
-                } else {
-                    let rendered = doc_json_with(&d, &opts, atts.render(&db, &d.body)?);
-                    Doc::Json(
-                        serde_json::from_slice(&rendered)
-                            .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))?,
-                    )
-                };
-                out.push(doc);
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(rep_error)
+    async fn bulk_get(&self, wanted: Vec<(String, String)>, fetch: Fetch) -> RepResult<Vec<Doc>> {
+        let (db, user) = (self.db()?, self.user.clone());
+        let atts = attachments::AttOpts {
+            inline: fetch.inline,
+            encoding_info: !fetch.inline,
+            since_pos: 0,
+        };
+        blocking(move || read_revisions(&db, &user, wanted, atts, fetch.stored))
+            .await
+            .map_err(rep_error)
     }
 
     fn takes_stored(&self) -> bool {
@@ -319,22 +279,197 @@ impl Endpoint for LocalDb {
                 Err(e) => failures.push(failure(&id, e.into())),
             }
         }
-        let ids: Vec<String> = parsed
+        failures.extend(self.write_replicated(&db, parsed, Followed::new()).await?);
+        Ok(failures)
+    }
+
+    /// The content as stored, whatever `gzip` says: the stub asked about came from this
+    /// same store.
+    async fn attachment(&self, id: &str, rev: &str, name: &str, _gzip: bool) -> RepResult<Content> {
+        let db = self.db()?;
+        let rev = settee_core::Rev::parse(rev)
+            .map_err(|_| RepError::Protocol(format!("bad revision {rev}")))?;
+        let (id, name) = (id.to_string(), name.to_string());
+        let chunks = blocking(move || {
+            let doc = db.open_doc(&id, Some(&rev))?;
+            attachments::stored_content(&db, &doc.body, &name)
+        })
+        .await
+        .map_err(rep_error)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            for chunk in chunks {
+                let item = chunk
+                    .map(bytes::Bytes::from)
+                    .map_err(|e| rep_error(e.into()));
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
+    /// Each part is stored as it arrives, as a `multipart/related` upload's parts are
+    /// (`attachments::FollowsWriter`), then the revision is admitted and written with
+    /// them.
+    async fn put_streamed(
+        &self,
+        doc: Value,
+        atts: Vec<Follows>,
+    ) -> RepResult<Option<WriteFailure>> {
+        let db = self.db()?;
+        let id = doc
+            .get("_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let entries = doc
+            .get("_attachments")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let settings = self.state.write_settings();
+        let mut followed = Followed::new();
+        for f in atts {
+            let Some(Value::Object(entry)) = entries.get(&f.name) else {
+                return Err(RepError::Protocol(format!(
+                    "{id}: attachment {} has no entry to follow",
+                    f.name
+                )));
+            };
+            let name = f.name.clone();
+            match store_follows(&db, entry, &settings, f).await? {
+                Ok(written) => {
+                    followed.insert(name, written);
+                }
+                Err(refused) => return Ok(Some(failure(&id, refused.into()))),
+            }
+        }
+        let parsed = match settee_core::parse_doc(doc) {
+            Ok(p) if p.revs.is_some() && p.id.is_some() => p,
+            Ok(_) => {
+                let e = ApiError::bad_request("missing _id or _revisions");
+                return Ok(Some(failure(&id, e)));
+            }
+            Err(e) => return Ok(Some(failure(&id, e.into()))),
+        };
+        let refused = self.write_replicated(&db, vec![parsed], followed).await?;
+        Ok(refused.into_iter().next())
+    }
+}
+
+impl LocalDb {
+    /// Writes replicated revisions (whose `follows` contents are stored already) through
+    /// the write path `_bulk_docs` takes; the revisions refused.
+    async fn write_replicated(
+        &self,
+        db: &Arc<Database>,
+        docs: Vec<ParsedDoc>,
+        followed: Followed,
+    ) -> RepResult<Vec<WriteFailure>> {
+        let ids: Vec<String> = docs
             .iter()
             .map(|p| p.id.clone().unwrap_or_default())
             .collect();
         let settings = self.state.write_settings();
-        let written =
-            settee_docs::write(&settings, &db, &self.user, parsed, false, Followed::new())
-                .await
-                .map_err(|e| rep_error(e.into()))?;
-        for (id, w) in ids.iter().zip(written) {
-            if let Err(e) = w {
-                failures.push(failure(id, e.into()));
-            }
-        }
-        Ok(failures)
+        let written = settee_docs::write(&settings, db, &self.user, docs, false, followed)
+            .await
+            .map_err(|e| rep_error(e.into()))?;
+        Ok(ids
+            .iter()
+            .zip(written)
+            .filter_map(|(id, w)| w.err().map(|e| failure(id, e.into())))
+            .collect())
     }
+}
+
+/// Stores one attachment's content as it arrives from the source: what was stored, the
+/// target's refusal (`attachment_too_large`), or the source's failure (nothing is kept).
+async fn store_follows(
+    db: &Database,
+    entry: &Map<String, Value>,
+    settings: &settee_docs::Settings,
+    f: Follows,
+) -> RepResult<settee_docs::Result<settee_docs::Written>> {
+    use futures_util::StreamExt;
+    let mut w = FollowsWriter::new(db, entry, &settings.compression, settings.att_limit);
+    let mut content = f.content;
+    let mut received = 0u64;
+    while let Some(chunk) = content.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                w.discard();
+                return Err(e);
+            }
+        };
+        received += chunk.len() as u64;
+        if let Err(refused) = w.write(&chunk) {
+            return Ok(Err(refused));
+        }
+    }
+    if received != f.length {
+        w.discard();
+        return Err(RepError::Protocol(format!(
+            "attachment {}: {received} bytes arrived of {}",
+            f.name, f.length
+        )));
+    }
+    Ok(w.finish())
+}
+
+/// Revisions of documents as `_bulk_get` reads them for `user` (`revs=true&latest=true`,
+/// attachments as `atts` says); a revision that can no longer be read is left out, as
+/// `_bulk_get` answers it with an error. With `stored`, revisions without attachments are
+/// handed over as stored (unless the user would see them altered).
+fn read_revisions(
+    db: &Database,
+    user: &UserCtx,
+    wanted: Vec<(String, String)>,
+    atts: attachments::AttOpts,
+    stored: bool,
+) -> ApiResult<Vec<Doc>> {
+    let revs_limit = db.props().revs_limit as usize;
+    let opts = crate::render::DocOpts {
+        revs: true,
+        revs_limit: Some(revs_limit),
+        reader: crate::replicator_read::reader(db, user),
+        ..Default::default()
+    };
+    let stored = stored && opts.reader.is_none();
+    let mut out = Vec::with_capacity(wanted.len());
+    for (id, rev) in wanted {
+        let Ok(d) = Rev::parse(&rev)
+            .map_err(drop)
+            .and_then(|r| bulk::open_latest(db, &id, &r).map_err(drop))
+        else {
+            continue;
+        };
+        let doc = if stored && settee_core::split_stored(&d.body).1.is_none() {
+            let path = d.info.tree.ancestry(&d.rev);
+            Doc::Stored(ParsedDoc {
+                id: Some(d.id),
+                revs: Some((
+                    d.rev.pos,
+                    path.into_iter().take(revs_limit.max(1)).collect(),
+                )),
+                deleted: d.deleted,
+                body: d.body,
+                atts: None,
+                body_term: None,
+            })
+        } else {
+            let rendered = doc_json_with(&d, &opts, atts.render(db, &d.body)?);
+            Doc::Json(
+                serde_json::from_slice(&rendered)
+                    .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))?,
+            )
+        };
+        out.push(doc);
+    }
+    Ok(out)
 }
 
 fn failure(id: &str, e: ApiError) -> WriteFailure {

@@ -12,11 +12,29 @@ use settee_auth::UserCtx;
 use settee_http::node_config::{builtin_defaults, Sections};
 use settee_http::{app, AppState, HttpConfig, LocalDb, NodeConfig};
 use settee_replicator::remote::{Remote, RemoteSpec};
-use settee_replicator::{Doc, Endpoint, Error, Filter, Wait};
+use settee_replicator::{Doc, Endpoint, Error, Fetch, Filter, Follows, Wait};
 use std::sync::Arc;
 use std::time::Duration;
 
 const PASSWORD: &str = "conformance";
+
+/// The protocol's JSON with attachments inline, as any endpoint hands it over.
+const JSON: Fetch = Fetch {
+    inline: true,
+    stored: false,
+};
+
+/// Attachment stubs with their encoding, as the streamed path reads documents first.
+const STUBS: Fetch = Fetch {
+    inline: false,
+    stored: false,
+};
+
+/// As stored, where the source can.
+const STORED: Fetch = Fetch {
+    inline: true,
+    stored: true,
+};
 
 /// A server on a loopback port with the admin `admin`; its state and address.
 async fn server(dir: &std::path::Path) -> (AppState, std::net::SocketAddr) {
@@ -279,7 +297,7 @@ async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
 
     // Documents at revisions, with their history and attachments inline.
     let docs: Vec<Value> = e
-        .bulk_get(wanted(), false)
+        .bulk_get(wanted(), JSON)
         .await
         .unwrap()
         .into_iter()
@@ -295,7 +313,72 @@ async fn suite<E: Endpoint>(e: &E) -> Vec<Value> {
         "aGVsbG8gaGVsbG8gaGVsbG8="
     );
     t.push(json!(docs));
+
+    // The streamed path: stubs with their encoding, content as stored (the text
+    // attachment is stored gzip-encoded), and a revision written with content that follows.
+    let stubs = e
+        .bulk_get(vec![("d".into(), R1.into())], STUBS)
+        .await
+        .unwrap();
+    let stubs = stubs.into_iter().next().unwrap().into_json();
+    let atts = &stubs["_attachments"];
+    assert_eq!(atts["bin"]["stub"], true);
+    assert_eq!(atts["txt"]["encoding"], "gzip");
+    t.push(stubs.clone());
+    let bin = content(e.attachment("d", R1, "bin", false).await.unwrap()).await;
+    assert_eq!(bin, [0, 1, 2, 255]);
+    let txt = content(e.attachment("d", R1, "txt", true).await.unwrap()).await;
+    assert_eq!(
+        txt.len() as u64,
+        atts["txt"]["encoded_length"].as_u64().unwrap()
+    );
+    let mut gunzip = flate2::read::GzDecoder::new(&txt[..]);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut gunzip, &mut text).unwrap();
+    assert_eq!(text, "hello hello hello");
+    let follows = |data: &'static [u8]| Follows {
+        name: "big".into(),
+        length: data.len() as u64,
+        content: Box::pin(futures_util::stream::iter(
+            data.chunks(3).map(|c| Ok(bytes::Bytes::from_static(c))),
+        )),
+    };
+    let doc = json!({"_id": "g", "_rev": R1, "_revisions": revisions(R1, &[]),
+                     "_attachments": {"big": {"content_type": "application/octet-stream",
+                                              "revpos": 1, "length": 10, "follows": true}}});
+    let refused = e
+        .put_streamed(doc.clone(), vec![follows(b"0123456789")])
+        .await
+        .unwrap();
+    assert_eq!(refused, None);
+    let g = e
+        .bulk_get(vec![("g".into(), R1.into())], JSON)
+        .await
+        .unwrap();
+    let g = g.into_iter().next().unwrap().into_json();
+    assert_eq!(g["_attachments"]["big"]["data"], "MDEyMzQ1Njc4OQ==");
+    t.push(g);
+    // A validation function's refusal is the document's, not the call's.
+    let mut bad = doc;
+    bad["_id"] = json!("h");
+    bad["bad"] = json!(true);
+    let refused = e
+        .put_streamed(bad, vec![follows(b"0123456789")])
+        .await
+        .unwrap();
+    assert_eq!(refused.map(|f| f.error), Some("forbidden".to_string()));
     t
+}
+
+/// A stream's bytes.
+async fn content(c: settee_replicator::Content) -> Vec<u8> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut c = c;
+    while let Some(chunk) = c.next().await {
+        out.extend_from_slice(&chunk.unwrap());
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,7 +400,7 @@ async fn local_and_remote_endpoints_conform_alike() {
 
 /// A database's documents at [`wanted`] revisions and its change rows.
 async fn contents(db: &LocalDb) -> (Vec<Doc>, Vec<Value>) {
-    let docs = db.bulk_get(wanted(), false).await.unwrap();
+    let docs = db.bulk_get(wanted(), JSON).await.unwrap();
     let changes = db
         .changes(&json!(0), 100, &Filter::All, Wait::No)
         .await
@@ -339,14 +422,14 @@ async fn stored_revisions_move_between_local_databases_as_json_would() {
     let source = LocalDb::new(&state, "source", admin(), "source".into());
     suite(&source).await;
     assert!(source.takes_stored());
-    let stored = source.bulk_get(wanted(), true).await.unwrap();
+    let stored = source.bulk_get(wanted(), STORED).await.unwrap();
     let kinds: Vec<bool> = stored.iter().map(|d| matches!(d, Doc::Stored(_))).collect();
     assert_eq!(
         kinds,
         [true, true, true, false],
         "attachments travel as JSON"
     );
-    let json = source.bulk_get(wanted(), false).await.unwrap();
+    let json = source.bulk_get(wanted(), JSON).await.unwrap();
     for (s, j) in stored.iter().zip(&json) {
         assert_eq!(s.clone().into_json(), j.clone().into_json());
     }

@@ -5,11 +5,20 @@
 //!
 //! Threading contract: an endpoint is shared by the tasks of one replication (`Send +
 //! Sync`); its calls may run concurrently.
+//!
+//! Documents move in two ways (see [`crate::streamed`]): in batches, as JSON with any
+//! attachments inline (`bulk_get` → `bulk_docs`), or one at a time with attachment content
+//! streamed from the source to the target and never whole in memory (`bulk_get` with
+//! stubs → `attachment` → `put_streamed`), as CouchDB's replicator writes documents with
+//! attachments.
 
 use crate::Result;
+use bytes::Bytes;
+use futures_util::Stream;
 use serde_json::{json, Map, Value};
 use settee_core::ParsedDoc;
 use std::future::Future;
+use std::pin::Pin;
 
 /// What the replicator needs of a database's info.
 #[derive(Clone, Debug)]
@@ -126,12 +135,39 @@ impl Doc {
     }
 }
 
+/// How [`Endpoint::bulk_get`] hands over revisions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fetch {
+    /// Attachment content inline (`attachments=true`); else stubs carrying `encoding` and
+    /// `encoded_length` for content stored gzip-encoded (`att_encoding_info=true`).
+    pub inline: bool,
+    /// The target [`takes_stored`](Endpoint::takes_stored): a database of this server may
+    /// hand over revisions without attachments as [`Doc::Stored`].
+    pub stored: bool,
+}
+
 /// A document revision the target refused (`_bulk_docs` with `new_edits: false`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WriteFailure {
     pub id: String,
     pub error: String,
     pub reason: String,
+}
+
+/// An attachment's content on its way from the source to the target: its bytes as stored
+/// (gzip-encoded content stays encoded), in chunks of a size the producer chooses. An `Err`
+/// item ends it unfinished; a consumer must then drop what it stored.
+pub type Content = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send + Sync>>;
+
+/// The content of one attachment of a streamed write, which follows the document.
+pub struct Follows {
+    /// The attachment's name: its entry in the document's `_attachments` is marked
+    /// `"follows": true`.
+    pub name: String,
+    /// How many bytes `content` yields (the stored length: `encoded_length` for
+    /// gzip-encoded content).
+    pub length: u64,
+    pub content: Content,
 }
 
 /// A database the replicator reads from or writes to.
@@ -169,17 +205,13 @@ pub trait Endpoint: Send + Sync {
         revs: Vec<(String, Vec<String>)>,
     ) -> impl Future<Output = Result<Vec<Missing>>> + Send;
 
-    /// The documents at these revisions, with `_revisions` and attachments inline
-    /// (`_bulk_get` with `revs=true&attachments=true&latest=true`); a revision that can no
-    /// longer be read is left out. With `stored` (the target [`takes_stored`]), a
-    /// database of this server may hand over revisions without attachments as
-    /// [`Doc::Stored`].
-    ///
-    /// [`takes_stored`]: Endpoint::takes_stored
+    /// The documents at these revisions, with `_revisions` (`_bulk_get` with
+    /// `revs=true&latest=true`), attachments as `fetch` asks; a revision that can no
+    /// longer be read is left out.
     fn bulk_get(
         &self,
         wanted: Vec<(String, String)>,
-        stored: bool,
+        fetch: Fetch,
     ) -> impl Future<Output = Result<Vec<Doc>>> + Send;
 
     /// Whether this endpoint is a database of this server, which takes [`Doc::Stored`]
@@ -191,4 +223,26 @@ pub trait Endpoint: Send + Sync {
     /// Writes replicated revisions (`_bulk_docs` with `new_edits: false`); the documents it
     /// refused.
     fn bulk_docs(&self, docs: Vec<Doc>) -> impl Future<Output = Result<Vec<WriteFailure>>> + Send;
+
+    /// The content of attachment `name` of revision `rev` of document `id`, streamed as
+    /// stored: `gzip` (the stub's `encoding`) asks for the stored gzip bytes, not the
+    /// decoded ones.
+    fn attachment(
+        &self,
+        id: &str,
+        rev: &str,
+        name: &str,
+        gzip: bool,
+    ) -> impl Future<Output = Result<Content>> + Send;
+
+    /// Writes one replicated revision (`new_edits=false`) whose `_attachments` entries
+    /// marked `follows` get their content from `atts`, in the same order (the others are
+    /// stubs of content the target holds); `Some` if the target refused it. Implementations
+    /// consume `atts` in order and drop them when done or failing, so the producer never
+    /// waits on a part nobody reads.
+    fn put_streamed(
+        &self,
+        doc: Value,
+        atts: Vec<Follows>,
+    ) -> impl Future<Output = Result<Option<WriteFailure>>> + Send;
 }

@@ -1,13 +1,16 @@
 //! The replication algorithm, as CouchDB's replicator runs it: read the source's changes
 //! (every leaf), ask the target which revisions it lacks, fetch those from the source with
 //! their history and attachments, write them to the target as they are (`new_edits:
-//! false`), and record how far it got in a checkpoint on both sides.
+//! false`; documents with large attachments one at a time, content streamed: see
+//! [`crate::streamed`]), and record how far it got in a checkpoint on both sides.
 
 use crate::checkpoint::{self, Session, Stats};
-use crate::endpoint::{ChangeRow, Endpoint, Filter, Wait};
+use crate::endpoint::{ChangeRow, Doc, Endpoint, Fetch, Filter, Wait, WriteFailure};
+use crate::streamed::{self, Copied, Route};
 use crate::{Error, Result};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,6 +90,15 @@ pub enum Outcome {
     },
 }
 
+fn refused(f: &WriteFailure) {
+    tracing::warn!(
+        "replicator: target refused {}: {} ({})",
+        f.id,
+        f.error,
+        f.reason
+    );
+}
+
 /// A replication between two endpoints.
 pub struct Job<S, T> {
     pub source: S,
@@ -101,6 +113,12 @@ pub struct Job<S, T> {
 
 /// Names the workers of failed copies, as CouchDB's `worker_died` reasons name a process.
 static WORKERS: AtomicU64 = AtomicU64::new(1000);
+
+/// Revisions read with attachment content inline, as JSON.
+const INLINE: Fetch = Fetch {
+    inline: true,
+    stored: false,
+};
 
 fn unix_secs(t: std::time::SystemTime) -> u64 {
     t.duration_since(std::time::UNIX_EPOCH)
@@ -300,7 +318,11 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         })
     }
 
-    /// Copies the revisions of `rows` the target lacks; what it counted.
+    /// Copies the revisions of `rows` the target lacks; what it counted. The documents are
+    /// read with attachment stubs first (as stored, from and to databases of this server);
+    /// those without attachments are written in one `bulk_docs`, those with small attachments all to be sent are read again with the
+    /// content inline and written in rounds of bounded size, and the rest go one at a time
+    /// on the streamed path ([`streamed`]).
     async fn copy(&self, rows: &[ChangeRow]) -> Result<Stats> {
         let mut stats = Stats::default();
         let asked: Vec<(String, Vec<String>)> = rows
@@ -316,35 +338,88 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             .collect();
         stats.revisions_checked += asked.iter().map(|(_, r)| r.len() as u64).sum::<u64>();
         let missing = self.target.revs_diff(asked).await?;
-        let wanted: Vec<(String, String)> = missing
-            .into_iter()
-            .flat_map(|m| {
-                let id = m.id;
-                m.revs.into_iter().map(move |r| (id.clone(), r))
-            })
-            .collect();
+        let mut ancestors = HashMap::new();
+        let mut wanted = Vec::new();
+        for m in missing {
+            wanted.extend(m.revs.into_iter().map(|r| (m.id.clone(), r)));
+            ancestors.insert(m.id, m.possible_ancestors);
+        }
         stats.missing_revisions_found += wanted.len() as u64;
         if wanted.is_empty() {
             return Ok(stats);
         }
         stats.bulk_get_attempts += wanted.len() as u64;
         let stored = self.target.takes_stored();
-        let docs = self.source.bulk_get(wanted, stored).await?;
+        let docs = self
+            .source
+            .bulk_get(
+                wanted,
+                Fetch {
+                    inline: false,
+                    stored,
+                },
+            )
+            .await?;
         stats.bulk_get_docs += docs.len() as u64;
         stats.docs_read += docs.len() as u64;
+        let (mut batch, mut inline, mut alone) = (Vec::new(), Vec::new(), Vec::new());
+        for doc in docs {
+            let doc = match doc {
+                stored @ Doc::Stored(_) => {
+                    batch.push(stored);
+                    continue;
+                }
+                Doc::Json(v) => v,
+            };
+            let id = doc.get("_id").and_then(Value::as_str).unwrap_or("");
+            let pas: &[String] = ancestors.get(id).map_or(&[], Vec::as_slice);
+            match streamed::route(&doc, streamed::since_pos(&doc, pas)) {
+                Route::Batch => batch.push(Doc::Json(doc)),
+                Route::Inline(bytes) => {
+                    let rev = doc.get("_rev").and_then(Value::as_str).unwrap_or("");
+                    inline.push(((id.to_string(), rev.to_string()), bytes));
+                }
+                Route::Streamed => alone.push(doc),
+            }
+        }
+        self.write_batch(batch, &mut stats).await?;
+        for round in streamed::rounds(inline, streamed::INLINE_ROUND) {
+            let docs = self.source.bulk_get(round, INLINE).await?;
+            self.write_batch(docs, &mut stats).await?;
+        }
+        let ancestors = &ancestors;
+        let mut copies = futures_util::stream::iter(alone)
+            .map(|doc| async move {
+                let id = doc.get("_id").and_then(Value::as_str).unwrap_or("");
+                let pas = ancestors.get(id).map_or(&[][..], Vec::as_slice);
+                streamed::copy(&self.source, &self.target, doc, pas).await
+            })
+            .buffer_unordered(streamed::AT_ONCE);
+        while let Some(copied) = copies.next().await {
+            match copied? {
+                Copied::Written => stats.docs_written += 1,
+                Copied::Refused(f) => {
+                    refused(&f);
+                    stats.doc_write_failures += 1;
+                }
+                // Read, then gone from the source before its content was: nothing to write.
+                Copied::Gone => {}
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Writes complete documents in one `bulk_docs`, counting them.
+    async fn write_batch(&self, docs: Vec<Doc>, stats: &mut Stats) -> Result<()> {
+        if docs.is_empty() {
+            return Ok(());
+        }
         let n = docs.len() as u64;
         let failures = self.target.bulk_docs(docs).await?;
-        for f in &failures {
-            tracing::warn!(
-                "replicator: target refused {}: {} ({})",
-                f.id,
-                f.error,
-                f.reason
-            );
-        }
+        failures.iter().for_each(refused);
         stats.doc_write_failures += failures.len() as u64;
         stats.docs_written += n - failures.len() as u64;
-        Ok(stats)
+        Ok(())
     }
 
     /// Records `current` in both checkpoint documents, source first.

@@ -11,8 +11,10 @@ pub mod job;
 pub mod remote;
 pub mod schedule;
 pub mod spec;
+pub mod streamed;
 
 pub use endpoint::{
-    ChangeRow, Changes, Doc, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
+    ChangeRow, Changes, Content, Doc, Endpoint, Fetch, Filter, Follows, Missing, PeerInfo, Wait,
+    WriteFailure,
 };
 pub use error::{Cause, Error, RequestFailed, Result, Term};

@@ -4,16 +4,25 @@
 //! Requests that fail in a way a retry may cure (a connection error, a timeout, a 5xx, a
 //! 429, a 408) are retried `retries` times, waiting 250 ms and doubling up to 5 minutes, as
 //! CouchDB's replicator does; a 401 or 403 fails at once. A replication that is stopped
-//! while a request waits to be retried ends that wait at once ([`Remote::watching`]).
+//! while a request waits to be retried ends that wait at once ([`Remote::watching`]). A
+//! streamed document write (`multipart/related` `PUT`) is sent once: its body cannot be
+//! replayed, so the algorithm copies the whole document again instead
+//! ([`crate::streamed`]).
 
 use crate::endpoint::{
-    ChangeRow, Changes, Doc, Endpoint, Filter, Missing, PeerInfo, Wait, WriteFailure,
+    ChangeRow, Changes, Content, Doc, Endpoint, Fetch, Filter, Follows, Missing, PeerInfo, Wait,
+    WriteFailure,
 };
 use crate::error::{Cause, RequestFailed};
 use crate::{Error, Result};
 use base64::Engine as _;
+use bytes::Bytes;
+use futures_util::StreamExt;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING,
+    CONTENT_LENGTH, CONTENT_TYPE,
+};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -171,10 +180,7 @@ impl Remote {
             let cause = match req.send().await {
                 Ok(resp) => {
                     let status = resp.status();
-                    if status.is_server_error()
-                        || status == StatusCode::TOO_MANY_REQUESTS
-                        || status == StatusCode::REQUEST_TIMEOUT
-                    {
+                    if retried(status) {
                         Cause::Status(status.as_u16())
                     } else {
                         match resp.bytes().await {
@@ -199,15 +205,54 @@ impl Remote {
                 url: url.clone(),
                 cause,
             };
-            attempt += 1;
-            if attempt > self.retries {
-                return Err(Error::RequestFailed(failure));
-            }
-            tracing::warn!("replicator: retrying in {wait:?}: {failure}");
-            if !self.pause(wait).await {
-                return Err(Error::Cancelled);
-            }
-            wait = (wait * 2).min(Duration::from_secs(300));
+            self.backoff(&mut attempt, &mut wait, failure).await?;
+        }
+    }
+
+    /// After a failure a retry may cure: waits before the next attempt (250 ms, doubling up
+    /// to 5 minutes), or gives up once the retries are spent; a stopped replication ends
+    /// the wait at once.
+    async fn backoff(
+        &self,
+        attempt: &mut u32,
+        wait: &mut Duration,
+        failure: RequestFailed,
+    ) -> Result<()> {
+        *attempt += 1;
+        if *attempt > self.retries {
+            return Err(Error::RequestFailed(failure));
+        }
+        tracing::warn!("replicator: retrying in {wait:?}: {failure}");
+        if !self.pause(*wait).await {
+            return Err(Error::Cancelled);
+        }
+        *wait = (*wait * 2).min(Duration::from_secs(300));
+        Ok(())
+    }
+
+    /// A `GET` whose body is read as it comes (attachment content), retried as
+    /// [`Remote::call`] retries until the peer answers; `gzip` accepts gzip-encoded
+    /// content.
+    async fn open(&self, path: &str, gzip: bool) -> Result<reqwest::Response> {
+        let url = format!("{}{path}", self.base);
+        let (mut attempt, mut wait) = (0, Duration::from_millis(250));
+        loop {
+            let req = self
+                .client
+                .get(&url)
+                .headers(self.headers.clone())
+                .header(ACCEPT_ENCODING, if gzip { "gzip" } else { "identity" });
+            let cause = match req.send().await {
+                Ok(resp) if retried(resp.status()) => Cause::Status(resp.status().as_u16()),
+                Ok(resp) => return Ok(resp),
+                Err(e) => cause_of(&e),
+            };
+            let failure = RequestFailed {
+                method: "GET".into(),
+                url: url.clone(),
+                cause,
+            };
+            self.backoff(&mut attempt, &mut wait, failure).await?;
         }
     }
 
@@ -244,12 +289,70 @@ impl Remote {
 
     /// A document (the latest revision), if it exists.
     pub async fn get_doc(&self, id: &str) -> Result<Option<Value>> {
-        let path = match id.strip_prefix("_design/") {
-            Some(rest) => format!("_design/{}", utf8_percent_encode(rest, SEGMENT)),
-            None => utf8_percent_encode(id, SEGMENT).to_string(),
-        };
-        let (status, v) = self.call(Method::GET, &path, None).await?;
+        let (status, v) = self.call(Method::GET, &doc_path(id), None).await?;
         Ok(status.is_success().then_some(v))
+    }
+
+    /// Documents at these revisions, with their history and the latest leaf after each
+    /// (`_bulk_get?revs=true&latest=true` plus `atts`: `attachments=true` or
+    /// `att_encoding_info=true`); a peer without `_bulk_get` is read with one `open_revs`
+    /// `GET` a document.
+    async fn fetch(&self, wanted: Vec<(String, String)>, atts: &str) -> Result<Vec<Value>> {
+        let docs: Vec<Value> = wanted
+            .iter()
+            .map(|(id, rev)| json!({"id": id, "rev": rev}))
+            .collect();
+        let (status, v) = self
+            .call(
+                Method::POST,
+                &format!("_bulk_get?revs=true&latest=true&{atts}=true"),
+                Some(&json!({"docs": docs})),
+            )
+            .await?;
+        if status == StatusCode::NOT_FOUND
+            || status == StatusCode::METHOD_NOT_ALLOWED
+            || status == StatusCode::BAD_REQUEST
+        {
+            let mut out = Vec::new();
+            for (id, rev) in wanted {
+                let path = format!(
+                    "{}?{}",
+                    utf8_percent_encode(&id, SEGMENT),
+                    query(&[
+                        ("revs", "true".into()),
+                        ("latest", "true".into()),
+                        (atts, "true".into()),
+                        ("open_revs", json!([rev]).to_string()),
+                    ])
+                );
+                let v = self.ok(Method::GET, &path, None).await?;
+                out.extend(
+                    v.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r.get("ok").cloned()),
+                );
+            }
+            return Ok(out);
+        }
+        if !status.is_success() {
+            return Err(Error::Protocol(format!(
+                "{}_bulk_get answered {status}: {v}",
+                self.base
+            )));
+        }
+        Ok(v.get("results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .flat_map(|r| {
+                r.get("docs")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(|d| d.get("ok").cloned())
+            .collect())
     }
 
     fn local_path(id: &str) -> String {
@@ -259,6 +362,13 @@ impl Remote {
 }
 
 /// Why a request failed, as CouchDB's HTTP client tells the cases apart.
+/// An answer a retry may cure: a 5xx, 429 or 408.
+fn retried(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status == StatusCode::REQUEST_TIMEOUT
+}
+
 fn cause_of(e: &reqwest::Error) -> Cause {
     if e.is_timeout() {
         return Cause::Timeout;
@@ -314,6 +424,94 @@ fn query(pairs: &[(&str, String)]) -> String {
     form_urlencoded::Serializer::new(String::new())
         .extend_pairs(pairs)
         .finish()
+}
+
+/// A document's path under the database URL (a design document's `/` kept).
+fn doc_path(id: &str) -> String {
+    match id.strip_prefix("_design/") {
+        Some(rest) => format!("_design/{}", utf8_percent_encode(rest, SEGMENT)),
+        None => utf8_percent_encode(id, SEGMENT).to_string(),
+    }
+}
+
+/// An error with its causes, for the log (reqwest's own text hides them).
+/// A request that failed in a way a retry may cure.
+fn failed(method: &str, url: &str, cause: Cause) -> Error {
+    Error::RequestFailed(RequestFailed {
+        method: method.into(),
+        url: url.into(),
+        cause,
+    })
+}
+
+fn once(bytes: Vec<u8>) -> Content {
+    Box::pin(futures_util::stream::once(std::future::ready(Ok(
+        Bytes::from(bytes),
+    ))))
+}
+
+/// The framing of a streamed document write, as CouchDB's replicator frames it
+/// (`couch_doc:doc_to_multi_part_stream`): the JSON part, then per attachment a part with
+/// `Content-Disposition` (its name), `Content-Type`, `Content-Length` and, for
+/// gzip-encoded content, `Content-Encoding`; each part's bytes are the attachment's stored
+/// bytes.
+struct Multipart {
+    content_type: String,
+    /// The opening boundary, the JSON part's header and the JSON.
+    head: Vec<u8>,
+    /// Before each attachment's bytes: the boundary and the part's headers.
+    parts: Vec<Vec<u8>>,
+    /// The closing boundary.
+    tail: Vec<u8>,
+}
+
+impl Multipart {
+    fn new(json: &[u8], doc: &Value, atts: &[Follows]) -> Multipart {
+        let boundary = hex::encode(rand::random::<[u8; 16]>());
+        let mut head =
+            format!("--{boundary}\r\nContent-Type: application/json\r\n\r\n").into_bytes();
+        head.extend_from_slice(json);
+        let entries = doc.get("_attachments").and_then(Value::as_object);
+        let parts = atts
+            .iter()
+            .map(|f| {
+                let entry = entries.and_then(|e| e.get(&f.name));
+                let field = |k: &str| entry.and_then(|a| a.get(k)).and_then(Value::as_str);
+                // Header text a name or type could break is left out: parts are matched
+                // in order anyway.
+                let plain = |v: &str| !v.chars().any(|c| c.is_control() || c == '"');
+                let mut h = format!("\r\n--{boundary}");
+                if plain(&f.name) {
+                    h.push_str(&format!(
+                        "\r\nContent-Disposition: attachment; filename=\"{}\"",
+                        f.name
+                    ));
+                }
+                if let Some(ct) = field("content_type").filter(|t| plain(t)) {
+                    h.push_str(&format!("\r\nContent-Type: {ct}"));
+                }
+                h.push_str(&format!("\r\nContent-Length: {}", f.length));
+                if field("encoding") == Some("gzip") {
+                    h.push_str("\r\nContent-Encoding: gzip");
+                }
+                h.push_str("\r\n\r\n");
+                h.into_bytes()
+            })
+            .collect();
+        Multipart {
+            content_type: format!("multipart/related; boundary=\"{boundary}\""),
+            head,
+            parts,
+            tail: format!("\r\n--{boundary}--").into_bytes(),
+        }
+    }
+
+    /// The body's length: every piece of framing and every attachment's bytes.
+    fn length(&self, atts: &[Follows]) -> u64 {
+        let framing =
+            self.head.len() + self.parts.iter().map(Vec::len).sum::<usize>() + self.tail.len();
+        framing as u64 + atts.iter().map(|f| f.length).sum::<u64>()
+    }
 }
 
 impl Endpoint for Remote {
@@ -470,63 +668,16 @@ impl Endpoint for Remote {
             .unwrap_or_default())
     }
 
-    async fn bulk_get(&self, wanted: Vec<(String, String)>, _stored: bool) -> Result<Vec<Doc>> {
-        let docs: Vec<Value> = wanted
-            .iter()
-            .map(|(id, rev)| json!({"id": id, "rev": rev}))
-            .collect();
-        let (status, v) = self
-            .call(
-                Method::POST,
-                "_bulk_get?revs=true&attachments=true&latest=true",
-                Some(&json!({"docs": docs})),
-            )
-            .await?;
-        if status == StatusCode::NOT_FOUND
-            || status == StatusCode::METHOD_NOT_ALLOWED
-            || status == StatusCode::BAD_REQUEST
-        {
-            // A peer without `_bulk_get`: one `open_revs` read a document.
-            let mut out = Vec::new();
-            for (id, rev) in wanted {
-                let path = format!(
-                    "{}?{}",
-                    utf8_percent_encode(&id, SEGMENT),
-                    query(&[
-                        ("revs", "true".into()),
-                        ("latest", "true".into()),
-                        ("attachments", "true".into()),
-                        ("open_revs", json!([rev]).to_string()),
-                    ])
-                );
-                let v = self.ok(Method::GET, &path, None).await?;
-                out.extend(
-                    v.as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|r| r.get("ok").cloned())
-                        .map(Doc::Json),
-                );
-            }
-            return Ok(out);
-        }
-        if !status.is_success() {
-            return Err(Error::Protocol(format!(
-                "{}_bulk_get answered {status}: {v}",
-                self.base
-            )));
-        }
-        Ok(v.get("results")
-            .and_then(Value::as_array)
+    async fn bulk_get(&self, wanted: Vec<(String, String)>, fetch: Fetch) -> Result<Vec<Doc>> {
+        let atts = if fetch.inline {
+            "attachments"
+        } else {
+            "att_encoding_info"
+        };
+        Ok(self
+            .fetch(wanted, atts)
+            .await?
             .into_iter()
-            .flatten()
-            .flat_map(|r| {
-                r.get("docs")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-            })
-            .filter_map(|d| d.get("ok").cloned())
             .map(Doc::Json)
             .collect())
     }
@@ -562,5 +713,153 @@ impl Endpoint for Remote {
                     .to_string(),
             })
             .collect())
+    }
+
+    async fn attachment(&self, id: &str, rev: &str, name: &str, gzip: bool) -> Result<Content> {
+        let path = format!(
+            "{}/{}?{}",
+            doc_path(id),
+            utf8_percent_encode(name, SEGMENT),
+            query(&[("rev", rev.to_string())])
+        );
+        let resp = self.open(&path, gzip).await?;
+        let status = resp.status();
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(self.refused(status));
+        }
+        let url = format!("{}{path}", self.base);
+        if !status.is_success() {
+            return Err(Error::Protocol(format!("{url} answered {status}")));
+        }
+        let encoding = resp
+            .headers()
+            .get(CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("identity")
+            .trim()
+            .to_ascii_lowercase();
+        let sent_gzip = encoding == "gzip";
+        if sent_gzip != gzip || !(sent_gzip || encoding == "identity") {
+            return Err(Error::Protocol(format!(
+                "{url} sent the content {encoding}-encoded; its stub says {}",
+                if gzip { "gzip" } else { "identity" }
+            )));
+        }
+        let chunks = futures_util::stream::unfold(Some(resp), move |resp| {
+            let url = url.clone();
+            async move {
+                let mut resp = resp?;
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => Some((Ok(chunk), Some(resp))),
+                    Ok(None) => None,
+                    Err(e) => Some((Err(failed("GET", &url, cause_of(&e))), None)),
+                }
+            }
+        });
+        Ok(Box::pin(chunks))
+    }
+
+    async fn put_streamed(&self, doc: Value, atts: Vec<Follows>) -> Result<Option<WriteFailure>> {
+        let id = doc
+            .get("_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let json = serde_json::to_vec(&doc).expect("json");
+        let framing = Multipart::new(&json, &doc, &atts);
+        let length = framing.length(&atts);
+        let mut segments: Vec<Content> = vec![once(framing.head)];
+        for (f, head) in atts.into_iter().zip(framing.parts) {
+            segments.push(once(head));
+            segments.push(f.content);
+        }
+        segments.push(once(framing.tail));
+        let frames = futures_util::stream::iter(segments)
+            .flatten()
+            .map(|chunk| chunk.map(http_body::Frame::data));
+        let body = reqwest::Body::wrap(http_body_util::StreamBody::new(frames));
+        let url = format!("{}{}?new_edits=false", self.base, doc_path(&id));
+        let sent = self
+            .client
+            .put(&url)
+            .headers(self.headers.clone())
+            .header(ACCEPT, "application/json")
+            .header(CONTENT_TYPE, framing.content_type)
+            .header(CONTENT_LENGTH, length)
+            .body(body)
+            .send()
+            .await;
+        let resp = sent.map_err(|e| failed("PUT", &url, cause_of(&e)))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(None);
+        }
+        let v: Value = match resp.bytes().await {
+            Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
+            Err(e) => return Err(failed("PUT", &url, cause_of(&e))),
+        };
+        if retried(status) {
+            tracing::warn!("replicator: {url} answered {status}: {v}");
+            return Err(failed("PUT", &url, Cause::Status(status.as_u16())));
+        }
+        // Anything else is this document's refusal (a `validate_doc_update`'s `forbidden`
+        // or `unauthorized`, `attachment_too_large`, `missing_stub`…), as CouchDB's
+        // replicator counts it.
+        let text = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
+        Ok(Some(WriteFailure {
+            id,
+            error: text("error").unwrap_or_else(|| status.as_u16().to_string()),
+            reason: text("reason").unwrap_or_default(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn follows(name: &str, data: &[u8]) -> Follows {
+        Follows {
+            name: name.into(),
+            length: data.len() as u64,
+            content: once(data.to_vec()),
+        }
+    }
+
+    #[test]
+    fn multipart_framing_is_couchdbs_and_its_length_exact() {
+        let doc = json!({"_id": "d", "_attachments": {
+            "a.txt": {"content_type": "text/plain", "follows": true, "encoding": "gzip"},
+            "b\"q": {"content_type": "application/octet-stream", "follows": true},
+        }});
+        let json = serde_json::to_vec(&doc).unwrap();
+        let atts = vec![follows("a.txt", b"gzipped"), follows("b\"q", b"raw bytes")];
+        let m = Multipart::new(&json, &doc, &atts);
+        let mut body = m.head.clone();
+        for (head, data) in m.parts.iter().zip([&b"gzipped"[..], b"raw bytes"]) {
+            body.extend_from_slice(head);
+            body.extend_from_slice(data);
+        }
+        body.extend_from_slice(&m.tail);
+        assert_eq!(m.length(&atts), body.len() as u64);
+        let boundary = m.content_type.split("boundary=\"").nth(1).unwrap();
+        let boundary = boundary.trim_end_matches('"');
+        let text = String::from_utf8(body).unwrap();
+        let expected = format!(
+            "--{boundary}\r\nContent-Type: application/json\r\n\r\n{}\
+             \r\n--{boundary}\r\nContent-Disposition: attachment; filename=\"a.txt\"\
+             \r\nContent-Type: text/plain\r\nContent-Length: 7\r\nContent-Encoding: gzip\
+             \r\n\r\ngzipped\
+             \r\n--{boundary}\r\nContent-Type: application/octet-stream\r\nContent-Length: 9\
+             \r\n\r\nraw bytes\r\n--{boundary}--",
+            String::from_utf8(json).unwrap()
+        );
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn document_paths_keep_a_design_documents_slash() {
+        assert_eq!(doc_path("_design/a b"), "_design/a%20b");
+        assert_eq!(doc_path("a/b"), "a%2Fb");
     }
 }

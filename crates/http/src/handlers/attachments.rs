@@ -17,7 +17,7 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use settee_core::{join_stored, split_stored, ParsedDoc, Rev};
 use settee_db::Database;
-use settee_docs::atts::{content_type_of, parse_digest, ContentWriter, StoredAtts};
+use settee_docs::atts::{content_type_of, parse_digest, ContentWriter, FollowsWriter, StoredAtts};
 use settee_docs::{Followed, Written};
 use std::sync::Arc;
 
@@ -280,24 +280,24 @@ pub async fn read_multipart(
                 "More attachment parts than attachments that follow".into()
             ));
         };
-        let encoded = att.get("encoding").and_then(Value::as_str) == Some("gzip");
-        let content_type = content_type_of(att.get("content_type"));
-        let level = if encoded {
-            None
-        } else {
-            settings.compression.level_for(content_type)
-        };
-        let mut w = ContentWriter::new(db, settings.att_limit, level);
+        let mut w = FollowsWriter::new(db, att, &settings.compression, settings.att_limit);
         while let Some(chunk) = part.chunk().await.map_err(multipart_error)? {
             w.write(&chunk)?;
         }
-        let mut written = w.finish()?;
-        if encoded {
-            written.sent_gzipped(Some(att.get("length").and_then(Value::as_u64).unwrap_or(0)));
-        }
-        followed.insert(name.clone(), written);
+        followed.insert(name.clone(), w.finish()?);
     }
     Ok((doc, followed))
+}
+
+/// The stored content of attachment `name` of a revision (`stored`: its stored bytes),
+/// in chunks: gzip-encoded content as stored.
+pub fn stored_content(db: &Database, stored: &[u8], name: &str) -> ApiResult<settee_db::AttChunks> {
+    let atts = StoredAtts::of(stored);
+    let stub = atts.stubs.get(name).ok_or_else(missing_attachment)?;
+    let digest = parse_digest(stub.get("digest"))
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment stub".into())))?;
+    db.attachment_chunks(&digest, 0..u64::MAX)?
+        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))
 }
 
 /// Streams the request body into the attachment store (compressed when its type is

@@ -113,13 +113,13 @@ impl Server {
 
     /// Starts with extra command-line arguments (e.g. `--config`).
     pub fn start_with(dir: &Path, extra: &[&str]) -> Server {
-        Server::spawn(dir, extra, None, "127.0.0.1:0")
+        Server::spawn(dir, extra, None, "127.0.0.1:0", &[])
     }
 
     /// Starts on an existing data directory at a given address: a restart that keeps the
     /// port (replication ids name a server by its address).
     pub fn start_at(dir: &Path, addr: &str) -> Server {
-        Server::spawn(dir, &[], None, addr)
+        Server::spawn(dir, &[], None, addr, &[])
     }
 
     /// The `host:port` the server listens on.
@@ -129,12 +129,29 @@ impl Server {
 
     /// Starts with debug logging written to `log` (to check what the log contains).
     pub fn start_logged(dir: &Path, extra: &[&str], log: &Path) -> Server {
-        Server::spawn(dir, extra, Some(log), "127.0.0.1:0")
+        Server::spawn(dir, extra, Some(log), "127.0.0.1:0", &[])
     }
 
     /// Starts the binary on `bind` (port 0: the kernel chooses, and the port is learnt from
     /// its `listening on` line, with no window in which another test can take it).
-    fn spawn(dir: &Path, extra: &[&str], log: Option<&Path>, bind: &str) -> Server {
+    /// Starts on a fresh directory with jemalloc returning freed pages to the system at
+    /// once (`MALLOC_CONF`; the binary's own setting keeps them up to a second), so that
+    /// [`Server::peak_rss_kb`] measures memory in use rather than memory just freed.
+    pub fn start_measured() -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let env = [("MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")];
+        let mut s = Server::spawn(tmp.path(), &[], None, "127.0.0.1:0", &env);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    fn spawn(
+        dir: &Path,
+        extra: &[&str],
+        log: Option<&Path>,
+        bind: &str,
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
             .args(["serve", "--data-dir"])
             .arg(dir)
@@ -146,6 +163,7 @@ impl Server {
                 &format!("{}:{}", ADMIN.0, ADMIN.1),
             ])
             .env("SETTEE_LOG", if log.is_some() { "debug" } else { "warn" })
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -207,15 +225,48 @@ impl Server {
         self.anon(method, path, body, &[("authorization", &auth)])
     }
 
-    /// The server process's peak resident memory so far (`VmHWM`), in KiB.
-    pub fn peak_rss_kb(&self) -> u64 {
-        let pid = self.child.lock().unwrap().as_ref().expect("running").id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.lock().unwrap().as_ref().expect("running").id()
+    }
+
+    /// A `/proc/<pid>/status` field of the server process, in KiB.
+    fn status_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM")
+            .unwrap_or_else(|| panic!("{field} in /proc/<pid>/status"))
+    }
+
+    /// The server process's peak resident memory so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kb(&self) -> u64 {
+        self.status_kb("VmHWM:")
+    }
+
+    /// The server process's resident memory now (`VmRSS`), in KiB.
+    pub fn rss_kb(&self) -> u64 {
+        self.status_kb("VmRSS:")
+    }
+
+    /// Resets the server process's peak resident memory to what it uses now (Linux's
+    /// `clear_refs` 5), so a later [`Server::peak_rss_kb`] measures from here.
+    pub fn reset_peak_rss(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5").unwrap();
+    }
+
+    /// Bytes the server process has read and written through system calls so far
+    /// (`rchar`, `wchar` of `/proc/<pid>/io`: sockets and files alike).
+    pub fn io_bytes(&self) -> (u64, u64) {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.pid())).unwrap();
+        let field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{name} in /proc/<pid>/io"))
+        };
+        (field("rchar:"), field("wchar:"))
     }
 
     /// A request to `path` with `headers`, as the admin when `admin`.
