@@ -295,6 +295,13 @@ pub fn builtin_defaults() -> Sections {
         ("replicator", "retry_base", "30".into()),
         ("settee", "js_memory_limit", limits.memory_limit.to_string()),
         ("settee", "view_index_workers", "0".into()),
+        (
+            "settee",
+            "storage_cache_size",
+            settee_storage::StoreOptions::default()
+                .block_cache_bytes
+                .to_string(),
+        ),
     ];
     let mut out = Sections::new();
     for (section, key, value) in entries {

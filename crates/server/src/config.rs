@@ -34,6 +34,9 @@ pub struct ServeArgs {
 pub struct Settings {
     /// `[settee] view_index_workers`: map workers per index update (0 = one per core).
     pub view_workers: usize,
+    /// `[settee] storage_cache_size`: the storage engine's block cache in bytes, which
+    /// memtables are charged to as well (read at start).
+    pub storage_cache_size: usize,
     pub data_dir: PathBuf,
     pub bind: SocketAddr,
     /// The live configuration: the `--config` file, then `local.ini`, plus `--admin`.
@@ -156,6 +159,11 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         settee_http::HttpConfig::default().max_http_request_size,
     )?;
     let view_workers = int("settee", "view_index_workers", 0)?;
+    let storage_cache_size = int(
+        "settee",
+        "storage_cache_size",
+        settee_storage::StoreOptions::default().block_cache_bytes,
+    )?;
     Ok(Settings {
         data_dir,
         bind,
@@ -163,6 +171,7 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         server_uuid,
         max_http_request_size,
         view_workers,
+        storage_cache_size,
         generated_password,
     })
 }

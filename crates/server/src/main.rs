@@ -63,7 +63,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     let couch = Couch::open(
         &settings.data_dir.join("store"),
         settee_db::Config::default(),
-        &settee_storage::StoreOptions::default(),
+        &settee_storage::StoreOptions::with_cache(settings.storage_cache_size),
     )
     .map_err(|e| format!("cannot open the data directory: {e}"))?;
     // The authentication database, admin-only as CouchDB 3 creates it.

@@ -173,6 +173,37 @@ fn persisted_across_restarts_unless_asked_not_to() {
     assert_eq!(s.get(&format!("{CFG}/test")).json(), json!({"kept": "yes"}));
 }
 
+/// `[settee] storage_cache_size` sizes the storage engine's cache at start; a value that
+/// is not a number refuses to start rather than being replaced by the default.
+#[test]
+fn storage_cache_size_is_read_at_start() {
+    let s = Server::start_with_ini("[settee]\nstorage_cache_size = 33554432\n");
+    assert_eq!(
+        s.get(&format!("{CFG}/settee/storage_cache_size")).json(),
+        json!("33554432")
+    );
+    assert_eq!(s.put("/small", "").status, 201);
+    assert_eq!(s.put("/small/d", r#"{"a":1}"#).status, 201);
+    assert_eq!(s.get("/small/d").json()["a"], 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let ini = dir.path().join("settee.ini");
+    std::fs::write(&ini, "[settee]\nstorage_cache_size = lots\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .args(["--bind", "127.0.0.1:0", "--admin", "admin:pw", "--config"])
+        .arg(&ini)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[settee] storage_cache_size must be an integer"),
+        "{err}"
+    );
+}
+
 #[test]
 fn deleting_a_value_from_a_read_only_file_persists() {
     let dir = tempfile::tempdir().unwrap();

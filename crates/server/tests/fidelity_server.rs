@@ -1001,7 +1001,8 @@ fn config_shows_standard_options_settee_honours() {
     assert_eq!(all["couchdb"]["default_security"], "admin_only");
     assert_eq!(
         all["settee"],
-        json!({"js_memory_limit": "67108864", "view_index_workers": "0"})
+        json!({"js_memory_limit": "67108864", "view_index_workers": "0",
+               "storage_cache_size": "201326592"})
     );
     assert_eq!(all["cors"], json!({"credentials": "false"}));
     // "Default whitelist is empty"

@@ -31,6 +31,22 @@ impl Default for StoreOptions {
     }
 }
 
+impl StoreOptions {
+    /// The defaults with a block cache of `bytes` (at least 16 MiB): memtables get at most
+    /// half of it (at least 8 MiB), so the cache still bounds both.
+    pub fn with_cache(bytes: usize) -> StoreOptions {
+        let d = StoreOptions::default();
+        let cache = bytes.max(16 << 20);
+        let budget = d.memtable_budget_bytes.min(cache / 2).max(8 << 20);
+        StoreOptions {
+            block_cache_bytes: cache,
+            memtable_budget_bytes: budget,
+            write_buffer_bytes: d.write_buffer_bytes.min(budget),
+            ..d
+        }
+    }
+}
+
 pub struct Store {
     db: DB,
     /// Writes since the last flush, and when the last one happened (for the idle flusher).
