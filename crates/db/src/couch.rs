@@ -136,6 +136,17 @@ pub struct Couch {
     events: Arc<Events>,
 }
 
+impl Drop for Couch {
+    /// Stops every writer first, so that the store closes here when the last reference
+    /// goes rather than on a writer thread racing the process's exit.
+    fn drop(&mut self) {
+        let dbs = self.dbs.get_mut().unwrap_or_else(|e| e.into_inner());
+        for db in dbs.values() {
+            db.stop_writer();
+        }
+    }
+}
+
 impl Couch {
     pub fn open(dir: &Path, config: Config, store_opts: &StoreOptions) -> Result<Arc<Couch>> {
         let store = Arc::new(Store::open(dir, store_opts)?);

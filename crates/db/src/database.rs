@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 use settee_core::{Leaf, ParsedDoc, Rev};
 use settee_storage::{key_in_db, seq_key, Cf, DbId, Pinned, Read, Snapshot, Store};
 use std::ops::ControlFlow;
-use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::{oneshot, watch};
 
@@ -126,7 +125,7 @@ pub struct Database {
     /// `true` while the database exists. The writer holds a read lock across each commit;
     /// deletion takes the write lock, so no commit lands after the range delete.
     pub(crate) alive: RwLock<bool>,
-    writer: Mutex<Option<SyncSender<Job>>>,
+    writer: Mutex<Option<writer::Handle>>,
 }
 
 impl Database {
@@ -251,7 +250,8 @@ impl Database {
             .writer
             .lock()
             .unwrap()
-            .get_or_insert_with(|| writer::spawn(self.clone()))
+            .get_or_insert_with(|| writer::spawn(self))
+            .tx
             .clone();
         tx.send(job)
             .map_err(|_| Error::Internal("database writer stopped".into()))
@@ -308,6 +308,17 @@ impl Database {
         }
         self.writer.lock().unwrap().take();
         Ok(())
+    }
+
+    /// Stops the writer and waits for its thread to end: what it had queued is committed
+    /// first. After this the writer holds no reference to the database, so dropping the
+    /// last one closes the store on the dropping thread, not on a thread the process may
+    /// outlive (RocksDB aborts on a close racing the exit).
+    pub(crate) fn stop_writer(&self) {
+        let handle = self.writer.lock().unwrap().take();
+        if let Some(handle) = handle {
+            handle.stop();
+        }
     }
 
     // ---- reads --------------------------------------------------------------------------

@@ -12,7 +12,7 @@ use settee_core::{new_rev_id_with, varint, ParsedDoc, Rev};
 use settee_storage::{key_in_db, seq_key, Cf, Read};
 use std::collections::HashMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 
 /// Queue depth per database; a full queue makes submitters wait (backpressure).
@@ -70,17 +70,41 @@ pub struct LocalUpdate {
     pub body: Vec<u8>,
 }
 
-pub(crate) fn spawn(db: Arc<Database>) -> SyncSender<Job> {
-    let (tx, rx) = sync_channel(QUEUE_DEPTH);
-    std::thread::Builder::new()
-        .name(format!("writer-{}", db.id))
-        .spawn(move || run(db, rx))
-        .expect("spawn writer thread");
-    tx
+/// A database's running writer: its queue and its thread.
+pub(crate) struct Handle {
+    pub(crate) tx: SyncSender<Job>,
+    thread: std::thread::JoinHandle<()>,
 }
 
-fn run(db: Arc<Database>, rx: Receiver<Job>) {
+impl Handle {
+    /// Closes the queue and waits for the thread to commit what was queued and end (not
+    /// from the writer's own thread, which would wait for itself).
+    pub(crate) fn stop(self) {
+        drop(self.tx);
+        if self.thread.thread().id() != std::thread::current().id() {
+            let _ = self.thread.join();
+        }
+    }
+}
+
+/// Starts the database's writer. The thread holds the database weakly: the database holds
+/// the sender, so a strong reference would keep both alive for ever, and with them the
+/// store, which RocksDB needs closed before the process exits. When the last user drops
+/// the database (or [`Handle::stop`] closes the queue), `recv` fails and the thread ends.
+pub(crate) fn spawn(db: &Arc<Database>) -> Handle {
+    let (tx, rx) = sync_channel(QUEUE_DEPTH);
+    let weak = Arc::downgrade(db);
+    let thread = std::thread::Builder::new()
+        .name(format!("writer-{}", db.id))
+        .spawn(move || run(weak, rx))
+        .expect("spawn writer thread");
+    Handle { tx, thread }
+}
+
+fn run(db: Weak<Database>, rx: Receiver<Job>) {
     while let Ok(first) = rx.recv() {
+        // A job arrived through the database's own sender, so it is still alive.
+        let Some(db) = db.upgrade() else { return };
         let mut weight = first.weight();
         let mut jobs = vec![first];
         while weight < db.config.max_batch_docs {
