@@ -12,7 +12,7 @@
 //! the first document it filters.
 
 use rquickjs::function::This;
-use rquickjs::{Array, Coerced, Ctx, Function, Object, Persistent, Value};
+use rquickjs::{Coerced, Ctx, Function, Object, Persistent, Value};
 use serde_json::Value as Json;
 
 use crate::compile::compile_function;
@@ -22,8 +22,8 @@ use crate::from_json::Builder;
 use crate::monitor::Monitor;
 use crate::runtime::{new_context, run_pending_jobs, settle_all};
 use crate::script::eval_script;
-use crate::to_json::{Classes, Converter};
-use crate::validate::{error_term, Rejection};
+use crate::to_json::Classes;
+use crate::validate::{error_term, judged, Rejection};
 use crate::Limits;
 
 /// A design document's filter function, by name.
@@ -189,19 +189,7 @@ impl FilterFn {
 
     /// Turns a thrown value into CouchDB's error term.
     fn judge<'js>(&self, ctx: &Ctx<'js>, thrown: Value<'js>) -> Rejection {
-        let converter = Converter {
-            classes: self.classes,
-            monitor: &self.monitor,
-        };
-        let judged = self
-            .judge
-            .clone()
-            .restore(ctx)
-            .and_then(|judge| judge.call::<_, Array>((thrown,)))
-            .and_then(|pair| converter.to_json(pair.as_value()));
-        // A reason JSON cannot hold (a cycle, a BigInt) leaves CouchDB's query server
-        // without an answer until its timeout kills it: a failure here too.
-        match settle(ctx, judged, &self.monitor) {
+        match judged(ctx, &self.judge, self.classes, &self.monitor, thrown) {
             Ok(pair) => error_term(pair),
             Err(failure) => failure.into_error().into(),
         }

@@ -13,7 +13,7 @@ use serde_json::Value as Json;
 
 use crate::compile::compile_function;
 use crate::env::{self, Emitted};
-use crate::error::{settle, JsError};
+use crate::error::{settle, Failure, JsError};
 use crate::from_json::Builder;
 use crate::monitor::Monitor;
 use crate::runtime::{new_context, run_pending_jobs, settle_all};
@@ -230,21 +230,29 @@ impl Validator {
 
     /// Turns a thrown value into CouchDB's verdict.
     fn judge<'js>(&self, ctx: &Ctx<'js>, thrown: Value<'js>) -> Result<(), Rejection> {
-        let converter = Converter {
-            classes: self.classes,
-            monitor: &self.monitor,
-        };
-        let judged = self
-            .judge
-            .clone()
-            .restore(ctx)
-            .and_then(|judge| judge.call::<_, Array>((thrown,)))
-            .and_then(|verdict| converter.to_json(verdict.as_value()));
-        // A value JSON cannot hold (a cycle, a BigInt) leaves CouchDB's query server without
-        // an answer until its timeout kills it: a failure here too.
-        let verdict = settle(ctx, judged, &self.monitor).map_err(|f| f.into_error())?;
+        let verdict = judged(ctx, &self.judge, self.classes, &self.monitor, thrown)
+            .map_err(|f| f.into_error())?;
         answer(verdict)
     }
+}
+
+/// What the prelude's `judge` makes of a thrown value (the pair CouchDB's query server
+/// answers with), as JSON. A value JSON cannot hold (a cycle, a BigInt) leaves CouchDB's
+/// query server without an answer until its timeout kills it: a failure here too.
+pub(crate) fn judged<'js>(
+    ctx: &Ctx<'js>,
+    judge: &Persistent<Function<'static>>,
+    classes: Classes,
+    monitor: &Monitor,
+    thrown: Value<'js>,
+) -> Result<Json, Failure> {
+    let converter = Converter { classes, monitor };
+    let result = judge
+        .clone()
+        .restore(ctx)
+        .and_then(|judge| judge.call::<_, Array>((thrown,)))
+        .and_then(|pair| converter.to_json(pair.as_value()));
+    settle(ctx, result, monitor)
 }
 
 impl Drop for Validator {
