@@ -488,15 +488,6 @@ fn design_document_members_are_type_checked_on_save() {
 
 const FAST: &str = "[chttpd_auth]\niterations = 1\n";
 
-fn add_user(s: &Server, name: &str, pw: &str) {
-    let doc = json!({"name": name, "password": pw, "roles": [], "type": "user"});
-    let r = s.put(
-        &format!("/_users/org.couchdb.user:{name}"),
-        &doc.to_string(),
-    );
-    assert_eq!(r.status, 201, "{}", r.text);
-}
-
 #[test]
 fn anonymous_sign_up_meets_the_admin_only_users_database() {
     let s = Server::start_with_ini(FAST);
@@ -527,7 +518,7 @@ fn anonymous_sign_up_meets_the_admin_only_users_database() {
     assert_eq!(sj(&r), not_member);
     assert_eq!(s.get("/_users/org.couchdb.user:joe").status, 404);
     // a user an admin created is no member either
-    add_user(&s, "tom", "mp3");
+    s.add_user("tom", "mp3", &[]);
     let forbidden = err(403, "forbidden", "You are not allowed to access this db.");
     assert_eq!(
         sj(&s.as_user(("tom", "mp3"), "GET", "/_users/org.couchdb.user:tom", None)),
@@ -538,7 +529,7 @@ fn anonymous_sign_up_meets_the_admin_only_users_database() {
 #[test]
 fn logged_in_users_get_401_on_admin_only_routes() {
     let s = Server::start_with_ini(FAST);
-    add_user(&s, "bob", "bobpw");
+    s.add_user("bob", "bobpw", &[]);
     s.create_db("db");
     assert_eq!(s.put("/db/_security", "{}").status, 200);
     let not_admin = err(401, "unauthorized", "You are not a server admin.");

@@ -474,12 +474,7 @@ fn replicator_documents_restart_with_the_server() {
 fn replicator_documents_belong_to_their_writers() {
     let s = Server::start();
     for name in ["bob", "eve"] {
-        let user = json!({"name": name, "password": "pw", "roles": [], "type": "user"});
-        let r = s.put(
-            &format!("/_users/org.couchdb.user:{name}"),
-            &user.to_string(),
-        );
-        assert_eq!(r.status, 201, "{}", r.text);
+        s.add_user(name, "pw", &[]);
     }
     let sec = json!({"members": {"names": ["bob", "eve"]}, "admins": {"roles": ["_admin"]}});
     // The scheduler creates `_replicator` at start-up.

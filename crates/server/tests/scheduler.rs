@@ -443,12 +443,7 @@ fn a_cancel_ends_a_retry_wait_at_once() {
 fn replication_credentials_are_hidden_from_other_readers() {
     let s = Server::start();
     for user in ["bob", "carol"] {
-        let doc = json!({"name": user, "password": "pw", "roles": [], "type": "user"});
-        let r = s.put(
-            &format!("/_users/org.couchdb.user:{user}"),
-            &doc.to_string(),
-        );
-        assert_eq!(r.status, 201, "{}", r.text);
+        s.add_user(user, "pw", &[]);
     }
     let security = json!({"admins": {"names": [], "roles": []},
                           "members": {"names": ["bob", "carol"], "roles": []}});

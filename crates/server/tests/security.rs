@@ -16,12 +16,7 @@ const BOB: (&str, &str) = ("bob", "bobpw");
 const EVE: (&str, &str) = ("eve", "evepw");
 
 fn add_user(s: &Server, (name, pw): (&str, &str), roles: &[&str]) {
-    let doc = json!({"name": name, "password": pw, "roles": roles, "type": "user"});
-    let r = s.put(
-        &format!("/_users/org.couchdb.user:{name}"),
-        &doc.to_string(),
-    );
-    assert_eq!(r.status, 201, "{}", r.text);
+    s.add_user(name, pw, roles);
 }
 
 fn err(r: &common::Resp) -> (u16, String, String) {

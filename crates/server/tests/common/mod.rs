@@ -474,6 +474,17 @@ impl Server {
         let r = self.put(&format!("/{name}"), "");
         assert_eq!(r.status, 201, "{}", r.text);
     }
+
+    /// Creates the user `name` in `_users` with these roles, and asserts it worked.
+    pub fn add_user(&self, name: &str, password: &str, roles: &[&str]) {
+        let doc = serde_json::json!({"name": name, "password": password, "roles": roles,
+                                     "type": "user"});
+        let r = self.put(
+            &format!("/_users/org.couchdb.user:{name}"),
+            &doc.to_string(),
+        );
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
 }
 
 impl Drop for Server {
