@@ -12,6 +12,7 @@ mod names;
 pub mod reduce;
 mod rev;
 mod revtree;
+pub mod rewrite;
 mod seq;
 pub mod uuids;
 pub mod varint;

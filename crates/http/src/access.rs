@@ -78,6 +78,7 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
             | DbOp::View(..)
             | DbOp::ViewQueries(..)
             | DbOp::DesignInfo(_) => MemberListing,
+            DbOp::Rewrite(..) => Member,
             _ => Member,
         },
     }

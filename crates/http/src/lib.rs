@@ -9,6 +9,7 @@ mod design_filter;
 mod error;
 mod handlers;
 mod jobs;
+mod jsonp;
 mod location;
 mod mango_index;
 mod mrargs;
@@ -226,6 +227,8 @@ pub struct Req {
     /// `[chttpd] decode_plus_to_space`: a `+` in a path (and a `COPY` destination) is a
     /// space.
     pub decode_plus_to_space: bool,
+    /// How many `_rewrite`s led to this request (0 for a client's own).
+    pub rewrites: u32,
     /// In a mutex only so that `&Req` is `Send` across awaits.
     body: Mutex<Option<Body>>,
     limit: usize,
@@ -299,6 +302,7 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let preflight = cors
         .as_ref()
         .and_then(|c| c.preflight(&parts.method, &parts.headers));
+    let jsonp = jsonp::Jsonp::of_request(&state.node, &parts.method, parts.uri.query());
     let mut resp = match preflight {
         Some(resp) => resp,
         None => {
@@ -309,6 +313,9 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
             if has_body && !body_read.load(std::sync::atomic::Ordering::Relaxed) {
                 resp.headers_mut()
                     .insert("connection", HeaderValue::from_static("close"));
+            }
+            if let Some(jsonp) = jsonp {
+                resp = jsonp.apply(resp);
             }
             if let Some(c) = &cors {
                 c.decorate(&mut resp);
@@ -369,33 +376,48 @@ fn method_override(method: Method, headers: &HeaderMap) -> Method {
 
 async fn route(
     state: AppState,
-    parts: axum::http::request::Parts,
-    body: Body,
+    mut parts: axum::http::request::Parts,
+    mut body: Body,
     peer: &str,
     set_cookie: &mut Option<String>,
     body_time: &Arc<std::sync::atomic::AtomicU64>,
 ) -> ApiResult<Response> {
     let plus = state.node.get_bool("chttpd", "decode_plus_to_space", false);
-    let endpoint = router::parse(&request_path(&parts.uri, plus)?)?;
-    let creds = auth::Credentials {
-        headers: &parts.headers,
-        peer,
-    };
-    let authn = state.auth.authenticate(&creds, &state.node, &state.couch)?;
-    *set_cookie = authn.set_cookie;
-    let req = Req {
-        method: method_override(parts.method, &parts.headers),
-        params: req::Params::parse(parts.uri.query()),
-        uri: parts.uri,
-        headers: parts.headers,
-        user: authn.user,
-        authenticated_by: authn.handler,
-        peer: peer.to_string(),
-        decode_plus_to_space: plus,
-        body: Mutex::new(Some(body)),
-        limit: state.max_http_request_size(),
-        body_time: body_time.clone(),
-    };
-    access::authorize(&state, &endpoint, &req)?;
-    router::dispatch(state, endpoint, req).await
+    let mut rewrites = 0;
+    loop {
+        let endpoint = router::parse(&request_path(&parts.uri, plus)?)?;
+        let creds = auth::Credentials {
+            headers: &parts.headers,
+            peer,
+        };
+        let authn = state.auth.authenticate(&creds, &state.node, &state.couch)?;
+        *set_cookie = authn.set_cookie;
+        let req = Req {
+            method: method_override(parts.method, &parts.headers),
+            params: req::Params::parse(parts.uri.query()),
+            uri: parts.uri,
+            headers: parts.headers,
+            user: authn.user,
+            authenticated_by: authn.handler,
+            peer: peer.to_string(),
+            decode_plus_to_space: plus,
+            rewrites,
+            body: Mutex::new(Some(body)),
+            limit: state.max_http_request_size(),
+            body_time: body_time.clone(),
+        };
+        access::authorize(&state, &endpoint, &req)?;
+        let resp = router::dispatch(state.clone(), endpoint, req).await?;
+        // A `_rewrite` answers with the request to route instead, as CouchDB's handler
+        // calls its request loop again.
+        match resp
+            .extensions()
+            .get::<handlers::rewrite::Rewritten>()
+            .and_then(|next| next.take())
+        {
+            Some(next) => (parts, body) = next,
+            None => return Ok(resp),
+        }
+        rewrites += 1;
+    }
 }

@@ -4,7 +4,8 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{
-    all_docs, attachments, bulk, changes, database, doc, mango, node, server, unavailable, views,
+    all_docs, attachments, bulk, changes, database, doc, mango, node, rewrite, server, unavailable,
+    views,
 };
 use crate::{AppState, Req};
 use axum::response::Response;
@@ -89,6 +90,8 @@ pub enum DbOp {
     Explain,
     /// `_index/…`: the segments after `_index`
     Index(Vec<String>),
+    /// `_design/{ddoc}/_rewrite/…`: the design document, and the segments after `_rewrite`
+    Rewrite(String, Vec<String>),
 }
 
 /// What is asked of `/_node/{node-name}`.
@@ -260,6 +263,10 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
             op(DbOp::ViewQueries(ddoc.to_string(), view.to_string()))
         }
         ["_design", ddoc, "_info"] => op(DbOp::DesignInfo(ddoc.to_string())),
+        ["_design", ddoc, "_rewrite", rest @ ..] => op(DbOp::Rewrite(
+            ddoc.to_string(),
+            rest.iter().map(|s| s.to_string()).collect(),
+        )),
         ["_design", _ddoc, f, ..] if f.starts_with('_') => {
             Endpoint::DbUnimplemented(db.clone(), "design document functions")
         }
@@ -337,6 +344,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Find => mango::find(state, handle, req, false).await,
                 DbOp::Explain => mango::find(state, handle, req, true).await,
                 DbOp::Index(rest) => mango::index(state, handle, rest, req).await,
+                DbOp::Rewrite(ddoc, path) => {
+                    rewrite::rewrite(&state, handle, ddoc, path, req).await
+                }
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
@@ -437,6 +447,13 @@ mod tests {
         assert_eq!(
             parse("/db/_design/d/logo.png").unwrap(),
             Endpoint::Attachment("db".into(), "_design/d".into(), "logo.png".into())
+        );
+        assert_eq!(
+            parse("/db/_design/d/_rewrite/a/b%2Fc").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::Rewrite("d".into(), vec!["a".into(), "b/c".into()])
+            )
         );
         assert!(matches!(
             parse("/db/_design/d/_show/x").unwrap(),

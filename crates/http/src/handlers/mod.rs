@@ -8,6 +8,7 @@ pub mod database;
 pub mod doc;
 pub mod mango;
 pub mod node;
+pub mod rewrite;
 pub mod server;
 pub mod unavailable;
 pub mod views;
