@@ -12,7 +12,11 @@ use tokio_stream::wrappers::ReceiverStream;
 
 pub const JSON: &str = "application/json";
 
-pub fn json_bytes(status: StatusCode, body: Vec<u8>) -> Response {
+/// A JSON answer. As CouchDB's `send_json`, the body ends with a newline.
+pub fn json_bytes(status: StatusCode, mut body: Vec<u8>) -> Response {
+    if body.last() != Some(&b'\n') {
+        body.push(b'\n');
+    }
     with_type(status, JSON, Body::from(body))
 }
 
