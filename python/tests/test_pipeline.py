@@ -70,7 +70,8 @@ SCRIPT = [
     ["map_doc", {"_id": "u", "k": "h\u00e9llo \u2603 \U0001F600", "n": 12345678901234567890,
                  "ctl": "tab\there\nnl \u0001 \"q\" \\", "f": [0.1, -2.5, 1.0, 3.14159, 123456.789],
                  "nested": {"a": [None, True, False, {}], "b": []}}],
-    ["map_doc", {"_id": "big", "k": 2 ** 80, "n": -0.0}],
+    ["map_doc", {"_id": "big", "k": 2 ** 63 + 5, "n": -0.0}],
+    ["add_fun", "def h(doc):\n    yield 2 ** 80, -(2 ** 70)\n"],
     ["reduce", ["_sum", "_count", "_stats"], [[["a", "1"], 1], [["b", "2"], 2.25]]],
     ["ddoc", "new", "_design/x", {"shows": {"s": "def s(doc, req):\n"
                                                   "    return {'json': doc, 'headers': {'\u00e9': 'v'}}\n"}}],
