@@ -78,6 +78,8 @@ def qs():
 
 @pytest.fixture(params=["orjson", "stdlib"])
 def any_qs(request):
+    if request.param == "orjson":
+        pytest.importorskip("orjson")
     s = Session(request.param)
     yield s
     if s.proc.poll() is None:

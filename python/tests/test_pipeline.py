@@ -3,11 +3,12 @@
 import json
 import shutil
 import subprocess
+import sys
 import threading
 
 import pytest
 
-from conftest import Session
+from conftest import Session, server_env
 
 MAP = ("def fun(doc):\n"
        "    if 'metadata' in doc and 'createdAt' in doc['metadata']:\n"
@@ -129,10 +130,10 @@ def test_matches_couchpy():
 
     def run(cmd):
         out = subprocess.run(cmd, input=payload, stdout=subprocess.PIPE, check=True,
-                             timeout=60, env=Session.__init__.__globals__["server_env"]()).stdout
+                             timeout=60, env=server_env()).stdout
         return [json.loads(line) for line in out.splitlines()]
 
-    ours = run(["python3", "-m", "settee_query_server"])
+    ours = run([sys.executable, "-m", "settee_query_server"])
     theirs = run(["couchpy"])
     assert len(ours) == len(commands)
     assert ours == theirs
