@@ -69,6 +69,9 @@ class Server:
             "get_row": render.get_row,
             "getRow": render.get_row,
             "rows": render.rows,
+            "provides": render.mime.provides,
+            "registerType": render.mime.register_type,
+            "register_type": render.mime.register_type,
         }
 
     def environment(self):

@@ -15,6 +15,7 @@ Protocol of a list (answers on the left, CouchDB's lines on the right):
 import base64
 
 from .errors import FatalError, QueryServerError, describe, refusal_of
+from .mime import Mime
 from .views import user_line
 
 
@@ -47,6 +48,7 @@ def wrap_response(resp, what):
 class Render:
     def __init__(self, server):
         self.server = server
+        self.mime = Mime()
         self._reset()
 
     def _reset(self):
@@ -97,7 +99,8 @@ class Render:
 
     def _send_start(self):
         resp = dict(self.start_resp or {})
-        resp.setdefault("headers", {})
+        resp["headers"] = dict(resp.get("headers") or {})
+        self.mime.apply(resp)
         self.server.respond(["start", self.chunks, resp])
         self.chunks = []
         self.start_resp = {}
@@ -127,8 +130,20 @@ class Render:
         doc, req = (list(args) + [None, {}])[:2]
         try:
             self._reset()
+            self.mime.reset()
             resp = fun(doc, req)
             resp = wrap_response({} if resp is None else resp, "show")
+            if self.mime.used:
+                provided = self.mime.run(req)
+                provided = wrap_response({} if provided is None else provided, "show")
+                resp = dict(resp)
+                for k, v in provided.items():
+                    if k != "body":
+                        resp.setdefault(k, v)
+                resp["body"] = (_text(resp.get("body") or "") + "".join(self.chunks)
+                                + _text(provided.get("body") or ""))
+                self.chunks = []
+                self.mime.apply(resp)
             if self.chunks:
                 # list-style show: start()/send() were used
                 resp = dict(resp)
@@ -170,7 +185,10 @@ class Render:
         head, req = (list(args) + [None, {}])[:2]
         try:
             self._reset()
+            self.mime.reset()
             tail = fun(head, req)
+            if self.mime.used:
+                tail = self.mime.run(req)
             if not self.got_row:
                 self.get_row()
             if tail is not None:
@@ -182,6 +200,7 @@ class Render:
             self._render_error(exc, "list")
         finally:
             self._reset()
+            self.mime.reset()
 
     def rewrite(self, fun, ddoc, args):
         req = args[0] if args else {}
