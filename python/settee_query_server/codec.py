@@ -83,12 +83,18 @@ def _std_loads(data, _decode=_STD_DECODER.decode):
 
 
 class Codec:
-    """A pair of functions ``loads(bytes) -> obj`` and ``dumps(obj) -> bytes``."""
+    """``loads(bytes) -> obj`` and ``dumps(obj) -> bytes``, plus ``dumps_fast``.
 
-    def __init__(self, name, loads, dumps):
+    `dumps_fast` is the bare encoder for hot paths: it may raise on values
+    `dumps` still handles (callers fall back to `dumps`), and never produces
+    different bytes from `dumps` when it succeeds.
+    """
+
+    def __init__(self, name, loads, dumps, dumps_fast=None):
         self.name = name
         self.loads = loads
         self.dumps = dumps
+        self.dumps_fast = dumps_fast or dumps
 
     def __repr__(self):
         return "Codec(%r)" % self.name
@@ -119,7 +125,7 @@ def _orjson_codec():
             # truly bad JSON raises ValueError from here too.
             return _std_loads(data)
 
-    return Codec("orjson", loads, dumps)
+    return Codec("orjson", loads, dumps, or_dumps)
 
 
 def get_codec(name=None):

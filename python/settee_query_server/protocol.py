@@ -107,40 +107,47 @@ class Server:
 
     def run(self):
         """Serves until end of input; returns the exit status."""
-        readline = self.reader.readline
+        reader = self.reader
         loads = self.loads
-        write = self.output.write
+        output = self.output
+        pending = output.pending  # Output.flush empties this very list
+        max_pending = output.max_pending
         map_doc = self.views.map_doc
+        prefix = _MAP_PREFIX
         try:
             while True:
-                line = readline()
-                if line is None:
-                    return 0
-                # Fast path: most lines are map_doc; no dispatch, no arg list.
-                if line.startswith(_MAP_PREFIX):
-                    try:
-                        cmd = loads(line)
-                        doc = cmd[1]
-                    except Exception:
-                        pass  # let the general path report it
-                    else:
+                it = reader.it
+                for line in it:
+                    # Fast path: most lines are map_doc; no dispatch, no arg list.
+                    if line.startswith(prefix):
                         try:
-                            write(map_doc(doc))
-                        except QueryServerError as exc:
-                            if self._error(exc):
-                                return 1
+                            doc = loads(line)[1]
+                        except Exception:
+                            pass  # let the general path report it
+                        else:
+                            try:
+                                pending.append(map_doc(doc))
+                            except QueryServerError as exc:
+                                if self._error(exc):
+                                    return 1
+                            if len(pending) >= max_pending:
+                                output.flush()
+                            continue
+                    if not line or line.isspace():
                         continue
-                if not line or line.isspace():
-                    continue
-                if self._command(line):
-                    return 1
+                    if self._command(line):
+                        return 1
+                # `it` is used up. A list function may already have read past
+                # it (then reader.it is a newer batch); otherwise read more.
+                if reader.it is it and not reader.fill():
+                    return 0
         except KeyboardInterrupt:
             return 0
         except BrokenPipeError:
             return 0
         finally:
             try:
-                self.output.flush()
+                output.flush()
             except OSError:
                 pass
 

@@ -43,32 +43,35 @@ class Output:
 
 
 class LineReader:
-    """Reads ``\\n``-terminated lines from `fd`; calls `before_block` before any read.
+    """Reads ``\n``-terminated lines from `fd`; calls `before_block` before any read.
 
-    `readline` returns a line without its newline, or None at end of input (a
-    final unterminated line is still returned).
+    `it` is an iterator over the lines read so far and not yet taken; the main
+    loop iterates it directly (no call per line) and nested readers (a list
+    function's get_row) take from the same iterator with `readline`, so both
+    see one sequence. `fill` replaces `it` with the next batch of lines.
     """
 
     def __init__(self, fd, before_block, read_size=READ_SIZE):
         self.fd = fd
         self.before_block = before_block
         self.read_size = read_size
-        self.lines = []
-        self.pos = 0
+        self.it = iter(())
         self.rest = b""
         self.eof = False
 
     def readline(self):
-        pos = self.pos
-        lines = self.lines
-        if pos < len(lines):
-            self.pos = pos + 1
-            return lines[pos]
-        return self._fill()
+        """The next line without its newline, or None at end of input."""
+        line = next(self.it, None)
+        while line is None:
+            if not self.fill():
+                return None
+            line = next(self.it, None)
+        return line
 
-    def _fill(self):
+    def fill(self):
+        """Reads the next batch of lines into `it`; False at end of input."""
         if self.eof:
-            return None
+            return False
         # About to (possibly) block: everything answered so far must be out.
         self.before_block()
         pieces = [self.rest] if self.rest else []
@@ -76,16 +79,18 @@ class LineReader:
         while True:
             chunk = read(fd, size)
             if not chunk:
+                # A final line without newline still counts.
                 self.eof = True
                 last = b"".join(pieces)
                 self.rest = b""
-                self.lines, self.pos = [], 0
-                return last if last.strip() else None
+                if not last.strip():
+                    return False
+                self.it = iter((last,))
+                return True
             pieces.append(chunk)
             if b"\n" in chunk:
                 break
         lines = b"".join(pieces).split(b"\n")
         self.rest = lines.pop()
-        self.lines = lines
-        self.pos = 1
-        return lines[0]
+        self.it = iter(lines)
+        return True

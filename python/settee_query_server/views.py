@@ -35,6 +35,7 @@ class Views:
         self.lib = None
         self.lib_modules = None
         self.reduce_cache = {}
+        self.dumps_fast = server.codec.dumps_fast
         # Where the global emit() appends: the current function's output list.
         # (A one-element list is the cheapest mutable cell to swap per call.)
         self.target = [[]]
@@ -96,7 +97,7 @@ class Views:
                 out = []
             results.append(out)
         try:
-            return self.server.dumps(results)
+            return self.dumps_fast(results)
         except Exception:
             return self._encode_each(results, doc)
 
