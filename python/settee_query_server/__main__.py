@@ -18,7 +18,11 @@ def main(argv=None):
                         help="JSON codec (default: $SETTEE_QS_JSON or auto)")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     args = parser.parse_args(argv)
-    codec = get_codec(args.json)
+    try:
+        codec = get_codec(args.json)
+    except ImportError:
+        parser.exit(2, "settee-query-server: orjson was asked for but is not installed "
+                       "(pip install orjson, or use --json auto)\n")
 
     # Answers go to a private copy of stdout; fd 1 and sys.stdout now point at
     # stderr so a stray print() in user code cannot corrupt the protocol.

@@ -174,7 +174,7 @@ class Server:
             return self._error(exc)
         except (KeyboardInterrupt, BrokenPipeError):
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             # Any other exception (user code in a filter or validation, wrong
             # argument counts): name it after its class, like JavaScript's e.name.
             self.respond(["error", type(exc).__name__, str(exc) or describe(exc)])

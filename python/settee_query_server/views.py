@@ -92,7 +92,7 @@ class Views:
                         out.append((key, value))
             except FatalError:
                 raise
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # sys.exit() in user code too
                 self._map_failed(exc, doc)
                 out = []
             results.append(out)
@@ -156,7 +156,7 @@ class Views:
                     reductions.append(fun.fn(keys, values))
             except FatalError:
                 raise
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 reason = exc.reason if isinstance(exc, QueryServerError) else describe(exc)
                 self.server.log("function raised exception %s%s" % (reason, user_line(exc)))
                 reductions.append(None)

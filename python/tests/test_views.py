@@ -203,3 +203,13 @@ def test_bad_json_is_fatal(qs):
 def test_exit_zero_at_end_of_input(qs):
     assert qs.call("reset") is True
     assert qs.close() == 0
+
+
+def test_sys_exit_in_user_code_does_not_stop_the_server(qs):
+    qs.call("add_fun", "import sys\ndef f(doc):\n    sys.exit(3)\n")
+    assert qs.call("map_doc", {"_id": "e"}) == [[]]
+    assert qs.call("reduce", ["import sys\ndef r(k, v):\n    sys.exit(1)\n"], [[[1, "a"], 1]]) == [
+        True, [None]]
+    assert qs.call("ddoc", "new", "_design/e", {"filters": {"f": "import sys\ndef f(d, r):\n    sys.exit()\n"}}) is True
+    assert qs.call("ddoc", "_design/e", ["filters", "f"], [[{}], {}])[:2] == ["error", "SystemExit"]
+    assert qs.call("reset") is True
