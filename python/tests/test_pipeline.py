@@ -137,3 +137,19 @@ def test_matches_couchpy():
     theirs = run(["couchpy"])
     assert len(ours) == len(commands)
     assert ours == theirs
+
+
+def test_single_exchange_is_answered_without_more_input():
+    import os
+    import select
+    s = Session()
+    try:
+        fd = s.proc.stdout.fileno()
+        for cmd in (["reset"], ["add_fun", MAP], ["map_doc", {"_id": "one"}]):
+            s.write(cmd)  # stdin stays open: the server must answer now, not at EOF
+            ready, _, _ = select.select([fd], [], [], 10)
+            assert ready, "no answer to %r within 10 s" % (cmd[0],)
+            data = os.read(fd, 65536)
+            assert data.endswith(b"\n") and data.count(b"\n") == 1, data
+    finally:
+        s.close()
