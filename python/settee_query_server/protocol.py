@@ -11,6 +11,7 @@ Invariants:
 * answers are buffered; `stream.LineReader` flushes them before it blocks.
 """
 
+import builtins
 import json as _stdjson
 
 from .codec import get_codec
@@ -18,7 +19,7 @@ from .design import Design
 from .errors import FatalError, Forbidden, QueryServerError, Unauthorized, describe
 from .render import Render
 from .stream import LineReader, Output
-from .views import Views
+from .views import Views, user_line
 
 _MAP_PREFIX = b'["map_doc",'
 
@@ -56,7 +57,7 @@ class Server:
             return codec.dumps(value).decode("utf-8")
 
         return {
-            "__builtins__": __builtins__,
+            "__builtins__": builtins,
             "emit": self.views.make_emit(),
             "log": self.log,
             "json": _stdjson,
@@ -177,7 +178,7 @@ class Server:
         except (Exception, SystemExit) as exc:
             # Any other exception (user code in a filter or validation, wrong
             # argument counts): name it after its class, like JavaScript's e.name.
-            self.respond(["error", type(exc).__name__, str(exc) or describe(exc)])
+            self.respond(["error", type(exc).__name__, describe(exc) + user_line(exc)])
         return False
 
     def _error(self, exc):
