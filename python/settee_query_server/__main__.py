@@ -23,6 +23,8 @@ def main(argv=None):
     except ImportError:
         parser.exit(2, "settee-query-server: orjson was asked for but is not installed "
                        "(pip install orjson, or use --json auto)\n")
+    except ValueError as exc:  # SETTEE_QS_JSON names no codec
+        parser.exit(2, "settee-query-server: %s\n" % exc)
 
     # Answers go to a private copy of stdout; fd 1 and sys.stdout now point at
     # stderr so a stray print() in user code cannot corrupt the protocol.
