@@ -120,7 +120,7 @@ class Render:
     def _render_error(self, exc, what):
         if isinstance(exc, QueryServerError):
             raise exc
-        message = "function raised error: %s%s" % (describe(exc), user_line(exc))
+        message = "%s function raised error: %s%s" % (what, describe(exc), user_line(exc))
         self.server.log(message)
         raise QueryServerError("render_error", message) from None
 
