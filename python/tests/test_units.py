@@ -122,9 +122,8 @@ def test_line_reader_and_output():
 
     r, w = os.pipe()
     out = Output(w, max_pending=2)
-    out.write(b"1")
-    assert os.read(r, 100) if False else True
-    out.write(b"2")  # reaches max_pending: written
+    out.write(b"1")  # held back: below max_pending
+    out.write(b"2")  # reaches max_pending: both written at once
     assert os.read(r, 100) == b"1\n2\n"
     out.write(b"3")
     out.flush()
