@@ -33,7 +33,7 @@ fn inline_upload_stubs_and_standalone_reads() {
 
     let r = s.get("/db/doc");
     assert!(
-        r.text.ends_with(&format!(
+        r.text.trim_end().ends_with(&format!(
             r#""_attachments":{{"hello.txt":{{"content_type":"application/x-hello","revpos":1,"digest":"{HELLO_MD5}","length":11,"stub":true}}}}}}"#
         )),
         "stubs come last, as CouchDB renders them: {}",

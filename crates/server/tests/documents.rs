@@ -21,8 +21,8 @@ fn create_read_update_delete() {
     let got = s.get("/db/doc");
     assert_eq!(
         got.text,
-        format!(r#"{{"_id":"doc","_rev":"{rev1}","z":1,"a":{{"b":[1,2.50,"x"]}}}}"#),
-        "field order and number text kept"
+        format!(r#"{{"_id":"doc","_rev":"{rev1}","z":1,"a":{{"b":[1,2.50,"x"]}}}}"#) + "\n",
+        "field order and number text kept, and CouchDB's closing newline"
     );
     // 304 with If-None-Match
     let nm = s.req_with(
