@@ -43,6 +43,14 @@ impl From<settee_views::Error> for ApiError {
                 ApiError::Named(status, error.into(), reason)
             }
             V::Reduce(f) => ApiError::Named(S::INTERNAL_SERVER_ERROR, f.error, f.reason),
+            V::QueryServer(q) => {
+                let (error, reason) = q.parts();
+                let status = match q {
+                    settee_views::queryserver::Error::UnknownLanguage(_) => S::BAD_REQUEST,
+                    _ => S::INTERNAL_SERVER_ERROR,
+                };
+                ApiError::Named(status, error, reason)
+            }
             other => ApiError::Db(settee_db::Error::Internal(other.to_string())),
         }
     }

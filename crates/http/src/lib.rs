@@ -167,6 +167,17 @@ impl AppState {
                 .unwrap_or_else(|| "true".into()),
         );
         self.views.set_limits(limits, reduce_limit);
+        let qs = &self.views.query_servers;
+        let qs_defaults = settee_views::queryserver::Settings::default();
+        qs.set_settings(settee_views::queryserver::Settings {
+            timeout: limits.timeout,
+            max_processes: node.get_u64(
+                "query_server_config",
+                "os_process_limit",
+                qs_defaults.max_processes as u64,
+            ) as usize,
+            reduce_limit: reduce_limit != settee_views::ReduceLimit::Off,
+        });
     }
 
     /// `n` ids from `[uuids] algorithm` (`utc_id` takes `utc_id_suffix`). As CouchDB's

@@ -230,6 +230,12 @@ impl QueryServers {
     }
 }
 
+impl std::fmt::Debug for QueryServers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.languages()).finish()
+    }
+}
+
 /// One thread's use of one process; returned to its pool on drop.
 pub struct Lease {
     pool: Arc<LangPool>,

@@ -26,13 +26,13 @@
 
 use crate::group::Group;
 use crate::layout::{decode_back, encode_back, encode_payload, tree_key, Meta};
-use crate::reducer::JsReducers;
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
 use settee_core::{collate, DocJson};
 use settee_db::{Change, Database};
 use settee_js::{JsError, Limits, ViewRuntime};
+use settee_queryserver::Emits;
 use settee_storage::{Cf, Read, Snapshot, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -175,7 +175,7 @@ fn round(
     let (last_seq, done) = pipeline(views, db, g, &snap, meta.seq, purged, &mut collector, task)?;
     let mapped = started.elapsed();
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
-    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
+    let mut js = views.reducers(g);
     // Back-index puts (`Some`) and deletes (`None`) that commit with the checkpoint.
     let mut back_index: Vec<(String, Option<Vec<u8>>)> = match collector.state {
         State::Fresh { rows, back } => {
@@ -236,7 +236,7 @@ pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
     let mut meta = load_meta(&snap, g)?;
     let first_new = meta.next_node;
     let mut sink = StoreSink::new(store, g, first_new, true);
-    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
+    let mut js = views.reducers(g);
     let nodes = SnapNodes { read: &snap, g };
     for i in 0..meta.roots.len() {
         let old = meta.roots[i].take();
@@ -301,8 +301,11 @@ fn pipeline(
     collector: &mut Collector<'_>,
     task: &TaskHandle,
 ) -> Result<(u64, bool)> {
-    let workers = views.workers.max(1);
-    let native = views.native.build(&g.def)?;
+    let native = views.native_map(&g.def)?;
+    let workers = native
+        .as_ref()
+        .map_or(views.workers, |n| n.workers(views.workers))
+        .max(1);
     // `abort`: a failure, queued work is dropped; `enough`: the round is full, the reader
     // stops and queued work is still mapped.
     let abort = AtomicBool::new(false);
@@ -517,9 +520,26 @@ impl Mapper<'_> {
                     .map(|r| r.unwrap_or_default())
                     .collect())
             }
-            Mapper::Native(native) => native
-                .map_doc(doc)
-                .map_err(|e| Error::Internal(format!("doc {id}: {e}"))),
+            Mapper::Native(native) => {
+                let mut out = native.map_docs(&[doc])?;
+                Ok(out.pop().unwrap_or_default())
+            }
+        }
+    }
+
+    /// Each document's emits per view, in order: one call for a whole chunk of a native
+    /// map (a query server pipelines it), one per document in QuickJS.
+    fn map_all(&mut self, g: &Group, docs: &[(&str, Vec<u8>)]) -> Result<Vec<Vec<Emits>>> {
+        match self {
+            Mapper::Native(native) => {
+                let refs: Vec<&[u8]> = docs.iter().map(|(_, d)| d.as_slice()).collect();
+                let out = native.map_docs(&refs)?;
+                if out.len() != docs.len() {
+                    return Err(Error::Internal("a native map lost documents".into()));
+                }
+                Ok(out)
+            }
+            Mapper::Js { .. } => docs.iter().map(|(id, d)| self.map(g, id, d)).collect(),
         }
     }
 
@@ -577,13 +597,21 @@ fn map_chunk(
         *body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / bodies.len();
     }
     let mut bodies = bodies.into_iter();
+    let docs: Vec<(&str, Vec<u8>)> = chunk
+        .iter()
+        .filter_map(|item| {
+            let doc = item.doc.as_ref()?;
+            let body = bodies.next().expect("one body per document");
+            Some((item.id.as_str(), doc.json(&item.id, &body)))
+        })
+        .collect();
+    let mut mapped = mapper.map_all(g, &docs)?.into_iter();
+    drop(docs);
     let mut out = Vec::with_capacity(chunk.len());
     for item in chunk {
         let mut rows = Vec::new();
-        if let Some(doc) = &item.doc {
-            let body = bodies.next().expect("one body per document");
-            let doc = doc.json(&item.id, &body);
-            let per_view = mapper.map(g, &item.id, &doc)?;
+        if item.doc.is_some() {
+            let per_view = mapped.next().expect("one answer per document");
             // A native map answering for more views than the group has is ignored past them.
             for (view, pairs) in per_view.into_iter().enumerate().take(g.def.views.len()) {
                 push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));
