@@ -12,6 +12,7 @@
 
 use serde_json::Value;
 use settee_core::design::{DesignError, ViewGroupDef};
+use settee_queryserver::Emits;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ pub trait NativeMap: Send + Sync {
 
     /// [`NativeMap::map_doc`] of each document of a chunk, in order; the indexer calls
     /// this. A map with a per-call cost (a round trip to another process) overrides it.
-    fn map_docs(&self, docs: &[&[u8]]) -> crate::Result<Vec<Vec<Vec<(Value, Value)>>>> {
+    fn map_docs(&self, docs: &[&[u8]]) -> crate::Result<Vec<Vec<Emits>>> {
         docs.iter()
             .map(|d| self.map_doc(d).map_err(crate::Error::Internal))
             .collect()
