@@ -139,6 +139,7 @@ impl AppState {
             )),
             passwords: auth::password_rules(node),
             auth_db: access::auth_db(node),
+            query_servers: self.views.query_servers.clone(),
         }
     }
 

@@ -302,3 +302,33 @@ fn broken_query_servers_fail_the_query_and_are_replaced() {
     assert!(wait_for(|| children(&s).is_empty()), "{:?}", children(&s));
     assert_eq!(rows(&s, "/db/_design/f/_view/ids?limit=1")[0]["id"], "d000");
 }
+
+/// Filters and validate functions of a design document in a query server's language run
+/// there, with CouchDB's readings of their answers.
+#[test]
+fn filters_and_validate_functions_run_in_the_query_server() {
+    let s = fake_server(5000);
+    s.create_db("db");
+    let ddoc = json!({"language": "fake", "real": true,
+        "filters": {"kept": "keep"}, "validate_doc_update": "forbid"});
+    assert_eq!(s.put("/db/_design/f", &ddoc.to_string()).status, 201);
+    let r = s.put("/db/no", r#"{"forbid": true}"#);
+    assert_eq!(
+        (r.status, r.json()),
+        (403, json!({"error": "forbidden", "reason": "no no"}))
+    );
+    let r = s.put("/db/who", r#"{"unauthorized": true}"#);
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(s.put("/db/a", r#"{"keep": true}"#).status, 201);
+    assert_eq!(s.put("/db/b", r#"{"keep": false}"#).status, 201);
+    assert_eq!(s.put("/db/c", r#"{"keep": true}"#).status, 201);
+    let r = s.get("/db/_changes?filter=f/kept");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ids: Vec<Value> = r.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("a"), json!("c")]);
+}
