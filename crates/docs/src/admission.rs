@@ -138,7 +138,7 @@ impl Admission {
             new_edits,
         )?;
         if design {
-            return crate::design::validate_design(&id, doc);
+            return crate::design::validate_design(&id, doc, &self.settings.query_servers);
         }
         if !checks {
             return Ok(());

@@ -154,6 +154,8 @@ impl From<settee_docs::Error> for ApiError {
                     "not_found" => S::NOT_FOUND,
                     "conflict" => S::CONFLICT,
                     "bad_request" => S::BAD_REQUEST,
+                    // A map function its query server could not compile (as JavaScript's).
+                    "compilation_error" => S::BAD_REQUEST,
                     _ => S::INTERNAL_SERVER_ERROR,
                 };
                 ApiError::Named(status, error, reason)

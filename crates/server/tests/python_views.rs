@@ -332,3 +332,23 @@ fn filters_and_validate_functions_run_in_the_query_server() {
         .collect();
     assert_eq!(ids, [json!("a"), json!("c")]);
 }
+
+#[test]
+fn python_maps_are_compiled_when_the_design_document_is_saved() {
+    let Some(s) = python_server() else { return };
+    s.create_db("db");
+    let ddoc = json!({"language": "python", "views": {
+        "good": {"map": "def fun(doc):\n    yield doc['_id'], 1"},
+        "bad": {"map": "def fun(doc):\n    yield doc[[["},
+    }});
+    let r = s.put("/db/_design/py", &ddoc.to_string());
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.json()["error"], "compilation_error");
+    let reason = r.json()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.starts_with("Compilation of the map function in the 'bad' view failed: "),
+        "{reason}"
+    );
+    let ddoc = json!({"language": "python", "views": {"good": {"map": "def fun(doc):\n    yield doc['_id'], 1"}}});
+    assert_eq!(s.put("/db/_design/py", &ddoc.to_string()).status, 201);
+}
