@@ -178,6 +178,11 @@ impl AppState {
                 qs_defaults.max_processes as u64,
             ) as usize,
             reduce_limit: reduce_limit != settee_views::ReduceLimit::Off,
+            idle_limit: std::time::Duration::from_secs(node.get_u64(
+                "query_server_config",
+                "os_process_idle_limit",
+                qs_defaults.idle_limit.as_secs(),
+            )),
         });
     }
 

@@ -21,6 +21,9 @@ pub struct Settings {
     pub max_processes: usize,
     /// `[query_server_config] reduce_limit`, passed to servers in `reset`.
     pub reduce_limit: bool,
+    /// `[query_server_config] os_process_idle_limit`: an idle process older than this is
+    /// stopped at the pool's next checkout or return.
+    pub idle_limit: Duration,
 }
 
 impl Default for Settings {
@@ -30,6 +33,7 @@ impl Default for Settings {
             timeout: Duration::from_millis(5000),
             max_processes: 4 * cores,
             reduce_limit: true,
+            idle_limit: Duration::from_secs(300),
         }
     }
 }
@@ -71,6 +75,20 @@ struct LangPool {
     command: Command,
     state: Mutex<State>,
     freed: Condvar,
+}
+
+impl State {
+    /// Takes the processes idle for longer than `limit` out of the pool (the caller drops
+    /// them, which stops them, outside the lock).
+    fn cull(&mut self, limit: Duration) -> Vec<Process> {
+        let now = std::time::Instant::now();
+        let (old, keep): (Vec<Process>, Vec<Process>) = std::mem::take(&mut self.idle)
+            .into_iter()
+            .partition(|p| now.duration_since(p.returned) > limit);
+        self.idle = keep;
+        self.live -= old.len();
+        old
+    }
 }
 
 #[derive(Default)]
@@ -151,16 +169,22 @@ impl QueryServers {
         })
     }
 
-    /// A process with `setup` loaded (reused when one has it, loaded otherwise).
+    /// A process with `setup` loaded (reused when one has it, loaded otherwise). The
+    /// settings `reset` passes are part of what is loaded: after a change, processes are
+    /// reset again.
     pub fn checkout(&self, language: &str, setup: &Setup) -> Result<Lease> {
-        let mut lease = self.take(language, &|p| p.loaded == Some(setup.key))?;
-        if lease.loaded != Some(setup.key) {
+        let settings = self.settings();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (setup.key, settings.timeout, settings.reduce_limit).hash(&mut h);
+        let key = h.finish();
+        let mut lease = self.take(language, &|p| p.loaded == Some(key))?;
+        if lease.loaded != Some(key) {
             lease.loaded = None;
-            lease.reset(self.settings())?;
+            lease.reset(settings)?;
             for line in &setup.lines {
                 lease.prompt_true(line)?;
             }
-            lease.loaded = Some(setup.key);
+            lease.loaded = Some(key);
         }
         Ok(lease)
     }
@@ -192,6 +216,8 @@ impl QueryServers {
             .get(language)
             .ok_or_else(|| Error::UnknownLanguage(language.to_owned()))?;
         let settings = self.settings();
+        let stale = pool.state.lock().expect("pool").cull(settings.idle_limit);
+        drop(stale);
         let mut st = pool.state.lock().expect("pool");
         loop {
             let generation = st.generation;
@@ -276,6 +302,8 @@ impl Drop for Lease {
             drop(st);
             drop(p); // killed and reaped
         } else {
+            let mut p = p;
+            p.returned = std::time::Instant::now();
             st.idle.push(p);
             drop(st);
         }

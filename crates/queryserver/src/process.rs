@@ -28,6 +28,8 @@ pub struct Process {
     pub(crate) loaded: Option<u64>,
     /// Design documents taught with `["ddoc", "new", ..]`: (id, rev).
     pub(crate) ddocs: Vec<(String, String)>,
+    /// When the process last went back to its pool.
+    pub(crate) returned: Instant,
 }
 
 /// One answer line, classified as CouchDB's `couch_os_process:readjson` does: by the
@@ -86,6 +88,7 @@ impl Process {
             broken: false,
             loaded: None,
             ddocs: Vec::new(),
+            returned: Instant::now(),
         })
     }
 

@@ -25,6 +25,7 @@ fn servers(extra: &[&str], timeout_ms: u64, max: usize) -> QueryServers {
             timeout: Duration::from_millis(timeout_ms),
             max_processes: max,
             reduce_limit: true,
+            idle_limit: Duration::from_secs(300),
         },
     )
 }
@@ -340,4 +341,18 @@ fn no_child_outlives_its_process() {
         assert!(!alive(pid), "process {pid} was left behind");
     }
     let _ = std::fs::remove_file(&dir);
+}
+
+#[test]
+fn processes_idle_past_the_limit_are_stopped() {
+    let qs = servers(&[], 5000, 2);
+    let pid = qs.checkout_any("fake").unwrap().pid();
+    let mut settings = qs.settings();
+    settings.idle_limit = Duration::from_millis(100);
+    qs.set_settings(settings);
+    std::thread::sleep(Duration::from_millis(300));
+    let p = qs.checkout_any("fake").unwrap();
+    assert_ne!(p.pid(), pid);
+    assert!(!alive(pid));
+    assert_eq!(qs.counts("fake"), (1, 0));
 }
