@@ -285,6 +285,7 @@ pub fn builtin_defaults() -> Sections {
         ),
         ("attachments", "compression_level", "8".into()),
         ("query_server_config", "reduce_limit", "true".into()),
+        ("query_server_config", "os_process_idle_limit", "300".into()),
         (
             "query_server_config",
             "os_process_limit",
