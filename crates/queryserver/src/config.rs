@@ -47,8 +47,10 @@ impl Languages {
     /// Settee's own Python query server (`pip install ./python`), a drop-in for couchpy.
     pub const DEFAULT_PYTHON: &'static str = "settee-query-server";
 
-    /// Languages from, lowest precedence first: the default `python` command, the ini
-    /// section `[query_servers]`, the `COUCHDB_QUERY_SERVER_*` variables. `native` is
+    /// Languages from, lowest precedence first: the default `python` command (when it is
+    /// found on `env`'s `PATH`: otherwise `python` design documents answer
+    /// `unknown_query_language`, as on a CouchDB without it), the ini section
+    /// `[query_servers]`, the `COUCHDB_QUERY_SERVER_*` variables. `native` is
     /// `[native_query_servers]` plus the `COUCHDB_NATIVE_QUERY_SERVER_*` variables: the
     /// in-process languages need nothing, others are Erlang modules Settee cannot run
     /// and are ignored with a warning. JavaScript and `query` always run in-process.
@@ -58,13 +60,14 @@ impl Languages {
         native: &[(String, String)],
     ) -> Languages {
         let mut langs = BTreeMap::new();
-        if let Some(c) = Command::parse(Self::DEFAULT_PYTHON) {
-            langs.insert("python".to_owned(), c);
-        }
         let mut native: Vec<(String, String)> = native.to_vec();
         let mut from_env = Vec::new();
         for (k, v) in env {
-            if let Some(lang) = k.strip_prefix(Self::NATIVE_ENV_PREFIX) {
+            if k == "PATH" && on_path(&v, Self::DEFAULT_PYTHON) {
+                if let Some(c) = Command::parse(Self::DEFAULT_PYTHON) {
+                    langs.insert("python".to_owned(), c);
+                }
+            } else if let Some(lang) = k.strip_prefix(Self::NATIVE_ENV_PREFIX) {
                 native.push((lang.to_lowercase(), v));
             } else if let Some(lang) = k.strip_prefix(Self::ENV_PREFIX) {
                 from_env.push((lang.to_lowercase(), v));
@@ -95,6 +98,11 @@ impl Languages {
         }
         Languages(langs)
     }
+}
+
+/// Whether `program` is a file in one of `path`'s directories.
+fn on_path(path: &str, program: &str) -> bool {
+    std::env::split_paths(path).any(|d| d.join(program).is_file())
 }
 
 #[cfg(test)]
@@ -133,7 +141,13 @@ mod tests {
         assert_eq!(names, ["python", "ruby"]);
         assert_eq!(langs.0["python"].program, "couchpy");
         assert_eq!(langs.0["ruby"].args, ["qs.rb"]);
-        let default = Languages::resolve([], &[], &[]);
+        assert!(Languages::resolve([], &[], &[]).0.is_empty());
+        let dir = std::env::temp_dir().join(format!("qs-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("settee-query-server"), "").unwrap();
+        let path = format!("/nonexistent:{}", dir.display());
+        let default = Languages::resolve([s("PATH", &path)], &[], &[]);
         assert_eq!(default.0["python"].program, "settee-query-server");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

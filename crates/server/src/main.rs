@@ -142,7 +142,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
 /// The external query servers, CouchDB 3's way: `COUCHDB_QUERY_SERVER_<LANG>` variables
 /// over the `[query_servers]` section of the ini files (read at start only: a command line
 /// is not something `/_config` should be able to change), `python` defaulting to Settee's
-/// own server. Their live settings (timeout, process limit) follow `/_config`.
+/// own server when it is installed. Their live settings (timeout, process limit) follow `/_config`.
 fn query_servers(node: &settee_http::NodeConfig) -> settee_views::QueryServers {
     use settee_views::queryserver::{Languages, QueryServers};
     let section =
