@@ -1,8 +1,9 @@
 //! One query-server process: a child speaking CouchDB's line protocol over its stdin and
 //! stdout (one JSON value per line each way).
 //!
-//! A reader thread per process drains stdout into a channel, so the child never blocks on
-//! a full stdout pipe and every answer can be awaited with a deadline
+//! A reader thread per process drains stdout into a channel (the complete lines of each
+//! read as one message: one wake-up per pipe read, not per answer), so the child never
+//! blocks on a full stdout pipe and every answer can be awaited with a deadline
 //! (`os_process_timeout`). A process that timed out, exited, answered garbage or said
 //! `["fatal", ..]` is *broken*: it is killed and reaped at once and never prompted again.
 
@@ -21,7 +22,9 @@ pub struct Process {
     command: Command,
     child: Child,
     stdin: Option<ChildStdin>,
-    lines: Receiver<Vec<u8>>,
+    lines: Receiver<Vec<Vec<u8>>>,
+    /// Lines received and not read yet.
+    pending: std::collections::VecDeque<Vec<u8>>,
     timeout: Duration,
     broken: bool,
     /// The setup ([`crate::Setup::key`]) last loaded, if it is still in effect.
@@ -62,15 +65,24 @@ impl Process {
             .name("qs-reader".into())
             .spawn(move || {
                 let mut r = BufReader::with_capacity(64 << 10, stdout);
+                let mut partial = Vec::new();
                 loop {
-                    let mut line = Vec::new();
-                    match r.read_until(b'\n', &mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {
-                            if tx.send(line).is_err() {
-                                return;
-                            }
-                        }
+                    let buf = match r.fill_buf() {
+                        Ok(b) if !b.is_empty() => b,
+                        _ => return,
+                    };
+                    let n = buf.len();
+                    let mut lines = Vec::new();
+                    let mut rest = buf;
+                    while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+                        partial.extend_from_slice(&rest[..=i]);
+                        lines.push(std::mem::take(&mut partial));
+                        rest = &rest[i + 1..];
+                    }
+                    partial.extend_from_slice(rest);
+                    r.consume(n);
+                    if !lines.is_empty() && tx.send(lines).is_err() {
+                        return;
                     }
                 }
             })
@@ -84,6 +96,7 @@ impl Process {
             child,
             stdin,
             lines,
+            pending: Default::default(),
             timeout,
             broken: false,
             loaded: None,
@@ -258,12 +271,14 @@ impl Process {
         if self.broken {
             return Err(Error::Exited(None));
         }
-        let deadline = Instant::now() + self.timeout;
-        match self
-            .lines
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-        {
-            Ok(line) => Ok(line),
+        if let Some(line) = self.pending.pop_front() {
+            return Ok(line);
+        }
+        match self.lines.recv_timeout(self.timeout) {
+            Ok(lines) => {
+                self.pending.extend(lines);
+                Ok(self.pending.pop_front().expect("a message holds lines"))
+            }
             Err(RecvTimeoutError::Timeout) => {
                 tracing::error!(pid = self.pid(), command = %self.command,
                     timeout = ?self.timeout, "query server timed out; killed");

@@ -310,7 +310,8 @@ fn filters_and_validate_functions_run_in_the_query_server() {
     let s = fake_server(5000);
     s.create_db("db");
     let ddoc = json!({"language": "fake", "real": true,
-        "filters": {"kept": "keep"}, "validate_doc_update": "forbid"});
+        "filters": {"kept": "keep"}, "validate_doc_update": "forbid",
+        "views": {"v": {"map": "[[doc['_id'], 1]] if doc.get('keep') else []"}}});
     assert_eq!(s.put("/db/_design/f", &ddoc.to_string()).status, 201);
     let r = s.put("/db/no", r#"{"forbid": true}"#);
     assert_eq!(
@@ -323,6 +324,16 @@ fn filters_and_validate_functions_run_in_the_query_server() {
     assert_eq!(s.put("/db/b", r#"{"keep": false}"#).status, 201);
     assert_eq!(s.put("/db/c", r#"{"keep": true}"#).status, 201);
     let r = s.get("/db/_changes?filter=f/kept");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ids: Vec<Value> = r.json()["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("a"), json!("c")]);
+    // `filter=_view` maps each change through the view's query server.
+    let r = s.get("/db/_changes?filter=_view&view=f/v");
     assert_eq!(r.status, 200, "{}", r.text);
     let ids: Vec<Value> = r.json()["results"]
         .as_array()
