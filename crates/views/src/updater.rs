@@ -527,20 +527,21 @@ impl Mapper<'_> {
         }
     }
 
-    /// Each document's emits per view, in order: one call for a whole chunk of a native
-    /// map (a query server pipelines it), one per document in QuickJS.
-    fn map_all(&mut self, g: &Group, docs: &[(&str, Vec<u8>)]) -> Result<Vec<Vec<Emits>>> {
-        match self {
-            Mapper::Native(native) => {
-                let refs: Vec<&[u8]> = docs.iter().map(|(_, d)| d.as_slice()).collect();
-                let out = native.map_docs(&refs)?;
-                if out.len() != docs.len() {
-                    return Err(Error::Internal("a native map lost documents".into()));
-                }
+    /// Each document's emits per view, in order, in one call of the native map for the
+    /// whole chunk (a query server pipelines it); `None` for QuickJS, which maps each
+    /// document as its JSON is built (the chunk's JSON is never all in memory at once).
+    fn map_all(&mut self, docs: &[Vec<u8>]) -> Option<Result<Vec<Vec<Emits>>>> {
+        let Mapper::Native(native) = self else {
+            return None;
+        };
+        let refs: Vec<&[u8]> = docs.iter().map(Vec::as_slice).collect();
+        Some(native.map_docs(&refs).and_then(|out| {
+            if out.len() == docs.len() {
                 Ok(out)
+            } else {
+                Err(Error::Internal("a native map lost documents".into()))
             }
-            Mapper::Js { .. } => docs.iter().map(|(id, d)| self.map(g, id, d)).collect(),
-        }
+        }))
     }
 
     /// Drops state a failure may have left behind.
@@ -597,21 +598,31 @@ fn map_chunk(
         *body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / bodies.len();
     }
     let mut bodies = bodies.into_iter();
-    let docs: Vec<(&str, Vec<u8>)> = chunk
-        .iter()
-        .filter_map(|item| {
-            let doc = item.doc.as_ref()?;
-            let body = bodies.next().expect("one body per document");
-            Some((item.id.as_str(), doc.json(&item.id, &body)))
-        })
-        .collect();
-    let mut mapped = mapper.map_all(g, &docs)?.into_iter();
-    drop(docs);
+    let mut batch = match mapper {
+        Mapper::Native(_) => {
+            let docs: Vec<Vec<u8>> = chunk
+                .iter()
+                .filter_map(|item| {
+                    let doc = item.doc.as_ref()?;
+                    let body = bodies.next().expect("one body per document");
+                    Some(doc.json(&item.id, &body))
+                })
+                .collect();
+            mapper.map_all(&docs).transpose()?.map(Vec::into_iter)
+        }
+        Mapper::Js { .. } => None,
+    };
     let mut out = Vec::with_capacity(chunk.len());
     for item in chunk {
         let mut rows = Vec::new();
-        if item.doc.is_some() {
-            let per_view = mapped.next().expect("one answer per document");
+        if let Some(doc) = &item.doc {
+            let per_view = match &mut batch {
+                Some(mapped) => mapped.next().expect("one answer per document"),
+                None => {
+                    let body = bodies.next().expect("one body per document");
+                    mapper.map(g, &item.id, &doc.json(&item.id, &body))?
+                }
+            };
             // A native map answering for more views than the group has is ignored past them.
             for (view, pairs) in per_view.into_iter().enumerate().take(g.def.views.len()) {
                 push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));
