@@ -5,7 +5,8 @@
 //! only; a fresh index of a database of up to [`FRESH_SCAN_DOCS`] documents reads them in
 //! one pass over the ids instead, sorted by seq) and sends chunks of documents to N map
 //! workers (one QuickJS runtime each, or the group's shared [`NativeMap`] when its
-//! language is registered as native; N = cores); each worker reads its chunk's bodies
+//! language is native or has a query server, given a whole chunk per call; N = cores, or
+//! what the [`NativeMap`] asks for); each worker reads its chunk's bodies
 //! from the reader's snapshot (decompressing them is a large share of the work, so it is
 //! spread over the workers), maps, encodes keys in collation order and sends rows back to
 //! the collector (the calling thread). At the end of a round the collector applies the
