@@ -293,9 +293,9 @@ impl Process {
     fn exited(&mut self) -> Error {
         self.broken = true;
         self.stdin = None;
-        // Give a dying process a moment to be reaped with its real status.
+        // Give a dying process a moment (up to 1 s) to be reaped with its real status.
         let mut status = None;
-        for _ in 0..50 {
+        for _ in 0..500 {
             if let Ok(Some(s)) = self.child.try_wait() {
                 status = Some(s);
                 break;
