@@ -33,11 +33,20 @@ pub struct Admission {
     db_name: String,
 }
 
-/// A database's compiled validate functions (`None`: it has none) and the fingerprint of
-/// the design documents and limits they were built from.
+/// A database's compiled validate functions (`None`: it has none), those its query
+/// servers run, and the fingerprint of the design documents and limits they were built from.
 struct Loaded {
     fingerprint: u64,
     validator: Option<Validator>,
+    external: Vec<ExternalValidate>,
+}
+
+/// A `validate_doc_update` of a design document in a query server's language.
+struct ExternalValidate {
+    language: String,
+    ddoc_id: String,
+    rev: String,
+    ddoc: Value,
 }
 
 /// Validators cached per (blocking) thread, most recently used last.
@@ -103,9 +112,10 @@ impl Admission {
         if design {
             self.sec.check_admin(&self.user)?;
         } else if self.validator.is_none() {
-            self.validator = Some(load_validator(db, self.settings.limits, self.users_db)?);
+            self.validator = Some(load_validator(db, &self.settings, self.users_db)?);
         }
-        let has_vdu = matches!(&self.validator, Some(l) if l.validator.is_some());
+        let has_vdu = matches!(&self.validator,
+            Some(l) if l.validator.is_some() || !l.external.is_empty());
         let owned = self.replicator_db && !self.sec.is_admin(&self.user);
         let checks = !design && (self.users_db || has_vdu || owned);
         // The common case (no attachments, no rules) pays no read of the replaced revision.
@@ -128,7 +138,7 @@ impl Admission {
             new_edits,
         )?;
         if design {
-            return crate::design::validate_design(&id, doc);
+            return crate::design::validate_design(&id, doc, &self.settings.query_servers);
         }
         if !checks {
             return Ok(());
@@ -150,15 +160,38 @@ impl Admission {
         doc: &ParsedDoc,
         old: Option<Replaced>,
     ) -> Result<()> {
-        let Some(validator) = self.validator.as_mut().and_then(|l| l.validator.as_mut()) else {
+        let Some(loaded) = self.validator.as_mut() else {
             return Ok(());
         };
+        if loaded.validator.is_none() && loaded.external.is_empty() {
+            return Ok(());
+        }
         let new_doc = new_doc_json(id, doc)?;
         let old_doc = old.map(|o| {
             let stubs = (!o.atts.stubs.is_empty()).then_some(o.atts.stubs);
             with_meta(id, Some(&o.rev), o.body, stubs)
         });
-        let user_ctx = self.user.to_json(Some(&db.name)).to_string();
+        let user_ctx = self.user.to_json(Some(&db.name));
+        for v in &loaded.external {
+            let d = settee_views::queryserver::DdocRef {
+                id: &v.ddoc_id,
+                rev: &v.rev,
+                body: &v.ddoc,
+            };
+            let answer = self.settings.query_servers.validate(
+                &v.language,
+                &d,
+                new_doc.clone(),
+                old_doc.clone().unwrap_or(Value::Null),
+                user_ctx.clone(),
+                self.sec_json.clone(),
+            );
+            external_verdict(answer)?;
+        }
+        let Some(validator) = loaded.validator.as_mut() else {
+            return Ok(());
+        };
+        let user_ctx = user_ctx.to_string();
         let result = validator.validate(
             &new_doc.to_string(),
             old_doc.map(|d| d.to_string()).as_deref(),
@@ -236,9 +269,40 @@ impl Admission {
     }
 }
 
+/// What a query server's validate function said, as CouchDB's
+/// `couch_query_servers:validate_doc_update` reads it: `1` passes, `{"forbidden": m}` and
+/// `{"unauthorized": m}` refuse, any other one-member object or a string is an
+/// `unknown_error`; a failed call fails the write.
+fn external_verdict(answer: settee_views::queryserver::Result<Value>) -> Result<()> {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    match answer {
+        Ok(Value::Number(n)) if n.as_u64() == Some(1) => Ok(()),
+        Ok(Value::Object(o)) if o.len() == 1 => {
+            let (k, m) = o.iter().next().expect("one member");
+            Err(match k.as_str() {
+                "forbidden" => Error::Forbidden(text(m)),
+                "unauthorized" => Error::Unauthorized(text(m)),
+                _ => Error::Rejected {
+                    error: "unknown_error".into(),
+                    reason: text(m),
+                },
+            })
+        }
+        Ok(other) => Err(Error::Rejected {
+            error: "unknown_error".into(),
+            reason: text(&other),
+        }),
+        Err(e) => Err(settee_views::Error::QueryServer(e).into()),
+    }
+}
+
 /// The `validate_doc_update` functions of the database's design documents, compiled, or
 /// this thread's cached ones if the design documents and limits are unchanged.
-fn load_validator(db: &Database, limits: settee_js::Limits, users_db: bool) -> Result<Loaded> {
+fn load_validator(db: &Database, settings: &Settings, users_db: bool) -> Result<Loaded> {
+    let limits = settings.limits;
     let fingerprint = fingerprint(db, limits, users_db)?;
     let cached = VALIDATORS.with_borrow_mut(|cache| {
         let at = cache
@@ -249,9 +313,11 @@ fn load_validator(db: &Database, limits: settee_js::Limits, users_db: bool) -> R
     if let Some(loaded) = cached {
         return Ok(loaded);
     }
+    let (validator, external) = compile_validator(db, settings, users_db)?;
     Ok(Loaded {
         fingerprint,
-        validator: compile_validator(db, limits, users_db)?,
+        validator,
+        external,
     })
 }
 
@@ -273,13 +339,17 @@ fn fingerprint(db: &Database, limits: settee_js::Limits, users_db: bool) -> Resu
 /// Compiles the `validate_doc_update` functions of the database's design documents.
 /// In a users database, `_design/_auth` with Settee's own validate function is not run:
 /// `users_rules` applies the same rules natively.
+/// Design documents of other languages are validated by their query server (an unknown
+/// language fails writes with `unknown_query_language`, as CouchDB's fail).
 fn compile_validator(
     db: &Database,
-    limits: settee_js::Limits,
+    settings: &Settings,
     users_db: bool,
-) -> Result<Option<Validator>> {
+) -> Result<(Option<Validator>, Vec<ExternalValidate>)> {
     let mut sources = Vec::new();
+    let mut external = Vec::new();
     let mut failed = None;
+    let mut failed_language = None;
     db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
         let Some(body) = row.body else {
             return ControlFlow::Continue(());
@@ -290,7 +360,28 @@ fn compile_validator(
                 let native = users_db
                     && row.id == settee_auth::users::AUTH_DDOC_ID
                     && source == Some(settee_auth::users::AUTH_VALIDATE_JS);
-                if let Some(source) = source.filter(|_| !native) {
+                let language = match ddoc.get("language") {
+                    Some(Value::String(l)) => l.as_str(),
+                    _ => "javascript",
+                };
+                let rev = row
+                    .info
+                    .as_ref()
+                    .and_then(|i| i.tree.winner())
+                    .map(|w| w.rev.to_string());
+                if source.is_some() && language != "javascript" {
+                    if !settings.query_servers.knows(language) {
+                        failed_language = Some(language.to_owned());
+                    }
+                    let mut ddoc = ddoc.clone();
+                    ddoc["_id"] = Value::String(row.id.clone());
+                    external.push(ExternalValidate {
+                        language: language.to_owned(),
+                        ddoc_id: row.id.clone(),
+                        rev: rev.unwrap_or_default(),
+                        ddoc,
+                    });
+                } else if let Some(source) = source.filter(|_| !native) {
                     sources.push(ValidateSource {
                         ddoc_id: row.id.clone(),
                         source: source.to_string(),
@@ -305,12 +396,16 @@ fn compile_validator(
     if let Some(e) = failed {
         return Err(Error::Db(settee_db::Error::Internal(e)));
     }
-    if sources.is_empty() {
-        return Ok(None);
+    if let Some(language) = failed_language {
+        let unknown = settee_views::queryserver::Error::UnknownLanguage(language);
+        return Err(settee_views::Error::QueryServer(unknown).into());
     }
-    Validator::new(&sources, limits)
-        .map(Some)
-        .map_err(|e| settee_views::Error::Js(e).into())
+    if sources.is_empty() {
+        return Ok((None, external));
+    }
+    let validator = Validator::new(&sources, settings.limits)
+        .map_err(|e| Error::from(settee_views::Error::Js(e)))?;
+    Ok((Some(validator), external))
 }
 
 /// The document as a validation function sees it: `_id`, `_rev`, the body, `_revisions`

@@ -1,16 +1,55 @@
 //! Design documents as a write checks them.
 
-use crate::Result;
+use crate::{Error, Result};
 use serde_json::{json, Map, Value};
 use settee_core::design::ViewGroupDef;
 use settee_core::ParsedDoc;
-use settee_views::Group;
+use settee_views::queryserver::{Error as QsError, Setup};
+use settee_views::{Group, QueryServers};
+
+/// Loads each map function into a process of the group's language, one at a time so that
+/// a failure names its view.
+fn compile_external(qs: &QueryServers, def: &ViewGroupDef) -> Result<()> {
+    if !qs.knows(&def.language) {
+        return Ok(());
+    }
+    let mut maps = Vec::new();
+    for view in &def.views {
+        maps.push(view.map.as_str());
+        let failure = match qs.checkout(&def.language, &Setup::views(def.lib.as_ref(), &maps)) {
+            Ok(_) => continue,
+            Err(e) => e,
+        };
+        let reason = match failure {
+            QsError::Spawn { .. } => {
+                tracing::warn!(language = %def.language, error = %failure,
+                    "design document saved without compiling its views");
+                return Ok(());
+            }
+            QsError::Server { reason, .. } | QsError::Fatal { reason, .. } => format!(
+                "Compilation of the map function in the '{}' view failed: {reason}",
+                view.name
+            ),
+            QsError::Exited(Some(status)) => format!(
+                "Compilation of the map function in the '{}' view failed with exit status: {status}",
+                view.name
+            ),
+            other => return Err(settee_views::Error::QueryServer(other).into()),
+        };
+        return Err(Error::Rejected {
+            error: "compilation_error".into(),
+            reason,
+        });
+    }
+    Ok(())
+}
 
 /// CouchDB's check of a design document on save: its members must have the right types
-/// and its views maps and known built-in reduces (`400 invalid_design_doc`), and JavaScript
-/// functions must compile (`compilation_error`). Functions of other languages (such as
-/// Mango's `query`) are not compiled.
-pub fn validate_design(id: &str, doc: &ParsedDoc) -> Result<()> {
+/// and its views maps and known built-in reduces (`400 invalid_design_doc`), and map
+/// functions must compile (`compilation_error`): JavaScript in QuickJS, other languages in
+/// their query server (`add_fun`, as CouchDB's `try_compile`). A language without a server
+/// (or whose server cannot be started) is saved unchecked, as CouchDB saves it.
+pub fn validate_design(id: &str, doc: &ParsedDoc, qs: &QueryServers) -> Result<()> {
     if !id.starts_with("_design/") || doc.deleted {
         return Ok(());
     }
@@ -22,12 +61,12 @@ pub fn validate_design(id: &str, doc: &ParsedDoc) -> Result<()> {
     settee_core::design::check_members(&body).map_err(settee_views::Error::from)?;
     let js = matches!(body.get("language"), None | Some(Value::Null))
         || body.get("language") == Some(&json!("javascript"));
-    if !js {
-        return Ok(());
-    }
     let def = ViewGroupDef::from_ddoc(&body).map_err(settee_views::Error::from)?;
     if def.views.is_empty() {
         return Ok(());
+    }
+    if !js {
+        return compile_external(qs, &def);
     }
     let g = Group::new(0, id, def);
     settee_js::ViewRuntime::new(&g.fns, settee_js::Limits::default())

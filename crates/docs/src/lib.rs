@@ -39,6 +39,9 @@ pub struct Settings {
     /// The authentication database (`[chttpd_auth] authentication_db`), besides `_users`
     /// and every `…/_users`.
     pub auth_db: String,
+    /// The query servers that run validate functions of design documents in languages
+    /// other than JavaScript.
+    pub query_servers: Arc<settee_views::QueryServers>,
 }
 
 impl Settings {

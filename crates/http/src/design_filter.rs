@@ -37,6 +37,8 @@ pub struct DesignFilter {
     limits: Limits,
     /// CouchDB's request object, but for `info` and `uuid` (see [`Running`]).
     req: Arc<Value>,
+    /// The design document's language when a query server runs it (not JavaScript).
+    external: Option<String>,
 }
 
 impl std::fmt::Debug for DesignFilter {
@@ -74,6 +76,10 @@ impl DesignFilter {
             rev: doc.rev.to_string(),
             limits: state.views.limits(),
             req: Arc::new(req.to_json(db)),
+            external: match body.get("language").and_then(Value::as_str) {
+                None | Some("javascript") => None,
+                Some(language) => Some(language.to_owned()),
+            },
         })
     }
 
@@ -138,6 +144,14 @@ impl Running<'_> {
             return Ok(Vec::new());
         }
         let req = self.request(db)?;
+        if let Some(language) = &self.filter.external {
+            let passes = self.external(language, &docs, req)?;
+            return Ok(revs
+                .into_iter()
+                .zip(passes)
+                .filter_map(|(rev, pass)| pass.then_some(rev))
+                .collect());
+        }
         let fun = self.function()?;
         let passes = match fun.filter(&docs, &req) {
             Ok(passes) => passes,
@@ -152,6 +166,29 @@ impl Running<'_> {
             .zip(passes)
             .filter_map(|(rev, pass)| pass.then_some(rev))
             .collect())
+    }
+
+    /// Runs the filter in the language's query server: `[true, [pass, ..]]`, each pass
+    /// truthy as CouchDB reads it (`true` only).
+    fn external(&self, language: &str, docs: &[Value], req: Value) -> ApiResult<Vec<bool>> {
+        let f = self.filter;
+        let ddoc = settee_views::queryserver::DdocRef {
+            id: &f.source.ddoc_id,
+            rev: &f.rev,
+            body: &f.source.ddoc,
+        };
+        let qs = &f.state.views.query_servers;
+        let answer = qs
+            .filter(language, &ddoc, &f.source.name, docs, req)
+            .map_err(|e| ApiError::from(settee_views::Error::QueryServer(e)))?;
+        match answer.as_array().map(Vec::as_slice) {
+            Some([Value::Bool(true), Value::Array(passes)]) if passes.len() == docs.len() => {
+                Ok(passes.iter().map(|p| *p == Value::Bool(true)).collect())
+            }
+            _ => Err(ApiError::from(settee_views::Error::QueryServer(
+                settee_views::queryserver::Error::Garbage(format!("filter answer {answer}")),
+            ))),
+        }
     }
 
     /// The request object for one change: this pass's `info`, and a fresh `uuid` (CouchDB

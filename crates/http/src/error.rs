@@ -43,6 +43,14 @@ impl From<settee_views::Error> for ApiError {
                 ApiError::Named(status, error.into(), reason)
             }
             V::Reduce(f) => ApiError::Named(S::INTERNAL_SERVER_ERROR, f.error, f.reason),
+            V::QueryServer(q) => {
+                let (error, reason) = q.parts();
+                let status = match q {
+                    settee_views::queryserver::Error::UnknownLanguage(_) => S::BAD_REQUEST,
+                    _ => S::INTERNAL_SERVER_ERROR,
+                };
+                ApiError::Named(status, error, reason)
+            }
             other => ApiError::Db(settee_db::Error::Internal(other.to_string())),
         }
     }
@@ -146,6 +154,8 @@ impl From<settee_docs::Error> for ApiError {
                     "not_found" => S::NOT_FOUND,
                     "conflict" => S::CONFLICT,
                     "bad_request" => S::BAD_REQUEST,
+                    // A map function its query server could not compile (as JavaScript's).
+                    "compilation_error" => S::BAD_REQUEST,
                     _ => S::INTERNAL_SERVER_ERROR,
                 };
                 ApiError::Named(status, error, reason)

@@ -140,6 +140,7 @@ impl AppState {
             )),
             passwords: auth::password_rules(node),
             auth_db: access::auth_db(node),
+            query_servers: self.views.query_servers.clone(),
         }
     }
 
@@ -168,6 +169,22 @@ impl AppState {
                 .unwrap_or_else(|| "true".into()),
         );
         self.views.set_limits(limits, reduce_limit);
+        let qs = &self.views.query_servers;
+        let qs_defaults = settee_views::queryserver::Settings::default();
+        qs.set_settings(settee_views::queryserver::Settings {
+            timeout: limits.timeout,
+            max_processes: node.get_u64(
+                "query_server_config",
+                "os_process_limit",
+                qs_defaults.max_processes as u64,
+            ) as usize,
+            reduce_limit: reduce_limit != settee_views::ReduceLimit::Off,
+            idle_limit: std::time::Duration::from_secs(node.get_u64(
+                "query_server_config",
+                "os_process_idle_limit",
+                qs_defaults.idle_limit.as_secs(),
+            )),
+        });
     }
 
     /// `n` ids from `[uuids] algorithm` (`utc_id` takes `utc_id_suffix`). As CouchDB's

@@ -288,6 +288,14 @@ pub fn builtin_defaults() -> Sections {
         ),
         ("attachments", "compression_level", "8".into()),
         ("query_server_config", "reduce_limit", "true".into()),
+        ("query_server_config", "os_process_idle_limit", "300".into()),
+        (
+            "query_server_config",
+            "os_process_limit",
+            settee_views::queryserver::Settings::default()
+                .max_processes
+                .to_string(),
+        ),
         // The replication scheduler (CouchDB's defaults; `retry_base` is Settee's, in
         // seconds: the first crash's backoff, fixed at 30 in CouchDB).
         ("replicator", "max_jobs", "500".into()),

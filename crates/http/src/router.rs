@@ -369,7 +369,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::ClusterSetup => unavailable::cluster_setup(req).await,
         Endpoint::SearchAnalyze => unavailable::search_analyze(req).await,
         Endpoint::NouveauAnalyze => unavailable::nouveau_analyze(&req),
-        Endpoint::ReloadQueryServers => unavailable::reload_query_servers(&req),
+        Endpoint::ReloadQueryServers => unavailable::reload_query_servers(&state, &req),
         Endpoint::UnknownServer(segs) => unavailable::unknown(&req, &segs),
     }
 }

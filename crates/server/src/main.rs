@@ -89,6 +89,7 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
     if settings.view_workers > 0 {
         views_config.workers = settings.view_workers;
     }
+    views_config.query_servers = std::sync::Arc::new(query_servers(&settings.node));
     let views = settee_views::Views::new(views_config);
     let state = AppState::new(
         couch.clone(),
@@ -136,6 +137,25 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         .flush()
         .map_err(|e| format!("flushing at shutdown: {e}"))?;
     served
+}
+
+/// The external query servers, CouchDB 3's way: `COUCHDB_QUERY_SERVER_<LANG>` variables
+/// over the `[query_servers]` section of the ini files (read at start only: a command line
+/// is not something `/_config` should be able to change), `python` defaulting to Settee's
+/// own server when it is installed. Their live settings (timeout, process limit) follow `/_config`.
+fn query_servers(node: &settee_http::NodeConfig) -> settee_views::QueryServers {
+    use settee_views::queryserver::{Languages, QueryServers};
+    let section =
+        |name: &str| -> Vec<(String, String)> { node.section(name).into_iter().collect() };
+    let languages = Languages::resolve(
+        std::env::vars(),
+        &section("query_servers"),
+        &section("native_query_servers"),
+    );
+    for (lang, command) in &languages.0 {
+        tracing::info!(language = %lang, %command, "query server");
+    }
+    QueryServers::new(languages, Default::default())
 }
 
 async fn shutdown() {

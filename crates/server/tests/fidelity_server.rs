@@ -988,7 +988,13 @@ fn config_shows_standard_options_settee_honours() {
         all["uuids"],
         json!({"algorithm": "sequential", "max_count": "1000"})
     );
-    assert_eq!(all["query_server_config"], json!({"reduce_limit": "true"}));
+    assert_eq!(all["query_server_config"]["reduce_limit"], "true");
+    // Settee's default is 4 per core (CouchDB's 100 is for processes of every language).
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(
+        all["query_server_config"]["os_process_limit"],
+        (4 * cores).to_string()
+    );
     assert_eq!(
         all["attachments"],
         json!({

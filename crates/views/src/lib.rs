@@ -1,6 +1,7 @@
 //! Map/reduce view indexes: the reduce tree ([`tree`]), the on-disk layout ([`layout`]),
 //! the parallel indexer ([`updater`]) and queries ([`query`]). Map functions run in
-//! QuickJS, or natively for the languages registered in [`Config::native`].
+//! QuickJS, natively for the languages registered in [`Config::native`], or in external
+//! query-server processes ([`external`]) for the languages of [`Config::query_servers`].
 //!
 //! Threading contract: [`Views`] is shared by all request threads. Everything is blocking;
 //! callers on an async runtime call it from blocking threads. Updates of one index are
@@ -8,6 +9,7 @@
 //! concurrent queries wait for the one running update and then find the index current.
 //! Reads use a store snapshot and never block on an update.
 
+mod external;
 mod group;
 pub mod layout;
 mod native;
@@ -22,6 +24,7 @@ pub use native::{NativeFactory, NativeLanguages, NativeMap};
 pub use query::{Event, Grouping, ViewQuery};
 pub use reducer::{js_error_parts, ReduceFailure};
 pub use settee_js::{JsError, Limits};
+pub use settee_queryserver::{self as queryserver, QueryServers};
 pub use tasks::{TaskHandle, Tasks};
 
 use settee_core::design::{DesignError, ViewGroupDef};
@@ -45,6 +48,9 @@ pub enum Error {
     Design(#[from] DesignError),
     #[error("{}: {}", .0.error, .0.reason)]
     Reduce(ReduceFailure),
+    /// A query-server call failed (map during an index update).
+    #[error(transparent)]
+    QueryServer(settee_queryserver::Error),
     #[error("{0}")]
     Internal(String),
 }
@@ -92,6 +98,8 @@ pub struct Config {
     pub workers: usize,
     /// Languages whose map functions run natively instead of in QuickJS.
     pub native: NativeLanguages,
+    /// External query servers, for languages neither JavaScript nor native.
+    pub query_servers: Arc<QueryServers>,
 }
 
 impl Default for Config {
@@ -101,6 +109,7 @@ impl Default for Config {
             reduce_limit: ReduceLimit::On,
             workers: std::thread::available_parallelism().map_or(2, |n| n.get()),
             native: NativeLanguages::default(),
+            query_servers: Arc::new(QueryServers::new(Default::default(), Default::default())),
         }
     }
 }
@@ -111,6 +120,7 @@ pub struct Views {
     settings: std::sync::RwLock<(Limits, ReduceLimit)>,
     pub(crate) workers: usize,
     pub(crate) native: NativeLanguages,
+    pub query_servers: Arc<QueryServers>,
     pub tasks: Tasks,
     locks: Mutex<HashMap<layout::IndexPrefix, Arc<Mutex<()>>>>,
     /// Indexes being compacted (`compact_running`).
@@ -137,6 +147,7 @@ impl Views {
             settings: std::sync::RwLock::new((config.limits, config.reduce_limit)),
             workers: config.workers,
             native: config.native,
+            query_servers: config.query_servers,
             tasks: Tasks::default(),
             locks: Mutex::new(HashMap::new()),
             compacting: Mutex::new(Default::default()),
@@ -158,15 +169,33 @@ impl Views {
         *self.settings.write().unwrap() = (limits, reduce_limit);
     }
 
-    /// Whether design documents of `language` can be indexed: JavaScript, or a language
-    /// registered in [`Config::native`].
+    /// Whether design documents of `language` can be indexed: JavaScript, a language
+    /// registered in [`Config::native`], or one with a query server.
     pub fn knows_language(&self, language: &str) -> bool {
-        language == "javascript" || self.native.contains(language)
+        language == "javascript"
+            || self.native.contains(language)
+            || self.query_servers.knows(language)
     }
 
-    /// The native map of `def`, or `None` when its language is JavaScript (or unknown).
+    /// The map of `def` when it does not run in QuickJS: native, or through the
+    /// language's query server; `None` for JavaScript (or an unknown language).
     pub fn native_map(&self, def: &ViewGroupDef) -> Result<Option<Arc<dyn NativeMap>>> {
-        Ok(self.native.build(def)?)
+        if let Some(native) = self.native.build(def)? {
+            return Ok(Some(native));
+        }
+        Ok(external::ExternalMap::new(&self.query_servers, def)
+            .map(|m| Arc::new(m) as Arc<dyn NativeMap>))
+    }
+
+    /// The reduce functions of `g`: JavaScript, or its language's query server.
+    pub(crate) fn reducers<'a>(&'a self, g: &'a Group) -> reducer::JsReducers<'a> {
+        let js = reducer::JsReducers::new(&g.fns, self.limits(), self.reduce_limit());
+        let language = g.def.language.as_str();
+        if language != "javascript" && self.query_servers.knows(language) {
+            js.external(&self.query_servers, language)
+        } else {
+            js
+        }
     }
 
     /// The view group of a design document body.

@@ -3,11 +3,16 @@
 //! factory that turns a view group into a [`NativeMap`]; who implements it (and what the
 //! views' `map` objects mean) is the registering crate's business.
 //!
+//! External query servers plug in here too (`external.rs`): their [`NativeMap::map_docs`]
+//! sends a whole chunk through one process.
+//!
 //! Threading contract: one [`NativeMap`] is built per index update round and shared by
-//! every map worker of the round, which call [`NativeMap::map_doc`] concurrently.
+//! every map worker of the round, which call [`NativeMap::map_docs`] (one chunk of
+//! documents at a time) concurrently.
 
 use serde_json::Value;
 use settee_core::design::{DesignError, ViewGroupDef};
+use settee_queryserver::Emits;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -20,6 +25,19 @@ pub trait NativeMap: Send + Sync {
     /// members need not parse the rest. Deleted documents are never passed. An error (the
     /// text is not a JSON object) fails the index update.
     fn map_doc(&self, doc: &[u8]) -> Result<Vec<Vec<(Value, Value)>>, String>;
+
+    /// [`NativeMap::map_doc`] of each document of a chunk, in order; the indexer calls
+    /// this. A map with a per-call cost (a round trip to another process) overrides it.
+    fn map_docs(&self, docs: &[&[u8]]) -> crate::Result<Vec<Vec<Emits>>> {
+        docs.iter()
+            .map(|d| self.map_doc(d).map_err(crate::Error::Internal))
+            .collect()
+    }
+
+    /// How many map workers an index update runs, given the default (the cores).
+    fn workers(&self, cores: usize) -> usize {
+        cores
+    }
 }
 
 /// Builds a group's [`NativeMap`]; an error (a `map` the language cannot use) fails the

@@ -448,7 +448,7 @@ fn reduce_rows(
     out: &mut Out<'_>,
 ) -> Result<()> {
     let root = meta.roots[view].as_ref();
-    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
+    let mut js = views.reducers(g);
     let head = || Event::Head {
         total_rows: 0,
         offset: None,

@@ -1,5 +1,6 @@
 //! Reduce functions as the tree sees them ([`Reducer`]): built-ins run natively
-//! ([`settee_core::reduce`]), JavaScript in a [`ViewRuntime`].
+//! ([`settee_core::reduce`]), JavaScript in a [`ViewRuntime`], other languages' in their
+//! query server (`reduce`/`rereduce` commands).
 //!
 //! A stored partial is empty (no reduce function), `0x01` + JSON text (a partial result),
 //! or `0x02` + `{"error","reason"}` (the reduction failed). A failure is kept in the tree
@@ -12,6 +13,7 @@ use crate::ReduceLimit;
 use serde_json::{json, Value};
 use settee_core::reduce::Builtin;
 use settee_js::{JsError, Limits, ViewFns, ViewRuntime};
+use settee_queryserver::{QueryServers, Result as QsResult};
 
 const OK: u8 = 1;
 const ERR: u8 = 2;
@@ -110,12 +112,14 @@ fn builtin_partial(r: Result<Value, settee_core::reduce::ReduceError>) -> Vec<u8
     }
 }
 
-/// JavaScript reduces of one view group, sharing one lazily started runtime.
+/// The reduce functions of one view group: JavaScript sharing one lazily started
+/// runtime, or (for a group of an external language) its query server's.
 pub struct JsReducers<'a> {
     fns: &'a ViewFns,
     limits: Limits,
     reduce_limit: ReduceLimit,
     rt: Option<ViewRuntime>,
+    external: Option<(&'a QueryServers, &'a str)>,
 }
 
 impl<'a> JsReducers<'a> {
@@ -125,6 +129,37 @@ impl<'a> JsReducers<'a> {
             limits,
             reduce_limit,
             rt: None,
+            external: None,
+        }
+    }
+
+    /// Reduces through the query server of `language` instead of JavaScript.
+    pub fn external(mut self, qs: &'a QueryServers, language: &'a str) -> JsReducers<'a> {
+        self.external = Some((qs, language));
+        self
+    }
+
+    /// One `reduce`/`rereduce` command through the group's query server. A failure is
+    /// stored as the partial, as a JavaScript failure is (a broken process was killed and
+    /// the next call gets a new one).
+    fn call_external(
+        &mut self,
+        view: usize,
+        f: impl FnOnce(&mut settee_queryserver::Lease, &str) -> QsResult<Vec<Value>>,
+    ) -> Vec<u8> {
+        let (qs, language) = self.external.expect("external reducers");
+        let source = self.fns.views[view].reduce.as_deref().unwrap_or_default();
+        match qs
+            .checkout_any(language)
+            .and_then(|mut p| f(&mut p, source))
+        {
+            Ok(mut results) => ok(&results.pop().unwrap_or(Value::Null)),
+            Err(e) => {
+                let name = self.fns.views.get(view).map_or("", |v| v.name.as_str());
+                tracing::warn!(view = name, language, error = %e, "reduce through the query server failed");
+                let (error, reason) = e.parts();
+                err(&error, &reason)
+            }
         }
     }
 
@@ -247,6 +282,11 @@ impl Reducer for JsReducer<'_, '_> {
         };
         let refs: Vec<(&Value, &str, &Value)> =
             rows.iter().map(|(k, id, v)| (k, id.as_str(), v)).collect();
+        if self.all.external.is_some() {
+            return self
+                .all
+                .call_external(self.view, |p, src| p.reduce(&[src], &refs));
+        }
         // `[[[key,id],value],...]`: the commas and brackets, plus each part's JSON.
         let args_len = 2
             + rows.len().saturating_sub(1)
@@ -265,6 +305,11 @@ impl Reducer for JsReducer<'_, '_> {
             Err(e) => return e,
         };
         let refs: Vec<&Value> = values.iter().collect();
+        if self.all.external.is_some() {
+            return self
+                .all
+                .call_external(self.view, |p, src| p.rereduce(&[src], &refs));
+        }
         let args_len =
             2 + values.len().saturating_sub(1) + values.iter().map(json_len).sum::<usize>();
         let input = self.input(true, args_len);

@@ -5,7 +5,8 @@
 //! only; a fresh index of a database of up to [`FRESH_SCAN_DOCS`] documents reads them in
 //! one pass over the ids instead, sorted by seq) and sends chunks of documents to N map
 //! workers (one QuickJS runtime each, or the group's shared [`NativeMap`] when its
-//! language is registered as native; N = cores); each worker reads its chunk's bodies
+//! language is native or has a query server, given a whole chunk per call; N = cores, or
+//! what the [`NativeMap`] asks for); each worker reads its chunk's bodies
 //! from the reader's snapshot (decompressing them is a large share of the work, so it is
 //! spread over the workers), maps, encodes keys in collation order and sends rows back to
 //! the collector (the calling thread). At the end of a round the collector applies the
@@ -26,13 +27,13 @@
 
 use crate::group::Group;
 use crate::layout::{decode_back, encode_back, encode_payload, tree_key, Meta};
-use crate::reducer::JsReducers;
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
 use settee_core::{collate, DocJson};
 use settee_db::{Change, Database};
 use settee_js::{JsError, Limits, ViewRuntime};
+use settee_queryserver::Emits;
 use settee_storage::{Cf, Read, Snapshot, Store};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -175,7 +176,7 @@ fn round(
     let (last_seq, done) = pipeline(views, db, g, &snap, meta.seq, purged, &mut collector, task)?;
     let mapped = started.elapsed();
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
-    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
+    let mut js = views.reducers(g);
     // Back-index puts (`Some`) and deletes (`None`) that commit with the checkpoint.
     let mut back_index: Vec<(String, Option<Vec<u8>>)> = match collector.state {
         State::Fresh { rows, back } => {
@@ -236,7 +237,7 @@ pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
     let mut meta = load_meta(&snap, g)?;
     let first_new = meta.next_node;
     let mut sink = StoreSink::new(store, g, first_new, true);
-    let mut js = JsReducers::new(&g.fns, views.limits(), views.reduce_limit());
+    let mut js = views.reducers(g);
     let nodes = SnapNodes { read: &snap, g };
     for i in 0..meta.roots.len() {
         let old = meta.roots[i].take();
@@ -301,8 +302,11 @@ fn pipeline(
     collector: &mut Collector<'_>,
     task: &TaskHandle,
 ) -> Result<(u64, bool)> {
-    let workers = views.workers.max(1);
-    let native = views.native.build(&g.def)?;
+    let native = views.native_map(&g.def)?;
+    let workers = native
+        .as_ref()
+        .map_or(views.workers, |n| n.workers(views.workers))
+        .max(1);
     // `abort`: a failure, queued work is dropped; `enough`: the round is full, the reader
     // stops and queued work is still mapped.
     let abort = AtomicBool::new(false);
@@ -517,10 +521,28 @@ impl Mapper<'_> {
                     .map(|r| r.unwrap_or_default())
                     .collect())
             }
-            Mapper::Native(native) => native
-                .map_doc(doc)
-                .map_err(|e| Error::Internal(format!("doc {id}: {e}"))),
+            Mapper::Native(native) => {
+                let mut out = native.map_docs(&[doc])?;
+                Ok(out.pop().unwrap_or_default())
+            }
         }
+    }
+
+    /// Each document's emits per view, in order, in one call of the native map for the
+    /// whole chunk (a query server pipelines it); `None` for QuickJS, which maps each
+    /// document as its JSON is built (the chunk's JSON is never all in memory at once).
+    fn map_all(&mut self, docs: &[Vec<u8>]) -> Option<Result<Vec<Vec<Emits>>>> {
+        let Mapper::Native(native) = self else {
+            return None;
+        };
+        let refs: Vec<&[u8]> = docs.iter().map(Vec::as_slice).collect();
+        Some(native.map_docs(&refs).and_then(|out| {
+            if out.len() == docs.len() {
+                Ok(out)
+            } else {
+                Err(Error::Internal("a native map lost documents".into()))
+            }
+        }))
     }
 
     /// Drops state a failure may have left behind.
@@ -577,13 +599,31 @@ fn map_chunk(
         *body_bytes = bodies.iter().map(|b| b.len()).sum::<usize>() / bodies.len();
     }
     let mut bodies = bodies.into_iter();
+    let mut batch = match mapper {
+        Mapper::Native(_) => {
+            let docs: Vec<Vec<u8>> = chunk
+                .iter()
+                .filter_map(|item| {
+                    let doc = item.doc.as_ref()?;
+                    let body = bodies.next().expect("one body per document");
+                    Some(doc.json(&item.id, &body))
+                })
+                .collect();
+            mapper.map_all(&docs).transpose()?.map(Vec::into_iter)
+        }
+        Mapper::Js { .. } => None,
+    };
     let mut out = Vec::with_capacity(chunk.len());
     for item in chunk {
         let mut rows = Vec::new();
         if let Some(doc) = &item.doc {
-            let body = bodies.next().expect("one body per document");
-            let doc = doc.json(&item.id, &body);
-            let per_view = mapper.map(g, &item.id, &doc)?;
+            let per_view = match &mut batch {
+                Some(mapped) => mapped.next().expect("one answer per document"),
+                None => {
+                    let body = bodies.next().expect("one body per document");
+                    mapper.map(g, &item.id, &doc.json(&item.id, &body))?
+                }
+            };
             // A native map answering for more views than the group has is ignored past them.
             for (view, pairs) in per_view.into_iter().enumerate().take(g.def.views.len()) {
                 push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));

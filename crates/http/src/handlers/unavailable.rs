@@ -168,11 +168,13 @@ pub fn nouveau_analyze(req: &Req) -> ApiResult<Response> {
     Err(ApiError::NotFound("missing".into()))
 }
 
-/// `POST /_reload_query_servers`: CouchDB restarts its JavaScript processes. Settee's
-/// sandboxes hold no state between design-document versions, so there is nothing to drop.
-pub fn reload_query_servers(req: &Req) -> ApiResult<Response> {
+/// `POST /_reload_query_servers`: CouchDB restarts its query-server processes. External
+/// ones stop (idle ones now, busy ones when their call ends) and start afresh on next use;
+/// Settee's JavaScript sandboxes hold no state between design-document versions.
+pub fn reload_query_servers(state: &crate::AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     crate::req::require_json(&req.headers)?;
+    state.views.query_servers.reload();
     Ok(ok_true(StatusCode::OK))
 }
 

@@ -189,6 +189,19 @@ impl Server {
         }
     }
 
+    /// Starts on a fresh directory with extra environment variables (e.g. a
+    /// `COUCHDB_QUERY_SERVER_<LANG>` command) and an ini file of this text (may be empty).
+    pub fn start_with_env_ini(env: &[(&str, &str)], ini: &str) -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("settee.ini");
+        std::fs::write(&path, ini).unwrap();
+        let data = tmp.path().join("data");
+        let extra = ["--config", path.to_str().unwrap()];
+        let mut s = Server::spawn(&data, &extra, None, "127.0.0.1:0", env);
+        s._tmp = Some(tmp);
+        s
+    }
+
     /// Starts on a fresh directory with an ini file of this text passed as `--config`.
     pub fn start_with_ini(ini: &str) -> Server {
         let tmp = tempfile::tempdir().unwrap();
