@@ -13,26 +13,37 @@ const FAKE: &str = concat!(
     "/../queryserver/tests/fixtures/fake_qs.py"
 );
 
-/// couchpy's path, or `None` (and the reason printed) when it is not installed.
-fn couchpy() -> Option<String> {
+/// The Python query servers these tests run: couchpy (PyPI `CouchDB`) and Settee's own
+/// (`pip install ./python`).
+const COUCHPY: &str = "couchpy";
+const SETTEE_QS: &str = "settee-query-server";
+
+/// A program's path, or `None` (and the reason printed) when it is not installed.
+fn on_path(program: &str) -> Option<String> {
     let path = std::env::var_os("PATH")?;
     let found = std::env::split_paths(&path)
-        .map(|d| d.join("couchpy"))
+        .map(|d| d.join(program))
         .find(|p| p.is_file());
     if found.is_none() {
         eprintln!(
-            "SKIPPED: `couchpy` is not on PATH (pip install -r tests/clients/requirements.txt)"
+            "SKIPPED: `{program}` is not on PATH (pip install -r tests/clients/requirements.txt \
+             ./python)"
         );
     }
     found.map(|p| p.to_string_lossy().into_owned())
 }
 
-fn python_server() -> Option<Server> {
-    let couchpy = couchpy()?;
+/// A server running `python` views with `program`.
+fn python_server_with(program: &str) -> Option<Server> {
+    let command = on_path(program)?;
     Some(Server::start_with_env_ini(
-        &[("COUCHDB_QUERY_SERVER_PYTHON", &couchpy)],
+        &[("COUCHDB_QUERY_SERVER_PYTHON", &command)],
         "",
     ))
+}
+
+fn python_server() -> Option<Server> {
+    python_server_with(COUCHPY)
 }
 
 fn fake_server(timeout_ms: u64) -> Server {
@@ -158,14 +169,21 @@ fn same_rows(s: &Server) {
 
 #[test]
 fn python_views_answer_as_the_same_views_in_javascript() {
-    let Some(s) = python_server() else { return };
+    for program in [COUCHPY, SETTEE_QS] {
+        if let Some(s) = python_server_with(program) {
+            same_as_javascript(&s);
+        }
+    }
+}
+
+fn same_as_javascript(s: &Server) {
     s.create_db("db");
-    bulk(&s, "db", score_docs(0..600));
+    bulk(s, "db", score_docs(0..600));
     assert_eq!(s.put("/db/_design/js", JS).status, 201);
     assert_eq!(s.put("/db/_design/py", &python_ddoc()).status, 201);
-    same_rows(&s);
+    same_rows(s);
     assert_eq!(
-        rows(&s, "/db/_design/py/_view/sum"),
+        rows(s, "/db/_design/py/_view/sum"),
         json!([{"key": null, "value": (0..600).map(|i| i % 17).sum::<usize>()}])
     );
 
@@ -181,9 +199,9 @@ fn python_views_answer_as_the_same_views_in_javascript() {
         }
         changed.push(doc);
     }
-    bulk(&s, "db", changed);
-    bulk(&s, "db", score_docs(600..700));
-    same_rows(&s);
+    bulk(s, "db", changed);
+    bulk(s, "db", score_docs(600..700));
+    same_rows(s);
     let info = s.get("/db/_design/py/_info").json();
     assert_eq!(info["view_index"]["language"], "python");
 }
@@ -235,7 +253,9 @@ fn unknown_languages_fail_the_query_not_the_save() {
 /// `os_process_error`, is killed and replaced, and the view works once the cause is gone.
 #[test]
 fn broken_query_servers_fail_the_query_and_are_replaced() {
-    let s = fake_server(2000);
+    // A timeout long enough for process start-ups on a loaded machine: the hang case waits
+    // it out once.
+    let s = fake_server(5000);
     s.create_db("db");
     bulk(
         &s,
@@ -264,14 +284,12 @@ fn broken_query_servers_fail_the_query_and_are_replaced() {
         let r = s.put(&format!("/db/{what}"), &json!({ what: true }).to_string());
         assert_eq!(r.status, 201);
         let rev = r.json()["rev"].as_str().unwrap().to_owned();
-        let started = Instant::now();
         let r = s.get("/db/_design/f/_view/ids?limit=1");
         assert_eq!(r.status, 500, "{what}: {}", r.text);
         assert_eq!(r.json()["error"], "os_process_error", "{what}: {}", r.text);
         if !reason.is_empty() {
             assert_eq!(r.json()["reason"], reason, "{what}");
         }
-        assert!(started.elapsed() < Duration::from_secs(5), "{what}");
         assert_eq!(s.get("/").status, 200);
         assert_eq!(s.delete(&format!("/db/{what}?rev={rev}")).status, 200);
         assert_eq!(
