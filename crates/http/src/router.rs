@@ -3,6 +3,7 @@
 //! dispatched by one exhaustive `match`.
 
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::design_fns::{self, DesignFn};
 use crate::handlers::{
     all_docs, attachments, bulk, changes, database, doc, mango, node, server, unavailable, views,
 };
@@ -89,6 +90,8 @@ pub enum DbOp {
     Explain,
     /// `_index/…`: the segments after `_index`
     Index(Vec<String>),
+    /// `_design/{ddoc}/_show|_list|_update/…`
+    DesignFn(String, DesignFn),
 }
 
 /// What is asked of `/_node/{node-name}`.
@@ -260,6 +263,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
             op(DbOp::ViewQueries(ddoc.to_string(), view.to_string()))
         }
         ["_design", ddoc, "_info"] => op(DbOp::DesignInfo(ddoc.to_string())),
+        ["_design", ddoc, f, rest @ ..] if matches!(*f, "_show" | "_list" | "_update") => {
+            op(DbOp::DesignFn(ddoc.to_string(), design_fn(f, rest)))
+        }
         ["_design", _ddoc, f, ..] if f.starts_with('_') => {
             Endpoint::DbUnimplemented(db.clone(), "design document functions")
         }
@@ -276,6 +282,42 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         [id] => Endpoint::Doc(db, id.to_string()),
         [id, att @ ..] => Endpoint::Attachment(db.clone(), id.to_string(), att.join("/")),
         [] => Endpoint::Db(db),
+    }
+}
+
+/// A render function's path after `_show`, `_list` or `_update`.
+fn design_fn(kind: &str, rest: &[&str]) -> DesignFn {
+    let owned = |s: &str| s.to_string();
+    match (kind, rest) {
+        ("_show", [name]) => DesignFn::Show {
+            name: owned(name),
+            doc: None,
+        },
+        ("_show", [name, doc @ ..]) => DesignFn::Show {
+            name: owned(name),
+            doc: Some(doc.join("/")),
+        },
+        ("_update", [name]) => DesignFn::Update {
+            name: owned(name),
+            doc: None,
+        },
+        ("_update", [name, doc @ ..]) => DesignFn::Update {
+            name: owned(name),
+            doc: Some(doc.join("/")),
+        },
+        ("_list", [name, view]) => DesignFn::List {
+            name: owned(name),
+            view_ddoc: None,
+            view: owned(view),
+        },
+        ("_list", [name, ddoc, view]) => DesignFn::List {
+            name: owned(name),
+            view_ddoc: Some(owned(ddoc)),
+            view: owned(view),
+        },
+        ("_show", _) => DesignFn::BadPath("show_error", "Invalid path."),
+        ("_update", _) => DesignFn::BadPath("update_error", "Invalid path."),
+        _ => DesignFn::BadPath("list_error", "Bad path."),
     }
 }
 
@@ -337,6 +379,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Find => mango::find(state, handle, req, false).await,
                 DbOp::Explain => mango::find(state, handle, req, true).await,
                 DbOp::Index(rest) => mango::index(state, handle, rest, req).await,
+                DbOp::DesignFn(ddoc, f) => design_fns::design_fn(state, handle, ddoc, f, req).await,
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
@@ -439,9 +482,36 @@ mod tests {
             Endpoint::Attachment("db".into(), "_design/d".into(), "logo.png".into())
         );
         assert!(matches!(
-            parse("/db/_design/d/_show/x").unwrap(),
+            parse("/db/_design/d/_rewrite/x").unwrap(),
             Endpoint::DbUnimplemented(..)
         ));
+        assert_eq!(
+            parse("/db/_design/d/_show/x/a%2Fb/c").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::DesignFn(
+                    "d".into(),
+                    DesignFn::Show {
+                        name: "x".into(),
+                        doc: Some("a/b/c".into())
+                    }
+                )
+            )
+        );
+        assert_eq!(
+            parse("/db/_design/d/_list/l/o/v").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::DesignFn(
+                    "d".into(),
+                    DesignFn::List {
+                        name: "l".into(),
+                        view_ddoc: Some("o".into()),
+                        view: "v".into()
+                    }
+                )
+            )
+        );
         assert_eq!(
             parse("/_foo").unwrap(),
             Endpoint::UnknownServer(vec!["_foo".into()])
