@@ -374,10 +374,10 @@ impl ReqInfo {
         info
     }
 
-    /// The whole request object, `info` and a fresh `uuid` included.
+    /// The request object with a fresh `uuid`; `info` is left `null` for the renderer,
+    /// which reads it only when a function does (`design_render::with_renderer`).
     pub fn render_json(&self, state: &AppState, db: &Database) -> ApiResult<Value> {
         let mut req = self.to_json(db);
-        req["info"] = db_info_json(state, db);
         req["uuid"] = Value::String(state.next_uuid()?);
         Ok(req)
     }

@@ -9,8 +9,9 @@
 //! through the usual row writer into a bounded channel, and the list function pulls them one
 //! at a time with `getRow()`, its chunks streaming to the client as it sends them.
 
-use crate::design_filter::{open_design, ReqInfo};
+use crate::design_filter::ReqInfo;
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::database::db_info_json;
 use crate::render::{doc_json, DocOpts};
 use crate::AppState;
 use axum::body::Body;
@@ -20,31 +21,36 @@ use base64::Engine;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
-use settee_db::Database;
+use settee_db::{Database, OpenDoc};
 use settee_js::{Limits, ListIo, RenderSource, Renderer};
 use std::cell::RefCell;
 use std::sync::mpsc;
+use std::sync::Arc;
 use tokio::sync::mpsc as tokio_mpsc;
 
-/// A design document as render functions see it.
+/// A design document whose render functions are called.
 pub struct DesignDoc {
     pub id: String,
     pub rev: String,
-    /// The document as functions get it (`this`), with `_id` and `_rev`.
-    body: Value,
+    doc: OpenDoc,
 }
 
 impl DesignDoc {
     /// Reads `_design/{name}` with CouchDB's 404s (`missing`, `deleted`).
     pub fn open(db: &Database, name: &str) -> ApiResult<DesignDoc> {
-        let (doc, _) = open_design(db, name)?;
-        let body = serde_json::from_slice(&doc_json(&doc, &DocOpts::default()))
-            .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))?;
+        let doc = db.open_doc(&format!("_design/{name}"), None)?;
         Ok(DesignDoc {
             id: doc.id.clone(),
             rev: doc.rev.to_string(),
-            body,
+            doc,
         })
+    }
+
+    /// The document as functions get it (`this`), with `_id` and `_rev`; only needed to
+    /// build a render environment.
+    fn body(&self) -> ApiResult<Value> {
+        serde_json::from_slice(&doc_json(&self.doc, &DocOpts::default()))
+            .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))
     }
 }
 
@@ -68,10 +74,11 @@ thread_local! {
     static RENDERERS: RefCell<Vec<(Key, Renderer)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` with the design document's render environment (this thread's, or a new one).
+/// Runs `f` with the design document's render environment (this thread's, or a new one),
+/// `req.info` being the database's information, read only if a function reads it.
 pub fn with_renderer<T>(
     state: &AppState,
-    db: &Database,
+    db: &Arc<Database>,
     ddoc: &DesignDoc,
     f: impl FnOnce(&mut Renderer) -> Result<T, settee_js::Rejection>,
 ) -> ApiResult<T> {
@@ -90,12 +97,17 @@ pub fn with_renderer<T>(
         None => {
             let source = RenderSource {
                 ddoc_id: ddoc.id.clone(),
-                ddoc: ddoc.body.clone(),
+                ddoc: ddoc.body()?,
             };
             Renderer::new(&source, key.limits).map_err(settee_js::Rejection::from)?
         }
     };
-    let out = f(&mut renderer)?;
+    let (state2, db2) = (state.clone(), db.clone());
+    renderer.set_info_source(Some(Box::new(move || db_info_json(&state2, &db2))));
+    let out = f(&mut renderer);
+    // A cached environment holds no database.
+    renderer.set_info_source(None);
+    let out = out?;
     RENDERERS.with_borrow_mut(|cache| {
         if cache.len() == CACHED_RENDERERS {
             cache.remove(0);

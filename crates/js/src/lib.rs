@@ -83,7 +83,7 @@ use std::time::Duration;
 
 pub use error::JsError;
 pub use filter::{FilterFn, FilterSource};
-pub use render::{ListIo, RenderKind, RenderSource, Renderer};
+pub use render::{InfoSource, ListIo, RenderKind, RenderSource, Renderer};
 pub use runtime::{MapResult, ViewRuntime};
 pub use validate::{Rejection, ValidateSource, Validator};
 

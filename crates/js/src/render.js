@@ -4,7 +4,7 @@
 // `readRow()` (the next view row, or null at the end); it returns the globals functions see
 // (`provides`, `registerType`, `start`, `send`, `getRow`) and the three runners Rust calls.
 // What the runners return, and what they throw, are the query-server protocol's answers.
-(function (respond, readRow, log) {
+(function (respond, readRow, log, loadInfo) {
   "use strict";
 
   // ---- Content negotiation ----
@@ -282,7 +282,24 @@
     }
   }
 
+  // `req.info`, read from the host the first time a function reads it.
+  function deferInfo(req) {
+    function settle(value) {
+      Object.defineProperty(req, "info", {
+        value: value, writable: true, enumerable: true, configurable: true
+      });
+      return value;
+    }
+    Object.defineProperty(req, "info", {
+      get: function () { return settle(loadInfo()); },
+      set: settle,
+      enumerable: true,
+      configurable: true
+    });
+  }
+
   return {
+    deferInfo: deferInfo,
     globals: {
       provides: provides,
       registerType: registerType,

@@ -95,6 +95,11 @@ pub trait ListIo {
 /// [`Renderer::list`], which clears it before returning (see [`IoGuard`]).
 type IoSlot = Rc<Cell<Option<*mut (dyn ListIo + 'static)>>>;
 
+/// Where `req.info` comes from (see [`Renderer::set_info_source`]).
+pub type InfoSource = Box<dyn Fn() -> Json>;
+
+type InfoSlot = Rc<RefCell<Option<InfoSource>>>;
+
 /// A design document's render functions in a private QuickJS runtime. Not `Send`: keep
 /// one per thread. Drop it after any error, as CouchDB stops a query server whose prompt
 /// failed.
@@ -107,6 +112,7 @@ pub struct Renderer {
     ddoc: Persistent<Object<'static>>,
     judge: Persistent<Function<'static>>,
     io: IoSlot,
+    info: InfoSlot,
     emitted: Emitted,
     classes: Classes,
     monitor: Monitor,
@@ -122,6 +128,7 @@ impl Renderer {
         let (runtime, context, monitor) = new_context(limits)?;
         let emitted = Emitted::default();
         let io = IoSlot::default();
+        let info = InfoSlot::default();
         let built = context.with(|ctx| {
             let _armed = monitor.start(limits.timeout);
             let ddoc = Builder::new(&ctx, false)
@@ -135,7 +142,13 @@ impl Renderer {
             let judge = eval_script(&ctx, &monitor, JUDGE, "settee-render-judge")
                 .and_then(|judge| judge.get::<Function>());
             let judge = settle_all(&ctx, judge, &monitor)?;
-            let runners = install_render(&ctx, &monitor, &io, classes, limits.timeout);
+            let natives = Natives {
+                io: Rc::clone(&io),
+                info: Rc::clone(&info),
+                classes,
+                timeout: limits.timeout,
+            };
+            let runners = install_render(&ctx, &monitor, natives);
             let runners = settle_all(&ctx, runners, &monitor)?;
             settle_all(&ctx, run_pending_jobs(&ctx, &monitor), &monitor)?;
             Ok::<_, JsError>((
@@ -152,6 +165,7 @@ impl Renderer {
             ddoc,
             judge,
             io,
+            info,
             emitted,
             classes,
             monitor,
@@ -165,6 +179,14 @@ impl Renderer {
     /// The design document's id.
     pub fn ddoc_id(&self) -> &str {
         &self.source.ddoc_id
+    }
+
+    /// Makes `req.info` lazy in the calls that follow: CouchDB's request object always
+    /// carries the database's information, which costs a look at the database's files to
+    /// produce, so it is produced by `source` only when a function reads it (or
+    /// serialises the request). `None` passes `req.info` as given.
+    pub fn set_info_source(&mut self, source: Option<InfoSource>) {
+        *self.info.borrow_mut() = source;
     }
 
     /// Runs `shows.<name>` on `doc` (`null` for none) and `req`: `["resp", resp]`.
@@ -240,7 +262,12 @@ impl Renderer {
         let runner: Function = runners.get(kind.runner())?;
         let ddoc = self.ddoc.clone().restore(ctx)?;
         let build = Builder::new(ctx, false);
-        let answer: Value = runner.call((function, ddoc, build.value(arg)?, build.value(req)?))?;
+        let req = build.value(req)?;
+        if self.info.borrow().is_some() {
+            let defer: Function = runners.get("deferInfo")?;
+            defer.call::<_, ()>((req.clone(),))?;
+        }
+        let answer: Value = runner.call((function, ddoc, build.value(arg)?, req))?;
         run_pending_jobs(ctx, &self.monitor)?;
         Converter {
             classes: self.classes,
@@ -306,27 +333,51 @@ impl Drop for IoGuard<'_> {
     }
 }
 
+/// What render.js's natives share with the [`Renderer`].
+struct Natives {
+    io: IoSlot,
+    info: InfoSlot,
+    classes: Classes,
+    timeout: Duration,
+}
+
 /// Evaluates render.js with the natives it needs, installs its globals, and returns its
 /// runners.
 fn install_render<'js>(
     ctx: &Ctx<'js>,
     monitor: &Monitor,
-    io: &IoSlot,
-    classes: Classes,
-    timeout: Duration,
+    natives: Natives,
 ) -> rquickjs::Result<Object<'js>> {
     let factory: Function = eval_script(ctx, monitor, RENDER, "settee-render")?.get()?;
     let log: Value = ctx.globals().get("log")?;
     let made: Object = factory.call((
-        respond_function(ctx, Rc::clone(io), classes, monitor.clone())?,
-        read_function(ctx, Rc::clone(io), monitor.clone(), timeout)?,
+        respond_function(
+            ctx,
+            Rc::clone(&natives.io),
+            natives.classes,
+            monitor.clone(),
+        )?,
+        read_function(ctx, natives.io, monitor.clone(), natives.timeout)?,
         log,
+        info_function(ctx, natives.info)?,
     ))?;
     let globals: Object = made.get("globals")?;
     for name in ["provides", "registerType", "start", "send", "getRow"] {
         ctx.globals().set(name, globals.get::<_, Value>(name)?)?;
     }
     Ok(made)
+}
+
+/// `loadInfo()`: the request's `info`, from the source set for the call.
+fn info_function<'js>(ctx: &Ctx<'js>, info: InfoSlot) -> rquickjs::Result<Function<'js>> {
+    let load = move |ctx: Ctx<'js>| -> rquickjs::Result<Value<'js>> {
+        let value = match &*info.borrow() {
+            Some(source) => source(),
+            None => Json::Null,
+        };
+        Builder::new(&ctx, false).value(&value)
+    };
+    Function::new(ctx.clone(), load)?.with_name("loadInfo")
 }
 
 /// `respond(message)`: a list's intermediate answer, as JSON, to the running list's

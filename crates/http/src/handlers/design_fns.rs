@@ -18,6 +18,7 @@ use axum::response::Response;
 use serde_json::Value;
 use settee_core::{parse_doc, validate_doc_id};
 use settee_db::Database;
+use settee_docs::Followed;
 use std::sync::Arc;
 
 /// What a path below `_design/{ddoc}/` asks of a render function.
@@ -116,27 +117,37 @@ async fn update(
 ) -> ApiResult<Response> {
     let body = req.bytes().await?;
     let info = ReqInfo::for_render(&req, &body, doc_id.clone());
-    let answer = {
-        let (state, db) = (state.clone(), db.clone());
-        blocking(move || {
-            let ddoc = DesignDoc::open(&db, &ddoc)?;
-            let doc = match &doc_id {
-                Some(id) => function_doc(&db, id)?,
-                None => Value::Null,
-            };
-            let req = info.render_json(&state, &db)?;
-            with_renderer(&state, &db, &ddoc, |r| r.update(&name, &doc, &req))
-        })
-        .await?
-    };
-    let new_doc = answer_part(&answer, "up", 1)?;
-    let mut resp = answer_part(&answer, "up", 2)?.clone();
-    let code = match new_doc {
-        Value::Object(_) => {
-            let parsed = parse_doc(new_doc.clone())?;
-            let id = parsed.id.clone().unwrap_or_default();
-            validate_doc_id(&id)?;
-            let rev = doc::write_one(&state, db, &req, parsed, true, false).await?;
+    let user = req.user.clone();
+    // One blocking pass runs the function and hands its document to the writer.
+    let (mut resp, written) = blocking(move || {
+        let ddoc = DesignDoc::open(&db, &ddoc)?;
+        let doc = match &doc_id {
+            Some(id) => function_doc(&db, id)?,
+            None => Value::Null,
+        };
+        let req = info.render_json(&state, &db)?;
+        let answer = with_renderer(&state, &db, &ddoc, |r| r.update(&name, &doc, &req))?;
+        let resp = answer_part(&answer, "up", 2)?.clone();
+        let new_doc = answer_part(&answer, "up", 1)?;
+        if !new_doc.is_object() {
+            return Ok((resp, None));
+        }
+        let parsed = parse_doc(new_doc.clone())?;
+        let id = parsed.id.clone().unwrap_or_default();
+        validate_doc_id(&id)?;
+        let settings = state.write_settings();
+        let pending =
+            settee_docs::submit(&settings, &db, &user, vec![parsed], true, Followed::new())?;
+        Ok((resp, Some((id, pending))))
+    })
+    .await?;
+    let code = match written {
+        Some((id, pending)) => {
+            let rev = pending
+                .wait()
+                .await?
+                .pop()
+                .expect("one result per document")?;
             let rev = rev.map(|r| r.to_string()).unwrap_or_default();
             apply_headers(
                 &mut resp,
@@ -147,7 +158,7 @@ async fn update(
             );
             201
         }
-        _ => 200,
+        None => 200,
     };
     External::parse(&resp, code)?.into_response()
 }
