@@ -82,7 +82,26 @@ def cpu_seconds():
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+LOADER = None
+
+# What each kind of load asks, for the native loader ({t}: connection, {i}: request mod 50).
+NATIVE = {
+    "show": ("GET", "/db/_design/b/_show/s/d{i}", ""),
+    "update": ("POST", "/db/_design/b/_update/u/w{t}-{i}", ""),
+    "fresh": ("POST", "/db/_design/b/_update/fresh", ""),
+    "post": ("POST", "/db", '{"n": 1, "name": "w"}'),
+}
+
+
 def run_load(port, kind, seconds, procs, docs):
+    if LOADER:
+        cpu0 = cpu_seconds()
+        method, path, body = NATIVE[kind]
+        out = subprocess.run([LOADER, f"127.0.0.1:{port}", str(seconds), str(procs), method, path, body],
+                             capture_output=True, text=True, check=True).stdout
+        r = json.loads(out)
+        n = r["requests"]
+        return r["rate"], n, r["other"], (cpu_seconds() - cpu0) / max(n, 1) * 1e6
     cpu0 = cpu_seconds()
     q = multiprocessing.Queue()
     ps = [multiprocessing.Process(target=worker, args=(port, kind, seconds, w, docs, q)) for w in range(procs)]
@@ -107,13 +126,15 @@ def main():
     ap.add_argument("--port", type=int, default=5998)
     ap.add_argument("--baseline", action="store_true", help="also time plain document POSTs")
     ap.add_argument("--no-list", action="store_true")
+    ap.add_argument("--loader", help="the native load generator (crates/server/examples/http_load.rs) instead of Python clients")
     args = ap.parse_args()
 
     data_dir = tempfile.mkdtemp(prefix="settee-bench-render-")
     proc = subprocess.Popen([args.bin, "serve", "--data-dir", data_dir, "--bind", f"127.0.0.1:{args.port}",
                              "--admin", "admin:admin"], stderr=subprocess.DEVNULL, env={**os.environ, "SETTEE_LOG": "warn"})
-    global SERVER_PID
+    global SERVER_PID, LOADER
     SERVER_PID = proc.pid
+    LOADER = args.loader
     try:
         for _ in range(200):
             try:

@@ -190,6 +190,8 @@ pub struct External {
     pub code: StatusCode,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The body came from `json` (sent as `chttpd:send_json` sends it).
+    pub json: bool,
 }
 
 impl External {
@@ -249,16 +251,38 @@ impl External {
             code,
             headers,
             body: data,
+            json: json.is_some(),
         })
     }
 
-    /// The response, its body as given.
-    pub fn into_response(self) -> ApiResult<Response> {
+    /// The response (`send_external_response`): a JSON body with `Cache-Control`, any
+    /// other with the `[csp]` sandbox policy on top of the function's headers.
+    pub fn into_response(mut self, state: &AppState) -> ApiResult<Response> {
+        if self.json {
+            let cached = self
+                .headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("cache-control"));
+            if !cached {
+                self.headers
+                    .push(("Cache-Control".into(), "must-revalidate".into()));
+            }
+        } else if let Some(csp) = showlist_csp(state) {
+            self.headers.insert(0, csp);
+        }
         let mut resp = Response::new(Body::from(self.body));
         *resp.status_mut() = self.code;
         add_headers(&mut resp, &self.headers)?;
         Ok(resp)
     }
+}
+
+/// `chttpd_util:maybe_add_csp_header("showlist", …, "sandbox")`: shows and lists get a
+/// `Content-Security-Policy` unless `[csp] showlist_enable` is false.
+fn showlist_csp(state: &AppState) -> Option<(String, String)> {
+    let value = crate::handlers::attachments::csp_header(state, "showlist", "sandbox")?;
+    let value = value.to_str().ok()?.to_string();
+    Some(("Content-Security-Policy".into(), value))
 }
 
 fn add_headers(resp: &mut Response, headers: &[(String, String)]) -> ApiResult<()> {
@@ -418,10 +442,15 @@ pub struct ListPump {
     /// The query's failure, reported once the function has ended.
     pub failed: Option<ApiError>,
     etag: Option<String>,
+    csp: Option<(String, String)>,
 }
 
 impl ListPump {
-    pub fn new(feed: mpsc::Receiver<Feed>, http: tokio_mpsc::Sender<Piece>) -> ListPump {
+    pub fn new(
+        state: &AppState,
+        feed: mpsc::Receiver<Feed>,
+        http: tokio_mpsc::Sender<Piece>,
+    ) -> ListPump {
         ListPump {
             feed,
             rows: Default::default(),
@@ -434,6 +463,7 @@ impl ListPump {
             bad_head: None,
             failed: None,
             etag: None,
+            csp: showlist_csp(state),
         }
     }
 
@@ -461,6 +491,9 @@ impl ListPump {
                 Ok(ext) => {
                     self.code = ext.code.as_u16();
                     self.headers = ext.headers;
+                    if let Some(csp) = &self.csp {
+                        self.headers.insert(0, csp.clone());
+                    }
                 }
                 Err(e) => self.bad_head = Some(e),
             }

@@ -93,6 +93,7 @@ fn shows_render_every_response_shape() {
     let r = s.get("/db/_design/app/_show/hello/d01");
     assert_eq!((r.status, r.text.as_str()), (200, "Hello doc1"));
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(r.header("content-security-policy"), Some("sandbox"));
     let r = s.get("/db/_design/app/_show/hello");
     assert_eq!((r.status, r.text.as_str()), (200, "Hello nobody"));
     let r = s.get("/db/_design/app/_show/obj");
@@ -102,6 +103,12 @@ fn shows_render_every_response_shape() {
     let r = s.get("/db/_design/app/_show/json/d02?a=b");
     assert_eq!(r.status, 200);
     assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(
+        r.header("content-security-policy"),
+        None,
+        "JSON goes without CSP"
+    );
+    assert_eq!(r.header("cache-control"), Some("must-revalidate"));
     let j = r.json();
     assert_eq!(
         (j["id"].as_str(), j["q"].clone()),
@@ -463,6 +470,7 @@ fn lists_over_views_with_parameters() {
     let r = s.get("/db/_design/app/_list/simple/by_n?limit=2");
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("content-security-policy"), Some("sandbox"));
     assert_eq!(r.header("transfer-encoding"), Some("chunked"));
     let l = lines(&r.text);
     assert_eq!(l[0], r#"head {"total_rows":10,"offset":0}"#);

@@ -99,7 +99,7 @@ async fn show(
         let answer = with_renderer(&state, &db, &ddoc, |r| r.show(&name, &doc, &req))?;
         let mut resp = answer_part(&answer, "resp", 1)?.clone();
         apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
-        External::parse(&resp, 200)?.into_response()
+        External::parse(&resp, 200)?.into_response(&state)
     })
     .await
 }
@@ -119,7 +119,9 @@ async fn update(
     let info = ReqInfo::for_render(&req, &body, doc_id.clone());
     let user = req.user.clone();
     // One blocking pass runs the function and hands its document to the writer.
+    let state2 = state.clone();
     let (mut resp, written) = blocking(move || {
+        let state = state2;
         let ddoc = DesignDoc::open(&db, &ddoc)?;
         let doc = match &doc_id {
             Some(id) => function_doc(&db, id)?,
@@ -160,7 +162,7 @@ async fn update(
         }
         None => 200,
     };
-    External::parse(&resp, code)?.into_response()
+    External::parse(&resp, code)?.into_response(&state)
 }
 
 /// `couch_util:url_encode`: letters, digits and `_.-:` as they are, space as `+`.
@@ -234,7 +236,7 @@ async fn list(
         split.finish(result);
     });
     tokio::task::spawn_blocking(move || {
-        let mut pump = ListPump::new(feed_rx, http_tx);
+        let mut pump = ListPump::new(&state, feed_rx, http_tx);
         let ran = pump.head().and_then(|head| {
             let req = req_json.render_json(&state, &db)?;
             with_renderer(&state, &db, &ddoc, |r| {
