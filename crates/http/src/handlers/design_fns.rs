@@ -204,7 +204,7 @@ async fn list(
     };
     let info = ReqInfo::for_render(&req, &body, None);
     let all_docs = if view == "_all_docs" {
-        Some(all_docs::query_for_list(&state, &db, &req, args.clone())?)
+        Some(all_docs::ListQuery::new(&state, &db, &req, args.clone())?)
     } else {
         None
     };
@@ -214,7 +214,7 @@ async fn list(
         blocking(move || {
             let list_ddoc = DesignDoc::open(&db, &ddoc)?;
             let query: RowQuery = match all_docs {
-                Some(run) => Box::new(move |out| run(&db, out)),
+                Some(q) => Box::new(move |out| q.run(&db, out)),
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
                     let (g, n) = views::load_group(&state, &db, &vname, &view)?;
