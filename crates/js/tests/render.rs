@@ -277,3 +277,70 @@ fn a_renderer_survives_user_errors_and_keeps_compiled_functions() {
         "function"
     );
 }
+
+#[test]
+fn req_info_is_read_only_when_a_function_reads_it() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let mut r = renderer(json!({"_id": DDOC_ID, "shows": {
+        "reads": "function(doc, req) { return req.info.db_name + ' ' + JSON.stringify(Object.keys(req)); }",
+        "ignores": "function(doc, req) { return 'no'; }",
+        "sets": "function(doc, req) { req.info = 'mine'; return req.info; }"
+    }}));
+    let calls = Rc::new(Cell::new(0));
+    let counted = Rc::clone(&calls);
+    r.set_info_source(Some(Box::new(move || {
+        counted.set(counted.get() + 1);
+        json!({"db_name": "db"})
+    })));
+    // The request object as the HTTP layer gives it: `info` first, left null.
+    let mut with_info = json!({"info": null});
+    with_info
+        .as_object_mut()
+        .unwrap()
+        .extend(req().as_object().unwrap().clone());
+    let out = r.show("ignores", &Value::Null, &with_info).unwrap();
+    assert_eq!((out[1]["body"].as_str(), calls.get()), (Some("no"), 0));
+    let out = r.show("reads", &Value::Null, &with_info).unwrap();
+    let body = out[1]["body"].as_str().unwrap();
+    assert!(body.starts_with("db [\"info\",\"method\""), "{body}");
+    assert_eq!(calls.get(), 1);
+    let out = r.show("sets", &Value::Null, &with_info).unwrap();
+    assert_eq!((out[1]["body"].as_str(), calls.get()), (Some("mine"), 1));
+    // Without a source, `info` is as given.
+    r.set_info_source(None);
+    let out = r.show("sets", &Value::Null, &with_info).unwrap();
+    assert_eq!(out[1]["body"], "mine");
+}
+
+#[test]
+fn a_list_gets_a_fresh_deadline_per_row() {
+    use std::time::Duration;
+    let limits = Limits {
+        timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let source = RenderSource {
+        ddoc_id: DDOC_ID.into(),
+        ddoc: json!({"_id": DDOC_ID, "lists": {
+            "slow": "function(head, req) { var row; while ((row = getRow())) { var t = Date.now(); while (Date.now() - t < 100) {} } return 'done'; }",
+            "stuck": "function(head, req) { getRow(); while (true) {} }"
+        }}),
+    };
+    let mut r = Renderer::new(&source, limits).unwrap();
+    // Ten rows of 100 ms each: a second in all, but never 300 ms between two rows.
+    let mut io = Rows {
+        rows: (0..10).map(|i| json!({"key": i})).collect(),
+        sent: Vec::new(),
+    };
+    let end = r.list("slow", &json!({}), &req(), &mut io).unwrap();
+    assert_eq!(end, json!(["end", ["done"]]));
+    let mut io = Rows {
+        rows: vec![json!({"key": 1})],
+        sent: Vec::new(),
+    };
+    match r.list("stuck", &json!({}), &req(), &mut io) {
+        Err(Rejection::Failed(settee_js::JsError::Timeout)) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
