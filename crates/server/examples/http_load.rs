@@ -4,7 +4,7 @@
 //! Python client, so more of the CPU goes to the server measured.
 //!
 //! `cargo run --release -p settee --example http_load -- ADDR SECONDS THREADS METHOD PATH [BODY]`
-//! where `PATH` may contain `{t}` (thread number) and `{i}` (request number mod 50), and
+//! where `PATH` may contain `{t}` (thread number) and `{i}` (request number mod 1000), and
 //! requests carry `Authorization: Basic admin:admin`. Prints one JSON line.
 
 use std::io::{Read, Write};
@@ -53,7 +53,7 @@ fn run(addr: &str, t: usize, method: &str, path: &str, body: &str, end: Instant)
     while Instant::now() < end {
         let p = path
             .replace("{t}", &t.to_string())
-            .replace("{i}", &(i % 50).to_string());
+            .replace("{i}", &(i % 1000).to_string());
         let req = format!(
             "{method} {p} HTTP/1.1\r\nHost: x\r\nAuthorization: Basic YWRtaW46YWRtaW4=\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
