@@ -620,3 +620,28 @@ fn lists_stream_many_rows() {
     assert_eq!(keys[0], "1");
     assert_eq!(keys[5009], "5099");
 }
+
+#[test]
+fn log_reaches_the_server_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("stderr.log");
+    let s = Server::start_logged(&tmp.path().join("data"), &[], &log);
+    s.create_db("db");
+    assert_eq!(s.put("/db/_design/app", &ddoc().to_string()).status, 201);
+    assert_eq!(s.get("/db/_design/app/_show/log").text, "logged");
+    // A render_error is logged too, as CouchDB's renderError logs it.
+    assert_eq!(s.get("/db/_design/app/_show/throws").status, 500);
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("show logged") && text.contains("show boom") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(text.contains("show logged"), "{text}");
+    assert!(
+        text.contains("function raised error: Error: show boom"),
+        "{text}"
+    );
+}
