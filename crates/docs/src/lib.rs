@@ -97,9 +97,23 @@ pub async fn write(
     new_edits: bool,
     followed: Followed,
 ) -> Result<Vec<Result<Option<Rev>>>> {
-    let (settings, db2, user) = (settings.clone(), db.clone(), user.clone());
-    let admitted =
-        blocking(move || Ok(admit(&settings, &db2, &user, docs, new_edits, followed))).await?;
+    let (settings, db, user) = (settings.clone(), db.clone(), user.clone());
+    let pending =
+        blocking(move || submit(&settings, &db, &user, docs, new_edits, followed)).await?;
+    pending.wait().await
+}
+
+/// [`write`]'s first half, for callers already on a blocking thread: admits the documents
+/// and hands those admitted to the database's writer; [`Pending::wait`] gives the results.
+pub fn submit(
+    settings: &Settings,
+    db: &Arc<Database>,
+    user: &UserCtx,
+    docs: Vec<ParsedDoc>,
+    new_edits: bool,
+    followed: Followed,
+) -> Result<Pending> {
+    let admitted = admit(settings, db, user, docs, new_edits, followed);
     let mut out: Vec<Option<Result<Option<Rev>>>> = Vec::with_capacity(admitted.len());
     let mut ok = Vec::with_capacity(admitted.len());
     for a in admitted {
@@ -111,24 +125,42 @@ pub async fn write(
             Err(e) => out.push(Some(Err(e))),
         }
     }
-    if !ok.is_empty() {
-        let rx = db.update_docs(ok, new_edits)?;
-        let results = rx
-            .await
-            .map_err(|_| settee_db::Error::Internal("writer dropped the request".into()))??;
-        let mut results = results.into_iter();
-        for slot in out.iter_mut().filter(|s| s.is_none()) {
-            *slot = Some(match results.next() {
-                Some(UpdateResult::Ok { rev, .. }) => Ok(rev),
-                Some(UpdateResult::Err { error, .. }) => Err(error.into()),
-                None => Err(settee_db::Error::Internal("no result for write".into()).into()),
-            });
+    let rx = if ok.is_empty() {
+        None
+    } else {
+        Some(db.update_docs(ok, new_edits)?)
+    };
+    Ok(Pending { out, rx })
+}
+
+/// Documents handed to a database's writer by [`submit`], and those refused before.
+pub struct Pending {
+    out: Vec<Option<Result<Option<Rev>>>>,
+    rx: Option<tokio::sync::oneshot::Receiver<settee_db::Result<Vec<UpdateResult>>>>,
+}
+
+impl Pending {
+    /// Waits for the commit: one result per document, in order (see [`write`]).
+    pub async fn wait(self) -> Result<Vec<Result<Option<Rev>>>> {
+        let Pending { mut out, rx } = self;
+        if let Some(rx) = rx {
+            let results = rx
+                .await
+                .map_err(|_| settee_db::Error::Internal("writer dropped the request".into()))??;
+            let mut results = results.into_iter();
+            for slot in out.iter_mut().filter(|s| s.is_none()) {
+                *slot = Some(match results.next() {
+                    Some(UpdateResult::Ok { rev, .. }) => Ok(rev),
+                    Some(UpdateResult::Err { error, .. }) => Err(error.into()),
+                    None => Err(settee_db::Error::Internal("no result for write".into()).into()),
+                });
+            }
         }
+        Ok(out
+            .into_iter()
+            .map(|r| r.expect("every slot filled"))
+            .collect())
     }
-    Ok(out
-        .into_iter()
-        .map(|r| r.expect("every slot filled"))
-        .collect())
 }
 
 /// Runs blocking store work off the async runtime.

@@ -329,6 +329,10 @@ pub struct ReqInfo {
     pub peer: String,
     pub cookie: Vec<(String, String)>,
     pub user: UserCtx,
+    /// The document a show or update function is asked about (`id`).
+    pub id: Option<String>,
+    /// A `PUT` or `POST` body sent as `application/x-www-form-urlencoded`, decoded (`form`).
+    pub form: Vec<(String, String)>,
 }
 
 impl ReqInfo {
@@ -384,7 +388,35 @@ impl ReqInfo {
             peer: req.peer.clone(),
             cookie: req.header("cookie").map(parse_cookies).unwrap_or_default(),
             user: req.user.clone(),
+            id: None,
+            form: Vec::new(),
         }
+    }
+
+    /// The request a show, list or update function answers (`chttpd_external:json_req_obj`):
+    /// the body as text (`"undefined"` when the request has none), decoded as a form when
+    /// it is one, and the document id the path names.
+    pub fn for_render(req: &Req, body: &[u8], id: Option<String>) -> ReqInfo {
+        let text =
+            (!body.is_empty()).then(|| Value::String(String::from_utf8_lossy(body).into_owned()));
+        let mut info = ReqInfo::of_request(req, text.as_ref());
+        info.id = id;
+        let form = req.header("content-type").is_some_and(|ct| {
+            ct.to_ascii_lowercase()
+                .starts_with("application/x-www-form-urlencoded")
+        });
+        if form && (req.method == "POST" || req.method == "PUT") {
+            info.form = form_urlencoded::parse(body).into_owned().collect();
+        }
+        info
+    }
+
+    /// The request object with a fresh `uuid`; `info` is left `null` for the renderer,
+    /// which reads it only when a function does (`design_render::with_renderer`).
+    pub fn render_json(&self, state: &AppState, db: &Database) -> ApiResult<Value> {
+        let mut req = self.to_json(db);
+        req["uuid"] = Value::String(state.next_uuid()?);
+        Ok(req)
     }
 
     /// The request CouchDB's replicator makes of a source's `_changes` for a filtered
@@ -439,6 +471,8 @@ impl ReqInfo {
             peer: "127.0.0.1".into(),
             cookie: Vec::new(),
             user: user.clone(),
+            id: None,
+            form: Vec::new(),
         }
     }
 
@@ -467,8 +501,8 @@ impl ReqInfo {
             .collect();
         serde_json::json!({
             "info": null,
-            "id": null,
             "uuid": null,
+            "id": self.id,
             "method": self.method,
             "requested_path": path,
             "path": path,
@@ -477,7 +511,7 @@ impl ReqInfo {
             "headers": pairs(&self.headers),
             "body": self.body,
             "peer": self.peer,
-            "form": {},
+            "form": pairs(&self.form),
             "cookie": pairs(&self.cookie),
             "userCtx": self.user.to_json(Some(&db.name)),
             "secObj": db.props().security,

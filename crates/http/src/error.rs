@@ -85,6 +85,7 @@ impl From<settee_js::Rejection> for ApiError {
                     | "invalid_since_seq" => named(S::BAD_REQUEST, &error, reason),
                     "not_found" | "filter_fetch_error" => named(S::NOT_FOUND, "not_found", reason),
                     "not_acceptable" => named(S::NOT_ACCEPTABLE, "not_acceptable", reason),
+                    "method_not_allowed" => named(S::METHOD_NOT_ALLOWED, &error, reason),
                     "conflict" => {
                         named(S::CONFLICT, "conflict", "Document update conflict.".into())
                     }

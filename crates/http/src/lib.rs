@@ -6,6 +6,7 @@ mod access;
 mod auth;
 mod cors;
 mod design_filter;
+mod design_render;
 mod error;
 mod handlers;
 mod jobs;

@@ -3,6 +3,7 @@
 //! dispatched by one exhaustive `match`.
 
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::design_fns::{self, DesignFn};
 use crate::handlers::{
     all_docs, attachments, bulk, changes, database, doc, mango, node, rewrite, server, unavailable,
     views,
@@ -92,6 +93,8 @@ pub enum DbOp {
     Index(Vec<String>),
     /// `_design/{ddoc}/_rewrite/…`: the design document, and the segments after `_rewrite`
     Rewrite(String, Vec<String>),
+    /// `_design/{ddoc}/_show|_list|_update/…`
+    DesignFn(String, DesignFn),
 }
 
 /// What is asked of `/_node/{node-name}`.
@@ -267,6 +270,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
             ddoc.to_string(),
             rest.iter().map(|s| s.to_string()).collect(),
         )),
+        ["_design", ddoc, f, rest @ ..] if matches!(*f, "_show" | "_list" | "_update") => {
+            op(DbOp::DesignFn(ddoc.to_string(), design_fn(f, rest)))
+        }
         ["_design", _ddoc, f, ..] if f.starts_with('_') => {
             Endpoint::DbUnimplemented(db.clone(), "design document functions")
         }
@@ -283,6 +289,42 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         [id] => Endpoint::Doc(db, id.to_string()),
         [id, att @ ..] => Endpoint::Attachment(db.clone(), id.to_string(), att.join("/")),
         [] => Endpoint::Db(db),
+    }
+}
+
+/// A render function's path after `_show`, `_list` or `_update`.
+fn design_fn(kind: &str, rest: &[&str]) -> DesignFn {
+    let owned = |s: &str| s.to_string();
+    match (kind, rest) {
+        ("_show", [name]) => DesignFn::Show {
+            name: owned(name),
+            doc: None,
+        },
+        ("_show", [name, doc @ ..]) => DesignFn::Show {
+            name: owned(name),
+            doc: Some(doc.join("/")),
+        },
+        ("_update", [name]) => DesignFn::Update {
+            name: owned(name),
+            doc: None,
+        },
+        ("_update", [name, doc @ ..]) => DesignFn::Update {
+            name: owned(name),
+            doc: Some(doc.join("/")),
+        },
+        ("_list", [name, view]) => DesignFn::List {
+            name: owned(name),
+            view_ddoc: None,
+            view: owned(view),
+        },
+        ("_list", [name, ddoc, view]) => DesignFn::List {
+            name: owned(name),
+            view_ddoc: Some(owned(ddoc)),
+            view: owned(view),
+        },
+        ("_show", _) => DesignFn::BadPath("show_error", "Invalid path."),
+        ("_update", _) => DesignFn::BadPath("update_error", "Invalid path."),
+        _ => DesignFn::BadPath("list_error", "Bad path."),
     }
 }
 
@@ -347,6 +389,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Rewrite(ddoc, path) => {
                     rewrite::rewrite(&state, handle, ddoc, path, req).await
                 }
+                DbOp::DesignFn(ddoc, f) => design_fns::design_fn(state, handle, ddoc, f, req).await,
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
@@ -456,9 +499,36 @@ mod tests {
             )
         );
         assert!(matches!(
-            parse("/db/_design/d/_show/x").unwrap(),
+            parse("/db/_design/d/_rewrite/x").unwrap(),
             Endpoint::DbUnimplemented(..)
         ));
+        assert_eq!(
+            parse("/db/_design/d/_show/x/a%2Fb/c").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::DesignFn(
+                    "d".into(),
+                    DesignFn::Show {
+                        name: "x".into(),
+                        doc: Some("a/b/c".into())
+                    }
+                )
+            )
+        );
+        assert_eq!(
+            parse("/db/_design/d/_list/l/o/v").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::DesignFn(
+                    "d".into(),
+                    DesignFn::List {
+                        name: "l".into(),
+                        view_ddoc: Some("o".into()),
+                        view: "v".into()
+                    }
+                )
+            )
+        );
         assert_eq!(
             parse("/_foo").unwrap(),
             Endpoint::UnknownServer(vec!["_foo".into()])

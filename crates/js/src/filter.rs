@@ -39,7 +39,7 @@ pub struct FilterSource {
 }
 
 /// What CouchDB's dispatch loop answers for a value a filter threw, as `[name, reason]`.
-const JUDGE: &str = r#"(function (e) {
+pub(crate) const JUDGE: &str = r#"(function (e) {
   "use strict";
   if (e === null) return ["internal_error", null];
   var type;
@@ -204,15 +204,23 @@ impl Drop for FilterFn {
     }
 }
 
-/// The source at `filters.<name>`. CouchDB's dispatcher refuses a falsy member before
-/// compiling; any other value that is not text is compiled as what it evaluates to, which
-/// is never a function.
+/// The source at `filters.<name>`.
 fn filter_code(source: &FilterSource) -> Result<String, Rejection> {
-    let member = source
-        .ddoc
-        .get("filters")
-        .and_then(|filters| filters.get(&source.name));
-    let falsy = match member {
+    member_code(&source.ddoc, &source.ddoc_id, "filters", &source.name)
+}
+
+/// The source of the design-document function `<member>.<name>` (`filters`, `shows`, …).
+/// CouchDB's dispatcher refuses a falsy member before compiling (`not_found`, "missing
+/// filters function …"); any other value that is not text is compiled as what it
+/// evaluates to, which is never a function.
+pub(crate) fn member_code(
+    ddoc: &Json,
+    ddoc_id: &str,
+    member: &str,
+    name: &str,
+) -> Result<String, Rejection> {
+    let found = ddoc.get(member).and_then(|fns| fns.get(name));
+    let falsy = match found {
         None | Some(Json::Null) | Some(Json::Bool(false)) => true,
         Some(Json::String(s)) => s.is_empty(),
         Some(Json::Number(n)) => n.as_f64() == Some(0.0),
@@ -222,12 +230,11 @@ fn filter_code(source: &FilterSource) -> Result<String, Rejection> {
         return Err(Rejection::Error {
             error: "not_found".into(),
             reason: Json::String(format!(
-                "missing filters function {} on design doc {}",
-                source.name, source.ddoc_id
+                "missing {member} function {name} on design doc {ddoc_id}"
             )),
         });
     }
-    Ok(match member {
+    Ok(match found {
         Some(Json::String(s)) => s.clone(),
         Some(other) => other.to_string(),
         None => unreachable!("a missing member is falsy"),
@@ -235,7 +242,7 @@ fn filter_code(source: &FilterSource) -> Result<String, Rejection> {
 }
 
 /// A compile error is the query server's `["error", "compilation_error", reason]`.
-fn compile_rejection(e: JsError) -> Rejection {
+pub(crate) fn compile_rejection(e: JsError) -> Rejection {
     match e {
         JsError::Compile { reason, .. } => Rejection::Error {
             error: "compilation_error".into(),

@@ -8,7 +8,9 @@
 //! the `validate_doc_update` functions of a database's design documents
 //! ([`Validator::validate`]), mapping what they throw to CouchDB's verdicts ([`Rejection`]),
 //! and a [`FilterFn`] for one filter function ([`FilterFn::filter`]), whose errors are the
-//! same `{error, reason}` terms.
+//! same `{error, reason}` terms. A [`Renderer`] runs a design document's show, list and
+//! update functions ([`Renderer::show`], [`Renderer::list`], [`Renderer::update`]) in
+//! CouchDB's render environment, answering with the query-server protocol's shapes.
 //!
 //! # The environment
 //!
@@ -71,6 +73,7 @@ mod from_json;
 mod guard;
 mod lazy;
 mod monitor;
+mod render;
 mod runtime;
 mod script;
 mod to_json;
@@ -80,6 +83,7 @@ use std::time::Duration;
 
 pub use error::JsError;
 pub use filter::{FilterFn, FilterSource};
+pub use render::{InfoSource, ListIo, RenderKind, RenderSource, Renderer};
 pub use runtime::{MapResult, ViewRuntime};
 pub use validate::{Rejection, ValidateSource, Validator};
 

@@ -94,6 +94,16 @@ impl Monitor {
         Armed(self)
     }
 
+    /// Gives the running call a fresh deadline and output budget, as a new query-server
+    /// prompt would get (a list function's every row is one prompt in CouchDB).
+    pub(crate) fn renew(&self, timeout: Duration) {
+        self.0.output_left.set(match self.0.limit.get() {
+            0 => usize::MAX,
+            limit => limit,
+        });
+        self.0.deadline.set(Instant::now().checked_add(timeout));
+    }
+
     /// Whether the interrupt handler stopped the current call.
     pub(crate) fn timed_out(&self) -> bool {
         self.0.timed_out.get()

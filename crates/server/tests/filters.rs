@@ -148,12 +148,13 @@ fn the_request_object() {
         .keys()
         .map(String::as_str)
         .collect();
+    // `chttpd_external:json_req_obj_fields/0`'s order.
     assert_eq!(
         keys,
         [
             "info",
-            "id",
             "uuid",
+            "id",
             "method",
             "requested_path",
             "path",

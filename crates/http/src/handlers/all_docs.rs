@@ -352,6 +352,23 @@ pub async fn all_docs(
     Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
 }
 
+/// `_all_docs` as a list function reads it: the query for one reader.
+pub(crate) struct ListQuery(Query);
+
+impl ListQuery {
+    pub(crate) fn new(state: &AppState, db: &Database, req: &Req, args: MrArgs) -> ApiResult<Self> {
+        let mut q = Query::from_args(args)?;
+        q.public_only = public_only(state, db, req)?;
+        q.opts.reader = crate::replicator_read::reader(db, &req.user);
+        Ok(ListQuery(q))
+    }
+
+    /// Writes the response: the head, each separator and each row in calls of their own.
+    pub(crate) fn run(&self, db: &Database, out: &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> {
+        run(db, &self.0, Namespace::All, out)
+    }
+}
+
 /// `POST /{db}/_all_docs/queries` (CouchDB does not check this request's content type).
 /// `POST /{db}/_all_docs/queries` (and `_design_docs/queries`, `_local_docs/queries`):
 /// each query object over the namespace, as CouchDB's `multi_all_docs_view`.

@@ -40,7 +40,7 @@ fn etag(rev: &str) -> HeaderValue {
 }
 
 /// CouchDB's 304 (`etag_respond`): the ETag and no body (nor content type).
-fn not_modified(tag: HeaderValue) -> Response {
+pub(crate) fn not_modified(tag: HeaderValue) -> Response {
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::NOT_MODIFIED;
     let h = resp.headers_mut();

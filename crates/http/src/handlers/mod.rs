@@ -5,6 +5,7 @@ pub mod attachments;
 pub mod bulk;
 pub mod changes;
 pub mod database;
+pub mod design_fns;
 pub mod doc;
 pub mod mango;
 pub mod node;

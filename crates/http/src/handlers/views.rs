@@ -162,16 +162,8 @@ pub async fn view(
     allow(&req.method, "GET,HEAD,POST")?;
     let args = if req.method == "POST" {
         require_json(&req.headers)?;
-        let body = body_object(req.json().await?)?;
-        if queries_member(&body)?.is_some() {
-            return Err(ApiError::bad_request(
-                "The `queries` parameter is no longer supported at this endpoint",
-            ));
-        }
-        if body.get("keys").is_some_and(|k| !k.is_array()) {
-            return Err(ApiError::bad_request("`keys` member must be an array."));
-        }
-        MrArgs::from_body_and_query(&body, &req.params)?
+        let body = req.bytes().await?;
+        args_of_body(&req, &body)?
     } else {
         MrArgs::from_query(&req.params)?
     };
@@ -190,6 +182,20 @@ pub async fn view(
         run(&views, &db, &g, n, &args, &mut |b| sink.write(b))
     })
     .await)
+}
+
+/// A view query's arguments from a POST body (and the query string).
+pub(crate) fn args_of_body(req: &Req, body: &[u8]) -> ApiResult<MrArgs> {
+    let body = body_object(crate::req::parse_json(body)?)?;
+    if queries_member(&body)?.is_some() {
+        return Err(ApiError::bad_request(
+            "The `queries` parameter is no longer supported at this endpoint",
+        ));
+    }
+    if body.get("keys").is_some_and(|k| !k.is_array()) {
+        return Err(ApiError::bad_request("`keys` member must be an array."));
+    }
+    MrArgs::from_body_and_query(&body, &req.params)
 }
 
 pub async fn view_queries(
@@ -227,8 +233,9 @@ pub async fn view_queries(
     Ok(json_bytes(StatusCode::OK, out))
 }
 
-/// Runs one view query, writing the complete response object through `out`.
-fn run(
+/// Runs one view query, writing the complete response object through `out`: the head,
+/// then each row (with its separator) in one call, then the end.
+pub(crate) fn run(
     views: &Arc<Views>,
     db: &Arc<Database>,
     g: &Arc<Group>,

@@ -1,0 +1,258 @@
+//! Render functions of design documents: `_show/{func}[/{docid}]`, `_list/{func}/{view}`
+//! (and `/{other ddoc}/{view}`, and over `_all_docs`), `_update/{func}[/{docid}]`. Each
+//! parses its request, makes one call to the function (see `design_render`) and renders its
+//! answer; an update's document goes through the ordinary write path.
+
+use super::{all_docs, allow, blocking, doc, views};
+use crate::design_filter::ReqInfo;
+use crate::design_render::{
+    answer_part, apply_headers, function_doc, list_response, show_etag, with_renderer, DesignDoc,
+    External, ListPump, RowSplitter,
+};
+use crate::error::{ApiError, ApiResult};
+use crate::mrargs::MrArgs;
+use crate::req::{etag_matches, require_json};
+use crate::{AppState, Req};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+use settee_core::{parse_doc, validate_doc_id};
+use settee_db::Database;
+use settee_docs::Followed;
+use std::sync::Arc;
+
+/// What a path below `_design/{ddoc}/` asks of a render function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DesignFn {
+    Show {
+        name: String,
+        doc: Option<String>,
+    },
+    List {
+        name: String,
+        /// The design document of the view, when not the list's own.
+        view_ddoc: Option<String>,
+        view: String,
+    },
+    Update {
+        name: String,
+        doc: Option<String>,
+    },
+    /// A path naming no function: CouchDB's 404 with this error and reason.
+    BadPath(&'static str, &'static str),
+}
+
+/// Answers `fun` of `_design/{ddoc}`; the design document is read first, as CouchDB reads
+/// it before it looks at the rest of the path.
+pub async fn design_fn(
+    state: AppState,
+    db: Arc<Database>,
+    ddoc: String,
+    fun: DesignFn,
+    req: Req,
+) -> ApiResult<Response> {
+    match fun {
+        DesignFn::Show { name, doc } => show(state, db, ddoc, name, doc, req).await,
+        DesignFn::List {
+            name,
+            view_ddoc,
+            view,
+        } => list(state, db, ddoc, name, view_ddoc, view, req).await,
+        DesignFn::Update { name, doc } => update(state, db, ddoc, name, doc, req).await,
+        DesignFn::BadPath(error, reason) => {
+            blocking(move || DesignDoc::open(&db, &ddoc).map(drop)).await?;
+            Err(ApiError::Named(
+                StatusCode::NOT_FOUND,
+                error.into(),
+                reason.into(),
+            ))
+        }
+    }
+}
+
+/// `_show/{func}[/{docid}]`, any method: the show's answer, with an ETag (304 when it
+/// matches `If-None-Match`). A missing document is `null` to the function.
+async fn show(
+    state: AppState,
+    db: Arc<Database>,
+    ddoc: String,
+    name: String,
+    doc_id: Option<String>,
+    mut req: Req,
+) -> ApiResult<Response> {
+    let body = req.bytes().await?;
+    let info = ReqInfo::for_render(&req, &body, doc_id.clone());
+    let accept = req.header("accept").map(str::to_owned);
+    let headers = req.headers.clone();
+    blocking(move || {
+        let ddoc = DesignDoc::open(&db, &ddoc)?;
+        let doc = match &doc_id {
+            Some(id) => function_doc(&db, id)?,
+            None => Value::Null,
+        };
+        let etag = show_etag(&ddoc, &doc, accept.as_deref(), &info);
+        if etag_matches(&headers, &etag) {
+            let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
+            return Ok(doc::not_modified(tag));
+        }
+        let req = info.render_json(&state, &db)?;
+        let answer = with_renderer(&state, &db, &ddoc, |r| r.show(&name, &doc, &req))?;
+        let mut resp = answer_part(&answer, "resp", 1)?.clone();
+        apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
+        External::parse(&resp, 200)?.into_response(&state)
+    })
+    .await
+}
+
+/// `_update/{func}[/{docid}]`: the function's document, if it returns one, is written as
+/// the requester would write it (201, `X-Couch-Update-NewRev`, `X-Couch-Id`); else 200.
+/// The function's `code` overrides either.
+async fn update(
+    state: AppState,
+    db: Arc<Database>,
+    ddoc: String,
+    name: String,
+    doc_id: Option<String>,
+    mut req: Req,
+) -> ApiResult<Response> {
+    let body = req.bytes().await?;
+    let info = ReqInfo::for_render(&req, &body, doc_id.clone());
+    let user = req.user.clone();
+    // One blocking pass runs the function and hands its document to the writer.
+    let state2 = state.clone();
+    let (mut resp, written) = blocking(move || {
+        let state = state2;
+        let ddoc = DesignDoc::open(&db, &ddoc)?;
+        let doc = match &doc_id {
+            Some(id) => function_doc(&db, id)?,
+            None => Value::Null,
+        };
+        let req = info.render_json(&state, &db)?;
+        let answer = with_renderer(&state, &db, &ddoc, |r| r.update(&name, &doc, &req))?;
+        let resp = answer_part(&answer, "up", 2)?.clone();
+        let new_doc = answer_part(&answer, "up", 1)?;
+        if !new_doc.is_object() {
+            return Ok((resp, None));
+        }
+        let parsed = parse_doc(new_doc.clone())?;
+        let id = parsed.id.clone().unwrap_or_default();
+        validate_doc_id(&id)?;
+        let settings = state.write_settings();
+        let pending =
+            settee_docs::submit(&settings, &db, &user, vec![parsed], true, Followed::new())?;
+        Ok((resp, Some((id, pending))))
+    })
+    .await?;
+    let code = match written {
+        Some((id, pending)) => {
+            let rev = pending
+                .wait()
+                .await?
+                .pop()
+                .expect("one result per document")?;
+            let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+            apply_headers(
+                &mut resp,
+                &[
+                    ("X-Couch-Update-NewRev", &rev),
+                    ("X-Couch-Id", &url_encode(&id)),
+                ],
+            );
+            201
+        }
+        None => 200,
+    };
+    External::parse(&resp, code)?.into_response(&state)
+}
+
+/// `couch_util:url_encode`: letters, digits and `_.-:` as they are, space as `+`.
+fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b':' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Where a list's rows come from: a query writing the view's (or `_all_docs`') response.
+type RowQuery = Box<dyn FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> + Send>;
+
+/// `_list/{func}/{view}` and `_list/{func}/{ddoc}/{view}` (GET, or POST with `keys`): the
+/// view's query parameters as for the view itself; the function's chunks stream.
+async fn list(
+    state: AppState,
+    db: Arc<Database>,
+    ddoc: String,
+    name: String,
+    view_ddoc: Option<String>,
+    view: String,
+    mut req: Req,
+) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD,POST")?;
+    let (args, body) = if req.method == "POST" {
+        require_json(&req.headers)?;
+        let body = req.bytes().await?;
+        (views::args_of_body(&req, &body)?, body)
+    } else {
+        (MrArgs::from_query(&req.params)?, Default::default())
+    };
+    let info = ReqInfo::for_render(&req, &body, None);
+    let all_docs = if view == "_all_docs" {
+        Some(all_docs::ListQuery::new(&state, &db, &req, args.clone())?)
+    } else {
+        None
+    };
+    let reader = crate::replicator_read::reader(&db, &req.user);
+    let (ddoc, query, req_json) = {
+        let (state, db) = (state.clone(), db.clone());
+        blocking(move || {
+            let list_ddoc = DesignDoc::open(&db, &ddoc)?;
+            let query: RowQuery = match all_docs {
+                Some(q) => Box::new(move |out| q.run(&db, out)),
+                None => {
+                    let vname = view_ddoc.unwrap_or(ddoc);
+                    let (g, n) = views::load_group(&state, &db, &vname, &view)?;
+                    let mut args = views::ViewArgs::for_view(args, &g, n)?;
+                    args.reader = reader;
+                    let views = state.views.clone();
+                    Box::new(move |out| views::run(&views, &db, &g, n, &args, out))
+                }
+            };
+            Ok((list_ddoc, query, info))
+        })
+        .await?
+    };
+    let (feed_tx, feed_rx) = std::sync::mpsc::sync_channel(16);
+    let (http_tx, http_rx) = tokio::sync::mpsc::channel(8);
+    tokio::task::spawn_blocking(move || {
+        let mut split = RowSplitter::new(feed_tx);
+        let result = query(&mut |piece| split.write(piece));
+        split.finish(result);
+    });
+    tokio::task::spawn_blocking(move || {
+        let mut pump = ListPump::new(&state, feed_rx, http_tx);
+        let ran = pump.head().and_then(|head| {
+            let req = req_json.render_json(&state, &db)?;
+            with_renderer(&state, &db, &ddoc, |r| {
+                r.list(&name, &head, &req, &mut pump)
+            })
+        });
+        match ran {
+            Ok(end) => {
+                pump.answer(&end);
+                if let Some(e) = pump.failed.take() {
+                    pump.fail(e);
+                }
+            }
+            Err(e) => pump.fail(e),
+        }
+        pump.finish();
+    });
+    Ok(list_response(http_rx).await)
+}
