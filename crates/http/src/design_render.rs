@@ -47,8 +47,8 @@ impl DesignDoc {
     }
 
     /// The document as functions get it (`this`), with `_id` and `_rev`; only needed to
-    /// build a render environment.
-    fn body(&self) -> ApiResult<Value> {
+    /// build a render environment or teach a query server.
+    pub fn body(&self) -> ApiResult<Value> {
         serde_json::from_slice(&doc_json(&self.doc, &DocOpts::default()))
             .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))
     }
@@ -115,6 +115,32 @@ pub fn with_renderer<T>(
         cache.push((key, renderer));
     });
     Ok(out)
+}
+
+/// Runs the design document's rewrite function (its `rewrites`, in `body`) on `req`, in
+/// process for JavaScript, else in its language's query server: the protocol's answer.
+pub fn rewrite_answer(
+    state: &AppState,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    body: &Value,
+    req: &Value,
+) -> ApiResult<Value> {
+    let language = body
+        .get("language")
+        .and_then(Value::as_str)
+        .unwrap_or("javascript");
+    if language == "javascript" {
+        return with_renderer(state, db, ddoc, |r| r.rewrite(req));
+    }
+    let d = settee_views::queryserver::DdocRef {
+        id: &ddoc.id,
+        rev: &ddoc.rev,
+        body,
+    };
+    let qs = &state.views.query_servers;
+    qs.rewrite(language, &d, req.clone())
+        .map_err(|e| settee_views::Error::QueryServer(e).into())
 }
 
 /// A document as CouchDB hands it to a function (`couch_query_servers:json_doc`): the

@@ -43,6 +43,15 @@ impl From<settee_views::Error> for ApiError {
                 ApiError::Named(status, error.into(), reason)
             }
             V::Reduce(f) => ApiError::Named(S::INTERNAL_SERVER_ERROR, f.error, f.reason),
+            // A server's own error answer goes through the table design functions' errors
+            // go through (`not_found` is a 404, ...), as CouchDB throws it.
+            V::QueryServer(settee_views::queryserver::Error::Server { error, reason }) => {
+                settee_js::Rejection::Error {
+                    error,
+                    reason: serde_json::Value::String(reason),
+                }
+                .into()
+            }
             V::QueryServer(q) => {
                 let (error, reason) = q.parts();
                 let status = match q {

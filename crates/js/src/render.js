@@ -282,6 +282,27 @@
     }
   }
 
+  // A rewrite function's answer, as CouchDB's server gives it: `["ok", {path, query,
+  // method, headers, body}]` (a string is the path) or `["ok", {code, headers, body}]`,
+  // `["no_dispatch_rule"]` for a falsy result, and a thrown `{forbidden}` or
+  // `{unauthorized}` object as the answer itself (a refusal).
+  function rewrite(fun, ddoc, req) {
+    var result;
+    try {
+      result = fun.call(ddoc, req);
+    } catch (e) {
+      if (e && typeof e == "object" && !Array.isArray(e) &&
+          (e.forbidden !== undefined || e.unauthorized !== undefined)) {
+        return e.forbidden !== undefined ? { forbidden: e.forbidden }
+                                         : { unauthorized: e.unauthorized };
+      }
+      renderError(e);
+    }
+    if (!result) return ["no_dispatch_rule"];
+    if (typeof result == "string") result = { path: result };
+    return ["ok", result];
+  }
+
   // `req.info`, read from the host the first time a function reads it.
   function deferInfo(req) {
     function settle(value) {
@@ -309,6 +330,7 @@
     },
     show: show,
     update: update,
-    list: list
+    list: list,
+    rewrite: rewrite
   };
 })

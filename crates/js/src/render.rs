@@ -53,12 +53,15 @@ pub struct RenderSource {
     pub ddoc: Json,
 }
 
-/// The three kinds of render function.
+/// The kinds of render function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RenderKind {
     Show,
     List,
     Update,
+    /// The design document's `rewrites` when it is a function (a member of its own, not a
+    /// set of named functions).
+    Rewrite,
 }
 
 impl RenderKind {
@@ -68,6 +71,7 @@ impl RenderKind {
             RenderKind::Show => "shows",
             RenderKind::List => "lists",
             RenderKind::Update => "updates",
+            RenderKind::Rewrite => "rewrites",
         }
     }
 
@@ -76,6 +80,7 @@ impl RenderKind {
             RenderKind::Show => "show",
             RenderKind::List => "list",
             RenderKind::Update => "update",
+            RenderKind::Rewrite => "rewrite",
         }
     }
 }
@@ -199,6 +204,12 @@ impl Renderer {
         self.run(RenderKind::Update, name, doc, req)
     }
 
+    /// Runs the design document's rewrite function (`rewrites`, a string) on `req`:
+    /// `["ok", {..}]`, `["no_dispatch_rule"]`, or `{"forbidden": ..}`/`{"unauthorized": ..}`.
+    pub fn rewrite(&mut self, req: &Json) -> Result<Json, Rejection> {
+        self.run(RenderKind::Rewrite, "", req, req)
+    }
+
     /// Runs `lists.<name>` on the view's `head` (`{total_rows, offset}`…) and `req`,
     /// reading rows from and sending answers to `io`; returns the last answer,
     /// `["end", chunks]` (or `["end", chunks, resp]`). A missing or uncompilable function
@@ -291,20 +302,26 @@ impl Renderer {
                 .map_err(|e| JsError::Internal(e.to_string()).into());
         }
         let member = kind.member();
-        let code = member_code(&self.source.ddoc, &self.source.ddoc_id, member, name)?;
-        let what = format!(
-            "{member} function {name} of design document `{}`",
-            self.source.ddoc_id
-        );
+        let (ddoc, id) = (&self.source.ddoc, &self.source.ddoc_id);
+        let code = match kind {
+            // `rewrites` itself is the function: CouchDB's path is `["rewrites"]`.
+            RenderKind::Rewrite => {
+                let mut outer = serde_json::Map::new();
+                outer.insert(member.into(), ddoc.clone());
+                member_code(&Json::Object(outer), id, member, member)?
+            }
+            _ => member_code(ddoc, id, member, name)?,
+        };
+        let what = format!("{member} function {name} of design document `{id}`");
         let function =
             compile_function(ctx, &code, &what, &self.monitor).map_err(compile_rejection)?;
         // CouchDB keeps the compiled function in place of the source.
-        let cached = self
-            .ddoc
-            .clone()
-            .restore(ctx)
-            .and_then(|ddoc| ddoc.get::<_, Object>(member))
-            .and_then(|fns| fns.set(name, function.clone()));
+        let cached = self.ddoc.clone().restore(ctx).and_then(|ddoc| match kind {
+            RenderKind::Rewrite => ddoc.set(member, function.clone()),
+            _ => ddoc
+                .get::<_, Object>(member)
+                .and_then(|fns| fns.set(name, function.clone())),
+        });
         settle_all(ctx, cached, &self.monitor)?;
         self.functions
             .borrow_mut()

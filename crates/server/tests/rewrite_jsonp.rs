@@ -1,4 +1,5 @@
-//! `_rewrite` with CouchDB's array rules (and the limits around them) and JSONP
+//! `_rewrite` with CouchDB's array rules (and the limits around them), with rewrite
+//! functions (JavaScript in process, Python through Settee's query server), and JSONP
 //! (`[httpd] allow_jsonp`, `?callback=`) over real HTTP.
 
 mod common;
@@ -232,4 +233,102 @@ fn jsonp_wraps_json_answers_when_allowed() {
     assert_eq!(r.status, 201, "{}", r.text);
     let r = s.get("/db/t/f.txt?callback=cb");
     assert_eq!((r.status, r.text.as_str()), (200, "hello"));
+}
+
+/// A JavaScript rewrite function: new paths, queries, methods, bodies and headers, answers
+/// of its own, refusals, and CouchDB's errors for answers it cannot use.
+#[test]
+fn rewrite_functions_route_answer_and_refuse() {
+    let s = Server::start();
+    setup(&s);
+    let fun = r#"function(req) {
+        var p = req.path.slice(4);
+        if (p[0] == 'doc') return '../../' + p[1];
+        if (p[0] == 'first') return {path: '../../_all_docs', query: {limit: '1'}};
+        if (p[0] == 'keep') return {path: '../../_all_docs'};
+        if (p[0] == 'post') return {path: '../../', method: 'POST', body: JSON.stringify({_id: 'posted', v: req.query.v}),
+                                    headers: {'Content-Type': 'application/json'}};
+        if (p[0] == 'echo') return {code: 202, body: req.method + ' ' + req.body + ' ' + (req.userCtx.name || ''),
+                                    headers: {'X-Rewritten': 'yes'}};
+        if (p[0] == 'deny') throw({forbidden: 'not here'});
+        if (p[0] == 'who') throw({unauthorized: 'log in'});
+        if (p[0] == 'keys') return {path: 'x', info: req.info === undefined, uuid: req.uuid === undefined};
+        if (p[0] == 'badcode') return {code: 99};
+        if (p[0] == 'nopath') return {query: {a: 'b'}};
+        if (p[0] == 'badquery') return {path: 'x', query: {a: 1}};
+        if (p[0] == 'boom') throw new Error('boom');
+        return false;
+    }"#;
+    let r = s.put("/db/_design/fn", &json!({ "rewrites": fun }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let base = "/db/_design/fn/_rewrite";
+    assert_eq!(get(&s, &format!("{base}/doc/b")).1["n"], json!(2));
+    let (_, first) = get(&s, &format!("{base}/first?limit=10"));
+    assert_eq!(first["rows"].as_array().unwrap().len(), 1, "{first}");
+    // Without `query`, the request's own parameters go along.
+    let (_, kept) = get(&s, &format!("{base}/keep?limit=2"));
+    assert_eq!(kept["rows"].as_array().unwrap().len(), 2, "{kept}");
+    let r = s.req("PUT", &format!("{base}/post?v=7"), Some("ignored"));
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(s.get("/db/posted").json()["v"], "7");
+    let r = s.post(&format!("{base}/echo"), "hi");
+    assert_eq!((r.status, r.text.as_str()), (202, "POST hi admin"));
+    assert_eq!(r.header("x-rewritten"), Some("yes"));
+    assert_eq!(
+        get(&s, &format!("{base}/deny")),
+        (403, json!({"error": "forbidden", "reason": "not here"}))
+    );
+    assert_eq!(
+        get(&s, &format!("{base}/who")),
+        (401, json!({"error": "unauthorized", "reason": "log in"}))
+    );
+    assert_eq!(
+        get(&s, &format!("{base}/nothing")),
+        (
+            404,
+            json!({"error": "rewrite_error", "reason": "Invalid path."})
+        )
+    );
+    for (what, reason) in [
+        ("badcode", "bad code"),
+        ("nopath", "Rewrite result must produce a new path."),
+        ("badquery", "object key/value must be strings a=1"),
+    ] {
+        assert_eq!(
+            get(&s, &format!("{base}/{what}")),
+            (500, json!({"error": "rewrite_error", "reason": reason})),
+            "{what}"
+        );
+    }
+    let (status, boom) = get(&s, &format!("{base}/boom"));
+    assert_eq!(
+        (status, boom["error"].clone()),
+        (500, json!("render_error"))
+    );
+}
+
+/// The same rewrite function written in Python runs in Settee's query server.
+#[test]
+fn python_rewrite_functions_run_in_the_query_server() {
+    let on_path = std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| d.join("settee-query-server").is_file())
+    });
+    if !on_path {
+        eprintln!("SKIPPED: settee-query-server is not on PATH (pip install ./python)");
+        return;
+    }
+    let s = Server::start();
+    setup(&s);
+    let fun = "def rewrite(req):\n    p = req['path'][4:]\n    if p and p[0] == 'doc':\n        return '../../' + p[1]\n    if p and p[0] == 'deny':\n        raise Forbidden('no')\n    return None\n";
+    let r = s.put(
+        "/db/_design/py",
+        &json!({"language": "python", "rewrites": fun}).to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(get(&s, "/db/_design/py/_rewrite/doc/a").1["n"], json!(1));
+    assert_eq!(
+        get(&s, "/db/_design/py/_rewrite/deny"),
+        (403, json!({"error": "forbidden", "reason": "no"}))
+    );
+    assert_eq!(get(&s, "/db/_design/py/_rewrite/other").0, 404);
 }
