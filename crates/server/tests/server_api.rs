@@ -208,6 +208,11 @@ fn errors_have_couchdb_shape() {
         json!({"error": "bad_request", "reason": "invalid UTF-8 JSON"})
     );
     let r = s.get("/db/_design/x/_show/y");
+    assert_eq!(
+        (r.status, r.json()),
+        (404, json!({"error": "not_found", "reason": "missing"}))
+    );
+    let r = s.get("/_node/_local/_stats");
     assert_eq!(r.status, 501, "unimplemented routes say so");
     let r = s.get("/db/_changes?filter=_selector");
     assert_eq!(r.status, 400);
