@@ -139,11 +139,17 @@ fn python_updates() {
     let r = s.req("PUT", "/db/_design/py/_update/bump/new1", Some(""));
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(r.text, "created new1");
-    let rev = r.header("x-couch-update-newrev").expect("new rev").to_owned();
+    let rev = r
+        .header("x-couch-update-newrev")
+        .expect("new rev")
+        .to_owned();
     assert!(rev.starts_with("1-"), "{rev}");
     assert_eq!(r.header("x-couch-id"), Some("new1"));
     let doc = s.get("/db/new1").json();
-    assert_eq!((doc["n"].clone(), doc["_rev"].clone()), (json!(1), json!(rev)));
+    assert_eq!(
+        (doc["n"].clone(), doc["_rev"].clone()),
+        (json!(1), json!(rev))
+    );
 
     // Modifying.
     let r = s.post("/db/_design/py/_update/bump/d1", "");
@@ -181,8 +187,7 @@ fn python_lists() {
     assert_eq!(r.header("x-list"), Some("py"));
     assert!(r.header("etag").is_some());
     assert_eq!(
-        r.text,
-        "head 5 0\n1=10\n2=20\n3=30\n4=40\n5=50\ntail\n",
+        r.text, "head 5 0\n1=10\n2=20\n3=30\n4=40\n5=50\ntail\n",
         "{}",
         r.text
     );
@@ -222,8 +227,7 @@ fn python_list_errors() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.text.starts_with("before "), "{}", r.text);
     assert!(
-        r.text
-            .contains(r#"{"error":"late","reason":"after rows"}"#),
+        r.text.contains(r#"{"error":"late","reason":"after rows"}"#),
         "{}",
         r.text
     );
@@ -241,8 +245,7 @@ fn unknown_language_render_functions() {
     s.create_db("db");
     let r = s.put(
         "/db/_design/cobol",
-        &json!({"language": "cobol", "shows": {"s": "x"}, "updates": {"u": "x"}})
-            .to_string(),
+        &json!({"language": "cobol", "shows": {"s": "x"}, "updates": {"u": "x"}}).to_string(),
     );
     assert_eq!(r.status, 201, "{}", r.text);
     let r = s.get("/db/_design/cobol/_show/s");
@@ -273,7 +276,10 @@ fn fake_server_shows() {
 
     let r = s.get("/db/_design/f/_show/s/err");
     assert_eq!(r.status, 500, "{}", r.text);
-    assert_eq!(r.json(), json!({"error": "my_error", "reason": "bad doc err"}));
+    assert_eq!(
+        r.json(),
+        json!({"error": "my_error", "reason": "bad doc err"})
+    );
 
     let r = s.get("/db/_design/f/_show/s/crash");
     assert_eq!(r.status, 500, "{}", r.text);
