@@ -44,6 +44,7 @@ fn ddoc() -> Value {
         },
         "lists": {
             "simple": "def list(head, req):\n    start({'headers': {'Content-Type': 'text/plain', 'X-List': 'py'}})\n    send('head %d %d\\n' % (head['total_rows'], head['offset']))\n    for row in rows():\n        send('%s=%s\\n' % (row['key'], row['value']))\n    return 'tail\\n'\n",
+            "docs": "def list(head, req):\n    for row in rows():\n        send(row['doc']['name'] + ',')\n",
             "first": "def list(head, req):\n    row = get_row()\n    return 'first %s' % row['key']\n",
             "raises": "def list(head, req):\n    raise RuntimeError('list boom')\n",
             "raises_late": "def list(head, req):\n    send('before ')\n    get_row()\n    get_row()\n    raise QueryServerError('late', 'after rows')\n"
@@ -205,9 +206,31 @@ fn python_lists() {
     let r = s.get("/db/_design/py/_list/simple/by_n?key=5");
     assert_eq!(r.text, "head 5 4\n5=50\ntail\n");
 
+    // POST with keys, include_docs, and a JavaScript view of another design document.
+    let r = s.post(
+        "/db/_design/py/_list/docs/by_n?include_docs=true",
+        r#"{"keys": [4, 2]}"#,
+    );
+    assert_eq!(
+        (r.status, r.text.as_str()),
+        (200, "doc 4,doc 2,"),
+        "{}",
+        r.text
+    );
+    let js = json!({"views": {"names": {"map": "function(doc) { if (doc.name) emit(doc.name, null); }"}}});
+    let r = s.put("/db/_design/js", &js.to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = s.get("/db/_design/py/_list/first/js/names?descending=true");
+    assert_eq!(
+        (r.status, r.text.as_str()),
+        (200, "first doc 5"),
+        "{}",
+        r.text
+    );
+
     // Over _all_docs.
     let r = s.get("/db/_design/py/_list/first/_all_docs");
-    assert_eq!((r.status, r.text.as_str()), (200, "first _design/py"));
+    assert_eq!((r.status, r.text.as_str()), (200, "first _design/js"));
 }
 
 #[test]
