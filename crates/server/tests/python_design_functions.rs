@@ -40,7 +40,8 @@ fn ddoc() -> Value {
         },
         "updates": {
             "bump": "def update(doc, req):\n    if doc is None:\n        if req.get('id'):\n            return [{'_id': req['id'], 'n': 1}, 'created ' + req['id']]\n        return [None, {'body': 'no id', 'headers': {'X-None': '1'}}]\n    doc['n'] = doc.get('n', 0) + 1\n    return [doc, {'json': {'n': doc['n']}}]\n",
-            "raises": "def update(doc, req):\n    raise KeyError('nope')\n"
+            "raises": "def update(doc, req):\n    raise KeyError('nope')\n",
+            "refused": "def update(doc, req):\n    return [{'_id': req['id'], 'refuse': True}, 'should not']\n"
         },
         "lists": {
             "simple": "def list(head, req):\n    start({'headers': {'Content-Type': 'text/plain', 'X-List': 'py'}})\n    send('head %d %d\\n' % (head['total_rows'], head['offset']))\n    for row in rows():\n        send('%s=%s\\n' % (row['key'], row['value']))\n    return 'tail\\n'\n",
@@ -49,6 +50,7 @@ fn ddoc() -> Value {
             "raises": "def list(head, req):\n    raise RuntimeError('list boom')\n",
             "raises_late": "def list(head, req):\n    send('before ')\n    get_row()\n    get_row()\n    raise QueryServerError('late', 'after rows')\n"
         },
+        "validate_doc_update": "def validate(newdoc, olddoc, userctx, secobj):\n    if newdoc.get('refuse'):\n        raise Forbidden('refused by validation')\n",
         "views": {
             "by_n": {"map": "def fun(doc):\n    if 'n' in doc:\n        yield doc['n'], doc['n'] * 10\n"}
         }
@@ -169,7 +171,19 @@ fn python_updates() {
     assert!(r.header("x-couch-update-newrev").is_none());
     assert_eq!(s.get("/db").json()["update_seq"], before);
 
+    // The write path: the design document's (Python) validation refuses.
+    let r = s.post("/db/_design/py/_update/refused/r1", "");
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"error": "forbidden", "reason": "refused by validation"})
+    );
+    assert_eq!(s.get("/db/r1").status, 404);
+
     // Errors.
+    let r = s.get("/db/_design/py/_update/bump/d1");
+    assert_eq!(r.status, 405, "{}", r.text);
+    assert_eq!(r.json()["error"], "method_not_allowed");
     let r = s.post("/db/_design/py/_update/raises/d1", "");
     assert_eq!(r.status, 500, "{}", r.text);
     assert_eq!(r.json()["error"], "render_error");
@@ -280,19 +294,20 @@ fn unknown_language_render_functions() {
 }
 
 /// The scripted fake server answers `ddoc` calls with its own shapes: an error answer is
-/// the function's error, a crash a 500 (and the next call gets a new process), an answer
-/// that is not `["resp", ..]` an `external_response_error`.
+/// the function's error, a crash or a hang a 500 (and the next call gets a new process), an
+/// answer that is not `["resp", ..]` an `external_response_error`.
 #[test]
 fn fake_server_shows() {
     let s = Server::start_with_ini(&format!(
-        "[query_servers]\nfake = python3 {FAKE}\n\n[couchdb]\nos_process_timeout = 5000\n"
+        "[query_servers]\nfake = python3 {FAKE}\n\n[couchdb]\nos_process_timeout = 1000\n"
     ));
     s.create_db("db");
     let docs = json!({"docs": [
         {"_id": "_design/f", "language": "fake", "shows": {"s": "anything"}},
         {"_id": "plain"},
         {"_id": "err", "error": true},
-        {"_id": "crash", "crash": true}
+        {"_id": "crash", "crash": true},
+        {"_id": "hang", "hang": true}
     ]});
     let r = s.post("/db/_bulk_docs", &docs.to_string());
     assert_eq!(r.status, 201, "{}", r.text);
@@ -305,6 +320,10 @@ fn fake_server_shows() {
     );
 
     let r = s.get("/db/_design/f/_show/s/crash");
+    assert_eq!(r.status, 500, "{}", r.text);
+    assert_eq!(r.json()["error"], "os_process_error");
+
+    let r = s.get("/db/_design/f/_show/s/hang");
     assert_eq!(r.status, 500, "{}", r.text);
     assert_eq!(r.json()["error"], "os_process_error");
 
