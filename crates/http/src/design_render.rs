@@ -3,7 +3,8 @@
 //! answers (`["resp", resp]`, `["up", doc, resp]`, `["start" | "chunks" | "end", …]`) into
 //! HTTP responses, as `chttpd_external:send_external_response` and `couch_mrview_show` do.
 //! The answers are JSON whoever produced them, so an external query server's answers render
-//! the same way as the in-process [`Renderer`]'s.
+//! the same way as the in-process [`Renderer`]'s; [`show_answer`], [`update_answer`] and
+//! [`list_answer`] pick one or the other by the design document's `language`.
 //!
 //! A list runs on two blocking threads: the view (or `_all_docs`) query writes its rows
 //! through the usual row writer into a bounded channel, and the list function pulls them one
