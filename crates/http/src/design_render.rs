@@ -3,7 +3,8 @@
 //! answers (`["resp", resp]`, `["up", doc, resp]`, `["start" | "chunks" | "end", …]`) into
 //! HTTP responses, as `chttpd_external:send_external_response` and `couch_mrview_show` do.
 //! The answers are JSON whoever produced them, so an external query server's answers render
-//! the same way as the in-process [`Renderer`]'s.
+//! the same way as the in-process [`Renderer`]'s; [`show_answer`], [`update_answer`] and
+//! [`list_answer`] pick one or the other by the design document's `language`.
 //!
 //! A list runs on two blocking threads: the view (or `_all_docs`) query writes its rows
 //! through the usual row writer into a bounded channel, and the list function pulls them one
@@ -117,6 +118,163 @@ pub fn with_renderer<T>(
     Ok(out)
 }
 
+/// A design document's language: its `language` member, JavaScript by default.
+pub fn language_of(body: &Value) -> &str {
+    body.get("language")
+        .and_then(Value::as_str)
+        .unwrap_or("javascript")
+}
+
+/// What runs a design document's render functions, chosen by its `language`: the
+/// in-process JavaScript [`Renderer`], or that language's external query server (an
+/// unknown language is the query servers' `unknown_query_language`).
+enum Runner {
+    JavaScript,
+    /// The language and the design document's body, as the server is taught it.
+    External(String, Value),
+}
+
+impl Runner {
+    fn of(ddoc: &DesignDoc) -> ApiResult<Runner> {
+        use serde_json::value::RawValue;
+        // Only the `language` member is read in full.
+        let members: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_slice(&ddoc.doc.body).unwrap_or_default();
+        let language = members
+            .get("language")
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+        match language.as_ref().and_then(Value::as_str) {
+            None | Some("javascript") => Ok(Runner::JavaScript),
+            Some(language) => Ok(Runner::External(language.to_owned(), ddoc.body()?)),
+        }
+    }
+}
+
+/// An external server's request object: unlike the renderer, which reads `info` only
+/// when a function does, a server gets it filled in, as CouchDB sends it.
+fn external_req(state: &AppState, db: &Arc<Database>, req: &Value) -> Value {
+    let mut req = req.clone();
+    if let Value::Object(members) = &mut req {
+        members.insert("info".into(), db_info_json(state, db));
+    }
+    req
+}
+
+fn qs_error(e: settee_views::queryserver::Error) -> ApiError {
+    settee_views::Error::QueryServer(e).into()
+}
+
+fn ddoc_ref<'a>(ddoc: &'a DesignDoc, body: &'a Value) -> settee_views::queryserver::DdocRef<'a> {
+    settee_views::queryserver::DdocRef {
+        id: &ddoc.id,
+        rev: &ddoc.rev,
+        body,
+    }
+}
+
+/// Runs the show `name` on `doc` (`null` for none), in the design document's language:
+/// the protocol's `["resp", resp]`.
+pub fn show_answer(
+    state: &AppState,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    name: &str,
+    doc: &Value,
+    req: &Value,
+) -> ApiResult<Value> {
+    match Runner::of(ddoc)? {
+        Runner::JavaScript => with_renderer(state, db, ddoc, |r| r.show(name, doc, req)),
+        Runner::External(language, body) => state
+            .views
+            .query_servers
+            .show(
+                &language,
+                &ddoc_ref(ddoc, &body),
+                name,
+                doc.clone(),
+                external_req(state, db, req),
+            )
+            .map_err(qs_error),
+    }
+}
+
+/// Runs the update handler `name` on `doc` (`null` for none), in the design document's
+/// language: the protocol's `["up", doc or null, resp]`.
+pub fn update_answer(
+    state: &AppState,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    name: &str,
+    doc: &Value,
+    req: &Value,
+) -> ApiResult<Value> {
+    match Runner::of(ddoc)? {
+        Runner::JavaScript => with_renderer(state, db, ddoc, |r| r.update(name, doc, req)),
+        Runner::External(language, body) => state
+            .views
+            .query_servers
+            .update(
+                &language,
+                &ddoc_ref(ddoc, &body),
+                name,
+                doc.clone(),
+                external_req(state, db, req),
+            )
+            .map_err(qs_error),
+    }
+}
+
+/// Runs the list `name` over `io`'s rows, in the design document's language, as
+/// [`Renderer::list`] does: the intermediate answers (`["start", ..]`, `["chunks", ..]`)
+/// go to `io.send`, the last (`["end", ..]`) is returned. An external list holds its
+/// server's process until it ends, prompting `list_row` for each row and `list_end` after
+/// the last (the list may end itself earlier by answering a row with `end`).
+pub fn list_answer(
+    state: &AppState,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    name: &str,
+    head: &Value,
+    req: &Value,
+    io: &mut dyn ListIo,
+) -> ApiResult<Value> {
+    let (language, body) = match Runner::of(ddoc)? {
+        Runner::JavaScript => {
+            return with_renderer(state, db, ddoc, |r| r.list(name, head, req, io))
+        }
+        Runner::External(language, body) => (language, body),
+    };
+    let qs = &state.views.query_servers;
+    let req = external_req(state, db, req);
+    let (start, mut session) = qs
+        .list(&language, &ddoc_ref(ddoc, &body), name, head.clone(), req)
+        .map_err(qs_error)?;
+    expect_answer(&start, &["start"])?;
+    io.send(start);
+    while let Some(row) = io.next_row() {
+        let answer = session.row(&row).map_err(qs_error)?;
+        if expect_answer(&answer, &["chunks", "end"])? == "end" {
+            return Ok(answer);
+        }
+        io.send(answer);
+    }
+    let end = session.end().map_err(qs_error)?;
+    expect_answer(&end, &["end"])?;
+    Ok(end)
+}
+
+/// The tag of a list's answer, one of `tags`, with its chunks (a list) after it; anything
+/// else is CouchDB's failed match, an `external_response_error`.
+fn expect_answer<'a>(answer: &'a Value, tags: &[&str]) -> ApiResult<&'a str> {
+    let tag = answer
+        .as_array()
+        .filter(|a| matches!(a.get(1), Some(Value::Array(_))))
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .filter(|t| tags.contains(t));
+    tag.ok_or_else(|| external_error(format!("answer {answer}")))
+}
+
 /// Runs the design document's rewrite function (its `rewrites`, in `body`) on `req`, in
 /// process for JavaScript, else in its language's query server: the protocol's answer.
 pub fn rewrite_answer(
@@ -126,21 +284,13 @@ pub fn rewrite_answer(
     body: &Value,
     req: &Value,
 ) -> ApiResult<Value> {
-    let language = body
-        .get("language")
-        .and_then(Value::as_str)
-        .unwrap_or("javascript");
+    let language = language_of(body);
     if language == "javascript" {
         return with_renderer(state, db, ddoc, |r| r.rewrite(req));
     }
-    let d = settee_views::queryserver::DdocRef {
-        id: &ddoc.id,
-        rev: &ddoc.rev,
-        body,
-    };
     let qs = &state.views.query_servers;
-    qs.rewrite(language, &d, req.clone())
-        .map_err(|e| settee_views::Error::QueryServer(e).into())
+    qs.rewrite(language, &ddoc_ref(ddoc, body), req.clone())
+        .map_err(qs_error)
 }
 
 /// A document as CouchDB hands it to a function (`couch_query_servers:json_doc`): the

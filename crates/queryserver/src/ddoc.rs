@@ -112,23 +112,57 @@ impl QueryServers {
     ) -> Result<(Value, ListSession)> {
         let mut lease = self.checkout_ddoc(lang, d)?;
         let start = lease.prompt(&json!(["ddoc", d.id, ["lists", name], [head, req]]))?;
-        Ok((start, ListSession { lease }))
+        Ok((
+            start,
+            ListSession {
+                lease,
+                running: true,
+            },
+        ))
     }
 }
 
-/// A list function running over a view's rows; the process is held until it ends.
+/// A list function running over a view's rows; the process is held until it ends. A
+/// session dropped while its list still waits for rows (the caller gave up) kills the
+/// process, which would otherwise read the next command as a row.
 pub struct ListSession {
     lease: Lease,
+    /// The server is inside the list function, waiting for `list_row` or `list_end`.
+    running: bool,
 }
 
 impl ListSession {
-    /// `["chunks", [..]]`, or `["end", [..]]` when the list stops early.
+    /// `["chunks", [..]]`, or `["end", [..]]` when the list stops early (the session is
+    /// then over: drop it rather than calling [`ListSession::end`]).
     pub fn row(&mut self, row: &Value) -> Result<Value> {
-        self.lease.prompt(&json!(["list_row", row]))
+        let answer = self.exchange(&json!(["list_row", row]))?;
+        if answer.get(0).and_then(Value::as_str) == Some("end") {
+            self.running = false;
+        }
+        Ok(answer)
     }
 
     /// `["end", [..]]`.
     pub fn end(mut self) -> Result<Value> {
-        self.lease.prompt(&json!(["list_end"]))
+        let answer = self.exchange(&json!(["list_end"]));
+        self.running = false;
+        answer
+    }
+
+    fn exchange(&mut self, command: &Value) -> Result<Value> {
+        let answer = self.lease.prompt(command);
+        // An error answer means the server left the list and waits for commands again.
+        if answer.as_ref().is_err_and(crate::Error::process_survives) {
+            self.running = false;
+        }
+        answer
+    }
+}
+
+impl Drop for ListSession {
+    fn drop(&mut self) {
+        if self.running {
+            self.lease.break_off();
+        }
     }
 }

@@ -17,7 +17,7 @@ mod pool;
 mod process;
 
 pub use config::{Command, Languages};
-pub use ddoc::DdocRef;
+pub use ddoc::{DdocRef, ListSession};
 pub use pool::{Lease, QueryServers, Settings, Setup};
 pub use process::{Emits, Process};
 

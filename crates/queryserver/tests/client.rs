@@ -356,3 +356,28 @@ fn processes_idle_past_the_limit_are_stopped() {
     assert!(!alive(pid));
     assert_eq!(qs.counts("fake"), (1, 0));
 }
+
+#[test]
+fn a_list_left_mid_way_kills_its_process() {
+    let qs = servers(&[], 5000, 1);
+    let body = json!({"_id": "_design/x", "_rev": "1-a"});
+    let d = DdocRef {
+        id: "_design/x",
+        rev: "1-a",
+        body: &body,
+    };
+    // Ended: the process goes back to the pool.
+    let (_, mut list) = qs.list("fake", &d, "l", json!({}), json!({})).unwrap();
+    list.row(&json!({"id": "a"})).unwrap();
+    list.end().unwrap();
+    assert_eq!(qs.counts("fake"), (1, 1));
+    // Dropped while the server waits for rows: it would read the next command as a row.
+    let (_, mut list) = qs.list("fake", &d, "l", json!({}), json!({})).unwrap();
+    list.row(&json!({"id": "a"})).unwrap();
+    drop(list);
+    assert_eq!(qs.counts("fake"), (0, 0));
+    // The next call gets a new process.
+    let (_, list) = qs.list("fake", &d, "l", json!({}), json!({})).unwrap();
+    assert_eq!(list.end().unwrap(), json!(["end", ["tail"]]));
+    assert_eq!(qs.counts("fake"), (1, 1));
+}

@@ -1,13 +1,14 @@
 //! Render functions of design documents: `_show/{func}[/{docid}]`, `_list/{func}/{view}`
 //! (and `/{other ddoc}/{view}`, and over `_all_docs`), `_update/{func}[/{docid}]`. Each
-//! parses its request, makes one call to the function (see `design_render`) and renders its
+//! parses its request, makes one call to the function (see `design_render`: in process for
+//! JavaScript, else in the design document's language's query server) and renders its
 //! answer; an update's document goes through the ordinary write path.
 
 use super::{all_docs, allow, blocking, doc, views};
 use crate::design_filter::ReqInfo;
 use crate::design_render::{
-    answer_part, apply_headers, function_doc, list_etag, list_response, show_etag, with_renderer,
-    DesignDoc, External, ListPump, RowSplitter,
+    answer_part, apply_headers, function_doc, list_answer, list_etag, list_response, show_answer,
+    show_etag, update_answer, DesignDoc, External, ListPump, RowSplitter,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::MrArgs;
@@ -96,7 +97,7 @@ async fn show(
             return Ok(doc::not_modified(tag));
         }
         let req = info.render_json(&state, &db)?;
-        let answer = with_renderer(&state, &db, &ddoc, |r| r.show(&name, &doc, &req))?;
+        let answer = show_answer(&state, &db, &ddoc, &name, &doc, &req)?;
         let mut resp = answer_part(&answer, "resp", 1)?.clone();
         apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
         External::parse(&resp, 200)?.into_response(&state)
@@ -128,7 +129,7 @@ async fn update(
             None => Value::Null,
         };
         let req = info.render_json(&state, &db)?;
-        let answer = with_renderer(&state, &db, &ddoc, |r| r.update(&name, &doc, &req))?;
+        let answer = update_answer(&state, &db, &ddoc, &name, &doc, &req)?;
         let resp = answer_part(&answer, "up", 2)?.clone();
         let new_doc = answer_part(&answer, "up", 1)?;
         if !new_doc.is_object() {
@@ -259,9 +260,7 @@ async fn list(
         pump.etag = etag;
         let ran = pump.head().and_then(|head| {
             let req = req_json.render_json(&state, &db)?;
-            with_renderer(&state, &db, &ddoc, |r| {
-                r.list(&name, &head, &req, &mut pump)
-            })
+            list_answer(&state, &db, &ddoc, &name, &head, &req, &mut pump)
         });
         match ran {
             Ok(end) => {
