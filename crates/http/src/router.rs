@@ -499,7 +499,7 @@ mod tests {
             )
         );
         assert!(matches!(
-            parse("/db/_design/d/_rewrite/x").unwrap(),
+            parse("/db/_design/d/_search/x").unwrap(),
             Endpoint::DbUnimplemented(..)
         ));
         assert_eq!(
