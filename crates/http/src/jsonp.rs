@@ -1,5 +1,5 @@
 //! JSONP (`?callback=name`), as CouchDB 3.5's chttpd still offers it behind
-//! `[httpd] allow_jsonp` (off by default): every JSON answer — documents, views, errors,
+//! `[chttpd] allow_jsonp` (or `[httpd]`; off by default): every JSON answer — documents, views, errors,
 //! streamed or not — becomes `/* CouchDB */name(<json>);` followed by a newline, typed
 //! `application/javascript`. A callback of other characters than letters, digits, `.`, `_`,
 //! `[` and `]` is CouchDB's `400 bad_request` `invalid_callback`, given (as CouchDB gives
@@ -37,7 +37,7 @@ impl Jsonp {
             .find(|(k, _)| k == "callback")
             .map(|(_, v)| v.into_owned())
             .filter(|v| !v.is_empty())?;
-        if node.get("httpd", "allow_jsonp").as_deref() != Some("true") {
+        if node.chttpd("allow_jsonp").as_deref() != Some("true") {
             return None;
         }
         let valid = callback

@@ -372,6 +372,12 @@ impl NodeConfig {
             .unwrap_or_else(|| default.to_string())
     }
 
+    /// A `[chttpd]` setting, or the `[httpd]` one where CouchDB 2 kept it (`allow_jsonp`,
+    /// `rewrite_limit`, `secure_rewrites`), as `chttpd_util:get_chttpd_config` reads them.
+    pub fn chttpd(&self, key: &str) -> Option<String> {
+        self.get("chttpd", key).or_else(|| self.get("httpd", key))
+    }
+
     /// `true`/`false` values; anything else (or nothing) is `default`.
     pub fn get_bool(&self, section: &str, key: &str, default: bool) -> bool {
         match self.get(section, key).as_deref().map(str::trim) {

@@ -34,14 +34,6 @@ impl Rewritten {
     }
 }
 
-/// A setting of CouchDB's `[chttpd]` section, or of `[httpd]` where it used to live.
-pub(crate) fn httpd_setting(state: &AppState, key: &str) -> Option<String> {
-    state
-        .node
-        .get("chttpd", key)
-        .or_else(|| state.node.get("httpd", key))
-}
-
 pub async fn rewrite(
     state: &AppState,
     db: Arc<Database>,
@@ -49,7 +41,9 @@ pub async fn rewrite(
     path: Vec<String>,
     mut req: Req,
 ) -> ApiResult<Response> {
-    let limit = httpd_setting(state, "rewrite_limit")
+    let limit = state
+        .node
+        .chttpd("rewrite_limit")
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(100);
     if req.rewrites >= limit {
@@ -66,7 +60,7 @@ pub async fn rewrite(
     };
     let target = match body.get("rewrites") {
         Some(Value::Array(rules)) => {
-            let secure = httpd_setting(state, "secure_rewrites").as_deref() != Some("false");
+            let secure = state.node.chttpd("secure_rewrites").as_deref() != Some("false");
             let method = req.method.as_str();
             rewrite::apply_rules(rules, method, &path, &query_pairs(&req), secure)
                 .map_err(rules_error)?
@@ -106,9 +100,8 @@ async fn by_function(
         }
     }
     let answer = {
-        let (state, db, ddoc) = (state.clone(), db.clone(), design);
-        let body = ddoc_body.clone();
-        super::blocking(move || rewrite_answer(&state, &db, &ddoc, &body, &obj)).await?
+        let (state, db) = (state.clone(), db.clone());
+        super::blocking(move || rewrite_answer(&state, &db, &design, &ddoc_body, &obj)).await?
     };
     let rewrite = match answer {
         Value::Array(a) if a.len() == 1 && a[0] == "no_dispatch_rule" => return Err(invalid_path()),
