@@ -382,6 +382,17 @@ fn partition_all_docs() {
         ))
         .json();
     assert_eq!(v["rows"], expect);
+    // `?partition=` on the database's own `_all_docs` is the same query.
+    let v = s.get("/pdb/_all_docs?partition=b&limit=3").json();
+    assert_eq!(v["rows"].as_array().unwrap(), &all_b[..3]);
+    assert_eq!(v["total_rows"], json!(6));
+    s.create_db("plain");
+    let r = s.get("/plain/_all_docs?partition=b");
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        r.json()["reason"],
+        json!("`partition` parameter is not supported on this db")
+    );
     // POST with parameters in the body.
     let v = s
         .post(

@@ -417,7 +417,20 @@ async fn all_docs_in(
         }
         MrArgs::from_query(&req.params)?
     };
-    let mut q = match partition {
+    // `?partition=` on a partitioned database's `_all_docs` is the partition's `_all_docs`
+    // (`couch_mrview_util:validate_all_docs_args`); elsewhere `from_args` refuses it.
+    let partition = match (partition, &args.partition) {
+        (None, Some(p)) if ns == Namespace::All && db.props().partitioned => {
+            if p.is_empty() {
+                return Err(ApiError::QueryParse(
+                    "Invalid value for `partition`.".into(),
+                ));
+            }
+            Some(p.clone())
+        }
+        (p, _) => p.map(str::to_string),
+    };
+    let mut q = match &partition {
         Some(p) => Query::for_partition(args, p, partition_query_limit(state))?,
         None => Query::from_args(args)?,
     };
