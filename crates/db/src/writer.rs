@@ -542,12 +542,16 @@ impl PartitionDeltas {
     /// value is the one the previous commit left; a partition left empty loses its key.
     fn write(self, db: &Database, batch: &mut settee_storage::Batch<'_>) -> Result<()> {
         let apply = |v: u64, d: i64| v.saturating_add_signed(d);
-        for (partition, d) in self.0 {
-            if d == [0; 4] {
-                continue;
-            }
-            let key = crate::meta::partition_key(db.id, &partition);
-            let cur = match db.store.get(Cf::Meta, &key)? {
+        let changed: Vec<(Vec<u8>, [i64; 4])> = self
+            .0
+            .into_iter()
+            .filter(|(_, d)| *d != [0; 4])
+            .map(|(p, d)| (crate::meta::partition_key(db.id, &p), d))
+            .collect();
+        let keys: Vec<Vec<u8>> = changed.iter().map(|(k, _)| k.clone()).collect();
+        let stored = db.store.multi_get(Cf::Meta, &keys)?;
+        for ((key, d), raw) in changed.into_iter().zip(stored) {
+            let cur = match raw {
                 Some(v) => PartitionStats::decode(&v)?,
                 None => PartitionStats::default(),
             };
