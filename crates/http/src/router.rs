@@ -490,6 +490,17 @@ mod tests {
             Endpoint::DbOp("_users".into(), DbOp::AllDocs)
         );
         assert_eq!(
+            parse("/db/_partition/p%3Ax/_all_docs").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::Partition(vec!["p:x".into(), "_all_docs".into()])
+            )
+        );
+        assert_eq!(
+            parse("/db/_partition").unwrap(),
+            Endpoint::DbOp("db".into(), DbOp::Partition(vec![]))
+        );
+        assert_eq!(
             parse("/db/doc/a/b.txt").unwrap(),
             Endpoint::Attachment("db".into(), "doc".into(), "a/b.txt".into())
         );

@@ -393,6 +393,20 @@ fn partition_all_docs() {
         r.json()["reason"],
         json!("`partition` parameter is not supported on this db")
     );
+    // `_all_docs/queries` within the partition.
+    let v = s
+        .post(
+            "/pdb/_partition/b/_all_docs/queries",
+            r#"{"queries":[{"limit":1},{"keys":["a:01","b:00"]},{"start_key":"b:05"}]}"#,
+        )
+        .json();
+    let res = v["results"].as_array().unwrap();
+    assert_eq!(res[0]["rows"].as_array().unwrap(), &all_b[..1]);
+    assert_eq!(
+        res[1]["rows"],
+        json!([{"key": "a:01", "error": "not_found"}, all_b[0].clone()])
+    );
+    assert_eq!(res[2]["rows"].as_array().unwrap(), &all_b[4..]);
     // POST with parameters in the body.
     let v = s
         .post(

@@ -470,8 +470,28 @@ impl ListQuery {
 pub async fn queries(
     state: &AppState,
     db: Arc<Database>,
+    req: Req,
+    ns: Namespace,
+) -> ApiResult<Response> {
+    queries_in(state, db, req, ns, None).await
+}
+
+/// `POST /{db}/_partition/{partition}/_all_docs/queries`.
+pub async fn partition_queries(
+    state: &AppState,
+    db: Arc<Database>,
+    req: Req,
+    partition: &str,
+) -> ApiResult<Response> {
+    queries_in(state, db, req, Namespace::All, Some(partition)).await
+}
+
+async fn queries_in(
+    state: &AppState,
+    db: Arc<Database>,
     mut req: Req,
     ns: Namespace,
+    partition: Option<&str>,
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     let body = req.json().await?;
@@ -496,7 +516,12 @@ pub async fn queries(
             let b = b
                 .as_object()
                 .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-            Query::from_args(base.for_query_object(b)?).map(|mut q| {
+            let args = base.for_query_object(b)?;
+            let q = match partition {
+                Some(p) => Query::for_partition(args, p, partition_query_limit(state)),
+                None => Query::from_args(args),
+            };
+            q.map(|mut q| {
                 q.opts.reader = reader.clone();
                 Query {
                     public_only: public.clone(),

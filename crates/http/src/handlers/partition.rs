@@ -54,6 +54,9 @@ pub async fn partition(
                 [op] if op == "_all_docs" => {
                     all_docs::partition_all_docs(state, db, req, p).await
                 }
+                [op, q] if op == "_all_docs" && q == "queries" => {
+                    all_docs::partition_queries(state, db, req, p).await
+                }
                 [op, ..] if op == "_find" || op == "_explain" || op == "_design" => Err(
                     ApiError::NotImplemented(
                         "Partitioned views and Mango queries are not supported by this Settee version"
