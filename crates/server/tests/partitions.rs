@@ -115,6 +115,11 @@ fn document_id_rules() {
     );
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(s.get("/pdb/p:att/a.txt").text, "hello");
+    // Ids are checked before validation functions run.
+    let vdu = r#"{"validate_doc_update":"function(){throw({forbidden:'no'});}"}"#;
+    assert_eq!(s.put("/pdb/_design/v", vdu).status, 201);
+    assert_eq!(answer(s.put("/pdb/nopart2", "{}")), form);
+    assert_eq!(s.put("/pdb/p:ok", "{}").status, 403);
     // A non-partitioned database takes any id.
     s.create_db("plain");
     assert_eq!(s.put("/plain/nopart", "{}").status, 201);
