@@ -39,6 +39,13 @@ fn creation_and_props() {
         err(400, "bad_request", "Invalid `partitioned` parameter")
     );
     assert_eq!(s.get("/bad").status, 404);
+    // `n` is clamped to the one node, as CouchDB's `mem3_util:n_val` does; `q` must be
+    // positive.
+    for (i, n) in ["0", "1", "3", "-1"].iter().enumerate() {
+        assert_eq!(s.put(&format!("/n{i}?n={n}&q=4"), "").status, 201, "{n}");
+        assert_eq!(s.get(&format!("/n{i}")).json()["cluster"]["n"], json!(1));
+    }
+    assert_eq!(s.put("/q0?q=0", "").status, 400);
     for sys in ["_users", "_replicator", "_global_changes", "a%2F_users"] {
         s.delete(&format!("/{sys}"));
         assert_eq!(

@@ -89,13 +89,14 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             if partitioned {
                 refuse_partitioned_system_db(state, name)?;
             }
-            for k in ["q", "n"] {
-                if let Some(v) = req.params.uint(k)? {
-                    if v == 0 {
-                        return Err(ApiError::bad_request(format!(
-                            "`{k}` must be a positive integer"
-                        )));
-                    }
+            if req.params.uint("q")? == Some(0) {
+                return Err(ApiError::bad_request("`q` must be a positive integer"));
+            }
+            // A single node holds one copy whatever `n` asks (`mem3_util:n_val` clamps it
+            // to between 1 and the node count), so any integer is accepted.
+            if let Some(n) = req.params.get("n") {
+                if n.trim().parse::<i64>().is_err() {
+                    return Err(ApiError::bad_request("`n` must be an integer"));
                 }
             }
             let couch = state.couch.clone();
