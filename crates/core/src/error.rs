@@ -6,6 +6,8 @@ pub enum Error {
     BadRequest(String),
     #[error("illegal_docid: {0}")]
     IllegalDocId(String),
+    #[error("illegal_partition: {0}")]
+    IllegalPartition(String),
     #[error("doc_validation: {0}")]
     DocValidation(String),
     #[error("illegal_database_name: {0}")]

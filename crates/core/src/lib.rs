@@ -22,7 +22,10 @@ pub use doc::{
     MAX_DOCUMENT_SIZE,
 };
 pub use error::Error;
-pub use names::{validate_db_name, validate_doc_id, DocKind};
+pub use names::{
+    partition_of, validate_db_name, validate_doc_id, validate_partition,
+    validate_partitioned_doc_id, DocKind,
+};
 pub use rev::{body_term, new_rev_id, new_rev_id_with, Rev, RevId};
 pub use revtree::{Leaf, NodeStatus, RevTree};
 pub use seq::{format_seq, parse_seq, SeqArg};

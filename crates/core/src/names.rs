@@ -63,10 +63,83 @@ pub fn validate_doc_id(id: &str) -> Result<DocKind, Error> {
     Ok(kind)
 }
 
+/// A partition name as CouchDB's `couch_partition:validate_partition` accepts it: not
+/// empty, not starting with `_`, without `:`. (A `&str` is always valid UTF-8.)
+pub fn validate_partition(p: &str) -> Result<(), Error> {
+    let illegal = |r: &str| Err(Error::IllegalPartition(r.to_string()));
+    if p.is_empty() {
+        illegal("Partition must not be empty")
+    } else if p.starts_with('_') {
+        illegal("Partition must not start with an underscore")
+    } else if p.contains(':') {
+        illegal("Partition must not contain a colon")
+    } else {
+        Ok(())
+    }
+}
+
+/// A document id of a partitioned database: `partition:id` with a valid partition and a
+/// valid id after it; design and local documents belong to no partition.
+pub fn validate_partitioned_doc_id(id: &str) -> Result<DocKind, Error> {
+    let kind = validate_doc_id(id)?;
+    if kind != DocKind::Normal {
+        return Ok(kind);
+    }
+    let Some((partition, rest)) = id.split_once(':') else {
+        return Err(Error::IllegalDocId(
+            "Doc id must be of form partition:id".into(),
+        ));
+    };
+    validate_partition(partition)?;
+    validate_doc_id(rest)?;
+    Ok(kind)
+}
+
+/// The partition of a document id (`None` for design/local documents and ids without `:`).
+pub fn partition_of(id: &str) -> Option<&str> {
+    if id.starts_with('_') {
+        return None;
+    }
+    id.split_once(':').map(|(p, _)| p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn partitioned_ids() {
+        assert_eq!(validate_partitioned_doc_id("p:x"), Ok(DocKind::Normal));
+        assert_eq!(validate_partitioned_doc_id("p:x:y"), Ok(DocKind::Normal));
+        assert_eq!(
+            validate_partitioned_doc_id("_design/x"),
+            Ok(DocKind::Design)
+        );
+        let err = |id| validate_partitioned_doc_id(id).unwrap_err();
+        assert_eq!(
+            err("x"),
+            Error::IllegalDocId("Doc id must be of form partition:id".into())
+        );
+        assert_eq!(
+            err(":x"),
+            Error::IllegalPartition("Partition must not be empty".into())
+        );
+        assert_eq!(
+            err("p:"),
+            Error::IllegalDocId("Document id must not be empty".into())
+        );
+        assert_eq!(
+            err("_p:x"),
+            Error::IllegalDocId("Only reserved document ids may start with underscore.".into())
+        );
+        assert_eq!(
+            err("p:_x"),
+            Error::IllegalDocId("Only reserved document ids may start with underscore.".into())
+        );
+        assert_eq!(partition_of("p:x"), Some("p"));
+        assert_eq!(partition_of("_design/p:x"), None);
+    }
 
     #[test]
     fn db_names() {

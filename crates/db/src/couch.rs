@@ -215,6 +215,16 @@ impl Couch {
 
     /// Creates a database with the given security object.
     pub fn create(&self, name: &str, security: serde_json::Value) -> Result<Arc<Database>> {
+        self.create_with(name, security, false)
+    }
+
+    /// Creates a database, partitioned or not (fixed for its lifetime).
+    pub fn create_with(
+        &self,
+        name: &str,
+        security: serde_json::Value,
+        partitioned: bool,
+    ) -> Result<Arc<Database>> {
         validate_db_name(name)?;
         let _guard = self.lifecycle.lock().unwrap();
         if self.exists(name) {
@@ -229,6 +239,7 @@ impl Couch {
         let id = next + 1;
         let props = Props {
             security,
+            partitioned,
             ..Props::default()
         };
         let stats = Stats::default();
@@ -274,6 +285,8 @@ impl Couch {
                 &meta::purge_key(id, 0),
                 &meta::purge_key(id + 1, 0),
             );
+            let (lo, hi) = meta::partition_range(id);
+            batch.delete_range(Cf::Meta, &lo, &hi);
             let (lo, hi) = db_range(id);
             for cf in Cf::PER_DB {
                 batch.delete_range(cf, &lo, &hi);

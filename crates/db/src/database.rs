@@ -1,7 +1,7 @@
 //! One database: its reads, its info, and the handle to its writer.
 
 use crate::couch::{Config, Events};
-use crate::docinfo::{DocInfo, Stats};
+use crate::docinfo::{DocInfo, PartitionStats, Stats};
 use crate::meta;
 use crate::writer::{self, Job, LocalUpdate, UpdateResult};
 use crate::{Error, Result};
@@ -18,6 +18,9 @@ pub struct Props {
     pub revs_limit: u64,
     pub purged_infos_limit: u64,
     pub security: Value,
+    /// Set at creation (`PUT /{db}?partitioned=true`), never changed: every document id
+    /// but design and local ones is `partition:id`, and per-partition counts are kept.
+    pub partitioned: bool,
 }
 
 impl Default for Props {
@@ -26,13 +29,17 @@ impl Default for Props {
             revs_limit: 1000,
             purged_infos_limit: 1000,
             security: json!({}),
+            partitioned: false,
         }
     }
 }
 
 impl Props {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let v = json!({"v": 2, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
+        let mut v = json!({"v": 2, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
+        if self.partitioned {
+            v["partitioned"] = json!(true);
+        }
         serde_json::to_vec(&v).expect("props serialize")
     }
 
@@ -59,6 +66,7 @@ impl Props {
                 }
                 _ => v.get("security").cloned().unwrap_or(d.security),
             },
+            partitioned: v["partitioned"].as_bool().unwrap_or(false),
         })
     }
 }
@@ -177,6 +185,17 @@ impl Database {
         Ok(())
     }
 
+    /// The counters of one partition (zero for a partition without documents).
+    pub fn partition_stats(&self, partition: &str) -> Result<PartitionStats> {
+        match self
+            .store
+            .get(Cf::Meta, &meta::partition_key(self.id, partition))?
+        {
+            Some(v) => Ok(PartitionStats::decode(&v)?),
+            None => Ok(PartitionStats::default()),
+        }
+    }
+
     pub fn stats(&self) -> Stats {
         *self.stats.lock().unwrap()
     }
@@ -263,7 +282,11 @@ impl Database {
         docs: Vec<ParsedDoc>,
         new_edits: bool,
     ) -> Result<oneshot::Receiver<Result<Vec<UpdateResult>>>> {
+        let partitioned = self.props().partitioned;
         for d in &docs {
+            if partitioned {
+                settee_core::validate_partitioned_doc_id(d.id.as_deref().unwrap_or(""))?;
+            }
             if d.body.len()
                 > self
                     .config

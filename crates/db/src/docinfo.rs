@@ -107,6 +107,54 @@ impl Stats {
     }
 }
 
+/// Counters of one partition of a partitioned database (`meta::partition_key`), kept by
+/// the writer in the same batch as the documents they count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub doc_count: u64,
+    pub doc_del_count: u64,
+    /// Uncompressed bytes of the partition's current bodies (as `Stats::external`).
+    pub external: u64,
+    /// Uncompressed bytes of the partition's live keys and values (as `Stats::active`).
+    pub active: u64,
+}
+
+impl PartitionStats {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![PARTITION_STATS_V1];
+        for v in [
+            self.doc_count,
+            self.doc_del_count,
+            self.external,
+            self.active,
+        ] {
+            varint::put(&mut out, v);
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
+        let corrupt = || StorageError::Corrupted("partition stats".into());
+        let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
+        if v != PARTITION_STATS_V1 {
+            return Err(corrupt());
+        }
+        let mut next = || varint::get(&mut rest).ok_or_else(corrupt);
+        Ok(PartitionStats {
+            doc_count: next()?,
+            doc_del_count: next()?,
+            external: next()?,
+            active: next()?,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == PartitionStats::default()
+    }
+}
+
+const PARTITION_STATS_V1: u8 = 1;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +179,13 @@ mod tests {
             active: 6,
         };
         assert_eq!(Stats::decode(&s.encode()).unwrap(), s);
+        let p = PartitionStats {
+            doc_count: 7,
+            doc_del_count: 8,
+            external: 9,
+            active: 300,
+        };
+        assert_eq!(PartitionStats::decode(&p.encode()).unwrap(), p);
         assert!(DocInfo::decode(&[9]).is_err());
     }
 }

@@ -18,6 +18,6 @@ pub use couch::{Config, Couch, DbEvent, DbEventKind};
 pub use database::{
     AllDocsRow, Change, Database, DbInfo, IdRevs, LiveDoc, LocalDoc, OpenDoc, Props, RevsDiff,
 };
-pub use docinfo::{DocInfo, Stats};
+pub use docinfo::{DocInfo, PartitionStats, Stats};
 pub use error::{Error, Result};
 pub use writer::{LocalUpdate, UpdateResult};

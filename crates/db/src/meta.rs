@@ -44,6 +44,18 @@ pub fn purge_key(db: DbId, purge_seq: u64) -> Vec<u8> {
     k
 }
 
+/// `T | db | partition` → `PartitionStats` of one partition of a partitioned database.
+pub fn partition_key(db: DbId, partition: &str) -> Vec<u8> {
+    let mut k = with_db(b'T', db);
+    k.extend_from_slice(partition.as_bytes());
+    k
+}
+
+/// `[T | db, T | db+1)`: every partition counter of the database.
+pub fn partition_range(db: DbId) -> (Vec<u8>, Vec<u8>) {
+    (with_db(b'T', db), with_db(b'T', db + 1))
+}
+
 pub const EVENT_PREFIX: &[u8] = b"U";
 pub const EVENT_END: &[u8] = b"V";
 

@@ -6,7 +6,7 @@
 
 use crate::couch::DbEventKind;
 use crate::database::{Database, IdRevs, LocalDoc};
-use crate::docinfo::{DocInfo, Stats};
+use crate::docinfo::{DocInfo, PartitionStats, Stats};
 use crate::{Error, Result};
 use settee_core::{new_rev_id_with, varint, ParsedDoc, Rev};
 use settee_storage::{key_in_db, seq_key, Cf, Read};
@@ -469,13 +469,19 @@ impl<'a> Txn<'a> {
         }
         let dbid = self.db.id;
         let mut stats = self.stats;
+        let partitioned = self.db.props().partitioned;
+        let mut parts = PartitionDeltas::default();
         for (id, t) in &self.docs {
             let before = t.before.as_ref();
             if before.map(|(b, _)| b) == t.now.as_ref() {
                 continue;
             }
+            let partition = partitioned.then(|| settee_core::partition_of(id)).flatten();
             if let Some((b, len)) = before {
                 remove_counts(&mut stats, id, b, *len);
+                if let Some(p) = partition {
+                    parts.add(p, id, b, *len, -1);
+                }
                 if t.now.as_ref().map(|n| n.seq) != Some(b.seq) {
                     self.batch.delete(Cf::Seqs, &seq_key(dbid, b.seq));
                 }
@@ -493,12 +499,16 @@ impl<'a> Txn<'a> {
             }
             stats.external += now.body_bytes;
             stats.active += stored_bytes(id, now, encoded.len());
+            if let Some(p) = partition {
+                parts.add(p, id, now, encoded.len(), 1);
+            }
             self.batch.put(Cf::Docs, &key, &encoded);
             self.batch
                 .put(Cf::Seqs, &seq_key(dbid, now.seq), id.as_bytes());
         }
         self.batch
             .put(Cf::Meta, &crate::meta::stats_key(dbid), &stats.encode());
+        parts.write(self.db, &mut self.batch)?;
         let event = self.dirty.then(|| {
             self.db
                 .events
@@ -509,6 +519,53 @@ impl<'a> Txn<'a> {
         self.db.seq_tx.send_replace(stats.update_seq);
         if let Some(seq) = event {
             self.db.events.published(seq);
+        }
+        Ok(())
+    }
+}
+
+/// Changes to partition counters in one commit: doc count, deleted count, external
+/// bytes, active bytes.
+#[derive(Default)]
+struct PartitionDeltas(HashMap<String, [i64; 4]>);
+
+impl PartitionDeltas {
+    /// Counts (`sign` 1) or uncounts (`sign` -1) one stored document info.
+    fn add(&mut self, partition: &str, id: &str, info: &DocInfo, encoded_len: usize, sign: i64) {
+        let d = self.0.entry(partition.to_string()).or_default();
+        d[if info.is_deleted() { 1 } else { 0 }] += sign;
+        d[2] += sign * info.body_bytes as i64;
+        d[3] += sign * stored_bytes(id, info, encoded_len) as i64;
+    }
+
+    /// Adds the new counters to `batch`. Only the writer changes them, so the stored
+    /// value is the one the previous commit left; a partition left empty loses its key.
+    fn write(self, db: &Database, batch: &mut settee_storage::Batch<'_>) -> Result<()> {
+        let apply = |v: u64, d: i64| v.saturating_add_signed(d);
+        let changed: Vec<(Vec<u8>, [i64; 4])> = self
+            .0
+            .into_iter()
+            .filter(|(_, d)| *d != [0; 4])
+            .map(|(p, d)| (crate::meta::partition_key(db.id, &p), d))
+            .collect();
+        let keys: Vec<Vec<u8>> = changed.iter().map(|(k, _)| k.clone()).collect();
+        let stored = db.store.multi_get(Cf::Meta, &keys)?;
+        for ((key, d), raw) in changed.into_iter().zip(stored) {
+            let cur = match raw {
+                Some(v) => PartitionStats::decode(&v)?,
+                None => PartitionStats::default(),
+            };
+            let next = PartitionStats {
+                doc_count: apply(cur.doc_count, d[0]),
+                doc_del_count: apply(cur.doc_del_count, d[1]),
+                external: apply(cur.external, d[2]),
+                active: apply(cur.active, d[3]),
+            };
+            if next.doc_count == 0 && next.doc_del_count == 0 {
+                batch.delete(Cf::Meta, &key);
+            } else {
+                batch.put(Cf::Meta, &key, &next.encode());
+            }
         }
         Ok(())
     }

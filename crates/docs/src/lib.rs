@@ -113,6 +113,13 @@ pub fn submit(
     new_edits: bool,
     followed: Followed,
 ) -> Result<Pending> {
+    // Ids come first, for the whole request, as CouchDB checks them when it reads the
+    // body: before validation functions, and before any attachment is stored.
+    if db.props().partitioned {
+        for d in &docs {
+            settee_core::validate_partitioned_doc_id(d.id.as_deref().unwrap_or(""))?;
+        }
+    }
     let admitted = admit(settings, db, user, docs, new_edits, followed);
     let mut out: Vec<Option<Result<Option<Rev>>>> = Vec::with_capacity(admitted.len());
     let mut ok = Vec::with_capacity(admitted.len());

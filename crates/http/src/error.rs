@@ -273,6 +273,7 @@ impl ApiError {
             ApiError::Core(c) => match c {
                 C::BadRequest(r) => (S::BAD_REQUEST, "bad_request", r.clone()),
                 C::IllegalDocId(r) => (S::BAD_REQUEST, "illegal_docid", r.clone()),
+                C::IllegalPartition(r) => (S::BAD_REQUEST, "illegal_partition", r.clone()),
                 C::DocValidation(r) => (S::BAD_REQUEST, "doc_validation", r.clone()),
                 C::IllegalDbName(r) => (S::BAD_REQUEST, "illegal_database_name", r.clone()),
                 C::DocTooLarge(id) => (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone()),

@@ -5,8 +5,8 @@
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::design_fns::{self, DesignFn};
 use crate::handlers::{
-    all_docs, attachments, bulk, changes, database, doc, mango, node, rewrite, server, unavailable,
-    views,
+    all_docs, attachments, bulk, changes, database, doc, mango, node, partition, rewrite, server,
+    unavailable, views,
 };
 use crate::{AppState, Req};
 use axum::response::Response;
@@ -95,6 +95,8 @@ pub enum DbOp {
     Rewrite(String, Vec<String>),
     /// `_design/{ddoc}/_show|_list|_update/…`
     DesignFn(String, DesignFn),
+    /// `_partition/…`: the segments after `_partition`
+    Partition(Vec<String>),
 }
 
 /// What is asked of `/_node/{node-name}`.
@@ -260,6 +262,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_explain", ..] => op(DbOp::Explain),
         ["_index", rest @ ..] => op(DbOp::Index(rest.iter().map(|s| s.to_string()).collect())),
         ["_temp_view"] => op(DbOp::TempView),
+        ["_partition", rest @ ..] => op(DbOp::Partition(
+            rest.iter().map(|s| s.to_string()).collect(),
+        )),
         ["_design", ddoc] => Endpoint::Doc(db, format!("_design/{ddoc}")),
         ["_design", ddoc, "_view", view] => op(DbOp::View(ddoc.to_string(), view.to_string())),
         ["_design", ddoc, "_view", view, "queries"] => {
@@ -377,6 +382,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Security => database::security(&state, handle, req).await,
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
                 DbOp::TempView => views::temp_view(req).await,
+                DbOp::Partition(segs) => partition::partition(&state, handle, segs, req).await,
                 DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
                 DbOp::ViewQueries(ddoc, view) => {
                     views::view_queries(state, handle, ddoc, view, req).await
@@ -482,6 +488,17 @@ mod tests {
         assert_eq!(
             parse("/_users/_all_docs").unwrap(),
             Endpoint::DbOp("_users".into(), DbOp::AllDocs)
+        );
+        assert_eq!(
+            parse("/db/_partition/p%3Ax/_all_docs").unwrap(),
+            Endpoint::DbOp(
+                "db".into(),
+                DbOp::Partition(vec!["p:x".into(), "_all_docs".into()])
+            )
+        );
+        assert_eq!(
+            parse("/db/_partition").unwrap(),
+            Endpoint::DbOp("db".into(), DbOp::Partition(vec![]))
         );
         assert_eq!(
             parse("/db/doc/a/b.txt").unwrap(),

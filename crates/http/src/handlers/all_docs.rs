@@ -40,7 +40,12 @@ struct Query {
     /// For a non-admin listing `_users` (`users_db_public`): the only members included
     /// documents show.
     public_only: Option<Vec<String>>,
+    /// `/{db}/_partition/{p}/_all_docs`: only ids `p:…`.
+    partition: Option<String>,
 }
+
+/// CouchDB's `[query_server_config] partition_query_limit` default.
+const PARTITION_QUERY_LIMIT: u64 = 2000;
 
 impl Query {
     /// Checks the arguments as CouchDB does for `_all_docs` (a map view without a key
@@ -78,7 +83,46 @@ impl Query {
                 since_pos: 0,
             },
             public_only: None,
+            partition: None,
         })
+    }
+
+    /// A query within one partition (`couch_mrview_util:validate_all_docs_args` with a
+    /// partition): the limit defaults to, and may not exceed, `partition_query_limit`;
+    /// the range is clamped to the partition's ids.
+    fn for_partition(mut a: MrArgs, partition: &str, max_limit: u64) -> ApiResult<Query> {
+        a.partition = None;
+        let mut q = Query::from_args(a)?;
+        match q.limit {
+            Some(l) if l > max_limit => {
+                return Err(ApiError::QueryParse(format!(
+                    "Limit is too large, must not exceed {max_limit}"
+                )))
+            }
+            Some(_) => {}
+            None => q.limit = Some(max_limit),
+        }
+        q.partition = Some(partition.to_string());
+        Ok(q)
+    }
+
+    /// `[first, end)` of the ids the query may see: its namespace, or its partition
+    /// (`partition:` up to `partition;`, `;` being the byte after `:`).
+    fn scope(&self, ns: Namespace) -> (String, Option<String>) {
+        if let Some(p) = &self.partition {
+            return (format!("{p}:"), Some(format!("{p};")));
+        }
+        match ns {
+            Namespace::All => (String::new(), None),
+            Namespace::Design => ("_design/".into(), Some("_design0".into())),
+            Namespace::Local => ("_local/".into(), Some("_local0".into())),
+        }
+    }
+
+    fn in_scope(&self, id: &str) -> bool {
+        self.partition
+            .as_deref()
+            .is_none_or(|p| settee_core::partition_of(id) == Some(p))
     }
 
     /// `[lower, upper)` over ids (`None`: no upper bound), clamped to the namespace as
@@ -102,19 +146,11 @@ impl Query {
             });
             (self.start.clone().unwrap_or_default(), hi)
         };
-        let (ns_lo, ns_hi) = match ns {
-            Namespace::All => ("", None),
-            Namespace::Design => ("_design/", Some("_design0")),
-            Namespace::Local => ("_local/", Some("_local0")),
-        };
-        let lo = if lo.as_str() < ns_lo {
-            ns_lo.to_owned()
-        } else {
-            lo
-        };
+        let (ns_lo, ns_hi) = self.scope(ns);
+        let lo = if lo < ns_lo { ns_lo } else { lo };
         let hi = match (hi, ns_hi) {
-            (Some(h), Some(n)) if h.as_str() > n => Some(n.to_owned()),
-            (None, Some(n)) => Some(n.to_owned()),
+            (Some(h), Some(n)) if h > n => Some(n),
+            (None, Some(n)) => Some(n),
             (h, _) => h,
         };
         (lo, hi)
@@ -182,9 +218,10 @@ fn run(
     ns: Namespace,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> ApiResult<()> {
-    let total: Value = match ns {
-        Namespace::All => json!(db.stats().doc_count),
-        Namespace::Design => {
+    let total: Value = match (ns, &q.partition) {
+        (_, Some(p)) => json!(db.partition_stats(p)?.doc_count),
+        (Namespace::All, None) => json!(db.stats().doc_count),
+        (Namespace::Design, None) => {
             let mut n = 0u64;
             db.scan_docs(b"_design/", Some(b"_design0"), false, false, |_| {
                 n += 1;
@@ -192,7 +229,7 @@ fn run(
             })?;
             json!(n)
         }
-        Namespace::Local => Value::Null,
+        (Namespace::Local, None) => Value::Null,
     };
     let mut skip = q.skip;
     let mut left = q.limit.unwrap_or(u64::MAX);
@@ -263,7 +300,10 @@ fn run(
                 }
             }
         } else {
-            for row in db.lookup_docs(&ids, q.include_docs)? {
+            for mut row in db.lookup_docs(&ids, q.include_docs)? {
+                if !q.in_scope(&row.id) {
+                    row.info = None;
+                }
                 if emit(&render_row(db, &row, q), out).is_break() {
                     break;
                 }
@@ -302,19 +342,30 @@ fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
 }
 
 /// Documents before where the range starts, in its direction: CouchDB folds over every
-/// document id (for `_design_docs` too) and counts those it passes.
+/// document id (for `_design_docs` too), or over the partition's, and counts those it
+/// passes.
 fn count_before(db: &Database, q: &Query, lo: &str, hi: Option<&str>) -> ApiResult<u64> {
+    let (first, end) = match &q.partition {
+        Some(_) => q.scope(Namespace::All),
+        None => (String::new(), None),
+    };
     let mut n = 0u64;
     let count = |_: AllDocsRow| {
         n += 1;
         ControlFlow::Continue(())
     };
     if q.descending {
-        if let Some(h) = hi {
-            db.scan_docs(h.as_bytes(), None, false, false, count)?;
+        if let Some(h) = hi.filter(|h| end.as_deref().is_none_or(|e| *h < e)) {
+            db.scan_docs(
+                h.as_bytes(),
+                end.as_ref().map(|e| e.as_bytes()),
+                false,
+                false,
+                count,
+            )?;
         }
-    } else if !lo.is_empty() {
-        db.scan_docs(b"", Some(lo.as_bytes()), false, false, count)?;
+    } else if lo > first.as_str() {
+        db.scan_docs(first.as_bytes(), Some(lo.as_bytes()), false, false, count)?;
     }
     Ok(n)
 }
@@ -322,8 +373,28 @@ fn count_before(db: &Database, q: &Query, lo: &str, hi: Option<&str>) -> ApiResu
 pub async fn all_docs(
     state: &AppState,
     db: Arc<Database>,
+    req: Req,
+    ns: Namespace,
+) -> ApiResult<Response> {
+    all_docs_in(state, db, req, ns, None).await
+}
+
+/// `/{db}/_partition/{partition}/_all_docs`: `_all_docs` over one partition's ids.
+pub async fn partition_all_docs(
+    state: &AppState,
+    db: Arc<Database>,
+    req: Req,
+    partition: &str,
+) -> ApiResult<Response> {
+    all_docs_in(state, db, req, Namespace::All, Some(partition)).await
+}
+
+async fn all_docs_in(
+    state: &AppState,
+    db: Arc<Database>,
     mut req: Req,
     ns: Namespace,
+    partition: Option<&str>,
 ) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
     let args = if req.method == "POST" {
@@ -346,10 +417,34 @@ pub async fn all_docs(
         }
         MrArgs::from_query(&req.params)?
     };
-    let mut q = Query::from_args(args)?;
+    // `?partition=` on a partitioned database's `_all_docs` is the partition's `_all_docs`
+    // (`couch_mrview_util:validate_all_docs_args`); elsewhere `from_args` refuses it.
+    let partition = match (partition, &args.partition) {
+        (None, Some(p)) if ns == Namespace::All && db.props().partitioned => {
+            if p.is_empty() {
+                return Err(ApiError::QueryParse(
+                    "Invalid value for `partition`.".into(),
+                ));
+            }
+            Some(p.clone())
+        }
+        (p, _) => p.map(str::to_string),
+    };
+    let mut q = match &partition {
+        Some(p) => Query::for_partition(args, p, partition_query_limit(state))?,
+        None => Query::from_args(args)?,
+    };
     q.public_only = public_only(state, &db, &req)?;
     q.opts.reader = crate::replicator_read::reader(&db, &req.user);
     Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
+}
+
+fn partition_query_limit(state: &AppState) -> u64 {
+    state
+        .node
+        .get("query_server_config", "partition_query_limit")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(PARTITION_QUERY_LIMIT)
 }
 
 /// `_all_docs` as a list function reads it: the query for one reader.
@@ -375,8 +470,28 @@ impl ListQuery {
 pub async fn queries(
     state: &AppState,
     db: Arc<Database>,
+    req: Req,
+    ns: Namespace,
+) -> ApiResult<Response> {
+    queries_in(state, db, req, ns, None).await
+}
+
+/// `POST /{db}/_partition/{partition}/_all_docs/queries`.
+pub async fn partition_queries(
+    state: &AppState,
+    db: Arc<Database>,
+    req: Req,
+    partition: &str,
+) -> ApiResult<Response> {
+    queries_in(state, db, req, Namespace::All, Some(partition)).await
+}
+
+async fn queries_in(
+    state: &AppState,
+    db: Arc<Database>,
     mut req: Req,
     ns: Namespace,
+    partition: Option<&str>,
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     let body = req.json().await?;
@@ -401,7 +516,12 @@ pub async fn queries(
             let b = b
                 .as_object()
                 .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-            Query::from_args(base.for_query_object(b)?).map(|mut q| {
+            let args = base.for_query_object(b)?;
+            let q = match partition {
+                Some(p) => Query::for_partition(args, p, partition_query_limit(state)),
+                None => Query::from_args(args),
+            };
+            q.map(|mut q| {
                 q.opts.reader = reader.clone();
                 Query {
                     public_only: public.clone(),

@@ -24,13 +24,56 @@ pub fn db_info_json(state: &AppState, db: &Database) -> Value {
         "purge_seq": seq(s.purge_seq),
         "update_seq": seq(s.update_seq),
         "sizes": {"file": info.file_size, "external": s.external, "active": s.active.min(info.file_size.max(s.external))},
-        "props": {},
+        "props": props_json(db),
         "doc_del_count": s.doc_del_count,
         "doc_count": s.doc_count,
         "disk_format_version": 8,
         "compact_running": state.tasks.compacting(&db.name),
         "cluster": {"q": 1, "n": 1, "w": 1, "r": 1},
     })
+}
+
+/// `props` of the database info: `{"partitioned": true}` for a partitioned database,
+/// `{}` otherwise, as CouchDB shows it.
+fn props_json(db: &Database) -> Value {
+    if db.props().partitioned {
+        json!({"partitioned": true})
+    } else {
+        json!({})
+    }
+}
+
+/// `?partitioned=` on creation (`chttpd_db:parse_partitioned_opt`).
+fn partitioned_param(req: &Req) -> ApiResult<bool> {
+    match req.params.get("partitioned") {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(_) => Err(ApiError::bad_request("Invalid `partitioned` parameter")),
+    }
+}
+
+/// System databases cannot be partitioned (`couch_partition:validate_dbname`): CouchDB's
+/// own databases by name, and any database whose last path segment names `_users`,
+/// `_replicator` or the configured users database suffix.
+fn refuse_partitioned_system_db(state: &AppState, name: &str) -> ApiResult<()> {
+    const SYSTEM: &[&str] = &[
+        "_dbs",
+        "_global_changes",
+        "_metadata",
+        "_nodes",
+        "_replicator",
+        "_users",
+    ];
+    let suffix = name.rsplit('/').next().unwrap_or(name);
+    let users_suffix = state.node.get("couchdb", "users_db_suffix");
+    let system = SYSTEM.contains(&name)
+        || ["_replicator", "_users"].contains(&suffix)
+        || users_suffix.as_deref() == Some(suffix)
+        || name == crate::access::auth_db(&state.node);
+    if system {
+        return Err(ApiError::bad_request("Cannot partition a system database"));
+    }
+    Ok(())
 }
 
 pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Response> {
@@ -42,18 +85,18 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
-            if req.params.flag("partitioned")? {
-                return Err(ApiError::bad_request(
-                    "Partitioned databases are not supported by this Settee version",
-                ));
+            let partitioned = partitioned_param(&req)?;
+            if partitioned {
+                refuse_partitioned_system_db(state, name)?;
             }
-            for k in ["q", "n"] {
-                if let Some(v) = req.params.uint(k)? {
-                    if v == 0 {
-                        return Err(ApiError::bad_request(format!(
-                            "`{k}` must be a positive integer"
-                        )));
-                    }
+            if req.params.uint("q")? == Some(0) {
+                return Err(ApiError::bad_request("`q` must be a positive integer"));
+            }
+            // A single node holds one copy whatever `n` asks (`mem3_util:n_val` clamps it
+            // to between 1 and the node count), so any integer is accepted.
+            if let Some(n) = req.params.get("n") {
+                if n.trim().parse::<i64>().is_err() {
+                    return Err(ApiError::bad_request("`n` must be an integer"));
                 }
             }
             let couch = state.couch.clone();
@@ -63,7 +106,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             );
             let node = state.node.clone();
             blocking(move || {
-                couch.create(&name2, security)?;
+                couch.create_with(&name2, security, partitioned)?;
                 if name2 == crate::access::auth_db(&node) {
                     // Born with `_design/_auth`, as CouchDB's auth cache gives it.
                     if let Err(e) = crate::auth::ensure_auth_ddoc(&couch, &node) {

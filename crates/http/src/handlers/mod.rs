@@ -9,6 +9,7 @@ pub mod design_fns;
 pub mod doc;
 pub mod mango;
 pub mod node;
+pub mod partition;
 pub mod rewrite;
 pub mod server;
 pub mod unavailable;
