@@ -3,7 +3,7 @@
 //! answers (`["resp", resp]`, `["up", doc, resp]`, `["start" | "chunks" | "end", …]`) into
 //! HTTP responses, as `chttpd_external:send_external_response` and `couch_mrview_show` do.
 //! The answers are JSON whoever produced them, so an external query server's answers render
-//! the same way as the in-process [`Renderer`]'s; [`show_answer`], [`update_answer`] and
+//! the same way as the in-process [`Renderer`]'s; [`doc_answer`] and
 //! [`list_answer`] pick one or the other by the design document's `language`.
 //!
 //! A list runs on two blocking threads: the view (or `_all_docs`) query writes its rows
@@ -23,7 +23,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use serde_json::{Map, Value};
 use settee_db::{Database, OpenDoc};
-use settee_js::{Limits, ListIo, RenderSource, Renderer};
+use settee_js::{Limits, ListIo, RenderKind, RenderSource, Renderer};
 use std::cell::RefCell;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -172,53 +172,31 @@ fn ddoc_ref<'a>(ddoc: &'a DesignDoc, body: &'a Value) -> settee_views::queryserv
     }
 }
 
-/// Runs the show `name` on `doc` (`null` for none), in the design document's language:
-/// the protocol's `["resp", resp]`.
-pub fn show_answer(
+/// Runs the show or update function `name` (`kind` is [`RenderKind::Show`] or
+/// [`RenderKind::Update`]) on `doc` (`null` for none), in the design document's language:
+/// the protocol's `["resp", resp]` for a show, `["up", doc or null, resp]` for an update.
+pub fn doc_answer(
     state: &AppState,
     db: &Arc<Database>,
     ddoc: &DesignDoc,
+    kind: RenderKind,
     name: &str,
     doc: &Value,
     req: &Value,
 ) -> ApiResult<Value> {
     match Runner::of(ddoc)? {
-        Runner::JavaScript => with_renderer(state, db, ddoc, |r| r.show(name, doc, req)),
+        Runner::JavaScript => with_renderer(state, db, ddoc, |r| match kind {
+            RenderKind::Update => r.update(name, doc, req),
+            _ => r.show(name, doc, req),
+        }),
         Runner::External(language, body) => state
             .views
             .query_servers
-            .show(
+            .ddoc_call(
                 &language,
                 &ddoc_ref(ddoc, &body),
-                name,
-                doc.clone(),
-                external_req(state, db, req),
-            )
-            .map_err(qs_error),
-    }
-}
-
-/// Runs the update handler `name` on `doc` (`null` for none), in the design document's
-/// language: the protocol's `["up", doc or null, resp]`.
-pub fn update_answer(
-    state: &AppState,
-    db: &Arc<Database>,
-    ddoc: &DesignDoc,
-    name: &str,
-    doc: &Value,
-    req: &Value,
-) -> ApiResult<Value> {
-    match Runner::of(ddoc)? {
-        Runner::JavaScript => with_renderer(state, db, ddoc, |r| r.update(name, doc, req)),
-        Runner::External(language, body) => state
-            .views
-            .query_servers
-            .update(
-                &language,
-                &ddoc_ref(ddoc, &body),
-                name,
-                doc.clone(),
-                external_req(state, db, req),
+                &[kind.member(), name],
+                serde_json::json!([doc, external_req(state, db, req)]),
             )
             .map_err(qs_error),
     }

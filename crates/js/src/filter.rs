@@ -56,6 +56,29 @@ pub(crate) const JUDGE: &str = r#"(function (e) {
   return ["unnamed_error", e.stack];
 })"#;
 
+/// A design document's environment in `ctx`, as filter and render functions share it: the
+/// document as a JS object (their `this`, and the root `require` resolves against), the
+/// global scope, the classes conversions check, and [`JUDGE`] (evaluated as `script`).
+pub(crate) fn ddoc_environment<'js>(
+    ctx: &Ctx<'js>,
+    monitor: &Monitor,
+    ddoc: &Json,
+    emitted: &Emitted,
+    script: &str,
+) -> Result<(Object<'js>, Classes, Function<'js>), JsError> {
+    let ddoc = Builder::new(ctx, false)
+        .value(ddoc)
+        .and_then(|ddoc| ddoc.get::<Object>());
+    let ddoc = settle_all(ctx, ddoc, monitor)?;
+    let root = ddoc.clone().into_value();
+    let installed = env::install_with_root(ctx, monitor, root, emitted);
+    settle_all(ctx, installed, monitor)?;
+    let classes = settle_all(ctx, Classes::probe(ctx), monitor)?;
+    let judge = eval_script(ctx, monitor, JUDGE, script).and_then(|judge| judge.get::<Function>());
+    let judge = settle_all(ctx, judge, monitor)?;
+    Ok((ddoc, classes, judge))
+}
+
 /// A compiled filter function in a private QuickJS runtime. Not `Send`: keep one per
 /// thread. Drop it after any error: CouchDB stops the query server process whenever a
 /// prompt fails, so no state a failed call left behind survives.
@@ -87,17 +110,8 @@ impl FilterFn {
         let emitted = Emitted::default();
         let compiled = context.with(|ctx| {
             let _armed = monitor.start(limits.timeout);
-            let ddoc = Builder::new(&ctx, false)
-                .value(&source.ddoc)
-                .and_then(|ddoc| ddoc.get::<Object>());
-            let ddoc = settle_all(&ctx, ddoc, &monitor)?;
-            let root = ddoc.clone().into_value();
-            let installed = env::install_with_root(&ctx, &monitor, root, &emitted);
-            settle_all(&ctx, installed, &monitor)?;
-            let classes = settle_all(&ctx, Classes::probe(&ctx), &monitor)?;
-            let judge = eval_script(&ctx, &monitor, JUDGE, "settee-filter")
-                .and_then(|judge| judge.get::<Function>());
-            let judge = settle_all(&ctx, judge, &monitor)?;
+            let (ddoc, classes, judge) =
+                ddoc_environment(&ctx, &monitor, &source.ddoc, &emitted, "settee-filter")?;
             let what = format!(
                 "filters function {} of design document `{}`",
                 source.name, source.ddoc_id

@@ -30,9 +30,9 @@ use rquickjs::{Ctx, Function, Object, Persistent, Value};
 use serde_json::Value as Json;
 
 use crate::compile::compile_function;
-use crate::env::{self, Emitted};
+use crate::env::Emitted;
 use crate::error::{settle, JsError};
-use crate::filter::{compile_rejection, member_code, JUDGE};
+use crate::filter::{compile_rejection, ddoc_environment, member_code};
 use crate::from_json::Builder;
 use crate::monitor::Monitor;
 use crate::runtime::{new_context, run_pending_jobs, settle_all};
@@ -136,17 +136,13 @@ impl Renderer {
         let info = InfoSlot::default();
         let built = context.with(|ctx| {
             let _armed = monitor.start(limits.timeout);
-            let ddoc = Builder::new(&ctx, false)
-                .value(&source.ddoc)
-                .and_then(|ddoc| ddoc.get::<Object>());
-            let ddoc = settle_all(&ctx, ddoc, &monitor)?;
-            let root = ddoc.clone().into_value();
-            let installed = env::install_with_root(&ctx, &monitor, root, &emitted);
-            settle_all(&ctx, installed, &monitor)?;
-            let classes = settle_all(&ctx, Classes::probe(&ctx), &monitor)?;
-            let judge = eval_script(&ctx, &monitor, JUDGE, "settee-render-judge")
-                .and_then(|judge| judge.get::<Function>());
-            let judge = settle_all(&ctx, judge, &monitor)?;
+            let (ddoc, classes, judge) = ddoc_environment(
+                &ctx,
+                &monitor,
+                &source.ddoc,
+                &emitted,
+                "settee-render-judge",
+            )?;
             let natives = Natives {
                 io: Rc::clone(&io),
                 info: Rc::clone(&info),

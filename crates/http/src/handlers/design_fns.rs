@@ -7,8 +7,8 @@
 use super::{all_docs, allow, blocking, doc, views};
 use crate::design_filter::ReqInfo;
 use crate::design_render::{
-    answer_part, apply_headers, function_doc, list_answer, list_etag, list_response, show_answer,
-    show_etag, update_answer, DesignDoc, External, ListPump, RowSplitter,
+    answer_part, apply_headers, doc_answer, function_doc, list_answer, list_etag, list_response,
+    show_etag, DesignDoc, External, ListPump, RowSplitter,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::MrArgs;
@@ -20,6 +20,7 @@ use serde_json::Value;
 use settee_core::{parse_doc, validate_doc_id};
 use settee_db::Database;
 use settee_docs::Followed;
+use settee_js::RenderKind;
 use std::sync::Arc;
 
 /// What a path below `_design/{ddoc}/` asks of a render function.
@@ -97,7 +98,7 @@ async fn show(
             return Ok(doc::not_modified(tag));
         }
         let req = info.render_json(&state, &db)?;
-        let answer = show_answer(&state, &db, &ddoc, &name, &doc, &req)?;
+        let answer = doc_answer(&state, &db, &ddoc, RenderKind::Show, &name, &doc, &req)?;
         let mut resp = answer_part(&answer, "resp", 1)?.clone();
         apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
         External::parse(&resp, 200)?.into_response(&state)
@@ -129,7 +130,7 @@ async fn update(
             None => Value::Null,
         };
         let req = info.render_json(&state, &db)?;
-        let answer = update_answer(&state, &db, &ddoc, &name, &doc, &req)?;
+        let answer = doc_answer(&state, &db, &ddoc, RenderKind::Update, &name, &doc, &req)?;
         let resp = answer_part(&answer, "up", 2)?.clone();
         let new_doc = answer_part(&answer, "up", 1)?;
         if !new_doc.is_object() {
