@@ -280,26 +280,7 @@ fn the_request_object() {
         .keys()
         .map(String::as_str)
         .collect();
-    assert_eq!(
-        keys,
-        [
-            "info",
-            "uuid",
-            "id",
-            "method",
-            "requested_path",
-            "path",
-            "raw_path",
-            "query",
-            "headers",
-            "body",
-            "peer",
-            "form",
-            "cookie",
-            "userCtx",
-            "secObj"
-        ]
-    );
+    assert_eq!(keys, common::REQ_OBJ_FIELDS);
     // Without a body at all, `body` is "undefined".
     let raw = s.send_raw("GET", "/db/_design/app/_show/req", &[], None, true);
     let req: Value = serde_json::from_slice(&raw.body).unwrap();

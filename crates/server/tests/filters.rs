@@ -148,27 +148,7 @@ fn the_request_object() {
         .keys()
         .map(String::as_str)
         .collect();
-    // `chttpd_external:json_req_obj_fields/0`'s order.
-    assert_eq!(
-        keys,
-        [
-            "info",
-            "uuid",
-            "id",
-            "method",
-            "requested_path",
-            "path",
-            "raw_path",
-            "query",
-            "headers",
-            "body",
-            "peer",
-            "form",
-            "cookie",
-            "userCtx",
-            "secObj"
-        ]
-    );
+    assert_eq!(keys, common::REQ_OBJ_FIELDS);
     assert_eq!(req["info"]["db_name"], "db");
     assert_eq!(req["info"]["doc_count"], 2);
     assert_eq!(req["id"], Value::Null);

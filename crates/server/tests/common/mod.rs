@@ -4,6 +4,26 @@
 
 pub mod replication;
 
+/// The members of CouchDB's request object for design functions, in
+/// `chttpd_external:json_req_obj_fields/0`'s order.
+pub const REQ_OBJ_FIELDS: [&str; 15] = [
+    "info",
+    "uuid",
+    "id",
+    "method",
+    "requested_path",
+    "path",
+    "raw_path",
+    "query",
+    "headers",
+    "body",
+    "peer",
+    "form",
+    "cookie",
+    "userCtx",
+    "secObj",
+];
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
