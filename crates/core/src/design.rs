@@ -35,6 +35,8 @@ pub struct ViewGroupDef {
     pub include_design: bool,
     /// `options.local_seq`: map functions see `_local_seq`.
     pub local_seq: bool,
+    /// `options.partitioned`, when given (otherwise the database decides).
+    pub partitioned: Option<bool>,
     options: Value,
 }
 
@@ -69,6 +71,7 @@ impl ViewGroupDef {
             lib,
             include_design: options.get("include_design") == Some(&Value::Bool(true)),
             local_seq: options.get("local_seq") == Some(&Value::Bool(true)),
+            partitioned: options.get("partitioned").and_then(Value::as_bool),
             options,
         })
     }

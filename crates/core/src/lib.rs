@@ -14,6 +14,7 @@ mod rev;
 mod revtree;
 pub mod rewrite;
 mod seq;
+pub mod shards;
 pub mod uuids;
 pub mod varint;
 
@@ -24,7 +25,7 @@ pub use doc::{
 pub use error::Error;
 pub use names::{
     partition_of, validate_db_name, validate_doc_id, validate_partition,
-    validate_partitioned_doc_id, DocKind,
+    validate_partitioned_doc_id, DocKind, MAX_PARTITION_SIZE,
 };
 pub use rev::{body_term, new_rev_id, new_rev_id_with, Rev, RevId};
 pub use revtree::{Leaf, NodeStatus, RevTree};

@@ -65,6 +65,9 @@ pub fn validate_doc_id(id: &str) -> Result<DocKind, Error> {
 
 /// A partition name as CouchDB's `couch_partition:validate_partition` accepts it: not
 /// empty, not starting with `_`, without `:`. (A `&str` is always valid UTF-8.)
+/// CouchDB's default `[couchdb] max_partition_size`: 10 GiB.
+pub const MAX_PARTITION_SIZE: u64 = 10 * 1024 * 1024 * 1024;
+
 pub fn validate_partition(p: &str) -> Result<(), Error> {
     let illegal = |r: &str| Err(Error::IllegalPartition(r.to_string()));
     if p.is_empty() {

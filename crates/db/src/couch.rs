@@ -17,6 +17,9 @@ pub struct Config {
     pub max_document_size: Arc<std::sync::atomic::AtomicUsize>,
     /// Largest number of documents one commit gathers from waiting requests.
     pub max_batch_docs: usize,
+    /// `[couchdb] max_partition_size` in bytes (0: no limit); [`Couch::set_max_partition_size`]
+    /// changes it at runtime.
+    pub max_partition_size: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Config {
@@ -24,6 +27,7 @@ impl Default for Config {
         Config {
             max_document_size: Arc::new(settee_core::MAX_DOCUMENT_SIZE.into()),
             max_batch_docs: 10_000,
+            max_partition_size: Arc::new(settee_core::MAX_PARTITION_SIZE.into()),
         }
     }
 }
@@ -189,6 +193,13 @@ impl Couch {
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// `[couchdb] max_partition_size` (0: none), for writes from now on.
+    pub fn set_max_partition_size(&self, bytes: u64) {
+        self.config
+            .max_partition_size
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Writes every memtable to tables, for a clean stop: view indexes are written
     /// without the WAL and would otherwise resume from older checkpoints.
     pub fn flush(&self) -> Result<()> {
@@ -215,16 +226,17 @@ impl Couch {
 
     /// Creates a database with the given security object.
     pub fn create(&self, name: &str, security: serde_json::Value) -> Result<Arc<Database>> {
-        self.create_with(name, security, false)
+        self.create_with(
+            name,
+            Props {
+                security,
+                ..Props::default()
+            },
+        )
     }
 
-    /// Creates a database, partitioned or not (fixed for its lifetime).
-    pub fn create_with(
-        &self,
-        name: &str,
-        security: serde_json::Value,
-        partitioned: bool,
-    ) -> Result<Arc<Database>> {
+    /// Creates a database with the given properties (security object, partitioning, q).
+    pub fn create_with(&self, name: &str, props: Props) -> Result<Arc<Database>> {
         validate_db_name(name)?;
         let _guard = self.lifecycle.lock().unwrap();
         if self.exists(name) {
@@ -237,11 +249,6 @@ impl Couch {
             None => 0,
         };
         let id = next + 1;
-        let props = Props {
-            security,
-            partitioned,
-            ..Props::default()
-        };
         let stats = Stats::default();
         let mut batch = self.store.batch();
         batch.put(Cf::Meta, meta::NEXT_DB_ID, &id.to_be_bytes());

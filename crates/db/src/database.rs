@@ -21,6 +21,10 @@ pub struct Props {
     /// Set at creation (`PUT /{db}?partitioned=true`), never changed: every document id
     /// but design and local ones is `partition:id`, and per-partition counts are kept.
     pub partitioned: bool,
+    /// The shard count asked for at creation (`?q=`, default 1). Settee keeps one store
+    /// per database whatever it is; `_shards` and the database info report the ring CouchDB
+    /// would have cut.
+    pub q: u32,
 }
 
 impl Default for Props {
@@ -30,6 +34,7 @@ impl Default for Props {
             purged_infos_limit: 1000,
             security: json!({}),
             partitioned: false,
+            q: 1,
         }
     }
 }
@@ -39,6 +44,9 @@ impl Props {
         let mut v = json!({"v": 2, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
         if self.partitioned {
             v["partitioned"] = json!(true);
+        }
+        if self.q != 1 {
+            v["q"] = json!(self.q);
         }
         serde_json::to_vec(&v).expect("props serialize")
     }
@@ -67,6 +75,10 @@ impl Props {
                 _ => v.get("security").cloned().unwrap_or(d.security),
             },
             partitioned: v["partitioned"].as_bool().unwrap_or(false),
+            q: v["q"]
+                .as_u64()
+                .and_then(|q| u32::try_from(q).ok())
+                .unwrap_or(d.q),
         })
     }
 }
@@ -187,10 +199,12 @@ impl Database {
 
     /// The counters of one partition (zero for a partition without documents).
     pub fn partition_stats(&self, partition: &str) -> Result<PartitionStats> {
-        match self
-            .store
-            .get(Cf::Meta, &meta::partition_key(self.id, partition))?
-        {
+        self.partition_stats_in(self.store.as_ref(), partition)
+    }
+
+    /// A partition's counters as `read` (the store, or a snapshot) holds them.
+    pub fn partition_stats_in(&self, read: &dyn Read, partition: &str) -> Result<PartitionStats> {
+        match read.get(Cf::Meta, &meta::partition_key(self.id, partition))? {
             Some(v) => Ok(PartitionStats::decode(&v)?),
             None => Ok(PartitionStats::default()),
         }

@@ -17,6 +17,9 @@ pub enum Error {
     BadRequest(String),
     #[error("document_too_large: {0}")]
     DocTooLarge(String),
+    /// `[couchdb] max_partition_size` reached by an edit that grows the document (its id).
+    #[error("partition_overflow: {0}")]
+    PartitionOverflow(String),
     #[error("attachment_too_large")]
     AttachmentTooLarge,
     #[error("internal: {0}")]

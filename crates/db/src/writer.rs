@@ -217,6 +217,8 @@ struct Txn<'a> {
     revs_limit: usize,
     docs: HashMap<String, Touched>,
     dirty: bool,
+    /// Partitions' external sizes as the last commit left them (read once per commit).
+    partition_sizes: HashMap<String, u64>,
 }
 
 fn stored_bytes(id: &str, info: &DocInfo, encoded_len: usize) -> u64 {
@@ -233,6 +235,7 @@ impl<'a> Txn<'a> {
             revs_limit: db.props().revs_limit as usize,
             docs: HashMap::new(),
             dirty: false,
+            partition_sizes: HashMap::new(),
         }
     }
 
@@ -314,6 +317,9 @@ impl<'a> Txn<'a> {
     /// conflict.
     fn edit(&mut self, id: &str, doc: ParsedDoc) -> Result<Rev> {
         let mut info = self.load(id)?.unwrap_or_default();
+        if !doc.deleted {
+            self.check_partition_size(id, &info, &doc.body)?;
+        }
         let winner = info.tree.winner();
         let parent = match (doc.rev(), winner) {
             (Some(_), Some(w)) if w.deleted => return Err(Error::Conflict),
@@ -338,6 +344,42 @@ impl<'a> Txn<'a> {
         info.tree.add_path(rev.pos, &path, doc.deleted, Some(seq));
         self.finish_doc(id, info, seq, &doc.body);
         Ok(rev)
+    }
+
+    /// `[couchdb] max_partition_size`: an edit that makes a document bigger fails once its
+    /// partition's external size, as the last commit left it, has reached the maximum
+    /// (`couch_db_updater`'s check; deletions, shrinking edits and replicated revisions
+    /// always pass).
+    fn check_partition_size(&mut self, id: &str, info: &DocInfo, body: &[u8]) -> Result<()> {
+        let max = self
+            .db
+            .config
+            .max_partition_size
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let partition = match settee_core::partition_of(id) {
+            Some(p) if max > 0 && self.db.props().partitioned => p,
+            _ => return Ok(()),
+        };
+        let size = body.len() as u64 + settee_core::attachment_bytes(body);
+        let was = match info.tree.winner() {
+            Some(w) if !w.deleted => info.body_bytes,
+            _ => 0,
+        };
+        if size <= was {
+            return Ok(());
+        }
+        let external = match self.partition_sizes.get(partition) {
+            Some(&e) => e,
+            None => {
+                let e = self.db.partition_stats(partition)?.external;
+                self.partition_sizes.insert(partition.to_owned(), e);
+                e
+            }
+        };
+        if external >= max {
+            return Err(Error::PartitionOverflow(id.to_owned()));
+        }
+        Ok(())
     }
 
     /// A replicated revision (`new_edits=false`): merged as given; known revisions are no-ops.

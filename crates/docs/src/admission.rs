@@ -138,7 +138,12 @@ impl Admission {
             new_edits,
         )?;
         if design {
-            return crate::design::validate_design(&id, doc, &self.settings.query_servers);
+            return crate::design::validate_design(
+                &id,
+                doc,
+                &self.settings.query_servers,
+                db.props().partitioned,
+            );
         }
         if !checks {
             return Ok(());

@@ -49,7 +49,14 @@ fn compile_external(qs: &QueryServers, def: &ViewGroupDef) -> Result<()> {
 /// functions must compile (`compilation_error`): JavaScript in QuickJS, other languages in
 /// their query server (`add_fun`, as CouchDB's `try_compile`). A language without a server
 /// (or whose server cannot be started) is saved unchecked, as CouchDB saves it.
-pub fn validate_design(id: &str, doc: &ParsedDoc, qs: &QueryServers) -> Result<()> {
+///
+/// `options.partitioned: true` is refused in a database that is not partitioned.
+pub fn validate_design(
+    id: &str,
+    doc: &ParsedDoc,
+    qs: &QueryServers,
+    db_partitioned: bool,
+) -> Result<()> {
     if !id.starts_with("_design/") || doc.deleted {
         return Ok(());
     }
@@ -62,6 +69,12 @@ pub fn validate_design(id: &str, doc: &ParsedDoc, qs: &QueryServers) -> Result<(
     let js = matches!(body.get("language"), None | Some(Value::Null))
         || body.get("language") == Some(&json!("javascript"));
     let def = ViewGroupDef::from_ddoc(&body).map_err(settee_views::Error::from)?;
+    if def.partitioned == Some(true) && !db_partitioned {
+        return Err(settee_views::Error::from(settee_core::design::DesignError(
+            "partitioned option cannot be true in a non-partitioned database.".into(),
+        ))
+        .into());
+    }
     if def.views.is_empty() {
         return Ok(());
     }

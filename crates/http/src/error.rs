@@ -261,6 +261,11 @@ impl ApiError {
                     "attachment_too_large",
                     "Attachment exceeds the maximum size".into(),
                 ),
+                DbError::PartitionOverflow(id) => (
+                    S::FORBIDDEN,
+                    "partition_overflow",
+                    format!("Partition limit exceeded due to update on '{id}'"),
+                ),
                 DbError::DocTooLarge(id) => {
                     (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone())
                 }

@@ -154,6 +154,13 @@ impl AppState {
             "max_document_size",
             settee_core::MAX_DOCUMENT_SIZE as u64,
         ) as usize);
+        // CouchDB disables the check for a value of 0 or less.
+        let max_partition = node
+            .get("couchdb", "max_partition_size")
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(settee_core::MAX_PARTITION_SIZE as i64);
+        self.couch
+            .set_max_partition_size(u64::try_from(max_partition).unwrap_or(0));
         let defaults = settee_views::Limits::default();
         let limits = settee_views::Limits {
             timeout: std::time::Duration::from_millis(node.get_u64(

@@ -28,6 +28,12 @@ impl Params {
         ks.iter().find_map(|k| self.get(k).map(|v| (*k, v)))
     }
 
+    /// Sets `k` to `v`, replacing every earlier value.
+    pub fn set(&mut self, k: &str, v: &str) {
+        self.0.retain(|(n, _)| n != k);
+        self.0.push((k.to_owned(), v.to_owned()));
+    }
+
     /// All parameters in order of appearance.
     pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))

@@ -97,6 +97,10 @@ pub enum DbOp {
     DesignFn(String, DesignFn),
     /// `_partition/…`: the segments after `_partition`
     Partition(Vec<String>),
+    /// `_shards` or `_shards/{docid}`
+    Shards(Option<String>),
+    /// `_sync_shards`
+    SyncShards,
 }
 
 /// What is asked of `/_node/{node-name}`.
@@ -262,6 +266,9 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
         ["_explain", ..] => op(DbOp::Explain),
         ["_index", rest @ ..] => op(DbOp::Index(rest.iter().map(|s| s.to_string()).collect())),
         ["_temp_view"] => op(DbOp::TempView),
+        ["_shards"] => op(DbOp::Shards(None)),
+        ["_shards", id @ ..] => op(DbOp::Shards(Some(id.join("/")))),
+        ["_sync_shards"] => op(DbOp::SyncShards),
         ["_partition", rest @ ..] => op(DbOp::Partition(
             rest.iter().map(|s| s.to_string()).collect(),
         )),
@@ -298,7 +305,7 @@ fn parse_in_db(db: &str, rest: &[&str]) -> Endpoint {
 }
 
 /// A render function's path after `_show`, `_list` or `_update`.
-fn design_fn(kind: &str, rest: &[&str]) -> DesignFn {
+pub(crate) fn design_fn(kind: &str, rest: &[&str]) -> DesignFn {
     let owned = |s: &str| s.to_string();
     match (kind, rest) {
         ("_show", [name]) => DesignFn::Show {
@@ -383,14 +390,16 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
                 DbOp::TempView => views::temp_view(req).await,
                 DbOp::Partition(segs) => partition::partition(&state, handle, segs, req).await,
+                DbOp::Shards(id) => database::shards(&handle, id.as_deref(), &req),
+                DbOp::SyncShards => database::sync_shards(&req),
                 DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
                 DbOp::ViewQueries(ddoc, view) => {
                     views::view_queries(state, handle, ddoc, view, req).await
                 }
                 DbOp::DesignInfo(ddoc) => views::design_info(state, handle, ddoc, req).await,
                 DbOp::CompactDesign(ddoc) => views::compact_design(state, handle, ddoc, req).await,
-                DbOp::Find => mango::find(state, handle, req, false).await,
-                DbOp::Explain => mango::find(state, handle, req, true).await,
+                DbOp::Find => mango::find(state, handle, req, false, None).await,
+                DbOp::Explain => mango::find(state, handle, req, true, None).await,
                 DbOp::Index(rest) => mango::index(state, handle, rest, req).await,
                 DbOp::Rewrite(ddoc, path) => {
                     rewrite::rewrite(&state, handle, ddoc, path, req).await

@@ -39,13 +39,47 @@ fn creation_and_props() {
         err(400, "bad_request", "Invalid `partitioned` parameter")
     );
     assert_eq!(s.get("/bad").status, 404);
-    // `n` is clamped to the one node, as CouchDB's `mem3_util:n_val` does; `q` must be
-    // positive.
-    for (i, n) in ["0", "1", "3", "-1"].iter().enumerate() {
+    // `n` and `q` must be positive integers (`chttpd_db:parse_shards_opt`, `n` first);
+    // one node holds one copy whatever `n` asks; `q` is kept.
+    for (i, n) in ["1", "3"].iter().enumerate() {
         assert_eq!(s.put(&format!("/n{i}?n={n}&q=4"), "").status, 201, "{n}");
-        assert_eq!(s.get(&format!("/n{i}")).json()["cluster"]["n"], json!(1));
+        let cluster = &s.get(&format!("/n{i}")).json()["cluster"];
+        assert_eq!(cluster["n"], json!(1));
+        assert_eq!(cluster["q"], json!(4));
     }
-    assert_eq!(s.put("/q0?q=0", "").status, 400);
+    for (k, v) in [("n", "0"), ("n", "-1"), ("n", "x"), ("q", "0"), ("q", "")] {
+        assert_eq!(
+            answer(s.put(&format!("/bad?{k}={v}&q=0"), "")),
+            err(
+                400,
+                "bad_request",
+                &format!("The `{k}` value should be a positive integer.")
+            ),
+            "{k}={v}"
+        );
+    }
+    for p in ["", "moon", "a:0", "a:1,b", "a:b:1"] {
+        assert_eq!(
+            answer(s.put(&format!("/bad?placement={p}"), "")),
+            err(
+                400,
+                "bad_request",
+                "The `placement` value should be in a format `zone:n`."
+            ),
+            "{p}"
+        );
+    }
+    // Parameters are checked before `partitioned`, as CouchDB checks them.
+    assert_eq!(
+        answer(s.put("/bad?partitioned=maybe&q=x", "")),
+        err(
+            400,
+            "bad_request",
+            "The `q` value should be a positive integer."
+        )
+    );
+    assert_eq!(s.get("/bad").status, 404);
+    assert_eq!(s.put("/placed?placement=a:1,b:2", "").status, 201);
     for sys in ["_users", "_replicator", "_global_changes", "a%2F_users"] {
         s.delete(&format!("/{sys}"));
         assert_eq!(
@@ -182,6 +216,15 @@ fn partition_errors() {
         )
     );
     assert_eq!(s.get("/pdb/_partition/p/_all_docs?partition=p").status, 200);
+    // `partition_query_limit` (no limit by default) caps partition queries.
+    assert_eq!(
+        s.get("/pdb/_partition/p/_all_docs?limit=268435456").status,
+        200
+    );
+    s.put(
+        "/_node/_local/_config/query_server_config/partition_query_limit",
+        "\"2000\"",
+    );
     assert_eq!(
         answer(s.get("/pdb/_partition/p/_all_docs?limit=2001")),
         err(
@@ -274,11 +317,21 @@ fn partition_counts_are_exact_and_durable() {
         .map(|p| counts(&s, "pdb", p).0)
         .sum();
     assert_eq!(db["doc_count"].as_u64().unwrap(), total + 1);
-    // Durable: the same after a restart.
+    // Compaction changes no partition's counts or sizes.
     let before: Vec<Value> = ["a", "b", "c", "d"]
         .iter()
         .map(|p| s.get(&format!("/pdb/_partition/{p}")).json())
         .collect();
+    assert_eq!(s.post("/pdb/_compact", "").status, 202);
+    while s.get("/pdb").json()["compact_running"] == json!(true) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let compacted: Vec<Value> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| s.get(&format!("/pdb/_partition/{p}")).json())
+        .collect();
+    assert_eq!(before, compacted);
+    // Durable: the same after a restart.
     let dir = s.take_dir();
     s.stop();
     drop(s);
@@ -338,7 +391,8 @@ fn partition_all_docs() {
             &filtered(&s, "b", opts),
             "{opts}"
         );
-        assert_eq!(v["total_rows"], json!(6), "{opts}");
+        // The whole database's count, as CouchDB reports its shard's (q=1).
+        assert_eq!(v["total_rows"], json!(28), "{opts}");
         assert_eq!(v["offset"], json!(0), "{opts}");
     }
     let all_b = filtered(&s, "b", "");
@@ -397,7 +451,7 @@ fn partition_all_docs() {
     // `?partition=` on the database's own `_all_docs` is the same query.
     let v = s.get("/pdb/_all_docs?partition=b&limit=3").json();
     assert_eq!(v["rows"].as_array().unwrap(), &all_b[..3]);
-    assert_eq!(v["total_rows"], json!(6));
+    assert_eq!(v["total_rows"], json!(28));
     s.create_db("plain");
     let r = s.get("/plain/_all_docs?partition=b");
     assert_eq!(r.status, 400);
@@ -429,7 +483,7 @@ fn partition_all_docs() {
     let mut rev_bb = filtered(&s, "bb", "include_docs=true");
     rev_bb.reverse();
     assert_eq!(v["rows"].as_array().unwrap(), &rev_bb[..2]);
-    assert_eq!(v["total_rows"], json!(7));
+    assert_eq!(v["total_rows"], json!(28));
 }
 
 fn rev_of_deleted(s: &Server, id: &str) -> String {

@@ -24,10 +24,20 @@ pub struct Group {
     pub prefix: IndexPrefix,
     pub fns: ViewFns,
     pub reduces: Vec<ReduceKind>,
+    /// Whether rows are kept per partition (`options.partitioned`, by default the
+    /// database's): queries then name a partition and read only its rows.
+    pub partitioned: bool,
 }
 
 impl Group {
+    /// The group of a design document of an unpartitioned database.
     pub fn new(db: DbId, ddoc_id: &str, def: ViewGroupDef) -> Group {
+        Group::in_db(db, false, ddoc_id, def)
+    }
+
+    /// The group of a design document of a database that is partitioned or not.
+    pub fn in_db(db: DbId, db_partitioned: bool, ddoc_id: &str, def: ViewGroupDef) -> Group {
+        let partitioned = def.partitioned.unwrap_or(db_partitioned);
         let sig_hex = def.signature();
         let mut sig = [0u8; 16];
         hex::decode_to_slice(&sig_hex, &mut sig).expect("signature is 32 hex digits");
@@ -59,6 +69,17 @@ impl Group {
             fns,
             reduces,
             def,
+            partitioned,
+        }
+    }
+
+    /// Whether the document `id` has rows in this index: design documents only with
+    /// `include_design`, and in a partitioned index only documents of a partition.
+    pub fn indexes(&self, id: &str) -> bool {
+        if id.starts_with("_design/") {
+            self.def.include_design && !self.partitioned
+        } else {
+            !self.partitioned || id.contains(':')
         }
     }
 

@@ -184,6 +184,22 @@ pub fn push_doc_id(out: &mut Vec<u8>, id: &str) {
     out.extend_from_slice(&[0x00, 0x01]);
 }
 
+/// The tree-key prefix of a partition's rows in a partitioned view: the partition escaped
+/// and terminated as doc ids are, so each partition's rows are one contiguous, prefix-free
+/// byte range (the order between partitions is never observable).
+pub fn partition_prefix(partition: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(partition.len() + 2);
+    push_doc_id(&mut out, partition);
+    out
+}
+
+/// The first byte string after every key that starts with `partition_prefix(..)`.
+pub fn partition_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    *end.last_mut().expect("terminated prefix") += 1;
+    end
+}
+
 /// The tree key of a row: encoded key, doc id, and the ordinal among equal emits.
 pub fn tree_key(enc_key: &[u8], doc_id: &str, dup: u32) -> Vec<u8> {
     let mut k = Vec::with_capacity(enc_key.len() + doc_id.len() + 6);

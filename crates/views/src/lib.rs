@@ -205,7 +205,12 @@ impl Views {
         ddoc_id: &str,
         body: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<Group> {
-        Ok(Group::new(db.id, ddoc_id, ViewGroupDef::from_ddoc(body)?))
+        Ok(Group::in_db(
+            db.id,
+            db.props().partitioned,
+            ddoc_id,
+            ViewGroupDef::from_ddoc(body)?,
+        ))
     }
 
     fn lock(&self, g: &Group) -> Arc<Mutex<()>> {

@@ -34,6 +34,8 @@ pub struct ViewQuery {
     /// Whether to reduce (the view has a reduce and `reduce` was not `false`).
     pub reduce: bool,
     pub grouping: Grouping,
+    /// The partition a query of a partitioned view reads (required for those views).
+    pub partition: Option<String>,
 }
 
 impl Default for ViewQuery {
@@ -50,6 +52,7 @@ impl Default for ViewQuery {
             limit: None,
             reduce: false,
             grouping: Grouping::None,
+            partition: None,
         }
     }
 }
@@ -101,8 +104,15 @@ impl ViewQuery {
         }
     }
 
+    /// The tree-key prefix of the query's partition (empty for a global query).
+    fn prefix(&self) -> Vec<u8> {
+        self.partition
+            .as_deref()
+            .map_or_else(Vec::new, layout::partition_prefix)
+    }
+
     fn enc(&self, v: &Value, raw: bool) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = self.prefix();
         if raw {
             collate::encode_key_raw(v, &mut out);
         } else {
@@ -111,8 +121,23 @@ impl ViewQuery {
         out
     }
 
-    /// Tree-key range of `start..end` with this query's docids, direction and end rule.
+    /// Tree-key range of `start..end` with this query's docids, direction and end rule,
+    /// within the query's partition.
     fn range(&self, start: Option<&Value>, end: Option<&Value>, raw: bool) -> Range {
+        let mut r = self.key_range(start, end, raw);
+        if self.partition.is_some() {
+            let prefix = self.prefix();
+            if matches!(r.lo, Bound::Unbounded) {
+                r.lo = Bound::Included(prefix.clone());
+            }
+            if matches!(r.hi, Bound::Unbounded) {
+                r.hi = Bound::Excluded(layout::partition_end(&prefix));
+            }
+        }
+        r
+    }
+
+    fn key_range(&self, start: Option<&Value>, end: Option<&Value>, raw: bool) -> Range {
         // Start of key k's rows (optionally at doc id d), or just past them.
         let at = |k: &Value, d: Option<&String>| {
             let mut b = self.enc(k, raw);
@@ -281,6 +306,8 @@ fn map_rows(
     raw: bool,
     out: &mut Out<'_>,
 ) -> Result<()> {
+    // A partition query too reports the whole index (CouchDB's shard, with q=1): its rows
+    // and the rank of the first row among them.
     let total_rows = root.map_or(0, |r| r.count);
     let ranges = q.ranges(raw);
     // As CouchDB's coordinator reports it: the shard's offset plus `skip`, at most the total.
@@ -303,6 +330,7 @@ fn map_rows(
             nodes,
             root,
             descending: q.descending,
+            partition_len: q.prefix().len(),
             check_straddle: q.descending && skip > 0,
             run: Vec::new(),
             run_prefix: Vec::new(),
@@ -339,6 +367,8 @@ struct RowReader<'r, 'o, 'h> {
     nodes: &'r dyn NodeRead,
     root: Option<&'r Entry>,
     descending: bool,
+    /// The length of the partition prefix every tree key of the query starts with.
+    partition_len: usize,
     /// The first row read after the tree skipped rows may sit inside a run whose other
     /// rows were skipped: those must be the run's first rows in output order instead.
     check_straddle: bool,
@@ -354,7 +384,9 @@ impl RowReader<'_, '_, '_> {
         if !self.descending {
             return self.emit(row);
         }
-        let prefix = &row.key[..layout::row_prefix_len(&row.key).unwrap_or(row.key.len())];
+        let plen = self.partition_len;
+        let prefix = &row.key
+            [..layout::row_prefix_len(&row.key[plen..]).map_or(row.key.len(), |l| plen + l)];
         if self.passed_prefix.as_deref() == Some(prefix) {
             return ControlFlow::Continue(());
         }
@@ -462,6 +494,7 @@ fn reduce_rows(
             Admit::Stop => ControlFlow::Break(()),
         })
     };
+    let plen = q.prefix().len();
     'ranges: for range in q.ranges(g.def.raw(view)) {
         let level = match q.grouping {
             Grouping::None => {
@@ -477,11 +510,13 @@ fn reduce_rows(
         };
         let mut cur = range;
         while let Some(row) = edge_row(nodes, root, &cur, q.descending)? {
-            let len = match level {
-                None => collate::encoded_len(&row.key),
-                Some(n) => collate::group_prefix_len(&row.key, n),
-            }
-            .ok_or_else(|| Error::Internal("unreadable view key".into()))?;
+            let key = &row.key[plen..];
+            let len = plen
+                + match level {
+                    None => collate::encoded_len(key),
+                    Some(n) => collate::group_prefix_len(key, n),
+                }
+                .ok_or_else(|| Error::Internal("unreadable view key".into()))?;
             let prefix = row.key[..len].to_vec();
             let mut after = prefix.clone();
             after.push(0xFF);

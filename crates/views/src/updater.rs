@@ -26,7 +26,7 @@
 //! The idle flusher and a clean shutdown persist the rest.
 
 use crate::group::Group;
-use crate::layout::{decode_back, encode_back, encode_payload, tree_key, Meta};
+use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Meta};
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
@@ -443,7 +443,7 @@ fn fresh_changes(
     }
     let mut changes = Vec::with_capacity(stats.doc_count as usize);
     db.all_docs_in(snap, |c| {
-        let indexed = g.def.include_design || !c.id.starts_with("_design/");
+        let indexed = g.indexes(&c.id);
         if indexed && c.info.tree.winner().is_some_and(|w| !w.deleted) {
             changes.push(c);
         }
@@ -455,7 +455,7 @@ fn fresh_changes(
 
 fn item(g: &Group, c: Change, last: &mut u64) -> Item {
     *last = c.seq;
-    let indexed = g.def.include_design || !c.id.starts_with("_design/");
+    let indexed = g.indexes(&c.id);
     let doc = match c.info.tree.winner() {
         Some(w) if !w.deleted && indexed => w.body.map(|body| {
             let leaves = c.info.tree.leaves();
@@ -626,7 +626,14 @@ fn map_chunk(
             };
             // A native map answering for more views than the group has is ignored past them.
             for (view, pairs) in per_view.into_iter().enumerate().take(g.def.views.len()) {
-                push_rows(&mut rows, view as u32, &item.id, pairs, g.def.raw(view));
+                push_rows(
+                    &mut rows,
+                    view as u32,
+                    &item.id,
+                    pairs,
+                    g.def.raw(view),
+                    g.partitioned,
+                );
             }
         }
         out.push(Mapped { id: item.id, rows });
@@ -648,11 +655,18 @@ fn push_rows(
     id: &str,
     pairs: Vec<(Value, Value)>,
     raw: bool,
+    partitioned: bool,
 ) {
+    // A partitioned view's keys start with the document's partition.
+    let prefix = match id.split_once(':') {
+        Some((p, _)) if partitioned => layout::partition_prefix(p),
+        _ => Vec::new(),
+    };
     let mut encoded: Vec<(Vec<u8>, Value, Value)> = pairs
         .into_iter()
         .map(|(k, v)| {
             let mut enc = Vec::with_capacity(32);
+            enc.extend_from_slice(&prefix);
             if raw {
                 collate::encode_key_raw(&k, &mut enc);
             } else {

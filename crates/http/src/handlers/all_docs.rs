@@ -44,9 +44,6 @@ struct Query {
     partition: Option<String>,
 }
 
-/// CouchDB's `[query_server_config] partition_query_limit` default.
-const PARTITION_QUERY_LIMIT: u64 = 2000;
-
 impl Query {
     /// Checks the arguments as CouchDB does for `_all_docs` (a map view without a key
     /// range check) and turns them into an id range or a list of ids.
@@ -218,10 +215,10 @@ fn run(
     ns: Namespace,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> ApiResult<()> {
-    let total: Value = match (ns, &q.partition) {
-        (_, Some(p)) => json!(db.partition_stats(p)?.doc_count),
-        (Namespace::All, None) => json!(db.stats().doc_count),
-        (Namespace::Design, None) => {
+    let total: Value = match ns {
+        // A partition's `_all_docs` reports the whole shard, as CouchDB's does.
+        Namespace::All => json!(db.stats().doc_count),
+        Namespace::Design => {
             let mut n = 0u64;
             db.scan_docs(b"_design/", Some(b"_design0"), false, false, |_| {
                 n += 1;
@@ -229,7 +226,7 @@ fn run(
             })?;
             json!(n)
         }
-        (Namespace::Local, None) => Value::Null,
+        Namespace::Local => Value::Null,
     };
     let mut skip = q.skip;
     let mut left = q.limit.unwrap_or(u64::MAX);
@@ -440,11 +437,11 @@ async fn all_docs_in(
 }
 
 fn partition_query_limit(state: &AppState) -> u64 {
-    state
-        .node
-        .get("query_server_config", "partition_query_limit")
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(PARTITION_QUERY_LIMIT)
+    state.node.get_u64(
+        "query_server_config",
+        "partition_query_limit",
+        super::views::MAX_VIEW_LIMIT,
+    )
 }
 
 /// `_all_docs` as a list function reads it: the query for one reader.

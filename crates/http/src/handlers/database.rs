@@ -4,13 +4,14 @@
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::doc;
+use crate::handlers::node::NODE_NAME;
 use crate::render::seq;
 use crate::reply::{json, ok_true};
 use crate::req::require_json;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use settee_db::Database;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -29,7 +30,7 @@ pub fn db_info_json(state: &AppState, db: &Database) -> Value {
         "doc_count": s.doc_count,
         "disk_format_version": 8,
         "compact_running": state.tasks.compacting(&db.name),
-        "cluster": {"q": 1, "n": 1, "w": 1, "r": 1},
+        "cluster": {"q": db.props().q, "n": 1, "w": 1, "r": 1},
     })
 }
 
@@ -41,6 +42,75 @@ fn props_json(db: &Database) -> Value {
     } else {
         json!({})
     }
+}
+
+/// `GET /{db}/_shards` and `/{db}/_shards/{docid}` (`mem3_httpd`): this node holds every
+/// range of the ring the database's `q` cuts.
+pub fn shards(db: &Database, id: Option<&str>, req: &Req) -> ApiResult<Response> {
+    use settee_core::shards::{range_name, range_of, ranges};
+    allow(&req.method, "GET")?;
+    let props = db.props();
+    let v = match id {
+        None => {
+            let shards: Map<String, Value> = ranges(props.q)
+                .into_iter()
+                .map(|r| (range_name(r), json!([NODE_NAME])))
+                .collect();
+            json!({ "shards": shards })
+        }
+        Some(id) => {
+            if props.partitioned {
+                settee_core::validate_partitioned_doc_id(id)?;
+            }
+            let range = range_of(props.q, id, props.partitioned);
+            json!({"range": range_name(range), "nodes": [NODE_NAME]})
+        }
+    };
+    Ok(json(StatusCode::OK, &v))
+}
+
+/// `POST /{db}/_sync_shards`: CouchDB starts internal replication between a range's
+/// copies; one node holds one copy, so there is nothing to do but accept.
+pub fn sync_shards(req: &Req) -> ApiResult<Response> {
+    allow(&req.method, "POST")?;
+    Ok(ok_true(StatusCode::ACCEPTED))
+}
+
+/// `?n=`, `?q=` and `?placement=` on creation, checked in CouchDB's order
+/// (`chttpd_db:parse_shards_opt`); the `q` to keep. One node holds one copy in one zone, so
+/// `n` and a well-formed `placement` change nothing, as on a single CouchDB node.
+fn shards_params(state: &AppState, req: &Req) -> ApiResult<u32> {
+    let positive = |v: &str| v.parse::<u32>().ok().filter(|n| *n > 0);
+    for k in ["n", "q"] {
+        if let Some(v) = req.params.get(k) {
+            if positive(v).is_none() {
+                return Err(ApiError::bad_request(format!(
+                    "The `{k}` value should be a positive integer."
+                )));
+            }
+        }
+    }
+    if let Some(p) = req.params.get("placement") {
+        let well_formed = !p.is_empty()
+            && p.split(',').filter(|r| !r.is_empty()).all(|rule| {
+                let parts: Vec<&str> = rule.split(':').filter(|s| !s.is_empty()).collect();
+                matches!(parts.as_slice(), [_, n] if positive(n).is_some())
+            });
+        if !well_formed {
+            return Err(ApiError::bad_request(
+                "The `placement` value should be in a format `zone:n`.",
+            ));
+        }
+    }
+    let q = match req.params.get("q") {
+        Some(q) => q.parse().unwrap_or(1),
+        None => state
+            .node
+            .get("cluster", "q")
+            .and_then(|q| positive(q.trim()))
+            .unwrap_or(1),
+    };
+    Ok(q)
 }
 
 /// `?partitioned=` on creation (`chttpd_db:parse_partitioned_opt`).
@@ -85,19 +155,10 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
+            let q = shards_params(state, &req)?;
             let partitioned = partitioned_param(&req)?;
             if partitioned {
                 refuse_partitioned_system_db(state, name)?;
-            }
-            if req.params.uint("q")? == Some(0) {
-                return Err(ApiError::bad_request("`q` must be a positive integer"));
-            }
-            // A single node holds one copy whatever `n` asks (`mem3_util:n_val` clamps it
-            // to between 1 and the node count), so any integer is accepted.
-            if let Some(n) = req.params.get("n") {
-                if n.trim().parse::<i64>().is_err() {
-                    return Err(ApiError::bad_request("`n` must be an integer"));
-                }
             }
             let couch = state.couch.clone();
             let name2 = name.to_string();
@@ -106,7 +167,13 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             );
             let node = state.node.clone();
             blocking(move || {
-                couch.create_with(&name2, security, partitioned)?;
+                let props = settee_db::Props {
+                    security,
+                    partitioned,
+                    q,
+                    ..Default::default()
+                };
+                couch.create_with(&name2, props)?;
                 if name2 == crate::access::auth_db(&node) {
                     // Born with `_design/_auth`, as CouchDB's auth cache gives it.
                     if let Err(e) = crate::auth::ensure_auth_ddoc(&couch, &node) {

@@ -226,7 +226,7 @@ async fn list(
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
                     let (g, n) = views::load_group(&state, &db, &vname, &view)?;
-                    let mut args = views::ViewArgs::for_view(args, &g, n)?;
+                    let mut args = views::ViewArgs::for_view(args, &g, n, &state.node)?;
                     args.reader = reader;
                     // Rows of a stale index may change without the sequence changing.
                     let source = (args.fresh == settee_views::Freshness::Update)

@@ -18,6 +18,7 @@ use settee_mango::bookmark::Bookmark;
 use settee_mango::index::{self, Index, Kind};
 use settee_mango::opts::{FindOpts, IndexOpts};
 use settee_mango::plan::{self, Plan};
+use settee_mango::Error as MangoError;
 use settee_views::{Event, Freshness, ViewQuery};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ async fn object_body(req: &mut Req) -> ApiResult<Map<String, Value>> {
 /// Every index of `db`: `_all_docs`, then the json indexes of its `"language": "query"`
 /// design documents, in listing order.
 fn indexes(db: &Database) -> ApiResult<Vec<Index>> {
+    let partitioned = db.props().partitioned;
     let mut out = vec![Index::all_docs()];
     let mut failure = None;
     db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
@@ -42,7 +44,7 @@ fn indexes(db: &Database) -> ApiResult<Vec<Index>> {
             return ControlFlow::Continue(());
         };
         match serde_json::from_slice::<Map<String, Value>>(split_stored(body).0) {
-            Ok(map) => out.extend(index::from_design_doc(&row.id, &map, false)),
+            Ok(map) => out.extend(index::from_design_doc(&row.id, &map, partitioned)),
             Err(e) => failure = Some(e),
         }
         ControlFlow::Continue(())
@@ -56,25 +58,46 @@ fn indexes(db: &Database) -> ApiResult<Vec<Index>> {
     Ok(out)
 }
 
-/// `POST /{db}/_find` (or `_explain` when `explain`).
+/// `POST /{db}/_find` (or `_explain` when `explain`); `partition` is the one of
+/// `/{db}/_partition/{p}/_find`, which takes the place of the body's.
 pub async fn find(
     state: AppState,
     db: Arc<Database>,
     mut req: Req,
     explain: bool,
+    partition: Option<String>,
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     let body = object_body(&mut req).await?;
     let default_limit = state.node.get_u64("mango", "default_limit", 25);
-    let opts = FindOpts::parse(&body, default_limit)?;
-    if !opts.partition.is_empty() {
+    let mut opts = FindOpts::parse(&body, default_limit)?;
+    if let Some(p) = partition {
+        opts.partition = p;
+    }
+    let partitioned = db.props().partitioned;
+    if !opts.partition.is_empty() && !partitioned {
         return Err(ApiError::bad_request(
             "`partition` parameter is not supported in this db.",
         ));
     }
     let d = db.clone();
     let all = blocking(move || indexes(&d)).await?;
-    let plan = plan::plan(&opts, &all, explain)?;
+    let plan = plan::plan(&opts, &all, explain).map_err(|e| match e {
+        // `mango_idx:mango_sort_error`: a partitioned database names the indexes' scope.
+        MangoError::NoUsableSortIndex if partitioned => ApiError::Named(
+            StatusCode::BAD_REQUEST,
+            "no_usable_index".into(),
+            format!(
+                "No {} index exists for this sort, try indexing by the sort fields.",
+                if opts.partition.is_empty() {
+                    "global"
+                } else {
+                    "partitioned"
+                }
+            ),
+        ),
+        e => e.into(),
+    })?;
     if explain {
         return Ok(json(StatusCode::OK, &explain_json(&db, &opts, &plan)));
     }
@@ -94,7 +117,11 @@ fn explain_json(db: &Database, opts: &FindOpts, plan: &Plan) -> Value {
     let mut out = json!({
         "dbname": db.name,
         "index": plan.index.as_ref().map(Index::to_json),
-        "partitioned": false,
+        "partitioned": plan.index.as_ref().is_some_and(|i| if i.is_special() {
+            db.props().partitioned
+        } else {
+            i.partitioned
+        }),
         "selector": opts.selector.normalized(),
         "opts": opts.to_json(),
         "limit": opts.limit,
@@ -374,6 +401,17 @@ fn scan_all_docs(
             None => {}
         }
     }
+    // A partition query reads only the partition's ids, `p:` up to `p;`.
+    if !opts.partition.is_empty() {
+        let first = format!("{}:", opts.partition).into_bytes();
+        let end = format!("{};", opts.partition).into_bytes();
+        if lower < first {
+            lower = first;
+        }
+        if upper.as_ref().is_none_or(|u| *u > end) {
+            upper = Some(end);
+        }
+    }
     let mut skip_id = None;
     if let Some(b) = resume {
         if plan.descending {
@@ -400,11 +438,15 @@ fn scan_all_docs(
     };
     // A query that can return every document (design documents never are) reads them all.
     let mut design = 0;
-    db.scan_winners_in(&snap, b"_design/", Some(b"_design0"), false, |_| {
-        design += 1;
-        ControlFlow::Continue(())
-    })?;
-    let count = db.stats_in(&snap)?.doc_count;
+    let count = if opts.partition.is_empty() {
+        db.scan_winners_in(&snap, b"_design/", Some(b"_design0"), false, |_| {
+            design += 1;
+            ControlFlow::Continue(())
+        })?;
+        db.stats_in(&snap)?.doc_count
+    } else {
+        db.partition_stats_in(&snap, &opts.partition)?.doc_count
+    };
     if opts.limit.saturating_add(opts.skip).saturating_add(design) >= count
         && count <= MAX_BATCH as u64
     {
@@ -585,6 +627,7 @@ fn scan_view(
         start_key: Some(start),
         end_key: Some(end),
         descending: plan.descending,
+        partition: (!opts.partition.is_empty()).then(|| opts.partition.clone()),
         ..Default::default()
     };
     if let Some(b) = resume {

@@ -1,8 +1,7 @@
 //! `/{db}/_partition/{partition}[/…]` of partitioned databases: the partition's info and
-//! its `_all_docs` (`chttpd_db:handle_partition_req`). Views and Mango within a partition
-//! are later work.
+//! its `_all_docs`, views, lists and Mango queries (`chttpd_db:handle_partition_req`).
 
-use super::{all_docs, blocking};
+use super::{all_docs, blocking, design_fns, mango, views};
 use crate::error::{ApiError, ApiResult};
 use crate::reply::json;
 use crate::{AppState, Req};
@@ -51,21 +50,55 @@ pub async fn partition(
                 ));
             }
             match rest {
-                [op] if op == "_all_docs" => {
-                    all_docs::partition_all_docs(state, db, req, p).await
-                }
+                [op] if op == "_all_docs" => all_docs::partition_all_docs(state, db, req, p).await,
                 [op, q] if op == "_all_docs" && q == "queries" => {
                     all_docs::partition_queries(state, db, req, p).await
                 }
-                [op, ..] if op == "_find" || op == "_explain" || op == "_design" => Err(
-                    ApiError::NotImplemented(
-                        "Partitioned views and Mango queries are not supported by this Settee version"
-                            .into(),
-                    ),
-                ),
+                [op] if op == "_find" || op == "_explain" => {
+                    let explain = op == "_explain";
+                    mango::find(state.clone(), db, req, explain, Some(p.clone())).await
+                }
+                [op, index @ ..] if op == "_index" => {
+                    mango::index(state.clone(), db, index.to_vec(), req).await
+                }
+                [d, ddoc, f, fun @ ..] if d == "_design" => {
+                    design(state, db, p, ddoc.clone(), f, fun, req).await
+                }
                 _ => Err(ApiError::NotFound("missing".into())),
             }
         }
+    }
+}
+
+/// `_partition/{p}/_design/{ddoc}/…`: views and lists read the partition; shows, updates
+/// and `_info` are the design document's own (`chttpd_db:handle_partition_req` passes the
+/// partition only to view queries).
+async fn design(
+    state: &AppState,
+    db: Arc<Database>,
+    partition: &str,
+    ddoc: String,
+    f: &str,
+    fun: &[String],
+    mut req: Req,
+) -> ApiResult<Response> {
+    let fun_path: Vec<&str> = fun.iter().map(String::as_str).collect();
+    match (f, fun_path.as_slice()) {
+        ("_view", [view]) => {
+            req.params.set("partition", partition);
+            views::view(state.clone(), db, ddoc, view.to_string(), req).await
+        }
+        ("_list", _) => {
+            req.params.set("partition", partition);
+            let f = crate::router::design_fn(f, &fun_path);
+            design_fns::design_fn(state.clone(), db, ddoc, f, req).await
+        }
+        ("_show" | "_update", _) => {
+            let f = crate::router::design_fn(f, &fun_path);
+            design_fns::design_fn(state.clone(), db, ddoc, f, req).await
+        }
+        ("_info", []) => views::design_info(state.clone(), db, ddoc, req).await,
+        _ => Err(ApiError::NotFound("missing".into())),
     }
 }
 

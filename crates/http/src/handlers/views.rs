@@ -5,6 +5,7 @@ use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::AttOpts;
 use crate::mrargs::{GroupLevel, MrArgs, Update, ViewType};
+use crate::node_config::NodeConfig;
 use crate::render::{doc_json, doc_json_with, seq, with_doc, DocOpts};
 use crate::reply::{json, json_bytes, ok_true, stream, JSON};
 use crate::req::require_json;
@@ -32,15 +33,36 @@ pub struct ViewArgs {
     pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
 }
 
+/// CouchDB's `?MAX_VIEW_LIMIT`: the default of `query_limit` and `partition_query_limit`.
+pub const MAX_VIEW_LIMIT: u64 = 0x1000_0000;
+
 fn parse_error(msg: &str) -> ApiError {
     ApiError::QueryParse(msg.to_owned())
 }
 
 impl ViewArgs {
     /// Validates the arguments for view number `n` of `g` as CouchDB does (a single key in
-    /// `keys` counts as `key`; then `validate_args`, then the key range).
-    pub fn for_view(mut a: MrArgs, g: &Group, n: usize) -> ApiResult<ViewArgs> {
+    /// `keys` counts as `key`; the limit against `[query_server_config] query_limit`, or
+    /// `partition_query_limit` for a partitioned view; then `validate_args`, the partition,
+    /// then the key range).
+    pub fn for_view(mut a: MrArgs, g: &Group, n: usize, node: &NodeConfig) -> ApiResult<ViewArgs> {
         a.single_key_as_key();
+        let limit_key = if g.partitioned {
+            "partition_query_limit"
+        } else {
+            "query_limit"
+        };
+        let max_limit = node.get_u64("query_server_config", limit_key, MAX_VIEW_LIMIT);
+        match a.limit {
+            Some(l) if l > max_limit => {
+                return Err(parse_error(&format!(
+                    "Limit is too large, must not exceed {max_limit}"
+                )))
+            }
+            Some(_) => {}
+            None if max_limit < MAX_VIEW_LIMIT => a.limit = Some(max_limit),
+            None => {}
+        }
         let has_reduce = g.reduces[n] != ReduceKind::None;
         let view_type = if has_reduce && a.reduce != Some(false) {
             ViewType::Red
@@ -48,10 +70,22 @@ impl ViewArgs {
             ViewType::Map
         };
         let level = a.validate(view_type)?;
-        if a.partition.is_some() {
-            return Err(parse_error(
-                "`partition` parameter is not supported in this design doc",
-            ));
+        if a.partition.as_deref() == Some("") {
+            return Err(parse_error("Invalid value for `partition`."));
+        }
+        match (g.partitioned, &a.partition) {
+            (true, Some(p)) => settee_core::validate_partition(p)?,
+            (true, None) => {
+                return Err(parse_error(
+                    "`partition` parameter is mandatory for queries to this view.",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(parse_error(
+                    "`partition` parameter is not supported in this design doc",
+                ))
+            }
+            _ => {}
         }
         let query = ViewQuery {
             keys: a.key_list(),
@@ -71,6 +105,7 @@ impl ViewArgs {
                     Grouping::Level(usize::try_from(l).unwrap_or(usize::MAX))
                 }
             },
+            partition: a.partition,
         };
         query
             .check_range(g.def.raw(n))
@@ -175,7 +210,7 @@ pub async fn view(
         })
         .await?
     };
-    let mut args = ViewArgs::for_view(args, &g, n)?;
+    let mut args = ViewArgs::for_view(args, &g, n, &state.node)?;
     args.reader = crate::replicator_read::reader(&db, &req.user);
     let views = state.views.clone();
     Ok(stream(JSON, move |sink| {
@@ -221,9 +256,11 @@ pub async fn view_queries(
                 let q = q
                     .as_object()
                     .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-                ViewArgs::for_view(base.for_query_object(q)?, &g, n).map(|a| ViewArgs {
-                    reader: reader.clone(),
-                    ..a
+                ViewArgs::for_view(base.for_query_object(q)?, &g, n, &state.node).map(|a| {
+                    ViewArgs {
+                        reader: reader.clone(),
+                        ..a
+                    }
                 })
             })
             .collect::<ApiResult<Vec<_>>>()?;
