@@ -6,7 +6,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::design_fns::{self, DesignFn};
 use crate::handlers::{
     all_docs, attachments, bulk, changes, database, doc, mango, node, partition, rewrite, server,
-    unavailable, views,
+    unavailable, utils, views,
 };
 use crate::{AppState, Req};
 use axum::response::Response;
@@ -418,8 +418,8 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
             "{what} are not supported by this Settee version"
         ))),
-        Endpoint::Favicon => unavailable::favicon(&req),
-        Endpoint::Utils(file) => unavailable::utils(&req, file),
+        Endpoint::Favicon => utils::favicon(&state, req).await,
+        Endpoint::Utils(file) => utils::utils(&state, req, file).await,
         Endpoint::Replicate(false) => crate::replication::replicate(&state, req).await,
         Endpoint::Replicate(true) => unavailable::replicate(req, true).await,
         Endpoint::Scheduler(rest) => crate::scheduler::scheduler(&state, &req, &rest),

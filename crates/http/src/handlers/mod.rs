@@ -13,6 +13,7 @@ pub mod partition;
 pub mod rewrite;
 pub mod server;
 pub mod unavailable;
+pub mod utils;
 pub mod views;
 
 use crate::error::{ApiError, ApiResult};

@@ -1,59 +1,21 @@
-//! Server routes CouchDB 3.5 serves whose features Settee does not have (Fauxton, the
-//! replicator and its scheduler, resharding, cluster setup, full-text search), and paths
+//! Server routes CouchDB 3.5 serves whose features Settee does not have (resharding, cluster setup, full-text search), and paths
 //! CouchDB takes for database names (`/_config`, `/_stats`, … removed in 2.0/3.0).
 //!
 //! Each route keeps CouchDB's grammar — its methods (405 with `Allow`), content-type and
 //! parameter checks, and its answers for unknown sub-paths — and then answers the way
-//! CouchDB does when that feature is unavailable where such an answer exists (no Fauxton
-//! files: 404 `Not found.`; Nouveau disabled: 404 `missing`), else `501 not_implemented`.
+//! CouchDB does when that feature is unavailable where such an answer exists (Nouveau
+//! disabled: 404 `missing`), else `501 not_implemented`.
 
 use super::allow;
 use crate::error::{ApiError, ApiResult};
 use crate::reply::{json, ok_true};
 use crate::Req;
-use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
 
 fn absent(what: &str) -> ApiError {
     ApiError::NotImplemented(format!("{what} is not supported by this Settee version"))
-}
-
-/// What mochiweb's `serve_file` answers for a file the document root lacks.
-fn file_not_found(cache_control: &'static str) -> Response {
-    let mut resp = Response::new(Body::from("Not found."));
-    *resp.status_mut() = StatusCode::NOT_FOUND;
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static(cache_control),
-    );
-    resp
-}
-
-/// `/favicon.ico`: CouchDB serves it from Fauxton's files, which Settee does not ship.
-pub fn favicon(req: &Req) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD")?;
-    Ok(file_not_found("public, max-age=31536000"))
-}
-
-/// `/_utils` redirects to `/_utils/`; files below it are Fauxton's, which Settee does not
-/// ship (as a CouchDB built without Fauxton).
-pub fn utils(req: &Req, file: bool) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD")?;
-    if file {
-        return Ok(file_not_found("private, must-revalidate"));
-    }
-    let host = req.header("host").unwrap_or("localhost");
-    let location = format!("http://{host}{}/", req.uri.path());
-    let mut resp = Response::new(Body::empty());
-    *resp.status_mut() = StatusCode::MOVED_PERMANENTLY;
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        resp.headers_mut().insert(header::LOCATION, v);
-    }
-    Ok(resp)
 }
 
 /// Whether the request carries a body at all (`Content-Length` or chunked).
