@@ -403,11 +403,11 @@ pub fn render_table(phases: &[Phase]) -> String {
         .iter()
         .enumerate()
         .map(|(i, w)| match i {
-            0 | 2 => "-".repeat(*w),
-            _ => format!("{}:", "-".repeat(w.saturating_sub(1))),
+            0 | 2 => "-".repeat(w + 2),
+            _ => format!("{}:", "-".repeat(w + 1)),
         })
         .collect();
-    out.push(format!("|-{}-|", rule.join("-|-")));
+    out.push(format!("|{}|", rule.join("|")));
     out.extend(rows.iter().map(|r| line(r)));
     out.join("\n")
 }
