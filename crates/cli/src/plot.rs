@@ -1,5 +1,5 @@
 //! The throughput plot of `settee bench`: operations per second over the run's time, one
-//! line per phase, as SVG (plotters' SVG backend needs no font or image library).
+//! line per phase on a log scale (phases differ by orders of magnitude), as SVG (plotters' SVG backend needs no font or image library).
 
 use crate::bench::Phase;
 use crate::Error;
@@ -77,13 +77,16 @@ fn draw(path: &Path, phases: &[Phase]) -> Result<(), Box<dyn std::error::Error>>
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d(0.0..end * 1.02, 0.0..top * 1.1)?;
+        .build_cartesian_2d(0.0..end * 1.02, (1.0..top * 2.0).log_scale())?;
     chart
         .configure_mesh()
         .x_desc("seconds since the start")
-        .y_desc("operations per second")
+        .y_desc("operations per second (log scale)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     for (i, (name, points)) in series.into_iter().enumerate() {
+        // The log scale starts at 1 op/s: slower intervals sit on the axis.
+        let points: Vec<(f64, f64)> = points.into_iter().map(|(t, r)| (t, r.max(1.0))).collect();
         let color = Palette99::pick(i).mix(0.9);
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
@@ -99,7 +102,7 @@ fn draw(path: &Path, phases: &[Phase]) -> Result<(), Box<dyn std::error::Error>>
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
