@@ -16,8 +16,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The server, e.g. http://admin:secret@127.0.0.1:5984 (a database in the URL is ignored;
-    /// see --db).
+    /// The server, e.g. http://admin:secret@127.0.0.1:5984 (its whole path is the server's
+    /// root; the database is --db).
     pub url: String,
     /// Credentials as NAME:PASSWORD (instead of those in the URL).
     #[arg(long, env = "SETTEE_USER")]
@@ -120,8 +120,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
             "--docs, --batch and --concurrency must be positive".into(),
         ));
     }
-    let target = Target::parse(&args.url, &args.url, args.user.as_deref())?;
-    let client = &target.client;
+    let client = &Target::server(&args.url, args.user.as_deref())?;
     let run = Run {
         client,
         db_path: format!("/{}", enc(&args.db)),
@@ -241,12 +240,15 @@ fn view_build(run: &Run, docs: u64, db: &str) -> Result<Phase, Error> {
             let Ok(tasks) = run.client.json("GET", "/_active_tasks", None) else {
                 continue;
             };
-            let done = tasks.as_array().into_iter().flatten().find_map(|t| {
-                let ours = t["type"] == "indexer"
+            // CouchDB runs one indexer per shard: their progress adds up.
+            let ours = tasks.as_array().into_iter().flatten().filter(|t| {
+                t["type"] == "indexer"
                     && t["design_document"] == "_design/bench"
-                    && t["database"].as_str().is_some_and(|d| d.contains(db));
-                ours.then(|| t["changes_done"].as_u64()).flatten()
+                    && t["database"].as_str().is_some_and(|d| d.contains(db))
             });
+            let done: Option<u64> = ours
+                .filter_map(|t| t["changes_done"].as_u64())
+                .reduce(|a, b| a + b);
             if let Some(done) = done.filter(|&d| d > seen) {
                 phase.events.push((run.now(), done - seen));
                 seen = done;

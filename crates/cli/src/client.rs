@@ -81,6 +81,11 @@ impl Target {
         Ok(Target { client, db })
     }
 
+    /// A server alone: every segment of the URL's path is part of its root.
+    pub fn server(url: &str, user: Option<&str>) -> Result<Client, Error> {
+        Target::parse("", url, user).map(|t| t.client)
+    }
+
     /// The database, or a usage error naming what was expected.
     pub fn db(&self) -> Result<&str, Error> {
         self.db
@@ -223,6 +228,10 @@ mod tests {
         let t = Target::parse("animals", "http://u:p@127.0.0.1:5984/", None).unwrap();
         assert_eq!(t.client.root(), "http://127.0.0.1:5984");
         assert_eq!(t.db.as_deref(), Some("animals"));
+
+        let c = Target::server("http://u:p@h:1/couch/", None).unwrap();
+        assert_eq!(c.root(), "http://h:1/couch");
+        assert!(c.auth.is_some());
 
         assert!(Target::parse("ftp://h/db", "x", None).is_err());
         assert!(Target::parse("http://h/db", "x", Some("nocolon")).is_err());
