@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// couchbackup's resume marker line.
 pub const RESUME_MARKER: &str = r#"{"marker":"@cloudant/couchbackup:resume"}"#;
@@ -58,63 +58,94 @@ pub struct BackupArgs {
     pub no_attachments: bool,
 }
 
-/// What a log file says: the batches to fetch, those done, and whether `_changes` was read
-/// to its end.
+/// One line of a log file.
+#[derive(Debug, PartialEq)]
+pub enum LogLine {
+    /// `:t batchN [...]`: the `_bulk_get` request's `docs` for batch N.
+    Todo(u64, Value),
+    /// `:d batchN`: batch N is in the backup file.
+    Done(u64),
+    /// `:changes_complete ...`: the `:t` lines are all there.
+    ChangesComplete,
+}
+
+impl LogLine {
+    /// Parses a line as couchbackup does: unknown or broken lines are `None` (ignored).
+    pub fn parse(line: &str) -> Option<LogLine> {
+        if line.starts_with(":changes_complete") {
+            return Some(LogLine::ChangesComplete);
+        }
+        let todo = line.starts_with(":t ");
+        let rest = line.strip_prefix(":t ").or(line.strip_prefix(":d "))?;
+        let rest = rest.trim_start().strip_prefix("batch")?;
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        let n = rest[..digits].parse::<u64>().ok()?;
+        if !todo {
+            return Some(LogLine::Done(n));
+        }
+        match serde_json::from_str(rest[digits..].trim()) {
+            Ok(docs @ Value::Array(_)) => Some(LogLine::Todo(n, docs)),
+            _ => None,
+        }
+    }
+}
+
+/// What a log file says, without the batches' contents (those are read again, one at a
+/// time, while fetching, so memory does not grow with the database).
 #[derive(Default, Debug)]
 pub struct LogSummary {
-    pub todo: BTreeMap<u64, Value>,
+    /// Batch → revisions in it.
+    pub todo: BTreeMap<u64, usize>,
     pub done: BTreeSet<u64>,
     pub changes_complete: bool,
 }
 
 impl LogSummary {
-    /// Reads a log as couchbackup does: unknown or broken lines are ignored.
     pub fn read(path: &Path) -> Result<LogSummary, Error> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let mut summary = LogSummary::default();
-        for line in BufReader::new(file).lines() {
-            let line = line.map_err(|e| Error::io(path, e))?;
-            summary.apply(&line);
-        }
+        for_each_line(path, |line| {
+            summary.apply(line);
+            true
+        })?;
         Ok(summary)
     }
 
-    fn apply(&mut self, line: &str) {
-        if line.starts_with(":changes_complete") {
-            self.changes_complete = true;
-            return;
-        }
-        let (command, rest) = match line.strip_prefix(":t ").or(line.strip_prefix(":d ")) {
-            Some(rest) => (&line[1..2], rest.trim_start()),
-            None => return,
-        };
-        let Some(rest) = rest.strip_prefix("batch") else {
-            return;
-        };
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        let Ok(n) = rest[..digits].parse::<u64>() else {
-            return;
-        };
-        match command {
-            "d" => {
+    fn apply(&mut self, line: LogLine) {
+        match line {
+            LogLine::Todo(n, docs) => {
+                self.todo.insert(n, docs.as_array().map_or(0, Vec::len));
+            }
+            LogLine::Done(n) => {
                 self.done.insert(n);
             }
-            _ => {
-                if let Ok(docs @ Value::Array(_)) = serde_json::from_str(rest[digits..].trim()) {
-                    self.todo.insert(n, docs);
-                }
-            }
+            LogLine::ChangesComplete => self.changes_complete = true,
         }
     }
 
-    /// Batches to fetch, in order.
-    pub fn pending(&self) -> Vec<(u64, &Value)> {
-        self.todo
-            .iter()
-            .filter(|(n, _)| !self.done.contains(n))
-            .map(|(n, d)| (*n, d))
-            .collect()
+    /// Whether batch `n` still has to be fetched.
+    pub fn is_pending(&self, n: u64) -> bool {
+        self.todo.contains_key(&n) && !self.done.contains(&n)
     }
+
+    /// Revisions still to fetch.
+    pub fn pending_revisions(&self) -> u64 {
+        let pending = self.todo.iter().filter(|(n, _)| !self.done.contains(n));
+        pending.map(|(_, &count)| count as u64).sum()
+    }
+}
+
+/// Calls `f` with each parsed line of a log until it returns false.
+fn for_each_line(path: &Path, mut f: impl FnMut(LogLine) -> bool) -> Result<(), Error> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    for line in BufReader::new(file).lines() {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        if let Some(parsed) = LogLine::parse(&line) {
+            if !f(parsed) {
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn run(args: &BackupArgs) -> Result<(), Error> {
@@ -176,11 +207,7 @@ pub fn run(args: &BackupArgs) -> Result<(), Error> {
         .append(true)
         .open(&log_path)
         .map_err(|e| Error::io(&log_path, e))?;
-    let pending = summary.pending();
-    let total: u64 = pending
-        .iter()
-        .map(|(_, d)| d.as_array().map_or(0, Vec::len) as u64)
-        .sum();
+    let total = summary.pending_revisions();
     let bar = progress::bar("backup", total, "revs");
     let fetch_path = format!(
         "{db_path}/_bulk_get?revs=true{}",
@@ -190,23 +217,30 @@ pub fn run(args: &BackupArgs) -> Result<(), Error> {
             "&attachments=true"
         }
     );
-    let next = AtomicUsize::new(0);
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<(u64, usize, usize, String), Error>>(
-        args.parallelism,
-    );
+    // The log is read again, batch by batch, into a bounded queue of requests; workers
+    // fetch; this thread writes each answer as a line, syncs it, then logs `:d`.
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel::<(u64, Value)>(args.parallelism);
+    let jobs_rx = Mutex::new(jobs_rx);
+    type Fetched = Result<(u64, usize, usize, String), Error>;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Fetched>(args.parallelism);
     let mut written = 0u64;
     let mut missing = 0usize;
     let result = std::thread::scope(|s| -> Result<(), Error> {
+        let (summary, log_path) = (&summary, &log_path);
+        let reader = s.spawn(move || {
+            for_each_line(log_path, |line| match line {
+                LogLine::Todo(n, docs) if summary.is_pending(n) => jobs_tx.send((n, docs)).is_ok(),
+                _ => true,
+            })
+        });
         for _ in 0..args.parallelism {
             let tx = tx.clone();
-            let (pending, next, fetch_path) = (&pending, &next, &fetch_path);
+            let (jobs_rx, fetch_path) = (&jobs_rx, &fetch_path);
             s.spawn(move || loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((n, docs)) = pending.get(i) else {
-                    break;
-                };
-                let fetched = fetch(client, fetch_path, docs)
-                    .map(|(line, got, errors)| (*n, got, errors, line));
+                let job = jobs_rx.lock().expect("jobs").recv();
+                let Ok((n, docs)) = job else { break };
+                let fetched = fetch(client, fetch_path, &docs)
+                    .map(|(line, got, errors)| (n, got, errors, line));
                 let failed = fetched.is_err();
                 if tx.send(fetched).is_err() || failed {
                     break;
@@ -214,20 +248,42 @@ pub fn run(args: &BackupArgs) -> Result<(), Error> {
             });
         }
         drop(tx);
-        for fetched in rx {
-            let (n, got, errors, line) = fetched?;
-            out.write_all(line.as_bytes())
+        let mut outcome = Ok(());
+        for fetched in &rx {
+            let (n, got, errors, line) = match fetched {
+                Ok(f) => f,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            };
+            let logged = out
+                .write_all(line.as_bytes())
                 .and_then(|()| out.write_all(b"\n"))
                 .and_then(|()| out.sync_data())
-                .map_err(|e| Error::io(&args.file, e))?;
-            writeln!(log, ":d batch{n}")
-                .and_then(|()| log.flush())
-                .map_err(|e| Error::io(&log_path, e))?;
+                .map_err(|e| Error::io(&args.file, e))
+                .and_then(|()| {
+                    writeln!(log, ":d batch{n}")
+                        .and_then(|()| log.flush())
+                        .map_err(|e| Error::io(log_path, e))
+                });
+            if let Err(e) = logged {
+                outcome = Err(e);
+                break;
+            }
             written += got as u64;
             missing += errors;
             bar.inc((got + errors) as u64);
         }
-        Ok(())
+        // On an error, stop the workers and the reader before the scope joins them: the
+        // workers' sends fail once `rx` is gone, and the reader's once the queue it feeds
+        // is replaced by a closed one.
+        drop(rx);
+        if let Ok(mut jobs) = jobs_rx.lock() {
+            *jobs = std::sync::mpsc::sync_channel(0).1;
+        }
+        let read = reader.join().expect("log reader");
+        outcome.and(read)
     });
     bar.finish_and_clear();
     result?;
@@ -334,25 +390,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn log_summary_reads_couchbackups_lines() {
+    fn log_lines_are_read_as_couchbackup_reads_them() {
         let mut s = LogSummary::default();
+        assert_eq!(
+            LogLine::parse(r#":t batch1 [{"id":"c","rev":"1-x"}]"#),
+            Some(LogLine::Todo(
+                1,
+                serde_json::json!([{"id": "c", "rev": "1-x"}])
+            ))
+        );
         for line in [
             r#":t batch0 [{"id":"a"},{"id":"b"}]"#,
             r#":t batch1 [{"id":"c","rev":"1-x"}]"#,
             r#":t batch2 [{"id":"d"}"#, // cut short: ignored
             ":d batch0",
             "garbage",
+            ":d batchX",
         ] {
-            s.apply(line);
+            if let Some(l) = LogLine::parse(line) {
+                s.apply(l);
+            }
         }
         assert!(!s.changes_complete);
-        let pending = s.pending();
-        assert_eq!(pending.len(), 1);
-        assert_eq!(pending[0].0, 1);
-        assert_eq!(pending[0].1[0]["rev"], "1-x");
-        s.apply(":changes_complete 7-g1AAAA");
+        assert!(!s.is_pending(0) && s.is_pending(1) && !s.is_pending(2));
+        assert_eq!(s.pending_revisions(), 1);
+        s.apply(LogLine::parse(":changes_complete 7-g1AAAA").unwrap());
         assert!(s.changes_complete);
-        s.apply(":d batch1");
-        assert!(s.pending().is_empty());
+        s.apply(LogLine::parse(":d batch1").unwrap());
+        assert_eq!(s.pending_revisions(), 0);
     }
 }
