@@ -359,6 +359,29 @@ fn an_interrupted_backup_resumes_from_its_log() {
     ok(&["restore", f, &url(&s, "/dst")]);
     assert_eq!(snapshot(&s, "src"), snapshot(&s, "dst"));
 
+    // A log whose `_changes` spool never finished: nothing was fetched, so the resumed
+    // backup starts afresh.
+    let spooled = std::fs::read_to_string(&log).unwrap();
+    let cut: String = spooled.lines().take(3).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&log, cut).unwrap();
+    std::fs::write(&file, "").unwrap();
+    let stdout = ok(&[
+        "backup",
+        &url(&s, "/src"),
+        f,
+        "--log",
+        l,
+        "--resume",
+        "--batch",
+        "50",
+    ]);
+    assert!(
+        stdout.contains("backed up 455 document revisions"),
+        "{stdout}"
+    );
+    ok(&["restore", f, &url(&s, "/dst2")]);
+    assert_eq!(snapshot(&s, "src"), snapshot(&s, "dst2"));
+
     // Nothing to resume without a log.
     let none = settee(&[
         "backup",
