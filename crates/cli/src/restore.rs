@@ -150,7 +150,8 @@ pub fn run(args: &RestoreArgs) -> Result<(), Error> {
 
 /// One `_bulk_docs`; with `new_edits=false` when the documents carry `_rev` (as
 /// couchbackup decides, by the first document). Any per-document error fails the restore.
-fn write_batch(client: &crate::Client, path: &str, docs: Vec<Value>) -> Result<(), Error> {
+fn write_batch(client: &crate::Client, path: &str, mut docs: Vec<Value>) -> Result<(), Error> {
+    docs.iter_mut().for_each(couchbackup_attachments);
     let replicated = docs.first().is_some_and(|d| d.get("_rev").is_some());
     let body = if replicated {
         json!({"docs": docs, "new_edits": false})
@@ -177,6 +178,21 @@ fn write_batch(client: &crate::Client, path: &str, docs: Vec<Value>) -> Result<(
     }
 }
 
+/// couchbackup's `--attachments` files name an attachment's type `contentType` (its SDK's
+/// spelling); CouchDB's is `content_type`.
+fn couchbackup_attachments(doc: &mut Value) {
+    let Some(atts) = doc.get_mut("_attachments").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for att in atts.values_mut().filter_map(Value::as_object_mut) {
+        if !att.contains_key("content_type") {
+            if let Some(t) = att.remove("contentType") {
+                att.insert("content_type".into(), t);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +216,15 @@ mod tests {
         );
         assert!(r.line(meta).is_err(), "metadata after line 1");
         assert!(r.line("{\"foo\":1}").is_err());
+
+        let mut doc = json!({"_id": "a", "_attachments": {"x": {"contentType": "text/plain", "data": ""},
+            "y": {"content_type": "image/png", "data": ""}}});
+        couchbackup_attachments(&mut doc);
+        assert_eq!(
+            doc["_attachments"]["x"],
+            json!({"data": "", "content_type": "text/plain"})
+        );
+        assert_eq!(doc["_attachments"]["y"]["content_type"], "image/png");
 
         // Without metadata (couchbackup before 2.10) broken lines are skipped.
         let mut old = Reader::default();

@@ -411,6 +411,28 @@ fn restore_reads_files_written_by_couchbackup() {
     std::fs::write(&new, lines.join("\n")).unwrap();
     let stdout = ok(&["restore", new.to_str().unwrap(), &url(&s, "/fromnew")]);
     assert!(stdout.contains("restored 4 document revisions"), "{stdout}");
+    // couchbackup 2.11.12 `--attachments` (written against Settee through a proxy that
+    // un-gzips its request bodies): inline data, the type as `contentType`.
+    let atts = tmp.path().join("atts.txt");
+    let lines = [
+        r#"{"name":"@cloudant/couchbackup","version":"2.11.12","mode":"full","attachments":true}"#,
+        r#"[{"_attachments":{"t.txt":{"contentType":"text/plain","data":"aGVsbG8gd29ybGQgaGVsbG8gd29ybGQgaGVsbG8gd29ybGQ=","digest":"md5-CzDfAHx884e72GgEVUS6Ug==","revpos":1},"b.bin":{"contentType":"application/octet-stream","data":"AAECAwQFBgcICQ==","digest":"md5-xWvVSA9uVBPLYqCtlmZhOg==","revpos":1}},"_id":"att","_rev":"1-7a6abe76c5449930a7a77b1f4639ac7e","_revisions":{"ids":["7a6abe76c5449930a7a77b1f4639ac7e"],"start":1}}]"#,
+    ];
+    std::fs::write(&atts, lines.join("\n")).unwrap();
+    ok(&["restore", atts.to_str().unwrap(), &url(&s, "/fromatts")]);
+    let doc = s.get("/fromatts/att").json();
+    assert_eq!(doc["_rev"], "1-7a6abe76c5449930a7a77b1f4639ac7e");
+    assert_eq!(doc["_attachments"]["t.txt"]["content_type"], "text/plain");
+    assert_eq!(
+        doc["_attachments"]["t.txt"]["digest"],
+        "md5-CzDfAHx884e72GgEVUS6Ug=="
+    );
+    assert_eq!(
+        s.get("/fromatts/att/t.txt").text,
+        "hello world hello world hello world"
+    );
+    let bin = s.req_bytes("GET", "/fromatts/att/b.bin", Vec::new(), &[]);
+    assert_eq!(bin.body, (0..10).collect::<Vec<u8>>());
     let a = s.get("/fromnew/a?revs=true").json();
     assert_eq!(a["_rev"], "2-bb");
     assert_eq!(a["_revisions"], json!({"start": 2, "ids": ["bb", "aa"]}));
