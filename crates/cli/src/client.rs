@@ -192,9 +192,14 @@ impl Client {
         })
     }
 
-    /// Creates `db` unless it exists; true when this call created it.
+    /// Creates `db` unless it exists (asking first, so that a user who may write to it but
+    /// not create databases can use it); true when this call created it.
     pub fn ensure_db(&self, db: &str) -> Result<bool, Error> {
         let path = format!("/{}", enc(db));
+        let (status, body) = self.send("GET", &path, None)?;
+        if status != 404 {
+            return self.check("GET", &path, status, &body).map(|()| false);
+        }
         let (status, body) = self.send("PUT", &path, None)?;
         match status {
             412 => Ok(false),

@@ -86,8 +86,7 @@ pub fn run(args: &CompactArgs) -> Result<(), Error> {
 }
 
 fn wait(client: &Client, db: &str, job: &Job, poll: Duration) -> Result<(), Error> {
-    let bar = progress::bar(job.kind, 100, "%");
-    bar.set_message(job.label.clone());
+    let bar = progress::percent(job.kind, &job.label);
     loop {
         let tasks = client.json("GET", "/_active_tasks", None)?;
         let task = tasks.as_array().into_iter().flatten().find(|t| {

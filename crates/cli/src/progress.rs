@@ -25,6 +25,20 @@ pub fn bar(prefix: &str, len: u64, unit: &str) -> ProgressBar {
     pb
 }
 
+/// A bar of percent done, as servers report compaction's `progress`, with a message.
+pub fn percent(prefix: &str, msg: &str) -> ProgressBar {
+    let pb = ProgressBar::with_draw_target(Some(100), ProgressDrawTarget::stderr());
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>14.bold} [{bar:32}] {pos:>3}% {msg} ({elapsed})")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(prefix.to_string());
+    pb.set_message(msg.to_string());
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
 /// A spinner for work of unknown length, with a message and the time spent.
 pub fn spinner(prefix: &str) -> ProgressBar {
     let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
