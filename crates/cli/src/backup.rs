@@ -53,7 +53,8 @@ pub struct BackupArgs {
     /// Concurrent `_bulk_get` requests.
     #[arg(long, default_value_t = 5)]
     pub parallelism: usize,
-    /// Leave attachment contents out (stubs only), as couchbackup does by default.
+    /// Leave attachment contents out (stubs only), as couchbackup does by default; such a
+    /// file restores only into a database that already holds those attachments.
     #[arg(long)]
     pub no_attachments: bool,
 }
@@ -174,6 +175,12 @@ pub fn run(args: &BackupArgs) -> Result<(), Error> {
             )));
         }
         let s = LogSummary::read(&log_path)?;
+        if s.changes_complete && !args.file.exists() {
+            return Err(Error::Usage(format!(
+                "cannot resume: {} is missing (its log says part of it was written)",
+                args.file.display()
+            )));
+        }
         if s.changes_complete {
             summary = Some(s);
         } else {
@@ -367,7 +374,7 @@ fn spool_changes(
 /// found, and how many came back as errors.
 fn fetch(client: &Client, path: &str, docs: &Value) -> Result<(String, usize, usize), Error> {
     let body = serde_json::to_vec(&json!({ "docs": docs })).expect("JSON");
-    let (status, out) = client.send("POST", path, Some(&body))?;
+    let (status, out) = client.send_idempotent("POST", path, Some(&body))?;
     client.check("POST", path, status, &out)?;
     let answer: Value = serde_json::from_slice(&out)
         .map_err(|e| Error::Format(format!("_bulk_get answered with bad JSON: {e}")))?;

@@ -168,6 +168,28 @@ impl Client {
         Ok((status, bytes))
     }
 
+    /// [`Client::send`] for idempotent requests (a `_bulk_get`, a `new_edits=false`
+    /// `_bulk_docs`), tried up to four times over about 3.5 s while the connection fails or
+    /// the server answers 429 or 5xx, as couchbackup retries its requests.
+    pub fn send_idempotent(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> Result<(u16, Vec<u8>), Error> {
+        let mut wait = Duration::from_millis(500);
+        for _ in 0..3 {
+            match self.send(method, path, body) {
+                Ok((status, out)) if status != 429 && status < 500 => return Ok((status, out)),
+                Ok(_) | Err(Error::Transport { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            std::thread::sleep(wait);
+            wait *= 2;
+        }
+        self.send(method, path, body)
+    }
+
     /// A request whose answer must be a success with a JSON body.
     pub fn json(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, Error> {
         let bytes = body.map(|b| serde_json::to_vec(b).expect("JSON"));

@@ -159,7 +159,7 @@ fn write_batch(client: &crate::Client, path: &str, mut docs: Vec<Value>) -> Resu
         json!({ "docs": docs })
     };
     let body = serde_json::to_vec(&body).expect("JSON");
-    let (status, out) = client.send("POST", path, Some(&body))?;
+    let (status, out) = client.send_idempotent("POST", path, Some(&body))?;
     client.check("POST", path, status, &out)?;
     let answer: Value = serde_json::from_slice(&out)
         .map_err(|e| Error::Format(format!("_bulk_docs answered with bad JSON: {e}")))?;

@@ -239,6 +239,18 @@ fn backup_then_restore_gives_identical_documents_revisions_and_attachments() {
         "{stdout}"
     );
 
+    // Without attachment contents: stubs, and the metadata says so.
+    let stubs_file = tmp.path().join("stubs.txt");
+    ok(&[
+        "backup",
+        &url(&s, "/src"),
+        stubs_file.to_str().unwrap(),
+        "--no-attachments",
+    ]);
+    let text = std::fs::read_to_string(&stubs_file).unwrap();
+    assert!(text.starts_with(r#"{"name":"settee","#) && text.contains(r#""attachments":false"#));
+    assert!(text.contains(r#""stub":true"#) && !text.contains(r#""data":"#));
+
     let (a, b) = (snapshot(&s, "src"), snapshot(&s, "dst"));
     assert_eq!(a.len(), 454);
     assert_eq!(a, b);
@@ -381,6 +393,19 @@ fn an_interrupted_backup_resumes_from_its_log() {
     );
     ok(&["restore", f, &url(&s, "/dst2")]);
     assert_eq!(snapshot(&s, "src"), snapshot(&s, "dst2"));
+
+    // Nor without the backup file a finished spool was fetched into.
+    let elsewhere = tmp.path().join("moved.txt");
+    let moved = settee(&[
+        "backup",
+        &url(&s, "/src"),
+        elsewhere.to_str().unwrap(),
+        "--log",
+        l,
+        "--resume",
+    ]);
+    assert!(!moved.status.success());
+    assert!(String::from_utf8_lossy(&moved.stderr).contains("is missing"));
 
     // Nothing to resume without a log.
     let none = settee(&[
