@@ -16,7 +16,7 @@ static MALLOC_CONF: MallocConf =
     MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
 
 use axum::serve::ListenerExt;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use settee_db::Couch;
 use settee_http::{app, AppState, HttpConfig};
 use std::process::ExitCode;
@@ -36,6 +36,10 @@ struct Cli {
 enum Command {
     /// Serve the CouchDB HTTP API.
     Serve(config::ServeArgs),
+    /// The client commands (bench, compact, backup, restore, completions): they speak
+    /// HTTP to any CouchDB-compatible server.
+    #[command(flatten)]
+    Client(settee_cli::Command),
 }
 
 fn main() -> ExitCode {
@@ -47,14 +51,18 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match cli.command {
-        Command::Serve(args) => match serve(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("settee: {e}");
-                ExitCode::FAILURE
-            }
-        },
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Client(command) => {
+            settee_cli::run(command, Cli::command).map_err(|e| e.to_string())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("settee: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
