@@ -11,6 +11,7 @@
 //! in when rendering.
 
 pub mod hist;
+pub mod process;
 mod prom;
 
 pub use hist::{Histogram, Summary};
@@ -84,6 +85,7 @@ pub struct Metrics {
     /// Commits (one fsynced batch each) by the databases' writers.
     pub commits: IntCounter,
     pub mango_unindexed_queries: IntCounter,
+    pub mango_too_many_docs_scanned: IntCounter,
     pub mango_docs_examined: IntCounter,
     pub mango_keys_examined: IntCounter,
     pub mango_results_returned: IntCounter,
@@ -152,6 +154,7 @@ impl Metrics {
             local_document_writes: counter(),
             commits: counter(),
             mango_unindexed_queries: counter(),
+            mango_too_many_docs_scanned: counter(),
             mango_docs_examined: counter(),
             mango_keys_examined: counter(),
             mango_results_returned: counter(),
@@ -264,6 +267,11 @@ impl Metrics {
             &self.mango_unindexed_queries,
         );
         c(
+            &["mango", "too_many_docs_scanned"],
+            "number of mango queries that generated an index scan warning",
+            &self.mango_too_many_docs_scanned,
+        );
+        c(
             &["mango", "docs_examined"],
             "number of documents examined by mango queries coordinated by this node",
             &self.mango_docs_examined,
@@ -361,7 +369,7 @@ impl Metrics {
     /// `/_node/{node}/_prometheus`: the statistics under CouchDB's Prometheus names, then
     /// `own` (Settee's), in the text exposition format 0.0.4.
     pub fn prometheus(&self, live: Live, own: &[Sample]) -> String {
-        prom::render(self, &self.all(live), own)
+        prom::render(&self.all(live), own)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `_stats` tree under CouchDB's Prometheus names (as its `couch_prometheus` converts
 //! them), encoded by `prometheus`'s text encoder.
 
-use crate::{Metrics, Stat, Val};
+use crate::{Stat, Val};
 use prometheus::proto::{
     Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType, Quantile, Summary,
 };
@@ -162,19 +162,13 @@ fn stat(f: &mut Families, s: &Stat) {
     }
 }
 
-pub(crate) fn render(m: &Metrics, stats: &[Stat], own: &[Sample]) -> String {
+pub(crate) fn render(stats: &[Stat], own: &[Sample]) -> String {
     let mut f = Families::default();
     let mut stats: Vec<&Stat> = stats.iter().collect();
     stats.sort_by(|a, b| a.path.cmp(&b.path));
     for s in stats {
         stat(&mut f, s);
     }
-    f.add(
-        "couchdb_uptime_seconds",
-        "uptime of the node in seconds",
-        MetricType::COUNTER,
-        counter(&[], m.uptime_secs() as f64),
-    );
     for s in own {
         let labels: Vec<(&str, &str)> = s
             .labels
@@ -198,7 +192,7 @@ pub(crate) fn render(m: &Metrics, stats: &[Stat], own: &[Sample]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Live;
+    use crate::{Live, Metrics};
 
     #[test]
     fn couchdb_names() {

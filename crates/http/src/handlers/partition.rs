@@ -52,6 +52,7 @@ pub async fn partition(
             }
             match rest {
                 [op] if op == "_all_docs" => {
+                    settee_metrics::global().partition_all_docs_requests.inc();
                     all_docs::partition_all_docs(state, db, req, p).await
                 }
                 [op, q] if op == "_all_docs" && q == "queries" => {

@@ -227,10 +227,7 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
 
 pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    let mut tasks = match state.tasks.list() {
-        Value::Array(a) => a,
-        _ => Vec::new(),
-    };
+    let mut tasks = state.tasks.list();
     tasks.extend(state.views.tasks.list());
     tasks.extend(state.replications.tasks());
     Ok(json(StatusCode::OK, &Value::Array(tasks)))
