@@ -94,18 +94,23 @@ fn gauge(labels: &[(&str, &str)], v: f64) -> Metric {
     m
 }
 
+/// Milliseconds as seconds, to the nanosecond (without binary fractions' noise digits).
+fn seconds(ms: f64) -> f64 {
+    (ms * 1e6).round() / 1e9
+}
+
 /// A histogram of milliseconds as a summary in seconds.
 fn summary(h: &crate::Summary) -> Metric {
     let mut s = Summary::default();
     s.set_sample_count(h.n);
-    s.set_sample_sum(h.mean * h.n as f64 / 1000.0);
+    s.set_sample_sum(seconds(h.mean * h.n as f64));
     s.set_quantile(
         h.percentiles
             .iter()
             .map(|&(p, v)| {
                 let mut q = Quantile::default();
                 q.set_quantile(if p == 999 { 0.999 } else { p as f64 / 100.0 });
-                q.set_value(v / 1000.0);
+                q.set_value(seconds(v));
                 q
             })
             .collect(),

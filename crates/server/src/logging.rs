@@ -67,6 +67,7 @@ pub fn init(level: &str) -> LevelHandle {
         .with(filter)
         .with(
             tracing_subscriber::fmt::layer()
+                .with_ansi(false)
                 .event_format(CouchFormat)
                 .with_writer(std::io::stderr),
         )
