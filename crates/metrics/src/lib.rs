@@ -93,7 +93,19 @@ pub struct Metrics {
     pub mango_query_time: Histogram,
     /// Settee's own: document changes read by view index builds.
     pub indexer_changes: IntCounter,
+    pub replicator_jobs_adds: IntCounter,
+    pub replicator_jobs_duplicate_adds: IntCounter,
+    pub replicator_jobs_removes: IntCounter,
+    pub replicator_jobs_starts: IntCounter,
+    pub replicator_jobs_stops: IntCounter,
+    pub replicator_jobs_crashes: IntCounter,
+    /// Log lines written, by [`LOG_LEVELS`].
+    logged: Vec<IntCounter>,
 }
+
+/// The levels Settee logs at, by CouchDB's names (it has no `critical`, `alert` or
+/// `emergency` messages).
+pub const LOG_LEVELS: [&str; 5] = ["debug", "info", "notice", "warning", "error"];
 
 /// The process-wide statistics.
 pub fn global() -> &'static Metrics {
@@ -106,6 +118,16 @@ pub fn global() -> &'static Metrics {
 pub struct Live {
     pub open_databases: u64,
     pub open_os_files: u64,
+    pub replicator_jobs: ReplicatorJobs,
+}
+
+/// The replication scheduler's jobs by state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReplicatorJobs {
+    pub running: u64,
+    pub pending: u64,
+    pub crashed: u64,
+    pub total: u64,
 }
 
 /// What a statistic holds.
@@ -160,6 +182,13 @@ impl Metrics {
             mango_results_returned: counter(),
             mango_query_time: Histogram::new(1000.0),
             indexer_changes: counter(),
+            replicator_jobs_adds: counter(),
+            replicator_jobs_duplicate_adds: counter(),
+            replicator_jobs_removes: counter(),
+            replicator_jobs_starts: counter(),
+            replicator_jobs_stops: counter(),
+            replicator_jobs_crashes: counter(),
+            logged: LOG_LEVELS.iter().map(|_| counter()).collect(),
         }
     }
 
@@ -178,6 +207,13 @@ impl Metrics {
             self.codes[i].inc();
         }
         self.request_time.record(millis);
+    }
+
+    /// Counts a log line written at `level` (one of [`LOG_LEVELS`]).
+    pub fn logged(&self, level: &str) {
+        if let Some(i) = LOG_LEVELS.iter().position(|l| *l == level) {
+            self.logged[i].inc();
+        }
     }
 
     fn all(&self, live: Live) -> Vec<Stat> {
@@ -286,6 +322,46 @@ impl Metrics {
             "number of rows returned by mango queries",
             &self.mango_results_returned,
         );
+        c(
+            &["couch_replicator", "jobs", "adds"],
+            "number of jobs added to replicator scheduler",
+            &self.replicator_jobs_adds,
+        );
+        c(
+            &["couch_replicator", "jobs", "duplicate_adds"],
+            "number of duplicate jobs added to replicator scheduler",
+            &self.replicator_jobs_duplicate_adds,
+        );
+        c(
+            &["couch_replicator", "jobs", "removes"],
+            "number of jobs removed from replicator scheduler",
+            &self.replicator_jobs_removes,
+        );
+        c(
+            &["couch_replicator", "jobs", "starts"],
+            "number of jobs started by replicator scheduler",
+            &self.replicator_jobs_starts,
+        );
+        c(
+            &["couch_replicator", "jobs", "stops"],
+            "number of jobs stopped by replicator scheduler",
+            &self.replicator_jobs_stops,
+        );
+        c(
+            &["couch_replicator", "jobs", "crashes"],
+            "number of job crashed noticed by replicator scheduler",
+            &self.replicator_jobs_crashes,
+        );
+        for (level, v) in LOG_LEVELS.iter().zip(&self.logged) {
+            let desc = match *level {
+                "debug" => "number of logged debug messages",
+                "info" => "number of logged info messages",
+                "notice" => "number of logged notice messages",
+                "warning" => "number of logged warning messages",
+                _ => "number of logged error messages",
+            };
+            c(&["couch_log", "level", level], desc, v);
+        }
         let mut g = |path: &[&str], kind, desc, v: i64| {
             out.push(Stat {
                 path: path.iter().map(|s| s.to_string()).collect(),
@@ -314,6 +390,19 @@ impl Metrics {
             "number of clients for continuous _changes",
             self.clients_requesting_changes.get(),
         );
+        let jobs = live.replicator_jobs;
+        for (name, desc, v) in [
+            ("running", "replicator scheduler running jobs", jobs.running),
+            ("pending", "replicator scheduler pending jobs", jobs.pending),
+            ("crashed", "replicator scheduler crashed jobs", jobs.crashed),
+            (
+                "total",
+                "total number of replicator scheduler jobs",
+                jobs.total,
+            ),
+        ] {
+            g(&["couch_replicator", "jobs", name], "gauge", desc, v as i64);
+        }
         let mut h = |path: &[&str], desc, v: &Histogram| {
             out.push(Stat {
                 path: path.iter().map(|s| s.to_string()).collect(),

@@ -134,6 +134,12 @@ fn stat(f: &mut Families, s: &Stat) {
             MetricType::COUNTER,
             counter(&[("method", method)], value(s)),
         ),
+        ["couch_log", "level", level] => f.add(
+            "couchdb_couch_log_requests_total",
+            "number of logged messages",
+            MetricType::COUNTER,
+            counter(&[("level", level)], value(s)),
+        ),
         ["couchdb", "httpd_status_codes", code] => f.add(
             "couchdb_httpd_status_codes",
             "number of HTTP responses by status code",
@@ -208,6 +214,7 @@ mod tests {
             Live {
                 open_databases: 2,
                 open_os_files: 9,
+                ..Live::default()
             },
             &[Sample::gauge("settee_x", "an x", 1.5)],
         );
@@ -222,6 +229,9 @@ mod tests {
             "# TYPE couchdb_request_time_seconds summary",
             "couchdb_request_time_seconds_count 1",
             "couchdb_mango_query_time_seconds_count 0",
+            "couchdb_couch_log_requests_total{level=\"notice\"} 0",
+            "couchdb_couch_replicator_jobs_adds_total 0",
+            "# TYPE couchdb_couch_replicator_jobs_running gauge",
             "settee_x 1.5",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");

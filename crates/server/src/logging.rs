@@ -99,6 +99,7 @@ where
                 _ => "debug",
             }
         };
+        settee_metrics::global().logged(level);
         let nonce = ctx
             .event_scope()
             .and_then(|scope| {

@@ -167,6 +167,23 @@ fn counters_move_with_requests() {
     assert!(count(&s, "mango/docs_examined") >= 3);
     assert_eq!(count(&s, "mango/results_returned"), 3);
     assert_eq!(stat(&s, "mango/query_time")["n"], 1);
+
+    // A one-shot replication is added to the scheduler and started.
+    let (adds, starts) = (
+        count(&s, "couch_replicator/jobs/adds"),
+        count(&s, "couch_replicator/jobs/starts"),
+    );
+    let r = s.post(
+        "/_replicate",
+        r#"{"source": "db", "target": "db2", "create_target": true}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(count(&s, "couch_replicator/jobs/adds"), adds + 1);
+    assert_eq!(count(&s, "couch_replicator/jobs/starts"), starts + 1);
+    let jobs = s.get("/_node/_local/_stats/couch_replicator/jobs").json();
+    for gauge in ["running", "pending", "crashed", "total"] {
+        assert_eq!(jobs[gauge]["type"], "gauge", "{gauge}");
+    }
 }
 
 #[test]
@@ -405,6 +422,8 @@ fn access_log_request_ids_and_runtime_level() {
     assert!(shape.is_match(&line), "{line}");
     let anon = log_line(&log, " GET /_all_dbs 401 ok ");
     assert!(anon.contains(" 127.0.0.1 undefined GET "), "{anon}");
+    // Written lines are counted by level.
+    assert!(count(&s, "couch_log/level/notice") >= 3);
 
     // `[log] level` applies at once: at `error` no access line is written ...
     let old = s.put("/_node/_local/_config/log/level", r#""error""#);
