@@ -91,6 +91,12 @@ pub struct Metrics {
     pub mango_results_returned: IntCounter,
     /// Milliseconds per `_find` request.
     pub mango_query_time: Histogram,
+    /// Writes refused by a `validate_doc_update` function (forbidden or unauthorized).
+    pub vdu_rejects: IntCounter,
+    /// Milliseconds spent in a write's validation functions.
+    pub vdu_process_time: Histogram,
+    /// Milliseconds to answer a database's info (`GET /{db}`).
+    pub dbinfo: Histogram,
     /// Settee's own: document changes read by view index builds.
     pub indexer_changes: IntCounter,
     pub replicator_jobs_adds: IntCounter,
@@ -182,6 +188,9 @@ impl Metrics {
             mango_results_returned: counter(),
             mango_query_time: Histogram::new(1000.0),
             indexer_changes: counter(),
+            vdu_rejects: counter(),
+            vdu_process_time: Histogram::new(1000.0),
+            dbinfo: Histogram::new(1000.0),
             replicator_jobs_adds: counter(),
             replicator_jobs_duplicate_adds: counter(),
             replicator_jobs_removes: counter(),
@@ -352,6 +361,11 @@ impl Metrics {
             "number of job crashed noticed by replicator scheduler",
             &self.replicator_jobs_crashes,
         );
+        c(
+            &["couchdb", "query_server", "vdu_rejects"],
+            "number of rejections by validate_doc_update function",
+            &self.vdu_rejects,
+        );
         for (level, v) in LOG_LEVELS.iter().zip(&self.logged) {
             let desc = match *level {
                 "debug" => "number of logged debug messages",
@@ -420,6 +434,16 @@ impl Metrics {
             &["couchdb", "httpd", "bulk_docs"],
             "distribution of the number of docs in _bulk_docs requests",
             &self.bulk_docs,
+        );
+        h(
+            &["couchdb", "query_server", "vdu_process_time"],
+            "duration of validate_doc_update function calls",
+            &self.vdu_process_time,
+        );
+        h(
+            &["couchdb", "dbinfo"],
+            "distribution of latencies for calls to retrieve DB info",
+            &self.dbinfo,
         );
         h(
             &["mango", "query_time"],

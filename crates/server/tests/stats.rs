@@ -168,6 +168,25 @@ fn counters_move_with_requests() {
     assert_eq!(count(&s, "mango/results_returned"), 3);
     assert_eq!(stat(&s, "mango/query_time")["n"], 1);
 
+    // Validation functions: their time, and the writes they refuse.
+    let vdu = json!({"validate_doc_update":
+        "function(n) { if (n.bad) throw({forbidden: 'no'}); }"});
+    assert_eq!(s.put("/db/_design/v", &vdu.to_string()).status, 201);
+    let (rejects, vdu_n) = (
+        count(&s, "couchdb/query_server/vdu_rejects"),
+        stat(&s, "couchdb/query_server/vdu_process_time")["n"]
+            .as_u64()
+            .unwrap(),
+    );
+    assert_eq!(s.put("/db/ok", r#"{"bad": false}"#).status, 201);
+    assert_eq!(s.put("/db/no", r#"{"bad": true}"#).status, 403);
+    assert_eq!(count(&s, "couchdb/query_server/vdu_rejects"), rejects + 1);
+    let vdu_time = stat(&s, "couchdb/query_server/vdu_process_time");
+    assert_eq!(vdu_time["n"], vdu_n + 2);
+    let infos = stat(&s, "couchdb/dbinfo")["n"].as_u64().unwrap();
+    assert_eq!(s.get("/db").status, 200);
+    assert_eq!(stat(&s, "couchdb/dbinfo")["n"], infos + 1);
+
     // A one-shot replication is added to the scheduler and started.
     let (adds, starts) = (
         count(&s, "couch_replicator/jobs/adds"),

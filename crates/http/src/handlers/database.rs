@@ -81,7 +81,11 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
         "GET" | "HEAD" => {
             let db = state.couch.get(name)?;
             let state2 = state.clone();
+            let started = std::time::Instant::now();
             let v = blocking(move || Ok(db_info_json(&state2, &db))).await?;
+            settee_metrics::global()
+                .dbinfo
+                .record(started.elapsed().as_secs_f64() * 1000.0);
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
