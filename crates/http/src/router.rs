@@ -344,7 +344,7 @@ fn design_fn(kind: &str, rest: &[&str]) -> DesignFn {
 pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<Response, ApiError> {
     match endpoint {
         Endpoint::Root => server::root(&state, &req),
-        Endpoint::Up => server::up(&req),
+        Endpoint::Up => server::up(&state, &req),
         Endpoint::Uuids => server::uuids(&state, &req),
         Endpoint::AllDbs(extra) => server::all_dbs(&state, &req, extra),
         Endpoint::DbsInfo(extra) => server::dbs_info(&state, req, extra).await,
