@@ -326,13 +326,10 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
     // X-Couch-Request-ID is not echoed); log lines written for the request carry it.
     let nonce = hex::encode(rand::random::<[u8; 5]>());
     let method = request.method().clone();
-    let raw_path = request
-        .uri()
-        .path_and_query()
-        .map_or_else(|| request.uri().path().to_string(), |pq| pq.to_string());
-    let host = req::header_str(request.headers(), "host")
-        .unwrap_or("undefined")
-        .to_string();
+    // What the access line needs of the request (shared buffers, not copies: the line
+    // is formatted only if the level, read when the response is ready, wants it).
+    let uri = request.uri().clone();
+    let host = request.headers().get(axum::http::header::HOST).cloned();
     let peer = request
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
@@ -350,7 +347,9 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
         tracing::info!(
             target: ACCESS_LOG_TARGET,
             "{host} {peer} {user} {method} {raw_path} {status} ok {ms}",
+            host = host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("undefined"),
             user = user.as_deref().unwrap_or("undefined"),
+            raw_path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
             ms = millis.round() as u64,
         )
     });
