@@ -206,6 +206,16 @@ impl Couch {
         Ok(self.store.flush()?)
     }
 
+    /// How many databases are open: every database is, from startup (or creation) on.
+    pub fn open_databases(&self) -> usize {
+        self.dbs.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The storage engine's figures (cache, compaction debt, WAL syncs).
+    pub fn engine_stats(&self) -> settee_storage::EngineStats {
+        self.store.engine_stats()
+    }
+
     pub fn get(&self, name: &str) -> Result<Arc<Database>> {
         self.dbs
             .read()

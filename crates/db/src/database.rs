@@ -148,6 +148,36 @@ pub struct Database {
     writer: Mutex<Option<writer::Handle>>,
 }
 
+/// A step of [`Database::compact_reporting`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactPhase {
+    /// Dropping superseded revisions' bodies, document by document.
+    DocumentCopy,
+    /// Removing attachment content no kept revision refers to.
+    Attachments,
+    /// The storage engine rewriting the database's key ranges (one step per family).
+    Storage,
+}
+
+impl CompactPhase {
+    /// The phase's name in `_active_tasks` (CouchDB's for the first).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactPhase::DocumentCopy => "document_copy",
+            CompactPhase::Attachments => "attachments",
+            CompactPhase::Storage => "storage_compaction",
+        }
+    }
+}
+
+/// Where a compaction is: `done` of `total` steps of `phase`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactProgress {
+    pub phase: CompactPhase,
+    pub done: u64,
+    pub total: u64,
+}
+
 impl Database {
     pub(crate) fn new(
         name: String,
@@ -243,31 +273,59 @@ impl Database {
     /// Compaction: drops the bodies of superseded revisions (through the writer, a slice
     /// at a time), then compacts the database's key ranges to reclaim the space.
     pub fn compact(self: &Arc<Self>) -> Result<()> {
+        self.compact_reporting(&mut |_| {})
+    }
+
+    /// [`Database::compact`], telling `progress` where it is after every step.
+    pub fn compact_reporting(
+        self: &Arc<Self>,
+        progress: &mut dyn FnMut(CompactProgress),
+    ) -> Result<()> {
+        const SLICE: usize = 1000;
+        let stats = self.stats();
+        let total = stats.doc_count + stats.doc_del_count;
+        let mut done = 0;
+        let mut report = |phase, done, total| {
+            progress(CompactProgress { phase, done, total });
+        };
+        report(CompactPhase::DocumentCopy, 0, total);
         let mut from = Vec::new();
         loop {
             let (reply, rx) = oneshot::channel();
             self.submit(Job::Prune {
                 from,
-                limit: 1000,
+                limit: SLICE,
                 reply,
             })?;
             match rx
                 .blocking_recv()
                 .map_err(|_| Error::Internal("writer dropped compaction".into()))??
             {
-                Some(next) => from = next,
+                Some(next) => {
+                    // Every slice but the last holds exactly `SLICE` documents.
+                    done = (done + SLICE as u64).min(total);
+                    report(CompactPhase::DocumentCopy, done, total);
+                    from = next
+                }
                 None => break,
             }
         }
+        report(CompactPhase::DocumentCopy, total, total);
+        report(CompactPhase::Attachments, 0, 1);
         let live = self.live_attachments()?;
         self.reclaim_attachments(&live)?;
+        report(CompactPhase::Attachments, 1, 1);
         // Flush every family (not only this database's) so no WAL file stays alive holding
         // data that compaction has already written to tables.
         self.store.flush()?;
         let (lo, hi) = settee_storage::db_range(self.id);
-        for cf in [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local, Cf::Atts] {
+        let families = [Cf::Docs, Cf::Seqs, Cf::Bodies, Cf::Local, Cf::Atts];
+        let n = families.len() as u64;
+        for (i, cf) in families.into_iter().enumerate() {
+            report(CompactPhase::Storage, i as u64, n);
             self.store.compact_range(cf, &lo, &hi);
         }
+        report(CompactPhase::Storage, n, n);
         Ok(())
     }
 
@@ -481,7 +539,10 @@ impl Database {
 
     fn winner_body(&self, r: &impl Read, info: &DocInfo) -> Result<Option<Vec<u8>>> {
         match info.tree.winner().and_then(|w| w.body) {
-            Some(b) => Ok(Some(self.read_body(r, b)?)),
+            Some(b) => {
+                settee_metrics::global().database_reads.inc();
+                Ok(Some(self.read_body(r, b)?))
+            }
             None => Ok(None),
         }
     }
@@ -594,6 +655,7 @@ impl Database {
             }
         };
         let body = self.read_body(r, body_id)?;
+        settee_metrics::global().database_reads.inc();
         Ok(OpenDoc {
             id: id.to_string(),
             rev,
@@ -630,7 +692,10 @@ impl Database {
     /// Bodies of several revisions (for `_bulk_get`), read from one snapshot.
     pub fn body_of(&self, info: &DocInfo, rev: &Rev) -> Result<Option<Vec<u8>>> {
         match info.tree.body(rev) {
-            Some((b, _)) => Ok(Some(self.read_body(self.store.as_ref(), b)?)),
+            Some((b, _)) => {
+                settee_metrics::global().database_reads.inc();
+                Ok(Some(self.read_body(self.store.as_ref(), b)?))
+            }
             None => Ok(None),
         }
     }

@@ -150,6 +150,19 @@ impl Pending {
     }
 
     fn succeed(self) {
+        let m = settee_metrics::global();
+        match &self {
+            Pending::Docs(_, results) => {
+                m.database_writes.inc();
+                let ok = results
+                    .iter()
+                    .filter(|r| matches!(r, UpdateResult::Ok { .. }));
+                m.document_writes.inc_by(ok.count() as u64);
+            }
+            Pending::Local(_, Ok(_)) => m.local_document_writes.inc(),
+            Pending::Purge(..) => m.database_purges.inc(),
+            _ => {}
+        }
         let _ = match self {
             Pending::Docs(tx, r) => tx.send(Ok(r)).map_err(drop),
             Pending::Local(tx, r) => tx.send(r).map_err(drop),
@@ -513,10 +526,14 @@ impl<'a> Txn<'a> {
         let mut stats = self.stats;
         let partitioned = self.db.props().partitioned;
         let mut parts = PartitionDeltas::default();
+        let mut inserted = 0;
         for (id, t) in &self.docs {
             let before = t.before.as_ref();
             if before.map(|(b, _)| b) == t.now.as_ref() {
                 continue;
+            }
+            if before.is_none() {
+                inserted += 1;
             }
             let partition = partitioned.then(|| settee_core::partition_of(id)).flatten();
             if let Some((b, len)) = before {
@@ -557,6 +574,9 @@ impl<'a> Txn<'a> {
                 .record(&mut self.batch, &self.db.name, DbEventKind::Updated)
         });
         self.db.store.write(self.batch, true)?;
+        let m = settee_metrics::global();
+        m.commits.inc();
+        m.document_inserts.inc_by(inserted);
         *self.db.stats.lock().unwrap() = stats;
         self.db.seq_tx.send_replace(stats.update_seq);
         if let Some(seq) = event {

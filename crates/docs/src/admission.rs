@@ -171,6 +171,28 @@ impl Admission {
         if loaded.validator.is_none() && loaded.external.is_empty() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
+        let result = self.run_validators(db, id, doc, old);
+        let m = settee_metrics::global();
+        m.vdu_process_time
+            .record(started.elapsed().as_secs_f64() * 1000.0);
+        if matches!(result, Err(Error::Forbidden(_) | Error::Unauthorized(_))) {
+            m.vdu_rejects.inc();
+        }
+        result
+    }
+
+    /// The validation functions of [`Admission::validate`], in order.
+    fn run_validators(
+        &mut self,
+        db: &Database,
+        id: &str,
+        doc: &ParsedDoc,
+        old: Option<Replaced>,
+    ) -> Result<()> {
+        let Some(loaded) = self.validator.as_mut() else {
+            return Ok(());
+        };
         let new_doc = new_doc_json(id, doc)?;
         let old_doc = old.map(|o| {
             let stubs = (!o.atts.stubs.is_empty()).then_some(o.atts.stubs);

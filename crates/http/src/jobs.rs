@@ -144,6 +144,9 @@ impl Replications {
             if existing.prepared.fingerprint == new.prepared.fingerprint
                 && existing.origin == new.origin
             {
+                settee_metrics::global()
+                    .replicator_jobs_duplicate_adds
+                    .inc();
                 existing.waiters.append(&mut waiters);
                 return;
             }
@@ -151,6 +154,7 @@ impl Replications {
             waiters.append(&mut old.waiters);
             self.stop_run(&mut table, &id, &mut old, now, max_history(state));
         }
+        settee_metrics::global().replicator_jobs_adds.inc();
         table.jobs.insert(
             id.clone(),
             Job {
@@ -181,6 +185,7 @@ impl Replications {
         let Some(mut job) = table.jobs.remove(id) else {
             return false;
         };
+        settee_metrics::global().replicator_jobs_removes.inc();
         let pid = job.run.as_ref().map(|r| r.pid);
         self.stop_run(&mut table, id, &mut job, now_micros(), max_history(state));
         match pid.and_then(|p| table.draining.get_mut(&p)) {
@@ -252,6 +257,7 @@ impl Replications {
         job.run = None;
         match result {
             Err(e) if job.origin.is_some() => {
+                settee_metrics::global().replicator_jobs_crashes.inc();
                 tracing::warn!(replication = %id, error = %e, "replication crashed");
                 schedule::record(
                     &mut job.history,
@@ -307,6 +313,7 @@ impl Replications {
             started_on: now / 1_000_000,
             done,
         });
+        settee_metrics::global().replicator_jobs_starts.inc();
         schedule::record(
             &mut job.history,
             EventKind::Started,
@@ -340,6 +347,7 @@ impl Replications {
         let Some(run) = job.run.take() else {
             return;
         };
+        settee_metrics::global().replicator_jobs_stops.inc();
         let _ = run.stop.send(true);
         table.draining.insert(
             run.pid,
@@ -375,6 +383,24 @@ impl Replications {
             last_updated: job.history.first().map_or_else(String::new, |e| iso(e.at)),
             start_time: settee_core::dates::iso8601(job.start_time),
         })
+    }
+
+    /// The jobs by state, for the statistics (`crashed`: crashing, waiting out a backoff).
+    pub(crate) fn counts(&self, state: &AppState) -> settee_metrics::ReplicatorJobs {
+        let threshold = limits(state).health_threshold;
+        let table = self.jobs.lock().unwrap();
+        let mut c = settee_metrics::ReplicatorJobs {
+            total: table.jobs.len() as u64,
+            ..Default::default()
+        };
+        for job in table.jobs.values() {
+            match schedule::job_state(job.run.is_some(), &job.history, threshold).0 {
+                schedule::JobState::Running => c.running += 1,
+                schedule::JobState::Pending => c.pending += 1,
+                schedule::JobState::Crashing(_) => c.crashed += 1,
+            }
+        }
+        c
     }
 
     /// `_scheduler/jobs` rows, by id: CouchDB's fields in its order (`database` first).

@@ -25,6 +25,7 @@ mod scheduler;
 
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
+pub use handlers::node::NODE_NAME;
 pub use mango_index::register_query_language;
 pub use node_config::NodeConfig;
 pub use replication::LocalDb;
@@ -72,6 +73,17 @@ pub struct Inner {
     /// The address the server listens on, once bound (replication endpoints naming it are
     /// this server's own databases).
     local_addr: replication::LocalAddr,
+    /// Applies `[log] level` to the process's logger (set by the binary, which owns it).
+    log: std::sync::OnceLock<LogControl>,
+}
+
+/// Sets the log level from a `[log] level` value (`None`: the setting was removed).
+pub type SetLogLevel = Box<dyn Fn(Option<&str>) + Send + Sync>;
+
+struct LogControl {
+    set: SetLogLevel,
+    /// The value last applied, so that only a change is applied.
+    applied: Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -102,9 +114,17 @@ impl AppState {
             replications: Default::default(),
             scheduler_docs: Default::default(),
             local_addr: Default::default(),
+            log: Default::default(),
         }));
         state.apply_settings();
         state
+    }
+
+    /// Hands `[log] level` changes to `set` from now on (the current value counts as
+    /// applied: the binary chose the starting level).
+    pub fn set_log_control(&self, set: SetLogLevel) {
+        let applied = Mutex::new(self.node.get("log", "level"));
+        let _ = self.log.set(LogControl { set, applied });
     }
 
     /// Starts the replication scheduler (`_replicator`); needs the Tokio runtime.
@@ -149,6 +169,14 @@ impl AppState {
     /// at startup and after every `/_config` change, so they apply without a restart.
     pub fn apply_settings(&self) {
         let node = &self.node;
+        if let Some(log) = self.log.get() {
+            let level = node.get("log", "level");
+            let mut applied = log.applied.lock().unwrap();
+            if *applied != level {
+                (log.set)(level.as_deref());
+                *applied = level;
+            }
+        }
         self.couch.set_max_document_size(node.get_u64(
             "couchdb",
             "max_document_size",
@@ -295,12 +323,57 @@ pub fn app(state: AppState) -> Router {
     Router::new().fallback(handle).with_state(state)
 }
 
+/// The target of the access log's events (one per request, at CouchDB's `notice` level).
+pub const ACCESS_LOG_TARGET: &str = "couchdb::access";
+
 async fn handle(State(state): State<AppState>, request: Request) -> Response {
+    use tracing::Instrument;
+    let started = std::time::Instant::now();
+    // As CouchDB's chttpd: a fresh 5-byte nonce per request (a client-sent
+    // X-Couch-Request-ID is not echoed); log lines written for the request carry it.
+    let nonce = hex::encode(rand::random::<[u8; 5]>());
+    let method = request.method().clone();
+    // What the access line needs of the request (shared buffers, not copies: the line
+    // is formatted only if the level, read when the response is ready, wants it).
+    let uri = request.uri().clone();
+    let host = request.headers().get(axum::http::header::HOST).cloned();
     let peer = request
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip().to_string())
         .unwrap_or_default();
+    let span = tracing::error_span!("request", nonce = %nonce);
+    let mut user = None;
+    let mut resp = respond(state, request, &peer, &mut user)
+        .instrument(span.clone())
+        .await;
+    let status = resp.status().as_u16();
+    let millis = started.elapsed().as_secs_f64() * 1000.0;
+    settee_metrics::global().request(method.as_str(), status, millis);
+    span.in_scope(|| {
+        tracing::info!(
+            target: ACCESS_LOG_TARGET,
+            "{host} {peer} {user} {method} {raw_path} {status} ok {ms}",
+            host = host.as_ref().and_then(|h| h.to_str().ok()).unwrap_or("undefined"),
+            user = user.as_deref().unwrap_or("undefined"),
+            raw_path = uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
+            ms = millis.round() as u64,
+        )
+    });
+    resp.headers_mut().insert(
+        "x-couch-request-id",
+        HeaderValue::from_str(&nonce).expect("hex"),
+    );
+    resp
+}
+
+/// Answers one request from `peer`; `user` learns who made it (for the access log).
+async fn respond(
+    state: AppState,
+    request: Request,
+    peer: &str,
+    user: &mut Option<String>,
+) -> Response {
     let (parts, body) = request.into_parts();
     let has_body = parts
         .headers
@@ -331,7 +404,7 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
     let mut resp = match preflight {
         Some(resp) => resp,
         None => {
-            let routed = route(state, parts, body, &peer, &mut set_cookie, &body_time).await;
+            let routed = route(state, parts, body, peer, &mut set_cookie, &body_time, user).await;
             let mut resp = routed.unwrap_or_else(reply::err_to_response);
             // As mochiweb's `should_close`: a body left unread makes the connection unfit
             // for another request, so the answer says it closes; a body read keeps it.
@@ -357,13 +430,7 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
         h.append(axum::http::header::SET_COOKIE, c);
     }
     h.insert("server", HeaderValue::from_static(SERVER_HEADER));
-    // As CouchDB's chttpd: a fresh 5-byte nonce per request (a client-sent
-    // X-Couch-Request-ID is not echoed), and the body's receive time.
-    let id = hex::encode(rand::random::<[u8; 5]>());
-    h.insert(
-        "x-couch-request-id",
-        HeaderValue::from_str(&id).expect("hex"),
-    );
+    // The body's receive time, as CouchDB's chttpd sends it.
     let ms = body_time.load(std::sync::atomic::Ordering::Relaxed);
     h.insert("x-couchdb-body-time", HeaderValue::from(ms));
     resp
@@ -406,6 +473,7 @@ async fn route(
     peer: &str,
     set_cookie: &mut Option<String>,
     body_time: &Arc<std::sync::atomic::AtomicU64>,
+    user: &mut Option<String>,
 ) -> ApiResult<Response> {
     let plus = state.node.get_bool("chttpd", "decode_plus_to_space", false);
     let mut rewrites = 0;
@@ -417,6 +485,7 @@ async fn route(
         };
         let authn = state.auth.authenticate(&creds, &state.node, &state.couch)?;
         *set_cookie = authn.set_cookie;
+        user.clone_from(&authn.user.name);
         let req = Req {
             method: method_override(parts.method, &parts.headers),
             params: req::Params::parse(parts.uri.query()),

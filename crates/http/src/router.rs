@@ -118,7 +118,15 @@ pub enum NodeOp {
     Section(String),
     /// `_config/{section}/{key}`
     Key(String, String),
-    /// Node statistics, versions, restarts: later work (501 for the `method` CouchDB
+    /// `_stats/{path…}`: the segments after `_stats`
+    Stats(Vec<String>),
+    /// `_system`
+    System,
+    /// `_prometheus`
+    Prometheus,
+    /// `_versions`
+    Versions,
+    /// Compaction scheduling and restarts: later work (501 for the `method` CouchDB
     /// serves, 405 for others).
     Unimplemented(&'static str, &'static str),
     Missing,
@@ -229,10 +237,10 @@ fn parse_node(rest: &[&str]) -> NodeOp {
         ["_config", "_reload"] => NodeOp::Reload,
         ["_config", section] => NodeOp::Section(section.to_string()),
         ["_config", section, key] => NodeOp::Key(section.to_string(), key.to_string()),
-        ["_stats", ..] => U("node statistics", "GET"),
-        ["_system"] => U("node statistics", "GET"),
-        ["_prometheus"] => U("node statistics", "GET"),
-        ["_versions"] => U("_versions", "GET"),
+        ["_stats", rest @ ..] => NodeOp::Stats(rest.iter().map(|s| s.to_string()).collect()),
+        ["_system"] => NodeOp::System,
+        ["_prometheus"] => NodeOp::Prometheus,
+        ["_versions"] => NodeOp::Versions,
         ["_smoosh", "status"] => U("compaction scheduling (_smoosh)", "GET"),
         ["_restart"] => U("_restart", "POST"),
         _ => NodeOp::Missing,
@@ -343,7 +351,7 @@ pub(crate) fn design_fn(kind: &str, rest: &[&str]) -> DesignFn {
 pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<Response, ApiError> {
     match endpoint {
         Endpoint::Root => server::root(&state, &req),
-        Endpoint::Up => server::up(&req),
+        Endpoint::Up => server::up(&state, &req),
         Endpoint::Uuids => server::uuids(&state, &req),
         Endpoint::AllDbs(extra) => server::all_dbs(&state, &req, extra),
         Endpoint::DbsInfo(extra) => server::dbs_info(&state, req, extra).await,
@@ -579,6 +587,13 @@ mod tests {
         assert_eq!(
             parse("/_node/_local/_restart").unwrap(),
             Endpoint::Node("_local".into(), NodeOp::Unimplemented("_restart", "POST"))
+        );
+        assert_eq!(
+            parse("/_node/_local/_stats/couchdb/request_time").unwrap(),
+            Endpoint::Node(
+                "_local".into(),
+                NodeOp::Stats(vec!["couchdb".into(), "request_time".into()])
+            )
         );
         assert_eq!(parse("/favicon.ico").unwrap(), Endpoint::Favicon);
         assert_eq!(

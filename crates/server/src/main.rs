@@ -1,6 +1,7 @@
 //! `settee`: a CouchDB-compatible document database server.
 
 mod config;
+mod logging;
 
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -44,15 +45,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SETTEE_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let from_env = std::env::var("SETTEE_LOG").ok();
+    let log = logging::init(from_env.as_deref().unwrap_or(logging::DEFAULT_LEVEL));
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(args, log, from_env.is_some()),
         Command::Client(command) => {
             settee_cli::run(command, Cli::command).map_err(|e| e.to_string())
         }
@@ -66,8 +62,16 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve(args: config::ServeArgs) -> Result<(), String> {
+/// `log_from_env`: `SETTEE_LOG` chose the starting log level, over `[log] level`.
+fn serve(
+    args: config::ServeArgs,
+    log: logging::LevelHandle,
+    log_from_env: bool,
+) -> Result<(), String> {
     let settings = config::resolve(&args)?;
+    if let (false, Some(level)) = (log_from_env, settings.node.get("log", "level")) {
+        log.set(&level);
+    }
     let couch = Couch::open(
         &settings.data_dir.join("store"),
         settee_db::Config::default(),
@@ -105,6 +109,10 @@ fn serve(args: config::ServeArgs) -> Result<(), String> {
         std::sync::Arc::new(settings.node),
         http_config,
     );
+    // `[log] level` changes through `/_config` apply at once.
+    state.set_log_control(Box::new(move |level| {
+        log.set(level.unwrap_or(logging::DEFAULT_LEVEL))
+    }));
     if let Some((name, pw)) = &settings.generated_password {
         eprintln!("No admin was configured: created server admin `{name}` with password `{pw}`.");
         eprintln!(

@@ -212,7 +212,7 @@ fn errors_have_couchdb_shape() {
         (r.status, r.json()),
         (404, json!({"error": "not_found", "reason": "missing"}))
     );
-    let r = s.get("/_node/_local/_stats");
+    let r = s.get("/_node/_local/_smoosh/status");
     assert_eq!(r.status, 501, "unimplemented routes say so");
     let r = s.get("/db/_changes?filter=_selector");
     assert_eq!(r.status, 400);

@@ -47,8 +47,32 @@ impl StoreOptions {
     }
 }
 
+/// What the engine reports about itself ([`Store::engine_stats`]); counters count since
+/// the process started.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EngineStats {
+    /// Bytes compaction estimates it must rewrite to bring levels to their targets.
+    pub pending_compaction_bytes: u64,
+    pub live_sst_bytes: u64,
+    pub memtable_bytes: u64,
+    pub running_compactions: u64,
+    pub running_flushes: u64,
+    /// Bytes in the block cache (memtables are charged to it too).
+    pub block_cache_usage: u64,
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+    /// fsyncs of the write-ahead log.
+    pub wal_syncs: u64,
+    pub wal_bytes: u64,
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+}
+
 pub struct Store {
     db: DB,
+    /// The options the database was opened with: they hold its statistics (tickers).
+    db_opts: Options,
+    cache: Cache,
     /// Writes since the last flush, and when the last one happened (for the idle flusher).
     unflushed_writes: AtomicU64,
     last_write: Mutex<Instant>,
@@ -115,6 +139,10 @@ impl Store {
         db_opts.set_keep_log_file_num(5);
         db_opts.set_max_total_wal_size(128 << 20);
         db_opts.set_wal_compression_type(DBCompressionType::Zstd);
+        // Tickers only (no histograms or timers): per-core counters, cheap on every read
+        // and write; `_prometheus` reports cache hits and WAL syncs from them.
+        db_opts.enable_statistics();
+        db_opts.set_statistics_level(rocksdb::statistics::StatsLevel::ExceptHistogramOrTimers);
         // Six families with 64 MiB memtables could hold ~770 MiB; one budget, charged to the
         // block cache, keeps memtables and cached blocks under one bound.
         let wbm = WriteBufferManager::new_write_buffer_manager_with_cache(
@@ -135,9 +163,42 @@ impl Store {
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Store {
             db,
+            db_opts,
+            cache,
             unflushed_writes: AtomicU64::new(0),
             last_write: Mutex::new(Instant::now()),
         })
+    }
+
+    /// The engine's own figures, for monitoring.
+    pub fn engine_stats(&self) -> EngineStats {
+        use rocksdb::properties as p;
+        use rocksdb::statistics::Ticker;
+        let sum = |prop: &rocksdb::properties::PropName| -> u64 {
+            Cf::ALL
+                .iter()
+                .filter_map(|&cf| self.db.property_int_value_cf(self.handle(cf), prop).ok())
+                .flatten()
+                .sum()
+        };
+        let db = |prop: &rocksdb::properties::PropName| {
+            self.db.property_int_value(prop).ok().flatten().unwrap_or(0)
+        };
+        let ticker = |t| self.db_opts.get_ticker_count(t);
+        EngineStats {
+            pending_compaction_bytes: sum(p::ESTIMATE_PENDING_COMPACTION_BYTES),
+            live_sst_bytes: sum(p::LIVE_SST_FILES_SIZE),
+            memtable_bytes: sum(p::CUR_SIZE_ALL_MEM_TABLES),
+            running_compactions: db(p::NUM_RUNNING_COMPACTIONS),
+            running_flushes: db(p::NUM_RUNNING_FLUSHES),
+            block_cache_usage: self.cache.get_usage() as u64,
+            block_cache_hits: ticker(Ticker::BlockCacheHit),
+            block_cache_misses: ticker(Ticker::BlockCacheMiss),
+            wal_syncs: ticker(Ticker::WalFileSynced),
+            wal_bytes: ticker(Ticker::WalFileBytes),
+            bytes_written: ticker(Ticker::BytesWritten),
+            bytes_read: ticker(Ticker::BytesRead),
+        }
     }
 
     fn handle(&self, cf: Cf) -> &rocksdb::ColumnFamily {

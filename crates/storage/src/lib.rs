@@ -13,7 +13,7 @@
 mod engine;
 mod keys;
 
-pub use engine::{Batch, Pinned, Read, Snapshot, Store, StoreOptions};
+pub use engine::{Batch, EngineStats, Pinned, Read, Snapshot, Store, StoreOptions};
 pub use keys::{db_prefix, db_range, key_in_db, seq_key, DbId};
 
 /// The column families. Their key and value layouts are given in `docs/design.md`.

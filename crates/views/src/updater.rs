@@ -239,13 +239,17 @@ pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
     let mut sink = StoreSink::new(store, g, first_new, true);
     let mut js = views.reducers(g);
     let nodes = SnapNodes { read: &snap, g };
+    let rows: u64 = meta.roots.iter().flatten().map(|r| r.count).sum();
+    let task = views.tasks.start_compaction(&db.name, &g.ddoc_id, rows);
     for i in 0..meta.roots.len() {
+        task.view(i);
         let old = meta.roots[i].take();
         meta.roots[i] = std::thread::scope(|s| -> Result<Option<tree::Entry>> {
             let (tx, rx) = sync_channel::<Vec<Row>>(4);
             let reader = s.spawn(|| stream_rows(&nodes, old.as_ref(), tx));
             let built = g.with_reducer(i, &mut js, |red| {
-                tree::build(&mut sink, red, rx.into_iter().flatten())
+                let rows = rx.into_iter().inspect(|b| task.advance(b.len() as u64));
+                tree::build(&mut sink, red, rows.flatten())
             });
             // A tree read short must not replace the whole one.
             reader.join().expect("row reader panicked")?;
@@ -355,6 +359,7 @@ fn pipeline(
                 }
             };
             task.advance(n as u64);
+            settee_metrics::global().indexer_changes.inc_by(n as u64);
             if collector.rows >= ROUND_ROWS {
                 enough.store(true, Ordering::Relaxed);
             }

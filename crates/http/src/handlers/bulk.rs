@@ -61,6 +61,9 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
         return Err(ApiError::bad_request("Request body must be a JSON object"));
     };
     let raw = bulk_docs_member(&mut body)?;
+    let metrics = settee_metrics::global();
+    metrics.bulk_requests.inc();
+    metrics.bulk_docs.record(raw.len() as f64);
     let new_edits = body.get("new_edits").cloned().unwrap_or(Value::Bool(true));
     // Every document is parsed and checked before anything is written; one bad document
     // (not an object, a bad id, no revision with `new_edits: false`) fails the request.
@@ -314,6 +317,7 @@ pub async fn revs_diff(
 pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
+    settee_metrics::global().purge_requests.inc();
     let body = req.json().await?;
     let asked = id_revs(&body)?;
     if asked.len() as u64 > state.node.get_u64("purge", "max_document_id_number", 100) {

@@ -910,6 +910,23 @@ impl LiveOut {
     }
 }
 
+/// One client of a live feed, counted in `couchdb.httpd.clients_requesting_changes` for
+/// as long as the feed runs.
+struct LiveClient;
+
+impl LiveClient {
+    fn new() -> LiveClient {
+        settee_metrics::global().clients_requesting_changes.inc();
+        LiveClient
+    }
+}
+
+impl Drop for LiveClient {
+    fn drop(&mut self) {
+        settee_metrics::global().clients_requesting_changes.dec();
+    }
+}
+
 /// A longpoll, continuous or eventsource feed, as CouchDB's `keep_sending_changes` runs it:
 /// send what there is; stop once a longpoll has sent rows or a continuous feed its `limit`;
 /// otherwise wait for an update up to the heartbeat (or, without one, the timeout, which
@@ -923,6 +940,7 @@ async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Res
         JSON
     };
     tokio::spawn(async move {
+        let _client = LiveClient::new();
         let mut out = LiveOut::new(o.feed, tx.clone());
         let mut seq_rx = db.watch_seq();
         let mut since = start_seq(&db, &o);

@@ -151,7 +151,11 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
         "GET" | "HEAD" => {
             let db = state.couch.get(name)?;
             let state2 = state.clone();
+            let started = std::time::Instant::now();
             let v = blocking(move || Ok(db_info_json(&state2, &db))).await?;
+            settee_metrics::global()
+                .dbinfo
+                .record(started.elapsed().as_secs_f64() * 1000.0);
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
@@ -244,14 +248,16 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
     }
 }
 
-/// Background tasks shown by `_active_tasks`.
+/// Database compactions, as `_active_tasks` shows them.
 #[derive(Default)]
 pub struct Tasks(Mutex<Vec<Task>>);
 
 struct Task {
-    kind: &'static str,
     database: String,
+    pid: u64,
     started_on: u64,
+    updated_on: u64,
+    progress: settee_db::CompactProgress,
 }
 
 fn now_secs() -> u64 {
@@ -262,62 +268,91 @@ fn now_secs() -> u64 {
 
 impl Tasks {
     pub fn compacting(&self, db: &str) -> bool {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|t| t.kind == "database_compaction" && t.database == db)
+        self.0.lock().unwrap().iter().any(|t| t.database == db)
     }
 
-    fn start(&self, kind: &'static str, database: &str) -> bool {
+    /// Registers a compaction of `database`; false when one is running already.
+    fn start(&self, database: &str) -> bool {
+        static PIDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let mut tasks = self.0.lock().unwrap();
-        if tasks
-            .iter()
-            .any(|t| t.kind == kind && t.database == database)
-        {
+        if tasks.iter().any(|t| t.database == database) {
             return false;
         }
+        let now = now_secs();
         tasks.push(Task {
-            kind,
             database: database.to_string(),
-            started_on: now_secs(),
+            pid: PIDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
+            started_on: now,
+            updated_on: now,
+            progress: settee_db::CompactProgress {
+                phase: settee_db::CompactPhase::DocumentCopy,
+                done: 0,
+                total: 0,
+            },
         });
         true
     }
 
-    fn finish(&self, kind: &'static str, database: &str) {
+    fn update(&self, database: &str, progress: settee_db::CompactProgress) {
+        if let Some(t) = self
+            .0
+            .lock()
+            .unwrap()
+            .iter_mut()
+            .find(|t| t.database == database)
+        {
+            t.progress = progress;
+            t.updated_on = now_secs();
+        }
+    }
+
+    fn finish(&self, database: &str) {
+        self.0.lock().unwrap().retain(|t| t.database != database);
+    }
+
+    /// CouchDB's `database_compaction` entries (`phase` names Settee's steps; `progress`
+    /// is the percentage of the current phase).
+    pub fn list(&self) -> Vec<Value> {
         self.0
             .lock()
             .unwrap()
-            .retain(|t| !(t.kind == kind && t.database == database));
-    }
-
-    pub fn list(&self) -> Value {
-        let now = now_secs();
-        Value::Array(
-            self.0
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|t| {
-                    json!({"type": t.kind, "database": t.database, "node": "nonode@nohost", "pid": "<0.0.0>",
-                        "started_on": t.started_on, "updated_on": now, "progress": 0})
+            .iter()
+            .map(|t| {
+                let p = t.progress;
+                let progress = match p.total {
+                    0 => 0,
+                    n => (p.done * 100 / n).min(100),
+                };
+                json!({
+                    "changes_done": p.done,
+                    "database": t.database,
+                    "node": crate::handlers::node::NODE_NAME,
+                    "phase": p.phase.as_str(),
+                    "pid": format!("<0.{}.1>", t.pid),
+                    "process_status": "running",
+                    "progress": progress,
+                    "retry": false,
+                    "started_on": t.started_on,
+                    "total_changes": p.total,
+                    "type": "database_compaction",
+                    "updated_on": t.updated_on,
                 })
-                .collect(),
-        )
+            })
+            .collect()
     }
 }
 
 pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    if state.tasks.start("database_compaction", &db.name) {
+    if state.tasks.start(&db.name) {
         let state = state.clone();
         std::thread::spawn(move || {
-            if let Err(e) = db.compact() {
+            let tasks = &state.tasks;
+            if let Err(e) = db.compact_reporting(&mut |p| tasks.update(&db.name, p)) {
                 tracing::error!(db = %db.name, error = %e, "compaction failed");
             }
-            state.tasks.finish("database_compaction", &db.name);
+            tasks.finish(&db.name);
         });
     }
     Ok(ok_true(StatusCode::ACCEPTED))

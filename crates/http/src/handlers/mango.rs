@@ -262,6 +262,15 @@ fn run(
         });
         tail.push_str(&format!(",\r\n\"execution_stats\": {stats}"));
     }
+    let m = settee_metrics::global();
+    m.mango_keys_examined.inc_by(s.keys);
+    m.mango_docs_examined.inc_by(s.docs);
+    m.mango_results_returned.inc_by(s.returned);
+    m.mango_query_time
+        .record(started.elapsed().as_micros() as f64 / 1000.0);
+    if matches!(index.kind, Kind::Special) {
+        m.mango_unindexed_queries.inc();
+    }
     let mut warnings = plan.warnings.clone();
     let scanned = s.docs + s.quorum_docs;
     let ratio = if s.returned == 0 {
@@ -275,6 +284,7 @@ fn run(
         scanned > threshold * s.returned
     };
     if threshold > 0 && over && ratio > 0 {
+        m.mango_too_many_docs_scanned.inc();
         warnings.push("The number of documents examined is high in proportion to the number of results returned. Consider adding a more specific index to improve this.".into());
     }
     if !warnings.is_empty() {

@@ -50,7 +50,10 @@ pub async fn partition(
                 ));
             }
             match rest {
-                [op] if op == "_all_docs" => all_docs::partition_all_docs(state, db, req, p).await,
+                [op] if op == "_all_docs" => {
+                    settee_metrics::global().partition_all_docs_requests.inc();
+                    all_docs::partition_all_docs(state, db, req, p).await
+                }
                 [op, q] if op == "_all_docs" && q == "queries" => {
                     all_docs::partition_queries(state, db, req, p).await
                 }

@@ -35,9 +35,20 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &body))
 }
 
-pub fn up(req: &Req) -> ApiResult<Response> {
+/// `GET /_up`: `404` with the mode while `[couchdb] maintenance_mode` is `true` or
+/// `nolb` (so a load balancer takes the node out), else ok; a single node has no seeds.
+pub fn up(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    Ok(json(StatusCode::OK, &json!({"status": "ok", "seeds": {}})))
+    Ok(
+        match state.node.get("couchdb", "maintenance_mode").as_deref() {
+            Some("true") => json(
+                StatusCode::NOT_FOUND,
+                &json!({"status": "maintenance_mode"}),
+            ),
+            Some("nolb") => json(StatusCode::NOT_FOUND, &json!({"status": "nolb"})),
+            _ => json(StatusCode::OK, &json!({"status": "ok", "seeds": {}})),
+        },
+    )
 }
 
 /// An integer as Erlang's `list_to_integer/1` reads it (optional sign, decimal digits),
@@ -227,10 +238,7 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
 
 pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    let mut tasks = match state.tasks.list() {
-        Value::Array(a) => a,
-        _ => Vec::new(),
-    };
+    let mut tasks = state.tasks.list();
     tasks.extend(state.views.tasks.list());
     tasks.extend(state.replications.tasks());
     Ok(json(StatusCode::OK, &Value::Array(tasks)))

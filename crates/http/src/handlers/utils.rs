@@ -20,8 +20,8 @@ use tower_http::compression::Compression;
 use tower_http::services::ServeDir;
 
 /// CouchDB 3.5's default `[csp] utils_header_value`.
-const UTILS_CSP: &str = "default-src 'self'; img-src 'self' data:; font-src 'self'; \
-                         script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline';";
+const UTILS_CSP: &str = "child-src 'self' data: blob:; default-src 'self'; img-src 'self' data:; \
+                         font-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline';";
 
 /// Where Fauxton is: `[chttpd] docroot`, else `ui/fauxton` under the working directory,
 /// else under the source tree Settee was built from (`cargo run` from anywhere).

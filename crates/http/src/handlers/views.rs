@@ -195,6 +195,7 @@ pub async fn view(
     mut req: Req,
 ) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD,POST")?;
+    settee_metrics::global().view_reads.inc();
     let args = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.bytes().await?;
@@ -242,6 +243,7 @@ pub async fn view_queries(
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
+    settee_metrics::global().view_reads.inc();
     let body = body_object(req.json().await?)?;
     let list = queries_member(&body)?
         .ok_or_else(|| ApiError::bad_request("POST body must include `queries` parameter."))?;
