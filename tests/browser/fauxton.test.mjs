@@ -90,15 +90,33 @@ async function step(name, fn) {
 }
 
 /** Opens a Fauxton route in a freshly loaded page, as a user following a link would. */
+///
+/// Fauxton 1.2.6's document editor can unmount itself on load when the document arrives
+/// before its editor is mounted (`onSaveComplete` reads a null editor): the page goes
+/// blank, as it can against CouchDB on a fast link. A user reloads; so does this, up to
+/// three times.
 async function go(hash) {
-  await page.goto('about:blank');
-  await page.goto(`${base}/_utils/${hash}`);
-  await page.waitForLoadState('networkidle');
+  for (let attempt = 0; attempt < 3; attempt++) {
+    await page.goto('about:blank');
+    await page.goto(`${base}/_utils/${hash}`);
+    await page.waitForLoadState('networkidle');
+    if (await page.locator('.faux-navbar').count()) return;
+  }
 }
 
 /** Waits until the page's location (hash routes included) matches `re`. */
 async function waitHash(re) {
   await page.waitForFunction((src) => new RegExp(src).test(location.href), re.source);
+}
+
+/** Opens a document from its database's list, as a user does. (Loading a document's page
+ * directly races Fauxton 1.2.6's editor, which then blanks the page when the document
+ * arrives before the database's info.) */
+async function openDoc(db, id) {
+  await go(`#/database/${db}/_all_docs`);
+  await page.locator('td', { hasText: new RegExp(`^${id}$`) }).first().click();
+  await waitHash(new RegExp(`database/${db}/${id}$`));
+  await page.waitForSelector('#doc-editor');
 }
 
 /** Sets the text of the page's (first, or `selector`'s) Ace editor. */
@@ -133,7 +151,11 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  server?.kill('SIGTERM');
+  if (server && server.exitCode === null) {
+    const exited = new Promise((r) => server.once('exit', r));
+    server.kill('SIGTERM');
+    await exited;
+  }
   if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -188,14 +210,14 @@ test('Fauxton flows against Settee', { timeout: 300000 }, async () => {
     // Fauxton returns to the list once its save completes.
     await waitHash(/database\/fauxdb\/_all_docs/);
     await page.waitForSelector('td:has-text("doc1")');
-    await go('#/database/fauxdb/doc1');
+    await openDoc('fauxdb', 'doc1');
     const doc = (await api('GET', '/fauxdb/doc1')).json;
     await setEditor(JSON.stringify({ ...doc, title: 'edited' }));
     await page.click('button:has-text("Save Changes")');
     await eventually('the edit', async () => (await api('GET', '/fauxdb/doc1')).json?.title === 'edited');
     await page.waitForSelector('text=saved successfully');
     await api('PUT', '/fauxdb/doomed', { x: 1 });
-    await go('#/database/fauxdb/doomed');
+    await openDoc('fauxdb', 'doomed');
     page.once('dialog', (d) => d.accept());
     await page.click('button[title="Delete"]');
     const confirm = page.locator('.modal button:has-text("Delete Document")');
@@ -206,14 +228,17 @@ test('Fauxton flows against Settee', { timeout: 300000 }, async () => {
   await step('conflicts', async () => {
     await api('PUT', '/fauxdb/c1', { side: 'a' });
     await api('POST', '/fauxdb/_bulk_docs', { new_edits: false, docs: [{ _id: 'c1', _rev: '1-ffffffffffffffffffffffffffffffff', side: 'b' }] });
-    await go('#/database/fauxdb/c1');
-    await page.click('button.conflicts');
-    await waitHash(/conflicts/);
+    // Fauxton 1.2.6's editor page for a conflicted document often blanks itself (its
+    // `onSaveComplete` reads an editor not yet mounted when the conflict count arrives);
+    // the revision browser, which that page's "Conflicts" button opens, is checked here.
+    await go('#/database/fauxdb/c1/conflicts');
     await page.waitForSelector('text=1-ffffffffffffffffffffffffffffffff');
+    const losing = (await api('GET', '/fauxdb/c1?conflicts=true')).json._conflicts[0];
+    await page.waitForSelector(`text=${losing}`);
   });
 
   await step('upload an attachment', async () => {
-    await go('#/database/fauxdb/doc1');
+    await openDoc('fauxdb', 'doc1');
     await page.click('button:has-text("Upload Attachment")');
     const file = path.join(dataDir, 'note.txt');
     fs.writeFileSync(file, 'attached text');
@@ -273,29 +298,40 @@ test('Fauxton flows against Settee', { timeout: 300000 }, async () => {
 
   await step('replication', async () => {
     await go('#/replication/_create');
-    await page.selectOption('#replication-source', 'REPLICATION_SOURCE_LOCAL').catch(async () => {
-      await page.selectOption('select >> nth=0', { index: 1 });
-    });
-    await page.waitForTimeout(300);
-    const srcDb = page.locator('#replication-source-local-database, .replication__input-react-select input').first();
-    await srcDb.fill('fauxdb');
-    await srcDb.press('Enter');
-    await page.selectOption('#replication-target', 'REPLICATION_TARGET_NEW_LOCAL_DATABASE');
-    await page.fill('#replication-target-new-local-database, input[placeholder="Database name"]', 'fauxcopy');
-    await page.click('button:has-text("Start Replication")');
-    const pw = page.locator('.modal input[type=password]');
-    if (await pw.count()) {
-      await pw.fill('pw');
-      await page.click('.modal button:has-text("Continue Replication"), .modal button.btn-primary');
-    }
+    await page.selectOption('select#replication-source', 'REPLICATION_SOURCE_LOCAL');
+    const source = page.locator('.Select-input input').first();
+    await source.fill('fauxdb');
+    await page.waitForSelector('.Select-option:has-text("fauxdb")');
+    await source.press('Enter');
+    await page.selectOption('#select-replication-source-auth', 'BASIC_AUTH');
+    await page.fill('#replication-source-auth-username', 'admin');
+    await page.fill('#replication-source-auth-password', 'pw');
+    await page.selectOption('select#replication-target >> nth=0', 'REPLICATION_TARGET_NEW_LOCAL_DATABASE');
+    await page.fill('.replication__new-input', 'fauxcopy');
+    await page.selectOption('#select-replication-target-auth', 'BASIC_AUTH');
+    await page.fill('#replication-target-auth-username', 'admin');
+    await page.fill('#replication-target-auth-password', 'pw');
+    await page.click('#replicate');
     await eventually('the replicated database', async () => (await api('GET', '/fauxcopy/doc1')).status === 200, 30000);
+    const jobs = (await api('GET', '/_replicator/_all_docs')).json.rows.filter((r) => !r.id.startsWith('_design/'));
+    assert.equal(jobs.length, 1);
     await go('#/replication');
-    await page.waitForSelector('text=fauxdb');
+    await page.waitForSelector('td:has-text("fauxcopy")');
+    await page.waitForSelector('text=Completed');
   });
 
   await step('active tasks', async () => {
+    // A continuous replication stays listed as a task.
+    const r = await api('POST', '/_replicator', {
+      _id: 'live', continuous: true,
+      source: { url: `${base}/fauxdb`, headers: { Authorization: AUTH } },
+      target: { url: `${base}/fauxlive`, headers: { Authorization: AUTH } },
+      create_target: true,
+    });
+    assert.equal(r.status, 201, r.text);
+    await eventually('the task', async () => (await api('GET', '/_active_tasks')).json.some((t) => t.type === 'replication'));
     await go('#/activetasks');
-    await page.waitForSelector('.active-tasks, text=No active tasks, text=Active Tasks');
+    await page.waitForSelector('td:has-text("fauxlive")');
   });
 
   await step('config and CORS', async () => {
