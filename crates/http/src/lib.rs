@@ -290,6 +290,8 @@ pub struct Req {
 }
 
 impl Req {
+    /// The whole body, gunzipped when it came with `Content-Encoding: gzip` (as
+    /// chttpd's `maybe_decompress`; the limit applies to the decompressed bytes too).
     pub async fn bytes(&mut self) -> ApiResult<bytes::Bytes> {
         let body = self.body.get_mut().unwrap().take().unwrap_or_default();
         let started = std::time::Instant::now();
@@ -298,7 +300,7 @@ impl Req {
             started.elapsed().as_millis() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
-        read
+        req::decompress(self.header("content-encoding"), read?, self.limit)
     }
 
     /// The body parsed as JSON (`bad_request` / `invalid UTF-8 JSON` otherwise).

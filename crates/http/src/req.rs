@@ -100,6 +100,30 @@ pub async fn body_bytes(body: Body, limit: usize) -> ApiResult<Bytes> {
     })
 }
 
+/// A request body as its `Content-Encoding` says: `identity` (or none) as it is, `gzip`
+/// inflated up to `limit` bytes, anything else CouchDB's 415.
+pub fn decompress(encoding: Option<&str>, body: Bytes, limit: usize) -> ApiResult<Bytes> {
+    match encoding.map(str::trim) {
+        None | Some("identity") => Ok(body),
+        Some("gzip") => {
+            use std::io::Read;
+            let mut out = Vec::new();
+            let mut gz = flate2::read::GzDecoder::new(&body[..]).take(limit as u64 + 1);
+            gz.read_to_end(&mut out)
+                .map_err(|_| ApiError::bad_request("Request body is not properly gzipped."))?;
+            if out.len() > limit {
+                return Err(ApiError::TooLarge);
+            }
+            Ok(out.into())
+        }
+        Some(other) => Err(ApiError::Named(
+            axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_content_type".into(),
+            format!("{other} is not a supported content encoding."),
+        )),
+    }
+}
+
 pub fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
     serde_json::from_slice(bytes).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))
 }

@@ -265,3 +265,87 @@ fn changes_feed_longpoll_and_continuous() {
     assert!(es.starts_with("data: {"), "{es}");
     assert!(es.contains("\nid: "));
 }
+
+/// `_bulk_get` without a revision answers every leaf, deleted ones too (CouchDB's
+/// `open_revs` of `all`): a deleted document is `ok` with `_deleted`, a conflicted one
+/// gives both branches.
+#[test]
+fn bulk_get_without_rev_answers_every_leaf() {
+    let s = Server::start();
+    s.create_db("db");
+    let rev = s.put("/db/gone", r#"{"x":1}"#).json()["rev"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let del = s.delete(&format!("/db/gone?rev={rev}")).json()["rev"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.put("/db/twice", r#"{"side":"a"}"#);
+    s.post(
+        "/db/_bulk_docs",
+        r#"{"new_edits":false,"docs":[{"_id":"twice","_rev":"1-ffffffffffffffffffffffffffffffff","side":"b"}]}"#,
+    );
+    let body = json!({"docs": [{"id": "gone"}, {"id": "twice"}, {"id": "never"}]});
+    let r = s.post("/db/_bulk_get", &body.to_string()).json();
+    let res = r["results"].as_array().unwrap();
+    assert_eq!(
+        res[0]["docs"],
+        json!([{"ok": {"_id": "gone", "_rev": del, "_deleted": true}}])
+    );
+    let sides: Vec<&str> = res[1]["docs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["ok"]["side"].as_str().unwrap())
+        .collect();
+    assert_eq!(sides.len(), 2);
+    assert!(sides.contains(&"a") && sides.contains(&"b"));
+    assert_eq!(res[2]["docs"][0]["error"]["error"], json!("not_found"));
+}
+
+/// Request bodies sent with `Content-Encoding: gzip` are inflated first, as chttpd's
+/// `maybe_decompress` does (the Cloudant SDK, and so couchbackup, sends them so).
+#[test]
+fn gzipped_request_bodies() {
+    use std::io::Write;
+    let s = Server::start();
+    s.create_db("db");
+    let gz = |b: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let json_gzip = [
+        ("content-type", "application/json"),
+        ("content-encoding", "gzip"),
+    ];
+    let docs = gz(br#"{"docs":[{"_id":"a","n":1},{"_id":"b","n":2}]}"#);
+    let r = s.req_bytes("POST", "/db/_bulk_docs", docs, &json_gzip);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(s.get("/db/b").json()["n"], json!(2));
+    let r = s.req_bytes("PUT", "/db/c", gz(br#"{"n":3}"#), &json_gzip);
+    assert_eq!(r.status, 201);
+    let r = s.req_bytes("POST", "/db/_bulk_docs", b"not gzip".to_vec(), &json_gzip);
+    assert_eq!(r.status, 400);
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        v,
+        json!({"error": "bad_request", "reason": "Request body is not properly gzipped."})
+    );
+    let r = s.req_bytes(
+        "PUT",
+        "/db/d",
+        b"{}".to_vec(),
+        &[
+            ("content-type", "application/json"),
+            ("content-encoding", "br"),
+        ],
+    );
+    assert_eq!(r.status, 415);
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        v,
+        json!({"error": "bad_content_type", "reason": "br is not a supported content encoding."})
+    );
+}

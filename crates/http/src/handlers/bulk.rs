@@ -237,15 +237,37 @@ pub(crate) fn bulk_get_one(
             return Ok(serde_json::to_vec(&err("bad_request", "Invalid rev format")).expect("json"))
         }
     };
+    // Without a revision, every leaf, deleted ones too (CouchDB's `open_revs` of `all`).
     let found = match &rev {
-        Some(r) if latest => open_latest(db, id, r),
-        r => db.open_doc(id, r.as_ref()),
+        Some(r) if latest => open_latest(db, id, r).map(|d| vec![d]),
+        Some(r) => db.open_doc(id, Some(r)).map(|d| vec![d]),
+        None => db
+            .open_revs(id, None)
+            .map(|leaves| {
+                leaves
+                    .into_iter()
+                    .filter_map(|(_, d)| d)
+                    .collect::<Vec<_>>()
+            })
+            .and_then(|docs| {
+                if docs.is_empty() {
+                    Err(settee_db::Error::NotFound("missing"))
+                } else {
+                    Ok(docs)
+                }
+            }),
     };
     let doc_part = match found {
-        Ok(d) => {
-            let mut v = b"{\"ok\":".to_vec();
-            v.extend_from_slice(&doc_json_with(&d, opts, atts.render(db, &d.body)?));
-            v.push(b'}');
+        Ok(docs) => {
+            let mut v = Vec::new();
+            for (i, d) in docs.iter().enumerate() {
+                if i > 0 {
+                    v.push(b',');
+                }
+                v.extend_from_slice(b"{\"ok\":");
+                v.extend_from_slice(&doc_json_with(d, opts, atts.render(db, &d.body)?));
+                v.push(b'}');
+            }
             v
         }
         Err(e) => {
