@@ -20,6 +20,9 @@ pub struct Config {
     /// `[couchdb] max_partition_size` in bytes (0: no limit); [`Couch::set_max_partition_size`]
     /// changes it at runtime.
     pub max_partition_size: Arc<std::sync::atomic::AtomicU64>,
+    /// How long a database's writer thread waits for work before it ends (the next write
+    /// starts another).
+    pub writer_idle: std::time::Duration,
 }
 
 impl Default for Config {
@@ -28,6 +31,7 @@ impl Default for Config {
             max_document_size: Arc::new(settee_core::MAX_DOCUMENT_SIZE.into()),
             max_batch_docs: 10_000,
             max_partition_size: Arc::new(settee_core::MAX_PARTITION_SIZE.into()),
+            writer_idle: std::time::Duration::from_secs(1),
         }
     }
 }

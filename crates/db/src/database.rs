@@ -145,7 +145,7 @@ pub struct Database {
     /// `true` while the database exists. The writer holds a read lock across each commit;
     /// deletion takes the write lock, so no commit lands after the range delete.
     pub(crate) alive: RwLock<bool>,
-    writer: Mutex<Option<writer::Handle>>,
+    pub(crate) writer: Mutex<Option<writer::Handle>>,
 }
 
 /// A step of [`Database::compact_reporting`].
@@ -391,6 +391,11 @@ impl Database {
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Purge { revs, reply })?;
         Ok(rx)
+    }
+
+    /// Whether the database's writer thread is running (it ends when idle).
+    pub fn writer_running(&self) -> bool {
+        self.writer.lock().unwrap().is_some()
     }
 
     /// Runs `delete` while no commit is in flight, then stops accepting work. Commits queued

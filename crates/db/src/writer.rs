@@ -11,7 +11,7 @@ use crate::{Error, Result};
 use settee_core::{new_rev_id_with, varint, ParsedDoc, Rev};
 use settee_storage::{key_in_db, seq_key, Cf, Read};
 use std::collections::HashMap;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Weak};
 use tokio::sync::oneshot;
 
@@ -70,9 +70,11 @@ pub struct LocalUpdate {
     pub body: Vec<u8>,
 }
 
-/// A database's running writer: its queue and its thread.
+/// A database's running writer: its queue and its thread. Submitters clone `tx` only
+/// under the database's writer lock, so a writer holding that lock and seeing one
+/// reference knows no job can still arrive.
 pub(crate) struct Handle {
-    pub(crate) tx: SyncSender<Job>,
+    pub(crate) tx: Arc<SyncSender<Job>>,
     thread: std::thread::JoinHandle<()>,
 }
 
@@ -98,11 +100,61 @@ pub(crate) fn spawn(db: &Arc<Database>) -> Handle {
         .name(format!("writer-{}", db.id))
         .spawn(move || run(weak, rx))
         .expect("spawn writer thread");
-    Handle { tx, thread }
+    Handle {
+        tx: Arc::new(tx),
+        thread,
+    }
 }
 
+/// What an idle writer found when it looked at whether to end.
+enum Idle {
+    /// Nobody is sending and the queue is empty: the handle is removed, the thread ends.
+    Retired,
+    /// A job arrived meanwhile.
+    Job(Job),
+    /// A submitter holds the sender, or the writer is being stopped: keep receiving.
+    Stay,
+}
+
+/// Under the writer lock (where submitters take their sender): if this thread's handle is
+/// the only holder of the sender and the queue is empty, removes the handle.
+fn retire_if_idle(db: &Database, rx: &Receiver<Job>) -> Idle {
+    let mut slot = db.writer.lock().unwrap();
+    let mine = slot
+        .as_ref()
+        .is_some_and(|h| h.thread.thread().id() == std::thread::current().id());
+    if !mine || Arc::strong_count(&slot.as_ref().expect("mine").tx) > 1 {
+        return Idle::Stay;
+    }
+    match rx.try_recv() {
+        Ok(job) => Idle::Job(job),
+        Err(_) => {
+            slot.take();
+            Idle::Retired
+        }
+    }
+}
+
+/// Commits what arrives. A writer idle for `Config::writer_idle` ends its thread (the next
+/// write starts another), so ten thousand databases written now and then cost no threads
+/// while idle.
 fn run(db: Weak<Database>, rx: Receiver<Job>) {
-    while let Ok(first) = rx.recv() {
+    let Some(idle) = db.upgrade().map(|d| d.config.writer_idle) else {
+        return;
+    };
+    loop {
+        let first = match rx.recv_timeout(idle) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                let Some(db) = db.upgrade() else { return };
+                match retire_if_idle(&db, &rx) {
+                    Idle::Retired => return,
+                    Idle::Stay => continue,
+                    Idle::Job(job) => job,
+                }
+            }
+        };
         // A job arrived through the database's own sender, so it is still alive.
         let Some(db) = db.upgrade() else { return };
         let mut weight = first.weight();
