@@ -341,7 +341,7 @@ fn removed_and_unknown_root_paths_are_database_names() {
 
 #[test]
 fn fauxton_paths_without_fauxton() {
-    let s = Server::start();
+    let s = Server::start_with_ini("[chttpd]\ndocroot = /nonexistent/fauxton\n");
     let host = s.url.trim_start_matches("http://");
     let (status, head, body) = raw_text(&s, "GET", "/_utils", &[]);
     assert_eq!((status, body.as_str()), (301, ""));
@@ -349,12 +349,18 @@ fn fauxton_paths_without_fauxton() {
         head.contains(&format!("\r\nlocation: http://{host}/_utils/\r\n")),
         "{head}"
     );
-    for path in ["/_utils/", "/_utils/index.html", "/_utils//docs/x.js"] {
+    // The dashboard's page says how to install Fauxton; other files are mochiweb's 404.
+    for path in ["/_utils/", "/_utils/index.html"] {
         let r = anon(&s, "GET", path, None);
-        assert_eq!((r.status, r.text.as_str()), (404, "Not found."), "{path}");
-        assert_eq!(r.header("content-type"), Some("text/plain"));
+        assert_eq!(r.status, 404, "{path}");
+        assert!(r.text.contains("./scripts/fauxton"), "{}", r.text);
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
         assert_eq!(r.header("cache-control"), Some("private, must-revalidate"));
     }
+    let r = anon(&s, "GET", "/_utils//docs/x.js", None);
+    assert_eq!((r.status, r.text.as_str()), (404, "Not found."));
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("cache-control"), Some("private, must-revalidate"));
     let icon = anon(&s, "GET", "/favicon.ico", None);
     assert_eq!((icon.status, icon.text.as_str()), (404, "Not found."));
     assert_eq!(
@@ -368,6 +374,59 @@ fn fauxton_paths_without_fauxton() {
     );
     method_not_allowed(&s.post("/_utils/", "{}"), "GET,HEAD");
     method_not_allowed(&s.delete("/favicon.ico"), "GET,HEAD");
+}
+
+/// Fauxton's files from `[chttpd] docroot`: content types, CouchDB's caching and CSP
+/// headers, gzip for clients that accept it, conditional requests; no way out of the root.
+#[test]
+fn fauxton_files_from_the_docroot() {
+    let root = tempfile::tempdir().unwrap();
+    let page = format!("<!doctype html><title>dash</title>{}", "x".repeat(4000));
+    std::fs::write(root.path().join("index.html"), &page).unwrap();
+    std::fs::create_dir(root.path().join("js")).unwrap();
+    std::fs::write(root.path().join("js/app.js"), "var app = 1;").unwrap();
+    std::fs::write(root.path().join("favicon.ico"), [0u8, 0, 1, 0]).unwrap();
+    let ini = format!("[chttpd]\ndocroot = {}\n", root.path().display());
+    let s = Server::start_with_ini(&ini);
+    let r = anon(&s, "GET", "/_utils/", None);
+    assert_eq!((r.status, r.text.as_str()), (200, page.as_str()));
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(r.header("cache-control"), Some("private, must-revalidate"));
+    assert!(r
+        .header("content-security-policy")
+        .is_some_and(|c| c.starts_with("child-src 'self' data: blob:; default-src 'self';")));
+    let js = anon(&s, "GET", "/_utils/js/app.js", None);
+    assert_eq!((js.status, js.text.as_str()), (200, "var app = 1;"));
+    assert_eq!(js.header("content-type"), Some("text/javascript"));
+    // gzip for a client that asks for it.
+    let (status, head, _) = raw_text(
+        &s,
+        "GET",
+        "/_utils/index.html",
+        &[("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(status, 200);
+    assert!(head.contains("\r\ncontent-encoding: gzip\r\n"), "{head}");
+    // Conditional requests.
+    let modified = r.header("last-modified").unwrap().to_string();
+    let (status, _, _) = raw_text(
+        &s,
+        "GET",
+        "/_utils/",
+        &[("If-Modified-Since", modified.as_str())],
+    );
+    assert_eq!(status, 304);
+    // Nothing outside the root.
+    let r = anon(&s, "GET", "/_utils/../../etc/passwd", None);
+    assert_eq!(r.status, 404);
+    let r = anon(&s, "GET", "/_utils/%2e%2e/%2e%2e/etc/passwd", None);
+    assert_eq!(r.status, 404);
+    let icon = anon(&s, "GET", "/favicon.ico", None);
+    assert_eq!(icon.status, 200);
+    assert_eq!(
+        icon.header("cache-control"),
+        Some("public, max-age=31536000")
+    );
 }
 
 #[test]

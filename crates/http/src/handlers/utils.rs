@@ -24,13 +24,17 @@ const UTILS_CSP: &str = "child-src 'self' data: blob:; default-src 'self'; img-s
                          font-src 'self'; script-src 'self' 'unsafe-eval'; style-src 'self' 'unsafe-inline';";
 
 /// Where Fauxton is: `[chttpd] docroot`, else `ui/fauxton` under the working directory,
-/// else under the source tree Settee was built from (`cargo run` from anywhere).
+/// else under the source tree Settee was built from (`cargo run` from anywhere); `None`
+/// when that directory holds no `index.html`.
 fn docroot(state: &AppState) -> Option<PathBuf> {
-    if let Some(dir) = state.node.get("chttpd", "docroot") {
-        return Some(PathBuf::from(dir));
-    }
-    let built_from = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ui/fauxton");
-    [PathBuf::from("ui/fauxton"), built_from]
+    let candidates = match state.node.get("chttpd", "docroot") {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => vec![
+            PathBuf::from("ui/fauxton"),
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../ui/fauxton"),
+        ],
+    };
+    candidates
         .into_iter()
         .find(|d| d.join("index.html").is_file())
 }
@@ -49,14 +53,12 @@ pub async fn utils(state: &AppState, req: Req, file: bool) -> ApiResult<Response
         return Ok(resp);
     }
     let rest = req.uri.path().trim_start_matches("/_utils");
-    let Some(root) = docroot(state) else {
-        return Ok(if matches!(rest, "/" | "/index.html") {
-            not_installed()
-        } else {
-            not_found()
-        });
+    let mut resp = match docroot(state) {
+        Some(root) => serve(&root, rest, &req).await?,
+        None if matches!(rest, "/" | "/index.html") => not_installed(),
+        None => not_found(),
     };
-    let mut resp = serve(&root, rest, &req).await?;
+    // On every answer, found or not, as mochiweb's `serve_file` adds them.
     let h = resp.headers_mut();
     h.insert(
         header::CACHE_CONTROL,
@@ -71,10 +73,10 @@ pub async fn utils(state: &AppState, req: Req, file: bool) -> ApiResult<Response
 /// `/favicon.ico`, from the document root, cached for a year as CouchDB caches it.
 pub async fn favicon(state: &AppState, req: Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    let Some(root) = docroot(state) else {
-        return Ok(not_found());
+    let mut resp = match docroot(state) {
+        Some(root) => serve(&root, "/favicon.ico", &req).await?,
+        None => not_found(),
     };
-    let mut resp = serve(&root, "/favicon.ico", &req).await?;
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000"),
