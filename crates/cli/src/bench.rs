@@ -172,46 +172,62 @@ pub fn run(args: &BenchArgs) -> Result<(), Error> {
 fn insert(run: &Run, args: &BenchArgs, ids: &[String]) -> Result<Phase, Error> {
     let batches: Vec<&[String]> = ids.chunks(args.batch as usize).collect();
     let bar = progress::bar("insert", ids.len() as u64, "docs");
-    let next = AtomicU64::new(0);
-    let phase = Mutex::new(Phase::new("insert (_bulk_docs)", "docs"));
-    let start = run.now();
     let path = format!("{}/_bulk_docs", run.db_path);
+    let phase = Phase::new("insert (_bulk_docs)", "docs");
+    timed_parallel(run, args.concurrency, &batches, phase, &bar, |batch| {
+        let docs: Vec<Value> = batch
+            .iter()
+            .map(|id| json!({"_id": id, "foo": "bar"}))
+            .collect();
+        let body = serde_json::to_vec(&json!({ "docs": docs })).expect("JSON");
+        let (status, out) = run.client.send("POST", &path, Some(&body))?;
+        run.client.check("POST", &path, status, &out)?;
+        Ok(batch.len() as u64)
+    })
+}
+
+/// Runs `op` on every item from `concurrency` clients, timing each call; `op` answers how
+/// many of the phase's units (documents, reads) the call covered.
+fn timed_parallel<T: Sync>(
+    run: &Run,
+    concurrency: usize,
+    items: &[T],
+    mut phase: Phase,
+    bar: &indicatif::ProgressBar,
+    op: impl Fn(&T) -> Result<u64, Error> + Sync,
+) -> Result<Phase, Error> {
+    let next = AtomicU64::new(0);
+    let timings = Mutex::new(Vec::new());
+    let start = run.now();
     let result: Result<(), Error> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..args.concurrency)
+        let workers: Vec<_> = (0..concurrency)
             .map(|_| {
                 s.spawn(|| -> Result<(), Error> {
                     let mut mine = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                        let Some(batch) = batches.get(i) else { break };
-                        let docs: Vec<Value> = batch
-                            .iter()
-                            .map(|id| json!({"_id": id, "foo": "bar"}))
-                            .collect();
-                        let body = serde_json::to_vec(&json!({ "docs": docs })).expect("JSON");
+                        let Some(item) = items.get(i) else { break };
                         let t = Instant::now();
-                        let (status, out) = run.client.send("POST", &path, Some(&body))?;
-                        run.client.check("POST", &path, status, &out)?;
-                        mine.push((t.elapsed().as_secs_f64() * 1e3, run.now(), batch.len()));
-                        bar.inc(batch.len() as u64);
+                        let units = op(item)?;
+                        mine.push((t.elapsed().as_secs_f64() * 1e3, run.now(), units));
+                        bar.inc(units);
                     }
-                    let mut p = phase.lock().expect("phase");
-                    for (ms, at, n) in mine {
-                        p.latencies_ms.push(ms);
-                        p.events.push((at, n as u64));
-                    }
+                    timings.lock().expect("timings").extend(mine);
                     Ok(())
                 })
             })
             .collect();
         workers
             .into_iter()
-            .try_for_each(|w| w.join().expect("insert worker"))
+            .try_for_each(|w| w.join().expect("bench worker"))
     });
     bar.finish_and_clear();
     result?;
-    let mut phase = phase.into_inner().expect("phase");
-    phase.ops = ids.len() as u64;
+    for (ms, at, units) in timings.into_inner().expect("timings") {
+        phase.latencies_ms.push(ms);
+        phase.events.push((at, units));
+        phase.ops += units;
+    }
     phase.secs = run.now() - start;
     phase.start = start;
     Ok(phase)
@@ -319,44 +335,13 @@ fn reads(run: &Run, args: &BenchArgs, ids: &[String], rng: &mut impl Rng) -> Res
         .map(|_| rng.gen_range(0..ids.len()))
         .collect();
     let bar = progress::bar("random reads", args.reads, "reads");
-    let next = AtomicU64::new(0);
-    let phase = Mutex::new(Phase::new("random reads (GET /db/id)", "reads"));
-    let start = run.now();
-    let result: Result<(), Error> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..args.concurrency)
-            .map(|_| {
-                s.spawn(|| -> Result<(), Error> {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                        let Some(&k) = order.get(i) else { break };
-                        let path = format!("{}/{}", run.db_path, ids[k]);
-                        let t = Instant::now();
-                        let (status, out) = run.client.send("GET", &path, None)?;
-                        run.client.check("GET", &path, status, &out)?;
-                        mine.push((t.elapsed().as_secs_f64() * 1e3, run.now()));
-                        bar.inc(1);
-                    }
-                    let mut p = phase.lock().expect("phase");
-                    for (ms, at) in mine {
-                        p.latencies_ms.push(ms);
-                        p.events.push((at, 1));
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("read worker"))
-    });
-    bar.finish_and_clear();
-    result?;
-    let mut phase = phase.into_inner().expect("phase");
-    phase.ops = args.reads;
-    phase.secs = run.now() - start;
-    phase.start = start;
-    Ok(phase)
+    let phase = Phase::new("random reads (GET /db/id)", "reads");
+    timed_parallel(run, args.concurrency, &order, phase, &bar, |&k| {
+        let path = format!("{}/{}", run.db_path, ids[k]);
+        let (status, out) = run.client.send("GET", &path, None)?;
+        run.client.check("GET", &path, status, &out)?;
+        Ok(1)
+    })
 }
 
 const HEADER: [&str; 8] = [
