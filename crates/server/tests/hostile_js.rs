@@ -157,14 +157,17 @@ fn setup(s: &Server) {
     }
 }
 
-/// Every hostile request, with what it may answer.
-fn attacks() -> Vec<(
+/// A hostile request: what it is, method, path, body, and the answers it may get.
+type Attack = (
     String,
     &'static str,
     String,
     Option<&'static str>,
     Vec<(u16, &'static str)>,
-)> {
+);
+
+/// Every hostile request, with what it may answer.
+fn attacks() -> Vec<Attack> {
     let mut out = Vec::new();
     for (k, _) in KINDS {
         // A map function that throws (too much recursion) skips the document, as CouchDB does.
