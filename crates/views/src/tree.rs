@@ -274,10 +274,14 @@ fn merge_rows(rows: Vec<Row>, ops: &[Op]) -> Vec<Row> {
     out
 }
 
-/// Splits `items` into runs of about [`NODE_BYTES`]; a short last run joins the one before.
 /// Splits `items` into runs of about `NODE_BYTES`, handing each to `emit` as soon as the
 /// next one starts (a short last run joins the one before it), so a caller streaming rows
 /// never holds more than two runs.
+///
+/// Every run but the last holds at least two items, however large they are, so a level
+/// of inner nodes always has fewer entries than the level below: with entries of
+/// `NODE_BYTES` or more each (keys of a few KiB), one item per run would give as many
+/// parents as children and `modify`'s loop would add levels for ever.
 fn chunks<T>(
     items: impl IntoIterator<Item = T>,
     size: impl Fn(&T) -> usize,
@@ -289,7 +293,7 @@ fn chunks<T>(
     for it in items {
         bytes += size(&it);
         cur.push(it);
-        if bytes >= NODE_BYTES {
+        if bytes >= NODE_BYTES && cur.len() >= 2 {
             if let Some(prev) = held.replace(std::mem::take(&mut cur)) {
                 emit(prev);
             }
@@ -814,6 +818,53 @@ mod tests {
             }
         }
         root.map_or(0, |r| walk(mem, r.child))
+    }
+
+    /// Keys larger than a node (a document id of 60,000 characters emitted as a key)
+    /// still make a tree, through builds and modifications: `modify` used to add levels
+    /// for ever once two entries of an inner level each filled a node.
+    #[test]
+    fn keys_larger_than_a_node() {
+        // Key `i`: its number, padded to a length that depends on it (some over a node).
+        let big = |i: u32| {
+            let mut k = i.to_be_bytes().to_vec();
+            k.resize([10, NODE_BYTES, 5 * NODE_BYTES][i as usize % 3], b'x');
+            k
+        };
+        let mem = Mem::default();
+        let mut sink = MemSink(&mem, 0);
+        let mut rng = Lcg(7);
+        let mut model = BTreeMap::new();
+        // keys 2, 5, 8: all of them larger than a node
+        let rows: Vec<Row> = (0..3u32)
+            .map(|i| {
+                model.insert(i * 3 + 2, u64::from(i));
+                Row {
+                    key: big(i * 3 + 2),
+                    value: val(i),
+                }
+            })
+            .collect();
+        let mut root = build(&mut sink, &mut Sum, rows);
+        for round in 0..30u32 {
+            let mut ops: BTreeMap<u32, Option<u32>> = BTreeMap::new();
+            for _ in 0..1 + rng.next(5) {
+                let k = rng.next(40);
+                ops.insert(k, (rng.next(4) > 0).then_some(k + round));
+            }
+            for (k, v) in &ops {
+                match v {
+                    Some(v) => model.insert(*k, u64::from(*v)),
+                    None => model.remove(k),
+                };
+            }
+            let ops: Vec<Op> = ops.into_iter().map(|(k, v)| (big(k), v.map(val))).collect();
+            root = modify(&mut sink, &mut Sum, root.as_ref(), &ops).unwrap();
+            assert_eq!(count_nodes(&mem, root.as_ref()), mem.nodes.borrow().len());
+            let (parts, n) = reduce_range(&mem, root.as_ref(), &Range::all(), &mut Sum).unwrap();
+            assert_eq!(n, model.len() as u64, "round {round}");
+            assert_eq!(total(&parts), model.values().sum::<u64>(), "round {round}");
+        }
     }
 
     #[test]

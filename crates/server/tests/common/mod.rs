@@ -330,19 +330,30 @@ impl Server {
         body: Vec<u8>,
         headers: &[(&str, &str)],
     ) -> BytesResp {
+        self.try_req_bytes(method, path, body, headers)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// [`Server::req_bytes`] that may fail at the transport level (the server was killed).
+    pub fn try_req_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        headers: &[(&str, &str)],
+    ) -> Result<BytesResp, ureq::Error> {
         let b = self.builder(method, path, headers, true);
-        let mut resp = self.agent.run(b.body(body).unwrap()).unwrap();
+        let mut resp = self.agent.run(b.body(body).unwrap())?;
         let mut out = Vec::new();
         resp.body_mut()
             .with_config()
             .limit(u64::MAX)
             .reader()
-            .read_to_end(&mut out)
-            .unwrap();
-        BytesResp {
+            .read_to_end(&mut out)?;
+        Ok(BytesResp {
             status: resp.status().as_u16(),
             body: out,
-        }
+        })
     }
 
     /// SIGTERM, and waits for the server to shut down cleanly.
