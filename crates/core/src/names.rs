@@ -98,6 +98,12 @@ pub fn validate_partitioned_doc_id(id: &str) -> Result<DocKind, Error> {
     Ok(kind)
 }
 
+/// The ids of a partition's documents: from `p:` up to (not including) `p;`, `;` being
+/// the byte after `:`.
+pub fn partition_id_range(partition: &str) -> (String, String) {
+    (format!("{partition}:"), format!("{partition};"))
+}
+
 /// The partition of a document id (`None` for design/local documents and ids without `:`).
 pub fn partition_of(id: &str) -> Option<&str> {
     if id.starts_with('_') {

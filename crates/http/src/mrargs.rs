@@ -373,6 +373,21 @@ impl MrArgs {
     }
 }
 
+/// CouchDB's `couch_mrview_util:apply_limit`: no limit given means `max`; a larger one is
+/// refused.
+pub fn apply_limit(limit: &mut Option<u64>, max: u64) -> ApiResult<()> {
+    match *limit {
+        Some(l) if l > max => Err(parse_error(format!(
+            "Limit is too large, must not exceed {max}"
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            *limit = Some(max);
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

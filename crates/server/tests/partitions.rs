@@ -318,28 +318,25 @@ fn partition_counts_are_exact_and_durable() {
         .sum();
     assert_eq!(db["doc_count"].as_u64().unwrap(), total + 1);
     // Compaction changes no partition's counts or sizes.
-    let before: Vec<Value> = ["a", "b", "c", "d"]
-        .iter()
-        .map(|p| s.get(&format!("/pdb/_partition/{p}")).json())
-        .collect();
+    let infos = |s: &Server| -> Vec<Value> {
+        ["a", "b", "c", "d"]
+            .iter()
+            .map(|p| s.get(&format!("/pdb/_partition/{p}")).json())
+            .collect()
+    };
+    let before = infos(&s);
     assert_eq!(s.post("/pdb/_compact", "").status, 202);
     while s.get("/pdb").json()["compact_running"] == json!(true) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let compacted: Vec<Value> = ["a", "b", "c", "d"]
-        .iter()
-        .map(|p| s.get(&format!("/pdb/_partition/{p}")).json())
-        .collect();
+    let compacted = infos(&s);
     assert_eq!(before, compacted);
     // Durable: the same after a restart.
     let dir = s.take_dir();
     s.stop();
     drop(s);
     let s = Server::start_in(dir.path());
-    let after: Vec<Value> = ["a", "b", "c", "d"]
-        .iter()
-        .map(|p| s.get(&format!("/pdb/_partition/{p}")).json())
-        .collect();
+    let after = infos(&s);
     assert_eq!(before, after);
     assert_eq!(s.get("/pdb").json()["props"], json!({"partitioned": true}));
     // Still partitioned after the restart.

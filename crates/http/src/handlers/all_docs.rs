@@ -90,15 +90,7 @@ impl Query {
     fn for_partition(mut a: MrArgs, partition: &str, max_limit: u64) -> ApiResult<Query> {
         a.partition = None;
         let mut q = Query::from_args(a)?;
-        match q.limit {
-            Some(l) if l > max_limit => {
-                return Err(ApiError::QueryParse(format!(
-                    "Limit is too large, must not exceed {max_limit}"
-                )))
-            }
-            Some(_) => {}
-            None => q.limit = Some(max_limit),
-        }
+        crate::mrargs::apply_limit(&mut q.limit, max_limit)?;
         q.partition = Some(partition.to_string());
         Ok(q)
     }
@@ -107,7 +99,8 @@ impl Query {
     /// (`partition:` up to `partition;`, `;` being the byte after `:`).
     fn scope(&self, ns: Namespace) -> (String, Option<String>) {
         if let Some(p) = &self.partition {
-            return (format!("{p}:"), Some(format!("{p};")));
+            let (first, end) = settee_core::partition_id_range(p);
+            return (first, Some(end));
         }
         match ns {
             Namespace::All => (String::new(), None),

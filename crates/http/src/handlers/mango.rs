@@ -413,8 +413,8 @@ fn scan_all_docs(
     }
     // A partition query reads only the partition's ids, `p:` up to `p;`.
     if !opts.partition.is_empty() {
-        let first = format!("{}:", opts.partition).into_bytes();
-        let end = format!("{};", opts.partition).into_bytes();
+        let (first, end) = settee_core::partition_id_range(&opts.partition);
+        let (first, end) = (first.into_bytes(), end.into_bytes());
         if lower < first {
             lower = first;
         }

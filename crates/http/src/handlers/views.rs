@@ -53,16 +53,7 @@ impl ViewArgs {
             "query_limit"
         };
         let max_limit = node.get_u64("query_server_config", limit_key, MAX_VIEW_LIMIT);
-        match a.limit {
-            Some(l) if l > max_limit => {
-                return Err(parse_error(&format!(
-                    "Limit is too large, must not exceed {max_limit}"
-                )))
-            }
-            Some(_) => {}
-            None if max_limit < MAX_VIEW_LIMIT => a.limit = Some(max_limit),
-            None => {}
-        }
+        crate::mrargs::apply_limit(&mut a.limit, max_limit)?;
         let has_reduce = g.reduces[n] != ReduceKind::None;
         let view_type = if has_reduce && a.reduce != Some(false) {
             ViewType::Red
