@@ -9,31 +9,11 @@ answers and until a read from every database has succeeded, and the figures agai
 
 Standard library only; starts its own server (--bin) on a fresh data directory.
 """
-import argparse, base64, http.client, json, os, shutil, signal, subprocess, tempfile, time
+import argparse, base64, http.client, json, os, shutil, signal, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
+from settee_proc import figures, start
 
 AUTH = "Basic " + base64.b64encode(b"admin:admin").decode()
-
-
-def start(binary, data_dir, port):
-    proc = subprocess.Popen([binary, "serve", "--data-dir", data_dir, "--bind", f"127.0.0.1:{port}",
-                             "--admin", "admin:admin"], stderr=subprocess.DEVNULL,
-                            env={**os.environ, "SETTEE_LOG": "warn"})
-    started = time.perf_counter()
-    while True:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/_up")
-            if c.getresponse().status == 200:
-                return proc, time.perf_counter() - started
-        except OSError:
-            time.sleep(0.01)
-
-
-def figures(pid):
-    status = open(f"/proc/{pid}/status").read()
-    field = lambda name: int(next(l.split()[1] for l in status.splitlines() if l.startswith(name + ":")))
-    return {"rss_mb": field("VmRSS") / 1024, "threads": field("Threads"), "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
 class Client:

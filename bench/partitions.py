@@ -15,7 +15,8 @@ ratio large/small.
 
 Standard library only. Starts its own server on a fresh data directory unless --url is given.
 """
-import argparse, base64, http.client, json, os, random, statistics, subprocess, tempfile, time, urllib.parse
+import argparse, base64, http.client, json, os, random, shutil, statistics, tempfile, time, urllib.parse
+from settee_proc import start
 
 
 def request(conn, auth, method, path, body=None):
@@ -23,23 +24,6 @@ def request(conn, auth, method, path, body=None):
     conn.request(method, path, body=body, headers=headers)
     r = conn.getresponse()
     return r.status, r.read()
-
-
-def start_server(binary):
-    data_dir = tempfile.mkdtemp(prefix="settee-bench-part-")
-    port = 5997
-    proc = subprocess.Popen([binary, "serve", "--data-dir", data_dir, "--bind", f"127.0.0.1:{port}",
-                             "--admin", "admin:admin"], stderr=subprocess.DEVNULL,
-                            env={**os.environ, "SETTEE_LOG": "warn"})
-    for _ in range(200):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            c.request("GET", "/_up")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            time.sleep(0.05)
-    return proc, urllib.parse.urlparse(f"http://admin:admin@127.0.0.1:{port}")
 
 
 def load(conn, auth, db, docs, per_partition):
@@ -110,7 +94,9 @@ def main():
     if args.url:
         u = urllib.parse.urlparse(args.url)
     else:
-        proc, u = start_server(args.bin)
+        data_dir = tempfile.mkdtemp(prefix="settee-bench-part-")
+        proc, _ = start(args.bin, data_dir, 5997)
+        u = urllib.parse.urlparse("http://admin:admin@127.0.0.1:5997")
     auth = "Basic " + base64.b64encode(f"{u.username}:{u.password}".encode()).decode()
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=3600)
     try:
@@ -128,6 +114,7 @@ def main():
         if proc:
             proc.terminate()
             proc.wait()
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

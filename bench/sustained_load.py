@@ -9,30 +9,16 @@ growth shows.
 
 Standard library only. Starts its own server (--bin) on a fresh data directory.
 """
-import argparse, base64, http.client, json, os, random, shutil, subprocess, tempfile, threading, time
+import argparse, base64, http.client, json, os, random, shutil, tempfile, threading, time
+from settee_proc import figures, start
 
 AUTH = "Basic " + base64.b64encode(b"admin:admin").decode()
 PORT = 5995
 
 
-def start(binary, data_dir):
-    proc = subprocess.Popen([binary, "serve", "--data-dir", data_dir, "--bind", f"127.0.0.1:{PORT}",
-                             "--admin", "admin:admin"], stderr=subprocess.DEVNULL,
-                            env={**os.environ, "SETTEE_LOG": "warn"})
-    while True:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=1)
-            c.request("GET", "/_up")
-            if c.getresponse().status == 200:
-                return proc
-        except OSError:
-            time.sleep(0.02)
-
-
 def sample(pid):
-    status = open(f"/proc/{pid}/status").read()
-    field = lambda name: int(next(l.split()[1] for l in status.splitlines() if l.startswith(name + ":")))
-    return field("VmRSS") // 1024, len(os.listdir(f"/proc/{pid}/fd")), field("Threads")
+    f = figures(pid)
+    return int(f["rss_mb"]), f["fds"], f["threads"]
 
 
 class Stats:
@@ -116,7 +102,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target", "release", "settee"))
     args = ap.parse_args()
     data_dir = tempfile.mkdtemp(prefix="settee-load-")
-    proc = start(args.bin, data_dir)
+    proc, _ = start(args.bin, data_dir, PORT)
     try:
         c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
         def req(method, path, body=None):
