@@ -23,6 +23,8 @@ pub struct Config {
     /// How long a database's writer thread waits for work before it ends (the next write
     /// starts another).
     pub writer_idle: std::time::Duration,
+    /// `[disk_monitor]`: its settings and the data file system's last measured use.
+    pub disk: Arc<crate::disk::DiskMonitor>,
 }
 
 impl Default for Config {
@@ -32,6 +34,7 @@ impl Default for Config {
             max_batch_docs: 10_000,
             max_partition_size: Arc::new(settee_core::MAX_PARTITION_SIZE.into()),
             writer_idle: std::time::Duration::from_secs(1),
+            disk: Arc::default(),
         }
     }
 }
@@ -195,6 +198,11 @@ impl Couch {
         self.config
             .max_document_size
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `[disk_monitor]`: the settings and the measurement every database reads.
+    pub fn disk(&self) -> &Arc<crate::disk::DiskMonitor> {
+        &self.config.disk
     }
 
     /// `[couchdb] max_partition_size` (0: none), for writes from now on.

@@ -188,9 +188,13 @@ enum Pending {
 
 impl Pending {
     fn fail(self, e: &Error) {
-        // Every waiting request gets the failure; only "the database is gone" keeps its kind.
+        // Every waiting request gets the failure; "the database is gone" and "the disk is
+        // full" keep their kind (a 404 and a 507), anything else is an internal error.
         let err = || match e {
             Error::DbNotFound => Error::DbNotFound,
+            Error::Storage(s) if s.is_no_space() => {
+                Error::InsufficientStorage(crate::disk::NO_SPACE.into())
+            }
             other => Error::Internal(other.to_string()),
         };
         let _ = match self {

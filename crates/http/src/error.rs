@@ -269,6 +269,16 @@ impl ApiError {
                 DbError::DocTooLarge(id) => {
                     (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone())
                 }
+                // CouchDB 3.4's answer past a `[disk_monitor]` threshold; a full disk
+                // gets the same name (CouchDB itself has no mapping for `enospc`).
+                DbError::InsufficientStorage(r) => {
+                    (S::INSUFFICIENT_STORAGE, "insufficient_storage", r.clone())
+                }
+                DbError::Storage(e) if e.is_no_space() => (
+                    S::INSUFFICIENT_STORAGE,
+                    "insufficient_storage",
+                    settee_db::disk::NO_SPACE.into(),
+                ),
                 DbError::Storage(_) | DbError::Internal(_) => (
                     S::INTERNAL_SERVER_ERROR,
                     "internal_server_error",
