@@ -33,6 +33,8 @@ impl From<settee_views::Error> for ApiError {
         use StatusCode as S;
         match e {
             V::Db(d) => ApiError::Db(d),
+            // A full disk under an index update is a 507 as under a document write.
+            V::Store(s) => ApiError::Db(DbError::Storage(s)),
             V::Design(d) => ApiError::Named(S::BAD_REQUEST, "invalid_design_doc".into(), d.0),
             V::Js(j) => {
                 let (error, reason) = settee_views::js_error_parts(&j);

@@ -516,6 +516,10 @@ fn failed_fsync_and_reads() {
             failed += 1;
         }
     }
+    eprintln!(
+        "read fault: {failed} of {} document reads failed",
+        acked.len()
+    );
     assert!(failed > 0, "no read reached the disk");
     let r = s.get("/db/_all_docs");
     assert!(r.status == 200 || r.status >= 500, "{}", r.status);
