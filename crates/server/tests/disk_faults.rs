@@ -260,28 +260,20 @@ fn disk_monitor_follows_the_file_system() {
 
 // ---- a full file system, no monitor -----------------------------------------------------
 
-/// Writes until the file system is full: failing writes get 507, reads keep working,
-/// writes come back (without a restart) once the file system grows, and a restart finds
-/// every acknowledged write.
-#[test]
-fn full_disk_refuses_cleanly_and_recovers() {
-    let Some(fs) = Tmpfs::mount("16m") else {
-        return;
-    };
-    let data = fs.path().join("data");
-    let s = Server::start_in(&data);
-    s.create_db("db");
-    let mut acked: Vec<(String, String)> = Vec::new();
-    let (mut refused, mut i) = (0, 0);
-    // Single PUTs and `_bulk_docs` of 3 KB documents, until 50 writes in a row failed.
-    let mut in_a_row = 0;
+/// One writer: single `PUT`s and `_bulk_docs` of 3 KB documents (ids starting with `tag`)
+/// until 50 writes in a row failed. Every failure must be a 507 (a `_bulk_docs` that
+/// failed at commit: any clean 5xx); returns the acknowledged `(id, rev)`s and the number
+/// of refused requests.
+fn fill(s: &Server, tag: &str) -> (Vec<(String, String)>, usize) {
+    let mut acked = Vec::new();
+    let (mut refused, mut in_a_row, mut i) = (0, 0, 0);
     while in_a_row < 50 && i < 20_000 {
         i += 1;
         if i % 5 == 0 {
             let docs: Vec<Value> = (0..4)
                 .map(|k| {
                     let mut d: Value = serde_json::from_str(&padded(3000)).unwrap();
-                    d["_id"] = json!(format!("b{i}-{k}"));
+                    d["_id"] = json!(format!("{tag}b{i}-{k}"));
                     d
                 })
                 .collect();
@@ -302,7 +294,7 @@ fn full_disk_refuses_cleanly_and_recovers() {
             }
             continue;
         }
-        let id = format!("d{i}");
+        let id = format!("{tag}d{i}");
         let r = s.put(&format!("/db/{id}"), &padded(3000));
         if r.status == 201 {
             acked.push((id, r.json()["rev"].as_str().unwrap().to_string()));
@@ -315,11 +307,40 @@ fn full_disk_refuses_cleanly_and_recovers() {
             in_a_row += 1;
         }
     }
+    (acked, refused)
+}
+
+/// Three writers at once until the disk is full (their commits share batches).
+fn fill_concurrently(s: &Server) -> Vec<(String, String)> {
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let writers: Vec<_> = ["x", "y", "z"]
+            .into_iter()
+            .map(|tag| scope.spawn(move || fill(s, tag)))
+            .collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    let refused: usize = results.iter().map(|(_, r)| r).sum();
+    let acked: Vec<_> = results.into_iter().flat_map(|(a, _)| a).collect();
     eprintln!(
         "full disk: {} writes acknowledged, {refused} refused",
         acked.len()
     );
     assert!(refused > 0, "the 16 MiB file system never filled");
+    acked
+}
+
+/// Writes until the file system is full: failing writes get 507, reads keep working,
+/// writes come back (without a restart) once the file system grows, and a restart finds
+/// every acknowledged write.
+#[test]
+fn full_disk_refuses_cleanly_and_recovers() {
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let s = Server::start_in(&data);
+    s.create_db("db");
+    let mut acked = fill_concurrently(&s);
     // Reads keep working while full.
     assert_eq!(s.get("/db").status, 200);
     assert_all_there(&s, "db", &acked[acked.len().saturating_sub(20)..]);
@@ -334,6 +355,49 @@ fn full_disk_refuses_cleanly_and_recovers() {
     acked.push(("after".into(), back.json()["rev"].as_str().unwrap().into()));
     s.stop();
 
+    let s = Server::start_in(&data);
+    assert_all_there(&s, "db", &acked);
+    assert_eq!(s.put("/db/later", "{}").status, 201);
+    s.stop();
+}
+
+/// Killed while the disk is full: the next start cannot open the store (RocksDB's
+/// recovery must write) and says so, instead of serving; with room again it starts and
+/// every acknowledged write is there.
+#[test]
+fn crash_on_a_full_disk_loses_nothing() {
+    let Some(fs) = Tmpfs::mount("16m") else {
+        return;
+    };
+    let data = fs.path().join("data");
+    let s = Server::start_in(&data);
+    s.create_db("db");
+    let acked = fill_concurrently(&s);
+    s.kill9();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_settee"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--admin", "admin:secret"])
+        .arg("--data-dir")
+        .arg(&data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = eventually(Duration::from_secs(60), || child.try_wait().unwrap());
+    if ended.is_none() {
+        let _ = child.kill();
+    }
+    let status = ended.expect("a start on a full disk ends instead of serving");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot open the data directory"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+
+    fs.resize("256m");
     let s = Server::start_in(&data);
     assert_all_there(&s, "db", &acked);
     assert_eq!(s.put("/db/later", "{}").status, 201);
