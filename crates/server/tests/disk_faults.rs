@@ -123,6 +123,9 @@ fn disk_monitor_refuses_interactive_work() {
     assert_eq!(s.put("/db/_design/d", &ddoc.to_string()).status, 201);
     let a = s.put("/db/a", "{}").json();
     assert_eq!(s.get("/db/_design/d/_view/v").status, 200);
+    s.create_db("strict");
+    let vdu = json!({"validate_doc_update": "function() { throw({forbidden: 'no'}); }"});
+    assert_eq!(s.put("/strict/_design/v", &vdu.to_string()).status, 201);
 
     set_config(
         &s,
@@ -146,6 +149,12 @@ fn disk_monitor_refuses_interactive_work() {
         &[("content-type", "text/plain")],
     );
     assert_eq!(r.status, 507, "{}", String::from_utf8_lossy(&r.body));
+    let inline = json!({"_attachments": {"a.txt": {"content_type": "text/plain", "data": "aGk="}}});
+    let r = s.put("/db/i", &inline.to_string());
+    assert_eq!((r.status, r.json()), (507, refused.clone()));
+    // Refused before validation functions run, as CouchDB checks first.
+    let r = s.put("/strict/x", "{}");
+    assert_eq!((r.status, r.json()), (507, refused.clone()));
     // `_bulk_docs`: every document fails, each with the error.
     let r = s.post(
         "/db/_bulk_docs",
