@@ -116,7 +116,9 @@ impl Events {
         let mut st = self.state.lock().unwrap();
         st.seq += 1;
         let seq = st.seq;
-        if let Some(old) = st.latest.insert(db.to_string(), seq) {
+        // `latest` moves only once the batch is written ([`Events::published`]): a batch
+        // that fails to commit must leave the previous event as the database's latest.
+        if let Some(&old) = st.latest.get(db) {
             batch.delete(Cf::Meta, &meta::event_key(old));
         }
         let mut v = vec![kind.byte()];
@@ -125,7 +127,13 @@ impl Events {
         seq
     }
 
-    pub(crate) fn published(&self, seq: u64) {
+    /// The batch holding event `seq` of `db` is written.
+    pub(crate) fn published(&self, db: &str, seq: u64) {
+        self.state
+            .lock()
+            .unwrap()
+            .latest
+            .insert(db.to_string(), seq);
         self.notify.send_if_modified(|cur| {
             let newer = seq > *cur;
             *cur = (*cur).max(seq);
@@ -283,7 +291,7 @@ impl Couch {
         batch.put(Cf::Meta, &meta::props_key(id), &props.encode());
         let seq = self.events.record(&mut batch, name, DbEventKind::Created);
         self.store.write(batch, true)?;
-        self.events.published(seq);
+        self.events.published(name, seq);
         let db = Database::new(
             name.to_string(),
             id,
@@ -322,7 +330,7 @@ impl Couch {
             }
             let seq = self.events.record(&mut batch, name, DbEventKind::Deleted);
             self.store.write(batch, true)?;
-            self.events.published(seq);
+            self.events.published(name, seq);
             Ok(())
         })?;
         self.dbs.write().unwrap().remove(name);

@@ -636,7 +636,7 @@ impl<'a> Txn<'a> {
         *self.db.stats.lock().unwrap() = stats;
         self.db.seq_tx.send_replace(stats.update_seq);
         if let Some(seq) = event {
-            self.db.events.published(seq);
+            self.db.events.published(&self.db.name, seq);
         }
         Ok(())
     }

@@ -362,6 +362,15 @@ fn full_disk_refuses_cleanly_and_recovers() {
     })
     .expect("writes resume without a restart once space is back");
     acked.push(("after".into(), back.json()["rev"].as_str().unwrap().into()));
+    // The failed commits left `_db_updates` as it was: one entry per database.
+    let updates = s.get("/_db_updates").json();
+    let names: Vec<&str> = updates["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["db_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.iter().filter(|n| **n == "db").count(), 1, "{updates}");
     s.stop();
 
     let s = Server::start_in(&data);
