@@ -23,6 +23,8 @@ pub struct Config {
     /// How long a database's writer thread waits for work before it ends (the next write
     /// starts another).
     pub writer_idle: std::time::Duration,
+    /// `[disk_monitor]`: its settings and the data file system's last measured use.
+    pub disk: Arc<crate::disk::DiskMonitor>,
 }
 
 impl Default for Config {
@@ -32,6 +34,7 @@ impl Default for Config {
             max_batch_docs: 10_000,
             max_partition_size: Arc::new(settee_core::MAX_PARTITION_SIZE.into()),
             writer_idle: std::time::Duration::from_secs(1),
+            disk: Arc::default(),
         }
     }
 }
@@ -113,7 +116,9 @@ impl Events {
         let mut st = self.state.lock().unwrap();
         st.seq += 1;
         let seq = st.seq;
-        if let Some(old) = st.latest.insert(db.to_string(), seq) {
+        // `latest` moves only once the batch is written ([`Events::published`]): a batch
+        // that fails to commit must leave the previous event as the database's latest.
+        if let Some(&old) = st.latest.get(db) {
             batch.delete(Cf::Meta, &meta::event_key(old));
         }
         let mut v = vec![kind.byte()];
@@ -122,7 +127,13 @@ impl Events {
         seq
     }
 
-    pub(crate) fn published(&self, seq: u64) {
+    /// The batch holding event `seq` of `db` is written.
+    pub(crate) fn published(&self, db: &str, seq: u64) {
+        self.state
+            .lock()
+            .unwrap()
+            .latest
+            .insert(db.to_string(), seq);
         self.notify.send_if_modified(|cur| {
             let newer = seq > *cur;
             *cur = (*cur).max(seq);
@@ -195,6 +206,11 @@ impl Couch {
         self.config
             .max_document_size
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `[disk_monitor]`: the settings and the measurement every database reads.
+    pub fn disk(&self) -> &Arc<crate::disk::DiskMonitor> {
+        &self.config.disk
     }
 
     /// `[couchdb] max_partition_size` (0: none), for writes from now on.
@@ -275,7 +291,7 @@ impl Couch {
         batch.put(Cf::Meta, &meta::props_key(id), &props.encode());
         let seq = self.events.record(&mut batch, name, DbEventKind::Created);
         self.store.write(batch, true)?;
-        self.events.published(seq);
+        self.events.published(name, seq);
         let db = Database::new(
             name.to_string(),
             id,
@@ -314,7 +330,7 @@ impl Couch {
             }
             let seq = self.events.record(&mut batch, name, DbEventKind::Deleted);
             self.store.write(batch, true)?;
-            self.events.published(seq);
+            self.events.published(name, seq);
             Ok(())
         })?;
         self.dbs.write().unwrap().remove(name);

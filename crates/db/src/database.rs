@@ -1,6 +1,7 @@
 //! One database: its reads, its info, and the handle to its writer.
 
 use crate::couch::{Config, Events};
+use crate::disk;
 use crate::docinfo::{DocInfo, PartitionStats, Stats};
 use crate::meta;
 use crate::writer::{self, Job, LocalUpdate, UpdateResult};
@@ -369,6 +370,19 @@ impl Database {
             }
         }
         let (reply, rx) = oneshot::channel();
+        // As `couch_db:update_docs` for interactive edits: every document fails, none is
+        // written; replicated writes (`new_edits=false`) still go through.
+        if new_edits && self.config.disk.blocks().interactive_writes {
+            let refused = docs
+                .into_iter()
+                .map(|d| UpdateResult::Err {
+                    id: d.id.unwrap_or_default(),
+                    error: Error::InsufficientStorage(disk::WRITES_REFUSED.into()),
+                })
+                .collect();
+            let _ = reply.send(Ok(refused));
+            return Ok(rx);
+        }
         self.submit(Job::Docs {
             docs,
             new_edits,
@@ -381,6 +395,10 @@ impl Database {
         self: &Arc<Self>,
         update: LocalUpdate,
     ) -> Result<oneshot::Receiver<Result<u64>>> {
+        // Local documents are interactive edits too.
+        if self.config.disk.blocks().interactive_writes {
+            return Err(Error::InsufficientStorage(disk::WRITES_REFUSED.into()));
+        }
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Local { update, reply })?;
         Ok(rx)

@@ -22,6 +22,10 @@ pub enum Error {
     PartitionOverflow(String),
     #[error("attachment_too_large")]
     AttachmentTooLarge,
+    /// The data file system is too full for this write: past `[disk_monitor]
+    /// interactive_database_writes_threshold`, or out of space (`ENOSPC`). The reason.
+    #[error("insufficient_storage: {0}")]
+    InsufficientStorage(String),
     #[error("internal: {0}")]
     Internal(String),
 }

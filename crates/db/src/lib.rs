@@ -8,6 +8,7 @@
 mod atts;
 mod couch;
 mod database;
+pub mod disk;
 mod docinfo;
 mod error;
 mod meta;

@@ -188,9 +188,13 @@ enum Pending {
 
 impl Pending {
     fn fail(self, e: &Error) {
-        // Every waiting request gets the failure; only "the database is gone" keeps its kind.
+        // Every waiting request gets the failure; "the database is gone" and "the disk is
+        // full" keep their kind (a 404 and a 507), anything else is an internal error.
         let err = || match e {
             Error::DbNotFound => Error::DbNotFound,
+            Error::Storage(s) if s.is_no_space() => {
+                Error::InsufficientStorage(crate::disk::NO_SPACE.into())
+            }
             other => Error::Internal(other.to_string()),
         };
         let _ = match self {
@@ -632,7 +636,7 @@ impl<'a> Txn<'a> {
         *self.db.stats.lock().unwrap() = stats;
         self.db.seq_tx.send_replace(stats.update_seq);
         if let Some(seq) = event {
-            self.db.events.published(seq);
+            self.db.events.published(&self.db.name, seq);
         }
         Ok(())
     }

@@ -120,6 +120,17 @@ pub fn submit(
             settee_core::validate_partitioned_doc_id(d.id.as_deref().unwrap_or(""))?;
         }
     }
+    // Past `[disk_monitor]`'s threshold every interactive edit fails before validation
+    // and before its attachments are stored, as `couch_db:update_docs` checks first.
+    if new_edits && db.config().disk.blocks().interactive_writes {
+        let refused = || {
+            Some(Err(Error::Db(settee_db::Error::InsufficientStorage(
+                settee_db::disk::WRITES_REFUSED.into(),
+            ))))
+        };
+        let out = docs.iter().map(|_| refused()).collect();
+        return Ok(Pending { out, rx: None });
+    }
     let admitted = admit(settings, db, user, docs, new_edits, followed);
     let mut out: Vec<Option<Result<Option<Rev>>>> = Vec::with_capacity(admitted.len());
     let mut ok = Vec::with_capacity(admitted.len());

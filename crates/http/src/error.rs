@@ -33,6 +33,8 @@ impl From<settee_views::Error> for ApiError {
         use StatusCode as S;
         match e {
             V::Db(d) => ApiError::Db(d),
+            // A full disk under an index update is a 507 as under a document write.
+            V::Store(s) => ApiError::Db(DbError::Storage(s)),
             V::Design(d) => ApiError::Named(S::BAD_REQUEST, "invalid_design_doc".into(), d.0),
             V::Js(j) => {
                 let (error, reason) = settee_views::js_error_parts(&j);
@@ -269,6 +271,16 @@ impl ApiError {
                 DbError::DocTooLarge(id) => {
                     (S::PAYLOAD_TOO_LARGE, "document_too_large", id.clone())
                 }
+                // CouchDB 3.4's answer past a `[disk_monitor]` threshold; a full disk
+                // gets the same name (CouchDB itself has no mapping for `enospc`).
+                DbError::InsufficientStorage(r) => {
+                    (S::INSUFFICIENT_STORAGE, "insufficient_storage", r.clone())
+                }
+                DbError::Storage(e) if e.is_no_space() => (
+                    S::INSUFFICIENT_STORAGE,
+                    "insufficient_storage",
+                    settee_db::disk::NO_SPACE.into(),
+                ),
                 DbError::Storage(_) | DbError::Internal(_) => (
                     S::INTERNAL_SERVER_ERROR,
                     "internal_server_error",

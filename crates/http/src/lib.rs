@@ -189,6 +189,7 @@ impl AppState {
             .unwrap_or(settee_core::MAX_PARTITION_SIZE as i64);
         self.couch
             .set_max_partition_size(u64::try_from(max_partition).unwrap_or(0));
+        self.couch.disk().set_thresholds(disk_thresholds(node));
         let defaults = settee_views::Limits::default();
         let limits = settee_views::Limits {
             timeout: std::time::Duration::from_millis(node.get_u64(
@@ -515,5 +516,31 @@ async fn route(
             None => return Ok(resp),
         }
         rewrites += 1;
+    }
+}
+
+/// `[disk_monitor]` as CouchDB reads it: `enable` a boolean, the thresholds integers
+/// (percentages; an unparsable value is the default, one past 100 never blocks).
+fn disk_thresholds(node: &NodeConfig) -> settee_db::disk::Thresholds {
+    let d = settee_db::disk::Thresholds::default();
+    let percent = |key: &str, default: u8| {
+        node.get("disk_monitor", key)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map_or(default, |v| v.clamp(0, 100) as u8)
+    };
+    settee_db::disk::Thresholds {
+        enable: node.get_bool("disk_monitor", "enable", d.enable),
+        background_view_indexing: percent(
+            "background_view_indexing_threshold",
+            d.background_view_indexing,
+        ),
+        interactive_view_indexing: percent(
+            "interactive_view_indexing_threshold",
+            d.interactive_view_indexing,
+        ),
+        interactive_database_writes: percent(
+            "interactive_database_writes_threshold",
+            d.interactive_database_writes,
+        ),
     }
 }

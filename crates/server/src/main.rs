@@ -1,6 +1,7 @@
 //! `settee`: a CouchDB-compatible document database server.
 
 mod config;
+mod disk;
 mod logging;
 
 #[global_allocator]
@@ -108,6 +109,11 @@ fn serve(
         views,
         std::sync::Arc::new(settings.node),
         http_config,
+    );
+    disk::spawn(
+        settings.data_dir.clone(),
+        couch.disk().clone(),
+        state.node.clone(),
     );
     // `[log] level` changes through `/_config` apply at once.
     state.set_log_control(Box::new(move |level| {

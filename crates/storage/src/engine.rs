@@ -4,7 +4,7 @@ use rocksdb::{
     ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -76,6 +76,10 @@ pub struct Store {
     /// Writes since the last flush, and when the last one happened (for the idle flusher).
     unflushed_writes: AtomicU64,
     last_write: Mutex<Instant>,
+    /// The last write failed: RocksDB holds a background error and refuses writes until it
+    /// recovers (from `NoSpace`, once space returns) or the process restarts. Cleared by
+    /// the next write that succeeds.
+    write_failed: AtomicBool,
 }
 
 fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
@@ -167,6 +171,7 @@ impl Store {
             cache,
             unflushed_writes: AtomicU64::new(0),
             last_write: Mutex::new(Instant::now()),
+            write_failed: AtomicBool::new(false),
         })
     }
 
@@ -218,7 +223,7 @@ impl Store {
     pub fn write(&self, batch: Batch<'_>, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
-        self.db.write_opt(batch.wb, &wo)?;
+        self.note(self.db.write_opt(batch.wb, &wo))?;
         self.unflushed_writes.fetch_add(1, Ordering::Relaxed);
         *self.last_write.lock().unwrap() = Instant::now();
         Ok(())
@@ -230,10 +235,21 @@ impl Store {
     pub fn write_unlogged(&self, batch: Batch<'_>) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.disable_wal(true);
-        self.db.write_opt(batch.wb, &wo)?;
+        self.note(self.db.write_opt(batch.wb, &wo))?;
         self.unflushed_writes.fetch_add(1, Ordering::Relaxed);
         *self.last_write.lock().unwrap() = Instant::now();
         Ok(())
+    }
+
+    /// Records whether a write failed (see `write_failed`).
+    fn note(&self, r: std::result::Result<(), rocksdb::Error>) -> Result<()> {
+        self.write_failed.store(r.is_err(), Ordering::Relaxed);
+        Ok(r?)
+    }
+
+    /// Whether the last write failed (RocksDB is refusing writes until it recovers).
+    pub fn writes_failing(&self) -> bool {
+        self.write_failed.load(Ordering::Relaxed)
     }
 
     /// A point read that leaves the block cache alone (for content read once, in order).
@@ -272,14 +288,24 @@ impl Store {
             .sum()
     }
 
-    /// Flushes every memtable to table files (and lets RocksDB drop the WAL they needed).
-    /// Flushes one column family's memtables to table files (waits for it).
+    /// Flushes one column family's memtables to table files (waits for it). Skipped while
+    /// writes are failing: a flush switches to a new WAL, and a failure there is fatal to
+    /// RocksDB (it would turn a no-space error it recovers from by itself into one that
+    /// needs a restart); the WAL holds the data meanwhile.
     pub fn flush_cf(&self, cf: Cf) -> Result<()> {
+        if self.writes_failing() {
+            return Ok(());
+        }
         self.db.flush_cf(self.handle(cf))?;
         Ok(())
     }
 
+    /// Flushes every memtable to table files (and lets RocksDB drop the WAL they needed);
+    /// skipped while writes are failing, as [`Store::flush_cf`].
     pub fn flush(&self) -> Result<()> {
+        if self.writes_failing() {
+            return Ok(());
+        }
         self.unflushed_writes.store(0, Ordering::Relaxed);
         for cf in Cf::ALL {
             self.db.flush_cf(self.handle(cf))?;

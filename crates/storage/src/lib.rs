@@ -78,4 +78,18 @@ pub enum Error {
     Corrupted(String),
 }
 
+impl Error {
+    /// The file system is full (`ENOSPC`): RocksDB's `NoSpace` I/O error, from the write
+    /// that hit it or, while RocksDB waits for space to return, from every later write.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Error::Engine(e) => {
+                e.kind() == rocksdb::ErrorKind::IOError
+                    && e.as_ref().contains("No space left on device")
+            }
+            Error::Corrupted(_) => false,
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;

@@ -230,7 +230,13 @@ impl Views {
     }
 
     /// Starts a refresh on a background thread (errors are logged).
+    /// Not past `[disk_monitor] background_view_indexing_threshold`: the index then stays
+    /// as it is until a query updates it.
     pub fn refresh_later(self: &Arc<Self>, db: Arc<Database>, g: Arc<Group>) {
+        if db.config().disk.blocks().background_indexing {
+            tracing::debug!(db = %db.name, ddoc = %g.ddoc_id, "disk too full for background view update");
+            return;
+        }
         let views = self.clone();
         std::thread::spawn(move || {
             if let Err(e) = views.refresh(&db, &g) {
@@ -249,11 +255,20 @@ impl Views {
         fresh: Freshness,
         out: &mut query::Out<'_>,
     ) -> Result<()> {
-        if fresh == Freshness::Update {
+        let blocks = db.config().disk.blocks();
+        if fresh == Freshness::Update && !blocks.interactive_indexing {
             self.refresh(db, g)?;
         }
         let snap = db.store().snapshot();
         let meta = updater::load_meta(&snap, g)?;
+        // Past `interactive_view_indexing_threshold` a query may read an index that is
+        // current, or one it asked to read stale; updating it is refused (CouchDB's 507).
+        if fresh == Freshness::Update && blocks.interactive_indexing && meta.seq < db.update_seq() {
+            return Err(settee_db::Error::InsufficientStorage(
+                settee_db::disk::INDEXING_REFUSED.into(),
+            )
+            .into());
+        }
         let nodes = updater::SnapNodes { read: &snap, g };
         let res = query::run(self, g, &meta, &nodes, view, q, out);
         if fresh == Freshness::UpdateAfter {

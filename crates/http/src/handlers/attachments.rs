@@ -492,6 +492,13 @@ async fn put(
     if rev.is_none() {
         settee_core::validate_doc_id(&id)?;
     }
+    // Past `[disk_monitor]`'s threshold the edit would be refused: do not store the
+    // content first.
+    if db.config().disk.blocks().interactive_writes {
+        return Err(
+            settee_db::Error::InsufficientStorage(settee_db::disk::WRITES_REFUSED.into()).into(),
+        );
+    }
     let content_type = req
         .header("content-type")
         .unwrap_or("application/octet-stream")

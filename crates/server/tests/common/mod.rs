@@ -142,6 +142,12 @@ impl Server {
         Server::spawn(dir, &[], None, addr, &[])
     }
 
+    /// Starts on an existing data directory with extra environment variables (a restart
+    /// under `LD_PRELOAD`, say).
+    pub fn start_in_with_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::spawn(dir, extra, None, "127.0.0.1:0", env)
+    }
+
     /// The `host:port` the server listens on.
     pub fn addr(&self) -> &str {
         self.url.trim_start_matches("http://")
