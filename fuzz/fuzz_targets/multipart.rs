@@ -1,8 +1,12 @@
-//! `multipart/related` document uploads: the first byte picks how the body is cut into
-//! chunks (as the network delivers it), the rest is the body, split at boundary `abc`. An
-//! accepted body's attachment parts each went to an attachment the document marks
-//! `"follows": true`, opened once and finished once, and the result does not depend on the
-//! chunking.
+//! `multipart/related` document uploads, two ways, chosen by the first byte's top bit (its
+//! other bits pick how the body is cut into chunks, as the network delivers it):
+//! - raw: the rest is the body, split at boundary `abc`. An accepted body's attachment parts
+//!   each went to an attachment the document marks `"follows": true`, opened once and
+//!   finished once, and the result does not depend on the chunking;
+//! - round trip: the rest, cut at `0xFF` bytes, is a list of part header styles (none,
+//!   `Content-Type`, `Content-Disposition` with the filename) and then the attachments'
+//!   contents; the body written from them (as a replicator writes one) reads back as exactly
+//!   those contents under those names.
 #![no_main]
 
 use bytes::Bytes;
@@ -61,10 +65,60 @@ fn read(body: &[u8], chunk: usize) -> (Result<Value, Error>, Collect) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&cut, body)) = data.split_first() else {
+    let Some((&first, rest)) = data.split_first() else {
         return;
     };
-    let (doc, sink) = read(body, cut as usize);
+    let cut = (first & 0x7f) as usize;
+    if first & 0x80 == 0 {
+        raw(rest, cut);
+    } else {
+        round_trip(rest, cut);
+    }
+});
+
+fn round_trip(data: &[u8], cut: usize) {
+    let mut segs = data.split(|&b| b == 0xff);
+    let styles = segs.next().unwrap_or_default();
+    let contents: Vec<&[u8]> = segs.collect();
+    if contents.iter().any(|c| c.windows(5).any(|w| w == b"--abc")) {
+        return; // a body holding its own boundary cannot be framed
+    }
+    let names: Vec<String> = (0..contents.len()).map(|i| format!("a{i}")).collect();
+    let atts: Map<String, Value> = names
+        .iter()
+        .map(|n| (n.clone(), serde_json::json!({"follows": true})))
+        .collect();
+    let doc = serde_json::json!({"_id": "d", "_attachments": atts});
+    let style = |i: usize| styles.get(i).map_or(1, |s| s % 3);
+    let head = |i: usize, name: Option<&str>| match (style(i), name) {
+        (0, _) => String::new(),
+        (2, Some(n)) => format!("Content-Disposition: attachment; filename=\"{n}\"\r\n"),
+        _ => "Content-Type: application/octet-stream\r\n".to_string(),
+    };
+    let mut body = format!("--abc\r\n{}\r\n{doc}", head(0, None)).into_bytes();
+    for (i, c) in contents.iter().enumerate() {
+        body.extend_from_slice(
+            format!("\r\n--abc\r\n{}\r\n", head(i + 1, Some(&names[i]))).as_bytes(),
+        );
+        body.extend_from_slice(c);
+    }
+    body.extend_from_slice(b"\r\n--abc--\r\n");
+    let (read_doc, sink) = read(&body, cut);
+    assert_eq!(
+        read_doc.ok(),
+        Some(doc),
+        "{:?}",
+        String::from_utf8_lossy(&body)
+    );
+    let sent: BTreeMap<String, Vec<u8>> = names
+        .into_iter()
+        .zip(contents.iter().map(|c| c.to_vec()))
+        .collect();
+    assert_eq!(sink.parts, sent, "{:?}", String::from_utf8_lossy(&body));
+}
+
+fn raw(body: &[u8], cut: usize) {
+    let (doc, sink) = read(body, cut);
     let Ok(doc) = doc else {
         return;
     };
@@ -80,4 +134,4 @@ fuzz_target!(|data: &[u8]| {
         "the document does not depend on chunking"
     );
     assert_eq!(whole_sink.parts, sink.parts, "nor do the parts");
-});
+}

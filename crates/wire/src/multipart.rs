@@ -6,9 +6,10 @@
 
 use crate::error::Error;
 use bytes::Bytes;
-use futures_util::Stream;
+use futures_util::{stream, Stream, StreamExt};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 /// The `boundary` parameter of a multipart content type.
 pub fn boundary_of(content_type: &str) -> Option<String> {
@@ -51,6 +52,78 @@ fn follows(doc: &Value) -> Vec<(String, Map<String, Value>)> {
         .unwrap_or_default()
 }
 
+/// Gives every part with an empty header section a header multer can see.
+///
+/// A part may have no headers at all (RFC 2046; CouchDB's own parser takes such parts, and
+/// older replicators send them): `--B CRLF CRLF content`. multer reads the delimiter's CRLF
+/// and then looks for a blank line to end the headers, so it takes the part's content up to
+/// the next blank line for headers: the part's content is lost and the next part's headers
+/// and content are read as this part's (found by the `multipart` fuzz target). Delimiters
+/// followed by an empty header section are rewritten to carry one neutral header, across
+/// chunk boundaries; nothing else changes (content never holds a delimiter).
+struct EmptyHeaders {
+    /// `CRLF --B CRLF CRLF`: a delimiter and an empty header section.
+    empty: Vec<u8>,
+    /// The same with one header.
+    filled: Vec<u8>,
+    /// Received bytes not yet passed on: they may begin a delimiter.
+    pending: Vec<u8>,
+}
+
+impl EmptyHeaders {
+    fn new(boundary: &str) -> EmptyHeaders {
+        EmptyHeaders {
+            empty: format!("\r\n--{boundary}\r\n\r\n").into_bytes(),
+            filled: format!("\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n")
+                .into_bytes(),
+            // The first delimiter has no CRLF before it; one more is a blank preamble.
+            pending: b"\r\n".to_vec(),
+        }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Bytes {
+        self.pending.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(self.pending.len());
+        let mut at = 0;
+        while let Some(i) = memchr::memmem::find(&self.pending[at..], &self.empty) {
+            out.extend_from_slice(&self.pending[at..at + i]);
+            out.extend_from_slice(&self.filled);
+            at += i + self.empty.len();
+        }
+        let keep = self
+            .pending
+            .len()
+            .saturating_sub(self.empty.len() - 1)
+            .max(at);
+        out.extend_from_slice(&self.pending[at..keep]);
+        self.pending.drain(..keep);
+        out.into()
+    }
+
+    fn finish(&mut self) -> Bytes {
+        std::mem::take(&mut self.pending).into()
+    }
+}
+
+/// `body` with [`EmptyHeaders`] applied.
+fn with_headers<S, O, E>(
+    body: S,
+    boundary: &str,
+) -> impl Stream<Item = Result<Bytes, E>> + Send + 'static
+where
+    S: Stream<Item = Result<O, E>> + Send + 'static,
+    O: Into<Bytes> + 'static,
+    E: 'static,
+{
+    let fix = Arc::new(Mutex::new(EmptyHeaders::new(boundary)));
+    let end = Arc::clone(&fix);
+    fn lock(f: &Mutex<EmptyHeaders>) -> std::sync::MutexGuard<'_, EmptyHeaders> {
+        f.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    body.map(move |chunk| chunk.map(|c| lock(&fix).feed(&c.into())))
+        .chain(stream::once(async move { Ok(lock(&end).finish()) }))
+}
+
 /// Reads a `multipart/related` body split at `boundary`: returns the document (the first
 /// part, JSON) after handing every later part to `sink` under the attachment it carries.
 /// A part beyond the attachments that follow is `400 bad_request`; an attachment part may
@@ -66,6 +139,7 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
     K: FollowsSink,
 {
+    let body = with_headers(body, &boundary);
     let mut parts = multer::Multipart::new(body, boundary);
     let first = parts
         .next_field()
@@ -132,8 +206,15 @@ mod tests {
     }
 
     fn read(body: &str) -> Result<(Value, BTreeMap<String, Vec<u8>>), Error> {
-        let chunks: Vec<Result<Bytes, std::io::Error>> =
-            vec![Ok(Bytes::copy_from_slice(body.as_bytes()))];
+        read_in(body, body.len())
+    }
+
+    fn read_in(body: &str, chunk: usize) -> Result<(Value, BTreeMap<String, Vec<u8>>), Error> {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = body
+            .as_bytes()
+            .chunks(chunk.max(1))
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
         let mut sink = Collect::default();
         let doc = block_on(read_related(
             futures_util::stream::iter(chunks),
@@ -161,6 +242,28 @@ mod tests {
         );
         let (_, atts) = read(&body).unwrap();
         assert_eq!((&atts["a.txt"][..], &atts["b"][..]), (&b"A"[..], &b"B"[..]));
+    }
+
+    /// Found by the `multipart` fuzz target: multer took a part without headers to run to
+    /// the next blank line, so a part's content went to the attachment before it.
+    #[test]
+    fn parts_without_headers() {
+        let body = format!(
+            "--abc\r\n\r\n{DOC}\r\n--abc\r\n\r\n\r\n--abc\r\n{T}\r\n\r\nx\r\n\r\ny\r\n--abc--"
+        );
+        for chunk in [1, 2, 3, 7, body.len()] {
+            let (doc, atts) = read_in(&body, chunk).unwrap();
+            assert_eq!(doc["_id"], "d");
+            assert_eq!(atts["a.txt"], b"", "chunks of {chunk}");
+            assert_eq!(atts["b"], b"x\r\n\r\ny", "chunks of {chunk}");
+        }
+        let body =
+            format!("--abc\r\n\r\n{DOC}\r\n--abc\r\n\r\nhi\r\n--abc\r\n\r\nthere\r\n--abc--");
+        let (_, atts) = read_in(&body, 4).unwrap();
+        assert_eq!(
+            (&atts["a.txt"][..], &atts["b"][..]),
+            (&b"hi"[..], &b"there"[..])
+        );
     }
 
     #[test]
