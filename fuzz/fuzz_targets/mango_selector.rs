@@ -1,11 +1,13 @@
 //! Mango selectors (`_find`, `_explain`, `_index` partial filters, `_changes?filter=_selector`)
-//! as JSON `[selector, document]`: a selector that parses normalises to a fixed point
+//! as JSON `[selector, document]`, and `_find`/`_index` request bodies (any other JSON
+//! object) through the options' validation: a selector that parses normalises to a fixed point
 //! (normalising the normal form changes nothing, and it parses again), and matching any
 //! document against it answers without panicking, the same for both compiled forms.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use settee_mango::opts::{FindOpts, IndexOpts};
 use settee_mango::{normalize, Selector};
 
 fuzz_target!(|data: &[u8]| {
@@ -16,6 +18,14 @@ fuzz_target!(|data: &[u8]| {
         Value::Array(mut pair) if pair.len() == 2 => {
             let doc = pair.pop().unwrap();
             (pair.pop().unwrap(), doc)
+        }
+        Value::Object(body) if body.contains_key("selector") || body.contains_key("index") => {
+            if let Ok(opts) = FindOpts::parse(&body, 25) {
+                let _ = (opts.refresh(), opts.to_json());
+            }
+            let _ = IndexOpts::parse(&body);
+            let selector = body.get("selector").cloned().unwrap_or(Value::Null);
+            (selector, Value::Null)
         }
         other => (other, Value::Null),
     };
