@@ -215,6 +215,18 @@ impl From<DbError> for ApiError {
     }
 }
 
+/// A request the grammar refuses (`settee_wire`): its names are this table's own.
+impl From<settee_wire::Error> for ApiError {
+    fn from(e: settee_wire::Error) -> Self {
+        use settee_wire::Error as W;
+        match e {
+            W::BadRequest(r) => ApiError::BadRequest(r),
+            W::QueryParse(r) => ApiError::QueryParse(r),
+            W::Core(c) => ApiError::Core(c),
+        }
+    }
+}
+
 impl From<settee_core::Error> for ApiError {
     fn from(e: settee_core::Error) -> Self {
         ApiError::Core(e)

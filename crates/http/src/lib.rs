@@ -13,7 +13,7 @@ mod jobs;
 mod jsonp;
 mod location;
 mod mango_index;
-mod mrargs;
+use settee_wire::mrargs;
 pub mod node_config;
 mod render;
 mod replication;

@@ -8,6 +8,7 @@
 //! `validate_doc_update`, attachments).
 
 use crate::error::{ApiError, ApiResult};
+use crate::handlers::attachments::AttRender;
 use crate::handlers::{attachments, blocking, bulk, changes, doc};
 use crate::jobs::NewJob;
 use crate::render::doc_json_with;

@@ -1,4 +1,5 @@
-//! Request parsing: query parameters with CouchDB's error messages, bodies, content types.
+//! Request parsing: bodies, content types, conditional headers; query parameters are
+//! `settee_wire`'s.
 
 use crate::error::{ApiError, ApiResult};
 use axum::body::Body;
@@ -6,86 +7,7 @@ use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use serde_json::Value;
 
-/// Query parameters in order of appearance.
-#[derive(Debug, Default, Clone)]
-pub struct Params(Vec<(String, String)>);
-
-impl Params {
-    pub fn parse(query: Option<&str>) -> Params {
-        Params(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .into_owned()
-                .collect(),
-        )
-    }
-
-    pub fn get(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
-    }
-
-    /// The first of several spellings that is present (`startkey` / `start_key`).
-    pub fn get_any<'a, 'k>(&'a self, ks: &[&'k str]) -> Option<(&'k str, &'a str)> {
-        ks.iter().find_map(|k| self.get(k).map(|v| (*k, v)))
-    }
-
-    /// Sets `k` to `v`, replacing every earlier value.
-    pub fn set(&mut self, k: &str, v: &str) {
-        self.0.retain(|(n, _)| n != k);
-        self.0.push((k.to_owned(), v.to_owned()));
-    }
-
-    /// All parameters in order of appearance.
-    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    /// CouchDB's `parse_boolean` (views, `_all_docs`, `_all_dbs`): `true`/`false` in any
-    /// letter case, else `400 query_parse_error`.
-    pub fn bool(&self, k: &str) -> ApiResult<Option<bool>> {
-        self.get(k)
-            .map(|v| crate::mrargs::parse_boolean(crate::mrargs::Val::Text(v)))
-            .transpose()
-    }
-
-    pub fn flag(&self, k: &str) -> ApiResult<bool> {
-        Ok(self.bool(k)?.unwrap_or(false))
-    }
-
-    /// CouchDB's rule for document and `_changes` options (`revs=true`, ...): on only for
-    /// exactly `true`; any other value is ignored, as CouchDB ignores it.
-    pub fn is_true(&self, k: &str) -> bool {
-        self.get(k) == Some("true")
-    }
-
-    /// CouchDB's `parse_pos_int`: a non-negative integer.
-    pub fn uint(&self, k: &str) -> ApiResult<Option<u64>> {
-        self.get(k)
-            .map(|v| crate::mrargs::parse_pos_int(crate::mrargs::Val::Text(v)))
-            .transpose()
-    }
-
-    pub fn json(&self, k: &str) -> ApiResult<Option<Value>> {
-        self.get(k).map(decode_param_json).transpose()
-    }
-
-    pub fn json_any(&self, ks: &[&str]) -> ApiResult<Option<Value>> {
-        self.get_any(ks)
-            .map(|(_, v)| decode_param_json(v))
-            .transpose()
-    }
-}
-
-impl FromIterator<(String, String)> for Params {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(pairs: I) -> Params {
-        Params(pairs.into_iter().collect())
-    }
-}
-
-/// A JSON query parameter, decoded; text that is not JSON is CouchDB's `400 bad_request`
-/// "invalid UTF-8 JSON", as for a body.
-pub fn decode_param_json(v: &str) -> ApiResult<Value> {
-    serde_json::from_str(v).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))
-}
+pub use settee_wire::{decode_param_json, Params};
 
 pub async fn body_bytes(body: Body, limit: usize) -> ApiResult<Bytes> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
@@ -125,7 +47,7 @@ pub fn decompress(encoding: Option<&str>, body: Bytes, limit: usize) -> ApiResul
 }
 
 pub fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
-    serde_json::from_slice(bytes).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))
+    Ok(settee_wire::parse_json(bytes)?)
 }
 
 /// CouchDB's check for endpoints that take only JSON.

@@ -87,6 +87,8 @@ fn compressed(term: Vec<u8>) -> Vec<u8> {
 #[derive(Debug)]
 enum Term {
     Int(i128),
+    /// An integer of any size (`SMALL_BIG_EXT`, `LARGE_BIG_EXT`), in decimal.
+    Big(String),
     Float(f64),
     Atom(String),
     Binary(Vec<u8>),
@@ -99,6 +101,7 @@ impl Term {
     fn into_json(self) -> Option<Value> {
         Some(match self {
             Term::Int(i) => Value::Number(i.to_string().parse::<Number>().ok()?),
+            Term::Big(digits) => Value::Number(digits.parse::<Number>().ok()?),
             Term::Float(f) => Value::Number(Number::from_f64(f)?),
             Term::Atom(a) => match a.as_str() {
                 "null" => Value::Null,
@@ -165,6 +168,33 @@ fn parse(bytes: &[u8]) -> Option<Term> {
     (r.i == body.len()).then_some(t)
 }
 
+/// Largest bignum read (bytes of magnitude, about 9,900 decimal digits): the conversion to
+/// decimal is quadratic in it.
+const MAX_BIG_BYTES: usize = 4096;
+
+/// A bignum's decimal text: `digits` is its magnitude, least significant byte first, as
+/// Erlang writes it. Any size: [`Bookmark::encode`] writes JSON integers of any size.
+fn big_decimal(negative: bool, digits: &[u8]) -> String {
+    let mut magnitude: Vec<u8> = digits.iter().rev().copied().collect();
+    let mut out = Vec::new();
+    while magnitude.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in magnitude.iter_mut() {
+            let cur = rem * 256 + u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        out.push(b'0' + rem as u8);
+    }
+    if out.is_empty() {
+        out.push(b'0');
+    } else if negative {
+        out.push(b'-');
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII digits")
+}
+
 struct Reader<'a> {
     s: &'a [u8],
     i: usize,
@@ -204,14 +234,10 @@ impl Reader<'_> {
                 };
                 let sign = self.u8()?;
                 let digits = self.take(n)?;
-                if n > 16 {
+                if n > MAX_BIG_BYTES {
                     return None;
                 }
-                let magnitude = digits
-                    .iter()
-                    .rev()
-                    .fold(0i128, |acc, d| acc * 256 + i128::from(*d));
-                Term::Int(if sign == 0 { magnitude } else { -magnitude })
+                Term::Big(big_decimal(sign != 0, digits))
             }
             70 => Term::Float(f64::from_bits(u64::from_be_bytes(
                 self.take(8)?.try_into().ok()?,
@@ -301,6 +327,36 @@ mod tests {
         };
         assert!(long.encode().starts_with("g1AAAA"));
         assert_eq!(Bookmark::decode(&long.encode()).unwrap(), long);
+    }
+
+    /// Found by the `mango_bookmark` fuzz target: a 16-byte bignum at or above 2^127
+    /// overflowed the `i128` it was read into (wrapping to a wrong key in release builds),
+    /// and the integers above 16 bytes that `encode` writes were refused.
+    #[test]
+    fn integers_of_any_size() {
+        for key in [
+            "170141183460469231731687303715884105728",  // 2^127
+            "-170141183460469231731687303715884105728", // -2^127
+            "340282366920938463463374607431768211455",  // 2^128 - 1
+            "1000000000000000000000000000000000000000000000000000000000000",
+            "-9223372036854775809",
+            "18446744073709551616",
+        ] {
+            let b = Bookmark {
+                key: json!([serde_json::from_str::<Value>(key).unwrap(), 1]),
+                docid: "d".into(),
+            };
+            assert_eq!(Bookmark::decode(&b.encode()).unwrap(), b, "{key}");
+        }
+        // SMALL_BIG_EXT, 16 bytes of 0xff, read on its own.
+        let mut r = Reader {
+            s: &[&[110, 16, 0][..], &[0xff; 16]].concat(),
+            i: 0,
+        };
+        assert!(
+            matches!(r.term(0), Some(Term::Big(d)) if d == "340282366920938463463374607431768211455")
+        );
+        assert_eq!(big_decimal(true, &[0, 0]), "0");
     }
 
     #[test]

@@ -425,6 +425,30 @@ fn multipart_related_upload() {
     assert_eq!(s.get("/db/n").status, 404);
 }
 
+/// Parts with no headers at all (RFC 2046 allows them; CouchDB reads them) are each their
+/// own attachment's content, an empty one included.
+#[test]
+fn multipart_related_parts_without_headers() {
+    let s = Server::start();
+    s.create_db("db");
+    let doc = json!({"_attachments": {
+        "e": {"content_type": "text/plain", "follows": true},
+        "t": {"content_type": "text/plain", "follows": true}
+    }});
+    let mut body = b"--B\r\n\r\n".to_vec();
+    body.extend_from_slice(doc.to_string().as_bytes());
+    body.extend_from_slice(b"\r\n--B\r\n\r\n\r\n--B\r\n\r\nline\r\n\r\nnext\r\n--B--\r\n");
+    let r = s.req_bytes(
+        "PUT",
+        "/db/h",
+        body,
+        &[("content-type", "multipart/related; boundary=B")],
+    );
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(s.get("/db/h/e").text, "");
+    assert_eq!(s.get("/db/h/t").text, "line\r\n\r\nnext");
+}
+
 /// `GET /{db}/{doc}?attachments=true` with `Accept: multipart/related`: the document's JSON
 /// (attachments marked `follows`), then each attachment as a part, as CouchDB sends it.
 #[test]

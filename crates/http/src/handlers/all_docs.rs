@@ -2,7 +2,7 @@
 
 use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::AttOpts;
+use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::handlers::doc::local_json;
 use crate::mrargs::{MrArgs, ViewType};
 use crate::render::{seq, winner_json_with, with_doc, DocOpts};

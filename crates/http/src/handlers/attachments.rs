@@ -19,6 +19,7 @@ use settee_core::{join_stored, split_stored, ParsedDoc, Rev};
 use settee_db::Database;
 use settee_docs::atts::{content_type_of, parse_digest, ContentWriter, FollowsWriter, StoredAtts};
 use settee_docs::{Followed, Written};
+use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
 /// `[couchdb] max_attachment_size` (bytes; `infinity` or unset: no limit).
@@ -30,40 +31,20 @@ pub fn max_size(state: &AppState) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// How a read renders attachments: stubs (default), or content inline for every attachment
-/// (`attachments=true`) or for those newer than the revisions of `atts_since`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AttOpts {
-    pub inline: bool,
-    /// `att_encoding_info=true`: stubs of compressed attachments show `encoding` and
-    /// `encoded_length`.
-    pub encoding_info: bool,
-    /// Only attachments with a `revpos` above this are inlined.
-    pub since_pos: u64,
+pub use settee_wire::AttOpts;
+
+/// What [`AttOpts`] (parsed by `settee_wire`) make of a revision's stored attachments.
+pub trait AttRender {
+    /// The `_attachments` to render instead of the stored stubs (`None`: the stubs).
+    fn render(&self, db: &Database, stored: &[u8]) -> ApiResult<Option<Vec<u8>>>;
+    /// `_attachments` for a `multipart/related` response: attachments sent as parts are
+    /// marked `follows` (content decompressed, so no encoding), older ones stay stubs.
+    /// Returns the member's JSON and the parts to send, in order.
+    fn multipart_stubs(&self, stored: &[u8]) -> Option<(Vec<u8>, Vec<Part>)>;
 }
 
-impl AttOpts {
-    pub fn from_params(p: &crate::req::Params) -> ApiResult<AttOpts> {
-        let mut opts = AttOpts {
-            inline: p.is_true("attachments"),
-            encoding_info: p.is_true("att_encoding_info"),
-            since_pos: 0,
-        };
-        if let Some(raw) = p.get("atts_since") {
-            let revs: Vec<String> = serde_json::from_str(raw)
-                .map_err(|_| bad("atts_since must be a JSON array of revisions".into()))?;
-            let positions = revs
-                .iter()
-                .map(|r| Rev::parse(r).map(|r| r.pos))
-                .collect::<Result<Vec<u64>, _>>()?;
-            opts.inline = true;
-            opts.since_pos = positions.into_iter().max().unwrap_or(0);
-        }
-        Ok(opts)
-    }
-
-    /// The `_attachments` to render instead of the stored stubs (`None`: the stubs).
-    pub fn render(&self, db: &Database, stored: &[u8]) -> ApiResult<Option<Vec<u8>>> {
+impl AttRender for AttOpts {
+    fn render(&self, db: &Database, stored: &[u8]) -> ApiResult<Option<Vec<u8>>> {
         if !self.inline && !self.encoding_info {
             return Ok(None);
         }
@@ -81,6 +62,37 @@ impl AttOpts {
             }
         }
         Ok(Some(serde_json::to_vec(&stubs).expect("json")))
+    }
+
+    fn multipart_stubs(&self, stored: &[u8]) -> Option<(Vec<u8>, Vec<Part>)> {
+        let atts = StoredAtts::of(stored);
+        if !self.inline || atts.stubs.is_empty() {
+            return None;
+        }
+        let mut out = Map::new();
+        let mut parts = Vec::new();
+        for (name, stub) in &atts.stubs {
+            let revpos = stub.get("revpos").and_then(Value::as_u64).unwrap_or(0);
+            let digest = parse_digest(stub.get("digest"))?;
+            if revpos <= self.since_pos {
+                out.insert(name.clone(), stub.clone());
+                continue;
+            }
+            let mut entry = stub.clone();
+            if let Value::Object(m) = &mut entry {
+                m.remove("stub");
+                m.insert("follows".into(), Value::Bool(true));
+            }
+            parts.push(Part {
+                name: name.clone(),
+                content_type: content_type_of(stub.get("content_type")).to_string(),
+                length: stub.get("length").and_then(Value::as_u64).unwrap_or(0),
+                digest,
+                gzip: atts.gzip(name),
+            });
+            out.insert(name.clone(), entry);
+        }
+        Some((serde_json::to_vec(&out).expect("json"), parts))
     }
 }
 
@@ -130,35 +142,6 @@ fn gunzip(data: &[u8]) -> ApiResult<Vec<u8>> {
         .read_to_end(&mut out)
         .map_err(io_error)?;
     Ok(out)
-}
-
-/// Most ranges one request may ask for; with more, CouchDB sends the whole attachment.
-const MAX_RANGES: usize = 9;
-
-/// A parsed `Range: bytes=…` header, as CouchDB reads it: `None` to send the whole
-/// attachment (no header, one that does not parse, a first range of `0-`, too many
-/// ranges), `Err` for 416, or the inclusive ranges, ends clamped to the length.
-fn byte_ranges(value: &str, len: u64) -> Option<Result<Vec<(u64, u64)>, ()>> {
-    let spec = value.trim().strip_prefix("bytes=")?;
-    let mut ranges = Vec::new();
-    for part in spec.split(',') {
-        let (a, b) = part.split_once('-')?;
-        let (a, b) = (a.trim(), b.trim());
-        let last = len.saturating_sub(1);
-        let range = match (a.parse::<u64>().ok(), b.parse::<u64>().ok()) {
-            (Some(a), Some(b)) if a <= b => (a, b.min(last)),
-            (Some(_), Some(_)) => return Some(Err(())),
-            (Some(0), None) if b.is_empty() && ranges.is_empty() => return None,
-            (Some(a), None) if b.is_empty() => (a, last),
-            (None, Some(n)) if a.is_empty() && n > 0 => (len.saturating_sub(n), last),
-            _ => return None,
-        };
-        if len == 0 || range.0 >= len {
-            return Some(Err(()));
-        }
-        ranges.push(range);
-    }
-    (ranges.len() <= MAX_RANGES).then_some(Ok(ranges))
 }
 
 /// The framing of a `multipart/byteranges` body: the part headers before each range's
@@ -215,14 +198,6 @@ pub async fn attachment(
     }
 }
 
-/// The `boundary` parameter of a multipart content type.
-fn boundary_of(content_type: &str) -> Option<String> {
-    content_type.split(';').skip(1).find_map(|p| {
-        let (k, v) = p.split_once('=')?;
-        (k.trim().eq_ignore_ascii_case("boundary")).then(|| v.trim().trim_matches('"').to_string())
-    })
-}
-
 fn io_error(e: std::io::Error) -> ApiError {
     ApiError::Db(settee_db::Error::Internal(format!(
         "attachment content: {e}"
@@ -237,10 +212,8 @@ fn multipart_error(e: multer::Error) -> ApiError {
     bad(format!("Invalid multipart body: {e}"))
 }
 
-/// Reads a `multipart/related` document upload (how replicators and CouchDB itself send
-/// documents with attachments): the document's JSON first, then one part per attachment
-/// marked `follows`, in order (or named by the part's `Content-Disposition` filename).
-/// Parts are streamed into the attachment store; parts of attachments with
+/// Reads a `multipart/related` document upload (`settee_wire::read_related` frames it):
+/// parts are streamed into the attachment store; parts of attachments with
 /// `"encoding": "gzip"` are stored as sent.
 pub async fn read_multipart(
     state: &AppState,
@@ -249,44 +222,46 @@ pub async fn read_multipart(
 ) -> ApiResult<(Value, Followed)> {
     let ct = req.header("content-type").unwrap_or("").to_string();
     let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
-    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
-    let first = parts
-        .next_field()
-        .await
-        .map_err(multipart_error)?
-        .ok_or_else(|| bad("Empty multipart body".into()))?;
-    let json = first.bytes().await.map_err(multipart_error)?;
-    let doc = crate::req::parse_json(&json)?;
-    let follows: Vec<(String, Map<String, Value>)> = doc
-        .get("_attachments")
-        .and_then(Value::as_object)
-        .map(|atts| {
-            atts.iter()
-                .filter(|(_, a)| a.get("follows") == Some(&Value::Bool(true)))
-                .filter_map(|(n, a)| Some((n.clone(), a.as_object()?.clone())))
-                .collect()
-        })
-        .unwrap_or_default();
     let settings = state.write_settings();
-    let mut followed = Followed::new();
-    let mut next = follows.iter();
-    while let Some(mut part) = parts.next_field().await.map_err(multipart_error)? {
-        let named = part
-            .file_name()
-            .and_then(|f| follows.iter().find(|(n, _)| n == f));
-        let Some((name, att)) = named.or_else(|| next.find(|(n, _)| !followed.contains_key(n)))
-        else {
-            return Err(bad(
-                "More attachment parts than attachments that follow".into()
-            ));
-        };
-        let mut w = FollowsWriter::new(db, att, &settings.compression, settings.att_limit);
-        while let Some(chunk) = part.chunk().await.map_err(multipart_error)? {
-            w.write(&chunk)?;
-        }
-        followed.insert(name.clone(), w.finish()?);
+    let mut store = Store {
+        db,
+        settings: &settings,
+        followed: Followed::new(),
+    };
+    let body = req.take_body().into_data_stream();
+    let doc = settee_wire::read_related(body, boundary, &mut store).await?;
+    Ok((doc, store.followed))
+}
+
+/// Attachment parts of a `multipart/related` upload, into the attachment store.
+struct Store<'a> {
+    db: &'a Database,
+    settings: &'a settee_docs::Settings,
+    followed: Followed,
+}
+
+impl settee_wire::FollowsSink for Store<'_> {
+    type Part = FollowsWriter;
+    type Error = ApiError;
+
+    fn open(&mut self, _: &str, att: &Map<String, Value>) -> ApiResult<FollowsWriter> {
+        let s = self.settings;
+        Ok(FollowsWriter::new(
+            self.db,
+            att,
+            &s.compression,
+            s.att_limit,
+        ))
     }
-    Ok((doc, followed))
+
+    fn write(&mut self, w: &mut FollowsWriter, chunk: &[u8]) -> ApiResult<()> {
+        Ok(w.write(chunk)?)
+    }
+
+    fn finish(&mut self, name: &str, w: FollowsWriter) -> ApiResult<()> {
+        self.followed.insert(name.to_string(), w.finish()?);
+        Ok(())
+    }
 }
 
 /// The stored content of attachment `name` of a revision (`stored`: its stored bytes),
@@ -872,42 +847,6 @@ fn content_headers<'r>(
     h
 }
 
-impl AttOpts {
-    /// `_attachments` for a `multipart/related` response: attachments sent as parts are
-    /// marked `follows` (content decompressed, so no encoding), older ones stay stubs.
-    /// Returns the member's JSON and the parts to send, in order.
-    pub fn multipart_stubs(&self, stored: &[u8]) -> Option<(Vec<u8>, Vec<Part>)> {
-        let atts = StoredAtts::of(stored);
-        if !self.inline || atts.stubs.is_empty() {
-            return None;
-        }
-        let mut out = Map::new();
-        let mut parts = Vec::new();
-        for (name, stub) in &atts.stubs {
-            let revpos = stub.get("revpos").and_then(Value::as_u64).unwrap_or(0);
-            let digest = parse_digest(stub.get("digest"))?;
-            if revpos <= self.since_pos {
-                out.insert(name.clone(), stub.clone());
-                continue;
-            }
-            let mut entry = stub.clone();
-            if let Value::Object(m) = &mut entry {
-                m.remove("stub");
-                m.insert("follows".into(), Value::Bool(true));
-            }
-            parts.push(Part {
-                name: name.clone(),
-                content_type: content_type_of(stub.get("content_type")).to_string(),
-                length: stub.get("length").and_then(Value::as_u64).unwrap_or(0),
-                digest,
-                gzip: atts.gzip(name),
-            });
-            out.insert(name.clone(), entry);
-        }
-        Some((serde_json::to_vec(&out).expect("json"), parts))
-    }
-}
-
 /// One attachment sent as a part of a `multipart/related` response.
 pub struct Part {
     name: String,
@@ -1078,33 +1017,5 @@ impl std::io::Read for ChunkReader {
         out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
         self.at += n;
         Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges() {
-        assert_eq!(byte_ranges("bytes=0-4", 10), Some(Ok(vec![(0, 4)])));
-        assert_eq!(byte_ranges("bytes=5-", 10), Some(Ok(vec![(5, 9)])));
-        assert_eq!(byte_ranges("bytes=-3", 10), Some(Ok(vec![(7, 9)])));
-        assert_eq!(byte_ranges("bytes=8-100", 10), Some(Ok(vec![(8, 9)])));
-        assert_eq!(byte_ranges("bytes=10-12", 10), Some(Err(())));
-        assert_eq!(byte_ranges("bytes=4-2", 10), Some(Err(())));
-        assert_eq!(
-            byte_ranges("bytes=0-1, 3-4,-2", 10),
-            Some(Ok(vec![(0, 1), (3, 4), (8, 9)]))
-        );
-        assert_eq!(byte_ranges("bytes=0-", 10), None, "CouchDB sends it whole");
-        assert_eq!(
-            byte_ranges("bytes=1-2,0-", 10),
-            Some(Ok(vec![(1, 2), (0, 9)]))
-        );
-        assert_eq!(byte_ranges("bytes=0-1,x", 10), None);
-        assert_eq!(byte_ranges("items=0-1", 10), None);
-        let many = ["0-0"; MAX_RANGES + 1].join(",");
-        assert_eq!(byte_ranges(&format!("bytes={many}"), 10), None);
     }
 }

@@ -1,5 +1,6 @@
 //! `_bulk_docs`, `_bulk_get`, `_purge`, `_revs_diff` and `_missing_revs`.
 
+use super::attachments::AttRender;
 use super::{allow, await_write, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::render::{doc_json_with, DocOpts};

@@ -1,5 +1,6 @@
 //! `_changes` (normal, longpoll, continuous, eventsource) and `_db_updates`.
 
+use super::attachments::AttRender;
 use super::{allow, blocking};
 use crate::design_filter::{self, DesignFilter, ReqInfo};
 use crate::error::{ApiError, ApiResult};

@@ -24,25 +24,7 @@ use settee_js::RenderKind;
 use std::sync::Arc;
 
 /// What a path below `_design/{ddoc}/` asks of a render function.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DesignFn {
-    Show {
-        name: String,
-        doc: Option<String>,
-    },
-    List {
-        name: String,
-        /// The design document of the view, when not the list's own.
-        view_ddoc: Option<String>,
-        view: String,
-    },
-    Update {
-        name: String,
-        doc: Option<String>,
-    },
-    /// A path naming no function: CouchDB's 404 with this error and reason.
-    BadPath(&'static str, &'static str),
-}
+pub use settee_wire::DesignFn;
 
 /// Answers `fun` of `_design/{ddoc}`; the design document is read first, as CouchDB reads
 /// it before it looks at the rest of the path.

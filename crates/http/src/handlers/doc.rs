@@ -3,7 +3,7 @@
 
 use super::{await_write, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::{AttOpts, MixedPart};
+use crate::handlers::attachments::{AttOpts, AttRender, MixedPart};
 use crate::location::{absolute_uri, doc_path};
 use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes};

@@ -3,7 +3,7 @@
 
 use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::AttOpts;
+use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::mrargs::{GroupLevel, MrArgs, Update, ViewType};
 use crate::node_config::NodeConfig;
 use crate::render::{doc_json, doc_json_with, seq, with_doc, DocOpts};
@@ -222,7 +222,7 @@ pub(crate) fn args_of_body(req: &Req, body: &[u8]) -> ApiResult<MrArgs> {
     if body.get("keys").is_some_and(|k| !k.is_array()) {
         return Err(ApiError::bad_request("`keys` member must be an array."));
     }
-    MrArgs::from_body_and_query(&body, &req.params)
+    Ok(MrArgs::from_body_and_query(&body, &req.params)?)
 }
 
 pub async fn view_queries(

@@ -11,8 +11,8 @@
 //! [`MrArgs::validate`] then makes CouchDB's checks in CouchDB's order, which decides the
 //! error a client sees when several apply.
 
-use crate::error::{ApiError, ApiResult};
-use crate::req::Params;
+use crate::error::{Error, Result};
+use crate::params::Params;
 use serde_json::{Map, Value};
 
 /// When a query brings the index up to date (`update`, or `stale`).
@@ -95,8 +95,8 @@ pub enum Val<'a> {
     Json(&'a Value),
 }
 
-fn parse_error(msg: impl Into<String>) -> ApiError {
-    ApiError::QueryParse(msg.into())
+fn parse_error(msg: impl Into<String>) -> Error {
+    Error::QueryParse(msg.into())
 }
 
 /// A value as Erlang's `~p` prints it in CouchDB's messages: text quoted, JSON as JSON.
@@ -122,7 +122,7 @@ fn quoted(s: &str) -> String {
 }
 
 /// CouchDB's `parse_boolean`: `true`/`false` in any letter case, or a JSON boolean.
-pub fn parse_boolean(v: Val<'_>) -> ApiResult<bool> {
+pub fn parse_boolean(v: Val<'_>) -> Result<bool> {
     let text: &str = match v {
         Val::Json(Value::Bool(b)) => return Ok(*b),
         Val::Json(Value::String(s)) => s,
@@ -145,7 +145,7 @@ pub fn parse_boolean(v: Val<'_>) -> ApiResult<bool> {
 
 /// CouchDB's `parse_pos_int`: a non-negative integer (an Erlang integer is unbounded;
 /// larger values than `u64` are clamped).
-pub fn parse_pos_int(v: Val<'_>) -> ApiResult<u64> {
+pub fn parse_pos_int(v: Val<'_>) -> Result<u64> {
     let int: Option<i128> = match v {
         Val::Text(s) => parse_erlang_int(s),
         Val::Json(Value::Number(n)) if n.is_i64() || n.is_u64() => n
@@ -185,10 +185,10 @@ fn parse_erlang_int(s: &str) -> Option<i128> {
 }
 
 /// A JSON parameter: decoded text, or the body member itself.
-pub fn parse_json(v: Val<'_>) -> ApiResult<Value> {
+pub fn parse_json(v: Val<'_>) -> Result<Value> {
     match v {
         Val::Json(j) => Ok(j.clone()),
-        Val::Text(s) => crate::req::decode_param_json(s),
+        Val::Text(s) => crate::params::decode_param_json(s),
     }
 }
 
@@ -213,7 +213,7 @@ fn is_str(v: Val<'_>, s: &str) -> bool {
 
 impl MrArgs {
     /// Arguments from the query string alone.
-    pub fn from_query(p: &Params) -> ApiResult<MrArgs> {
+    pub fn from_query(p: &Params) -> Result<MrArgs> {
         let mut a = MrArgs::default();
         a.apply_query(p)?;
         Ok(a)
@@ -221,7 +221,7 @@ impl MrArgs {
 
     /// A POST body's members, then the query string on top (CouchDB's
     /// `parse_body_and_query`).
-    pub fn from_body_and_query(body: &Map<String, Value>, p: &Params) -> ApiResult<MrArgs> {
+    pub fn from_body_and_query(body: &Map<String, Value>, p: &Params) -> Result<MrArgs> {
         let mut a = MrArgs::default();
         a.apply_object(body)?;
         a.apply_query(p)?;
@@ -230,7 +230,7 @@ impl MrArgs {
 
     /// One object of a `queries` list over these (query-string) arguments: `keys`, `group`
     /// and `group_level` start unset, everything else as the query string set it.
-    pub fn for_query_object(&self, q: &Map<String, Value>) -> ApiResult<MrArgs> {
+    pub fn for_query_object(&self, q: &Map<String, Value>) -> Result<MrArgs> {
         let mut a = MrArgs {
             keys: None,
             group: None,
@@ -241,14 +241,14 @@ impl MrArgs {
         Ok(a)
     }
 
-    fn apply_query(&mut self, p: &Params) -> ApiResult<()> {
+    fn apply_query(&mut self, p: &Params) -> Result<()> {
         for (k, v) in p.pairs() {
             self.apply(k, Val::Text(v))?;
         }
         Ok(())
     }
 
-    fn apply_object(&mut self, o: &Map<String, Value>) -> ApiResult<()> {
+    fn apply_object(&mut self, o: &Map<String, Value>) -> Result<()> {
         for (k, v) in o {
             self.apply(k, Val::Json(v))?;
         }
@@ -256,7 +256,7 @@ impl MrArgs {
     }
 
     /// Applies one parameter (CouchDB's `parse_param`).
-    pub fn apply(&mut self, k: &str, v: Val<'_>) -> ApiResult<()> {
+    pub fn apply(&mut self, k: &str, v: Val<'_>) -> Result<()> {
         match k {
             "reduce" => self.reduce = Some(parse_boolean(v)?),
             "key" => {
@@ -300,7 +300,7 @@ impl MrArgs {
     }
 
     /// CouchDB's `determine_group_level`: `None` for no grouping.
-    fn group_level(&self) -> ApiResult<Option<GroupLevel>> {
+    fn group_level(&self) -> Result<Option<GroupLevel>> {
         Ok(match (self.group, self.group_level) {
             (None | Some(false), None) => None,
             (Some(false), Some(l)) if l > 0 => {
@@ -329,7 +329,7 @@ impl MrArgs {
     }
 
     /// CouchDB's `validate_args`, for a view queried as `view_type`; returns the grouping.
-    pub fn validate(&self, view_type: ViewType) -> ApiResult<Option<GroupLevel>> {
+    pub fn validate(&self, view_type: ViewType) -> Result<Option<GroupLevel>> {
         let level = self.group_level()?;
         if view_type == ViewType::Map && self.reduce == Some(true) {
             return Err(parse_error("Reduce is invalid for map-only views."));
@@ -375,7 +375,7 @@ impl MrArgs {
 
 /// CouchDB's `couch_mrview_util:apply_limit`: no limit given means `max`; a larger one is
 /// refused.
-pub fn apply_limit(limit: &mut Option<u64>, max: u64) -> ApiResult<()> {
+pub fn apply_limit(limit: &mut Option<u64>, max: u64) -> Result<()> {
     match *limit {
         Some(l) if l > max => Err(parse_error(format!(
             "Limit is too large, must not exceed {max}"
@@ -393,13 +393,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn q(s: &str) -> ApiResult<MrArgs> {
+    fn q(s: &str) -> Result<MrArgs> {
         MrArgs::from_query(&Params::parse(Some(s)))
     }
 
-    fn reason(r: ApiResult<impl std::fmt::Debug>) -> String {
+    fn reason(r: Result<impl std::fmt::Debug>) -> String {
         match r {
-            Err(e) => e.parts().2,
+            Err(Error::QueryParse(r)) => r,
+            Err(e) => panic!("expected a query_parse_error, got {e:?}"),
             Ok(v) => panic!("expected an error, got {v:?}"),
         }
     }

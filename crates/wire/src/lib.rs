@@ -1,0 +1,23 @@
+//! The grammar of client requests, as CouchDB reads it: a raw path into a typed
+//! [`Endpoint`], query parameters ([`Params`]) with CouchDB's typed getters and messages,
+//! view-query arguments ([`mrargs::MrArgs`]), `Range` headers, attachment read options, and
+//! the framing of a `multipart/related` document upload.
+//!
+//! Pure: no I/O, no storage, no HTTP server. That is what lets every parser that takes client
+//! bytes be fuzzed (`fuzz/`) without building RocksDB, and lets `settee-http` stay dispatch:
+//! it matches these values to handlers and turns [`Error`] into its one error table.
+
+mod atts;
+mod error;
+pub mod mrargs;
+pub mod multipart;
+mod params;
+pub mod path;
+mod ranges;
+
+pub use atts::AttOpts;
+pub use error::{Error, Result};
+pub use multipart::{boundary_of, read_related, FollowsSink};
+pub use params::{decode_param_json, parse_json, Params};
+pub use path::{check_url_encoding, design_fn, DbOp, DesignFn, Endpoint, NodeOp};
+pub use ranges::{byte_ranges, MAX_RANGES};
