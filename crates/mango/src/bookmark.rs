@@ -150,6 +150,9 @@ fn parse(bytes: &[u8]) -> Option<Term> {
     let body = match rest.split_first() {
         Some((80, packed)) => {
             let size = u32::from_be_bytes(packed.get(..4)?.try_into().ok()?) as usize;
+            if size > MAX_INFLATED {
+                return None;
+            }
             let mut out = Vec::with_capacity(size.min(1 << 20));
             flate2::read::ZlibDecoder::new(&packed[4..])
                 .take(size as u64 + 1)
@@ -171,6 +174,11 @@ fn parse(bytes: &[u8]) -> Option<Term> {
 /// Largest bignum read (bytes of magnitude, about 9,900 decimal digits): the conversion to
 /// decimal is quadratic in it.
 const MAX_BIG_BYTES: usize = 4096;
+
+/// The most a compressed bookmark may inflate to. A bookmark holds one row's key and doc
+/// id, far smaller than this; the bound keeps a small zlib bomb in a request from
+/// allocating up to the 4 GiB its size field can claim.
+const MAX_INFLATED: usize = 16 << 20;
 
 /// A bignum's decimal text: `digits` is its magnitude, least significant byte first, as
 /// Erlang writes it. Any size: [`Bookmark::encode`] writes JSON integers of any size.
@@ -357,6 +365,24 @@ mod tests {
             matches!(r.term(0), Some(Term::Big(d)) if d == "340282366920938463463374607431768211455")
         );
         assert_eq!(big_decimal(true, &[0, 0]), "0");
+    }
+
+    /// A bookmark that inflates past the bound is refused unread: a few megabytes of zlib
+    /// could otherwise claim and fill 4 GiB. Keys as large as a document can hold still pass.
+    #[test]
+    fn refuses_to_inflate_past_the_bound() {
+        let fits = Bookmark {
+            key: json!("x".repeat(8 << 20)),
+            docid: "d".into(),
+        };
+        assert_eq!(Bookmark::decode(&fits.encode()).unwrap(), fits);
+        let bomb = Bookmark {
+            key: json!("x".repeat(MAX_INFLATED)),
+            docid: "d".into(),
+        };
+        let text = bomb.encode();
+        assert!(text.len() < 100_000, "compressed: {} bytes", text.len());
+        assert!(Bookmark::decode(&text).is_err());
     }
 
     #[test]

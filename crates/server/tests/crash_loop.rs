@@ -1,4 +1,6 @@
-//! Crash loop: the real server on one data directory, concurrent writers of every kind,
+//! Crash loop: the real server on one data directory, concurrent writers of every kind
+//! (single PUTs, `_bulk_docs`, updates, deletes, attachments standalone, inline and in
+//! multipart/related bodies, replicated `new_edits: false` writes, `_local` docs),
 //! `kill -9` at a random moment, restart, and a check that nothing acknowledged was lost and
 //! that every derived structure agrees with the documents.
 //!
@@ -121,6 +123,8 @@ struct Ledger {
     acks: AtomicU64,
     /// 5xx answers seen while the server was up (each is a bug).
     errors: Mutex<Vec<String>>,
+    /// (operation, status) → answers, so a run shows that every kind of write landed.
+    tally: Mutex<BTreeMap<(String, u16), u64>>,
 }
 
 impl Ledger {
@@ -144,6 +148,12 @@ impl Ledger {
         }
     }
     fn check_status(&self, what: &str, status: u16, text: &str) {
+        *self
+            .tally
+            .lock()
+            .unwrap()
+            .entry((what.to_string(), status))
+            .or_default() += 1;
         if status >= 500 {
             self.errors
                 .lock()
@@ -169,7 +179,7 @@ fn writer(
         let live: Vec<usize> = (0..mine.len()).filter(|&i| !mine[i].deleted).collect();
         let pick = |rng: &mut Rng| live[rng.below(live.len() as u64) as usize];
         let op = rng.below(100);
-        if op < 25 || live.is_empty() {
+        if op < 20 || live.is_empty() {
             // a new document
             *seq += 1;
             let id = format!("{owner}-{seq}");
@@ -191,7 +201,7 @@ fn writer(
             } else {
                 ledger.refused(&id);
             }
-        } else if op < 45 {
+        } else if op < 34 {
             // _bulk_docs: some new, some updates
             let mut docs = Vec::new();
             let mut idx = Vec::new(); // index into `mine`, or usize::MAX for new ones
@@ -250,7 +260,7 @@ fn writer(
             } else {
                 ids.iter().for_each(|id| ledger.refused(id));
             }
-        } else if op < 65 {
+        } else if op < 48 {
             // update one
             let i = pick(rng);
             let m = mine[i].clone();
@@ -269,7 +279,7 @@ fn writer(
             } else {
                 ledger.refused(&m.id);
             }
-        } else if op < 75 {
+        } else if op < 56 {
             // delete one
             let i = pick(rng);
             let m = mine[i].clone();
@@ -286,7 +296,7 @@ fn writer(
             } else {
                 ledger.refused(&m.id);
             }
-        } else if op < 90 {
+        } else if op < 66 {
             // a standalone attachment, up to 256 KiB
             let i = pick(rng);
             let m = mine[i].clone();
@@ -312,6 +322,146 @@ fn writer(
                 mine[i].rev = rev;
             } else {
                 ledger.refused(&m.id);
+            }
+        } else if op < 80 {
+            // an update carrying a new attachment inline (base64) or as a multipart/related
+            // part, keeping the document's other attachments as stubs
+            let i = pick(rng);
+            let m = mine[i].clone();
+            let Ok(cur) = s.try_req("GET", &format!("{db}/{}?rev={}", m.id, m.rev), "") else {
+                return;
+            };
+            ledger.check_status("GET before attach", cur.status, &cur.text);
+            if cur.status != 200 {
+                continue;
+            }
+            let mut stubs = cur.json()["_attachments"].clone();
+            if !stubs.is_object() {
+                stubs = json!({});
+            }
+            let (seed, len) = (rng.next() >> 1, rng.below(64 * 1024) as usize);
+            let name = format!("a-{seed}-{len}");
+            let mut d = item(&m.id, &owner, m.n + 1, rng.below(500) as usize);
+            d["_rev"] = json!(m.rev);
+            ledger.pending(&[&m.id]);
+            let sent = if op < 73 {
+                use base64::Engine;
+                let data = base64::engine::general_purpose::STANDARD.encode(att_bytes(seed, len));
+                stubs[&name] = json!({"content_type": "application/octet-stream", "data": data});
+                d["_attachments"] = stubs;
+                s.try_req("PUT", &format!("{db}/{}", m.id), &d.to_string())
+                    .map(|r| (r.status, r.text))
+            } else {
+                stubs[&name] = json!({"content_type": "application/octet-stream",
+                                      "follows": true, "length": len});
+                d["_attachments"] = stubs;
+                let boundary = format!("b{seed:x}");
+                let mut body = format!(
+                    "--{boundary}\r\nContent-Type: application/json\r\n\r\n{d}\r\n--{boundary}\r\n\r\n"
+                )
+                .into_bytes();
+                body.extend_from_slice(&att_bytes(seed, len));
+                body.extend_from_slice(format!("\r\n--{boundary}--").as_bytes());
+                let ct = format!("multipart/related; boundary=\"{boundary}\"");
+                s.try_req_bytes(
+                    "PUT",
+                    &format!("{db}/{}", m.id),
+                    body,
+                    &[("content-type", &ct)],
+                )
+                .map(|r| (r.status, String::from_utf8_lossy(&r.body).into_owned()))
+            };
+            let Ok((status, text)) = sent else {
+                return;
+            };
+            let what = if op < 73 {
+                "PUT inline attachment"
+            } else {
+                "PUT multipart/related"
+            };
+            ledger.check_status(what, status, &text);
+            if status == 201 {
+                let v: Value = serde_json::from_str(&text).unwrap();
+                let rev = v["rev"].as_str().unwrap().to_string();
+                ledger.acked(&m.id, &rev);
+                mine[i].rev = rev;
+                mine[i].n += 1;
+            } else {
+                ledger.refused(&m.id);
+            }
+        } else if op < 88 {
+            // replicated writes (`new_edits: false`): new documents at a given first
+            // revision, and existing ones extended by a revision the server did not make
+            let mut docs = Vec::new();
+            let mut idx = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                *seq += 1;
+                let id = format!("{owner}-{seq}");
+                let hash = format!("{:016x}{:016x}", rng.next(), rng.next());
+                let mut d = item(&id, &owner, 0, rng.below(500) as usize);
+                d["_rev"] = json!(format!("1-{hash}"));
+                d["_revisions"] = json!({"start": 1, "ids": [hash]});
+                docs.push(d);
+                idx.push(usize::MAX);
+            }
+            let mut seen = HashSet::new();
+            for _ in 0..rng.below(4) {
+                let i = pick(rng);
+                if seen.insert(i) {
+                    let m = &mine[i];
+                    let (gen, old) = m.rev.split_once('-').unwrap();
+                    let gen: u64 = gen.parse().unwrap();
+                    let hash = format!("{:016x}{:016x}", rng.next(), rng.next());
+                    let mut d = item(&m.id, &owner, m.n + 1, rng.below(500) as usize);
+                    d["_rev"] = json!(format!("{}-{hash}", gen + 1));
+                    d["_revisions"] = json!({"start": gen + 1, "ids": [hash, old]});
+                    docs.push(d);
+                    idx.push(i);
+                }
+            }
+            let ids: Vec<String> = docs
+                .iter()
+                .map(|d| d["_id"].as_str().unwrap().to_string())
+                .collect();
+            ledger.pending(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+            let Ok(r) = s.try_req(
+                "POST",
+                &format!("{db}/_bulk_docs"),
+                &json!({"docs": docs, "new_edits": false}).to_string(),
+            ) else {
+                return;
+            };
+            ledger.check_status("_bulk_docs new_edits=false", r.status, &r.text);
+            // Success is an empty list; only failures are listed.
+            let failed: HashSet<String> = if r.status == 201 {
+                r.json()
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|row| row["id"].as_str().map(str::to_string))
+                    .collect()
+            } else {
+                ids.iter().cloned().collect()
+            };
+            for ((id, i), d) in ids.iter().zip(&idx).zip(&docs) {
+                if failed.contains(id) {
+                    ledger.refused(id);
+                    continue;
+                }
+                let rev = d["_rev"].as_str().unwrap().to_string();
+                ledger.acked(id, &rev);
+                let n = d["n"].as_u64().unwrap();
+                if *i == usize::MAX {
+                    mine.push(Mine {
+                        id: id.clone(),
+                        rev,
+                        n,
+                        deleted: false,
+                    });
+                } else {
+                    mine[*i].rev = rev;
+                    mine[*i].n = n;
+                }
             }
         } else {
             // this writer's _local doc
@@ -763,4 +913,28 @@ fn crash_loop() {
         started.elapsed().as_secs_f64()
     );
     assert!(total_acks > 0, "the writers got nothing acknowledged");
+    let tally = ledger.tally.lock().unwrap();
+    eprintln!("crash_loop: answers by operation and status: {tally:?}");
+    // With this many writes, a kind of write never acknowledged is a broken path, not luck.
+    if total_acks >= 1000 {
+        for what in [
+            "PUT new",
+            "_bulk_docs",
+            "PUT update",
+            "DELETE",
+            "PUT attachment",
+            "PUT inline attachment",
+            "PUT multipart/related",
+            "_bulk_docs new_edits=false",
+            "PUT _local",
+            "PUT ddoc",
+        ] {
+            assert!(
+                tally
+                    .iter()
+                    .any(|((w, st), _)| w == what && (200..300).contains(st)),
+                "no {what} was acknowledged: {tally:?}"
+            );
+        }
+    }
 }
