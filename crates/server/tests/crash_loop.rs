@@ -203,63 +203,22 @@ fn writer(
             }
         } else if op < 34 {
             // _bulk_docs: some new, some updates
-            let mut docs = Vec::new();
-            let mut idx = Vec::new(); // index into `mine`, or usize::MAX for new ones
-            for _ in 0..1 + rng.below(10) {
-                *seq += 1;
-                let id = format!("{owner}-{seq}");
-                docs.push(item(&id, &owner, 0, rng.below(500) as usize));
-                idx.push(usize::MAX);
-            }
-            let mut seen = HashSet::new();
-            for _ in 0..rng.below(10) {
-                let i = pick(rng);
-                if seen.insert(i) {
-                    let m = &mine[i];
-                    let mut d = item(&m.id, &owner, m.n + 1, rng.below(500) as usize);
-                    d["_rev"] = json!(m.rev);
-                    docs.push(d);
-                    idx.push(i);
-                }
-            }
-            let ids: Vec<String> = docs
-                .iter()
-                .map(|d| d["_id"].as_str().unwrap().to_string())
-                .collect();
-            ledger.pending(&ids.iter().map(String::as_str).collect::<Vec<_>>());
-            let Ok(r) = s.try_req(
-                "POST",
-                &format!("{db}/_bulk_docs"),
-                &json!({"docs": docs}).to_string(),
-            ) else {
+            let batch = batch(&owner, seq, mine, &live, rng, 10, false);
+            let docs: Vec<&Value> = batch.iter().map(|(d, _)| d).collect();
+            let Ok(r) = send_batch(s, ledger, &batch, json!({"docs": docs})) else {
                 return;
             };
             ledger.check_status("_bulk_docs", r.status, &r.text);
-            if r.status == 201 {
-                for ((row, i), d) in r.json().as_array().unwrap().iter().zip(&idx).zip(&docs) {
-                    let id = row["id"].as_str().unwrap();
-                    match row["rev"].as_str() {
-                        Some(rev) if row.get("error").is_none() => {
-                            ledger.acked(id, rev);
-                            let n = d["n"].as_u64().unwrap();
-                            if *i == usize::MAX {
-                                mine.push(Mine {
-                                    id: id.into(),
-                                    rev: rev.into(),
-                                    n,
-                                    deleted: false,
-                                });
-                            } else {
-                                mine[*i].rev = rev.into();
-                                mine[*i].n = n;
-                            }
-                        }
-                        _ => ledger.refused(id),
-                    }
-                }
-            } else {
-                ids.iter().for_each(|id| ledger.refused(id));
-            }
+            // One row per document, in order: its new revision, or an error.
+            let rows = if r.status == 201 { r.json() } else { json!([]) };
+            let revs: Vec<Option<String>> = (0..batch.len())
+                .map(|k| {
+                    let row = &rows[k];
+                    let rev = row["rev"].as_str().filter(|_| row.get("error").is_none());
+                    rev.map(str::to_string)
+                })
+                .collect();
+            record(ledger, mine, &batch, revs);
         } else if op < 48 {
             // update one
             let i = pick(rng);
@@ -392,77 +351,35 @@ fn writer(
         } else if op < 88 {
             // replicated writes (`new_edits: false`): new documents at a given first
             // revision, and existing ones extended by a revision the server did not make
-            let mut docs = Vec::new();
-            let mut idx = Vec::new();
-            for _ in 0..1 + rng.below(4) {
-                *seq += 1;
-                let id = format!("{owner}-{seq}");
-                let hash = format!("{:016x}{:016x}", rng.next(), rng.next());
-                let mut d = item(&id, &owner, 0, rng.below(500) as usize);
-                d["_rev"] = json!(format!("1-{hash}"));
-                d["_revisions"] = json!({"start": 1, "ids": [hash]});
-                docs.push(d);
-                idx.push(usize::MAX);
-            }
-            let mut seen = HashSet::new();
-            for _ in 0..rng.below(4) {
-                let i = pick(rng);
-                if seen.insert(i) {
-                    let m = &mine[i];
-                    let (gen, old) = m.rev.split_once('-').unwrap();
-                    let gen: u64 = gen.parse().unwrap();
-                    let hash = format!("{:016x}{:016x}", rng.next(), rng.next());
-                    let mut d = item(&m.id, &owner, m.n + 1, rng.below(500) as usize);
-                    d["_rev"] = json!(format!("{}-{hash}", gen + 1));
-                    d["_revisions"] = json!({"start": gen + 1, "ids": [hash, old]});
-                    docs.push(d);
-                    idx.push(i);
-                }
-            }
-            let ids: Vec<String> = docs
-                .iter()
-                .map(|d| d["_id"].as_str().unwrap().to_string())
-                .collect();
-            ledger.pending(&ids.iter().map(String::as_str).collect::<Vec<_>>());
-            let Ok(r) = s.try_req(
-                "POST",
-                &format!("{db}/_bulk_docs"),
-                &json!({"docs": docs, "new_edits": false}).to_string(),
-            ) else {
+            let batch = batch(&owner, seq, mine, &live, rng, 4, true);
+            let docs: Vec<&Value> = batch.iter().map(|(d, _)| d).collect();
+            let body = json!({"docs": docs, "new_edits": false});
+            let Ok(r) = send_batch(s, ledger, &batch, body) else {
                 return;
             };
             ledger.check_status("_bulk_docs new_edits=false", r.status, &r.text);
             // Success is an empty list; only failures are listed.
-            let failed: HashSet<String> = if r.status == 201 {
-                r.json()
+            let failed: HashSet<String> = match r.status {
+                201 => r
+                    .json()
                     .as_array()
                     .unwrap()
                     .iter()
                     .filter_map(|row| row["id"].as_str().map(str::to_string))
-                    .collect()
-            } else {
-                ids.iter().cloned().collect()
+                    .collect(),
+                _ => batch
+                    .iter()
+                    .map(|(d, _)| d["_id"].as_str().unwrap().to_string())
+                    .collect(),
             };
-            for ((id, i), d) in ids.iter().zip(&idx).zip(&docs) {
-                if failed.contains(id) {
-                    ledger.refused(id);
-                    continue;
-                }
-                let rev = d["_rev"].as_str().unwrap().to_string();
-                ledger.acked(id, &rev);
-                let n = d["n"].as_u64().unwrap();
-                if *i == usize::MAX {
-                    mine.push(Mine {
-                        id: id.clone(),
-                        rev,
-                        n,
-                        deleted: false,
-                    });
-                } else {
-                    mine[*i].rev = rev;
-                    mine[*i].n = n;
-                }
-            }
+            let revs = batch
+                .iter()
+                .map(|(d, _)| {
+                    let id = d["_id"].as_str().unwrap();
+                    (!failed.contains(id)).then(|| d["_rev"].as_str().unwrap().to_string())
+                })
+                .collect();
+            record(ledger, mine, &batch, revs);
         } else {
             // this writer's _local doc
             let id = format!("_local/{owner}");
@@ -486,6 +403,99 @@ fn writer(
             } else {
                 e.1 = false;
             }
+        }
+    }
+}
+
+/// A `_bulk_docs` batch of one writer: 1 to `most` new documents, then edits of up to
+/// `most` distinct live ones, each with the index in `mine` it edits (`usize::MAX` for new
+/// ones). `replicated` batches carry revisions the writer made up (for `new_edits: false`):
+/// new documents at generation 1, edits one generation past the current revision.
+fn batch(
+    owner: &str,
+    seq: &mut u64,
+    mine: &[Mine],
+    live: &[usize],
+    rng: &mut Rng,
+    most: u64,
+    replicated: bool,
+) -> Vec<(Value, usize)> {
+    let mut out = Vec::new();
+    let made_up = |rng: &mut Rng, d: &mut Value, gen: u64, parent: Option<&str>| {
+        let hash = format!("{:016x}{:016x}", rng.next(), rng.next());
+        d["_rev"] = json!(format!("{gen}-{hash}"));
+        let ids: Vec<&str> = std::iter::once(hash.as_str()).chain(parent).collect();
+        d["_revisions"] = json!({"start": gen, "ids": ids});
+    };
+    for _ in 0..1 + rng.below(most) {
+        *seq += 1;
+        let id = format!("{owner}-{seq}");
+        let mut d = item(&id, owner, 0, rng.below(500) as usize);
+        if replicated {
+            made_up(rng, &mut d, 1, None);
+        }
+        out.push((d, usize::MAX));
+    }
+    let mut seen = HashSet::new();
+    for _ in 0..rng.below(most) {
+        let i = live[rng.below(live.len() as u64) as usize];
+        if !seen.insert(i) {
+            continue;
+        }
+        let m = &mine[i];
+        let mut d = item(&m.id, owner, m.n + 1, rng.below(500) as usize);
+        if replicated {
+            let (gen, parent) = m.rev.split_once('-').unwrap();
+            made_up(rng, &mut d, gen.parse::<u64>().unwrap() + 1, Some(parent));
+        } else {
+            d["_rev"] = json!(m.rev);
+        }
+        out.push((d, i));
+    }
+    out
+}
+
+/// Posts a batch to `_bulk_docs`, its documents pending until the answer is recorded.
+fn send_batch(
+    s: &Server,
+    ledger: &Ledger,
+    batch: &[(Value, usize)],
+    body: Value,
+) -> Result<common::Resp, ureq::Error> {
+    let ids: Vec<&str> = batch
+        .iter()
+        .map(|(d, _)| d["_id"].as_str().unwrap())
+        .collect();
+    ledger.pending(&ids);
+    s.try_req("POST", &format!("/{DB}/_bulk_docs"), &body.to_string())
+}
+
+/// Records a batch's outcome: each document's acknowledged revision, or `None` if it was
+/// refused.
+fn record(
+    ledger: &Ledger,
+    mine: &mut Vec<Mine>,
+    batch: &[(Value, usize)],
+    revs: Vec<Option<String>>,
+) {
+    for ((d, i), rev) in batch.iter().zip(revs) {
+        let id = d["_id"].as_str().unwrap();
+        let Some(rev) = rev else {
+            ledger.refused(id);
+            continue;
+        };
+        ledger.acked(id, &rev);
+        let n = d["n"].as_u64().unwrap();
+        if *i == usize::MAX {
+            mine.push(Mine {
+                id: id.into(),
+                rev,
+                n,
+                deleted: false,
+            });
+        } else {
+            mine[*i].rev = rev;
+            mine[*i].n = n;
         }
     }
 }
