@@ -372,12 +372,12 @@ impl Database {
         let (reply, rx) = oneshot::channel();
         // As `couch_db:update_docs` for interactive edits: every document fails, none is
         // written; replicated writes (`new_edits=false`) still go through.
-        if new_edits && self.config.disk.blocks().interactive_writes {
+        if new_edits && self.config.disk.room_for_edits().is_err() {
             let refused = docs
                 .into_iter()
                 .map(|d| UpdateResult::Err {
                     id: d.id.unwrap_or_default(),
-                    error: Error::InsufficientStorage(disk::WRITES_REFUSED.into()),
+                    error: disk::edits_refused(),
                 })
                 .collect();
             let _ = reply.send(Ok(refused));
@@ -396,9 +396,7 @@ impl Database {
         update: LocalUpdate,
     ) -> Result<oneshot::Receiver<Result<u64>>> {
         // Local documents are interactive edits too.
-        if self.config.disk.blocks().interactive_writes {
-            return Err(Error::InsufficientStorage(disk::WRITES_REFUSED.into()));
-        }
+        self.config.disk.room_for_edits()?;
         let (reply, rx) = oneshot::channel();
         self.submit(Job::Local { update, reply })?;
         Ok(rx)

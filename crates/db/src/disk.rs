@@ -19,6 +19,11 @@ pub const NO_SPACE: &str = "No space left on device";
 /// The reason of a query refused past `interactive_view_indexing_threshold` (CouchDB's).
 pub const INDEXING_REFUSED: &str = "not enough room to update index";
 
+/// The error of an interactive edit refused past `interactive_database_writes_threshold`.
+pub fn edits_refused() -> crate::Error {
+    crate::Error::InsufficientStorage(WRITES_REFUSED.into())
+}
+
 /// The `[disk_monitor]` settings, with CouchDB's defaults. Thresholds are percentages of
 /// the file system in use; past one (strictly greater), its kind of work stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +110,15 @@ impl DiskMonitor {
 
     pub fn blocks(&self) -> Blocks {
         self.thresholds().blocks(self.percent_used())
+    }
+
+    /// `Err(insufficient_storage)` while interactive edits are refused (past
+    /// `interactive_database_writes_threshold`), as `couch_db:update_docs` refuses them.
+    pub fn room_for_edits(&self) -> crate::Result<()> {
+        if self.blocks().interactive_writes {
+            return Err(edits_refused());
+        }
+        Ok(())
     }
 }
 

@@ -122,12 +122,8 @@ pub fn submit(
     }
     // Past `[disk_monitor]`'s threshold every interactive edit fails before validation
     // and before its attachments are stored, as `couch_db:update_docs` checks first.
-    if new_edits && db.config().disk.blocks().interactive_writes {
-        let refused = || {
-            Some(Err(Error::Db(settee_db::Error::InsufficientStorage(
-                settee_db::disk::WRITES_REFUSED.into(),
-            ))))
-        };
+    if new_edits && db.config().disk.room_for_edits().is_err() {
+        let refused = || Some(Err(Error::Db(settee_db::disk::edits_refused())));
         let out = docs.iter().map(|_| refused()).collect();
         return Ok(Pending { out, rx: None });
     }

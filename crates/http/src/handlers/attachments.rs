@@ -469,11 +469,7 @@ async fn put(
     }
     // Past `[disk_monitor]`'s threshold the edit would be refused: do not store the
     // content first.
-    if db.config().disk.blocks().interactive_writes {
-        return Err(
-            settee_db::Error::InsufficientStorage(settee_db::disk::WRITES_REFUSED.into()).into(),
-        );
-    }
+    db.config().disk.room_for_edits()?;
     let content_type = req
         .header("content-type")
         .unwrap_or("application/octet-stream")
