@@ -85,6 +85,78 @@ fn couchdb_does_too(status: u16, error: &str) -> bool {
     )
 }
 
+/// What a sweep's answers came to: a 5xx CouchDB gives too is counted by name, any other
+/// 5xx is a failure. `SWEEP_TRACE=1` prints every answer.
+#[derive(Default)]
+struct Verdicts {
+    trace: bool,
+    sent: u64,
+    unanswered: u64,
+    statuses: std::collections::BTreeMap<u16, u64>,
+    faithful: std::collections::BTreeMap<String, u64>,
+    bad: Vec<String>,
+}
+
+impl Verdicts {
+    fn new() -> Verdicts {
+        Verdicts {
+            trace: std::env::var_os("SWEEP_TRACE").is_some(),
+            ..Verdicts::default()
+        }
+    }
+
+    fn record(&mut self, what: &str, answer: Option<(u16, String)>) {
+        if self.trace {
+            eprintln!("{answer:?} {what:.200}");
+        }
+        self.sent += 1;
+        let Some((code, error)) = answer else {
+            self.unanswered += 1;
+            return;
+        };
+        *self.statuses.entry(code).or_default() += 1;
+        if code >= 500 && couchdb_does_too(code, &error) {
+            *self.faithful.entry(format!("{code} {error}")).or_default() += 1;
+        } else if code >= 500 {
+            self.bad.push(format!("{code} {error} {what:.400}"));
+        }
+    }
+
+    /// Prints the tally and fails on any unexpected 5xx.
+    fn finish(&self, name: &str) {
+        eprintln!(
+            "{name}: {} requests, statuses {:?}, {} closed without an answer, {} unexpected \
+             5xx; 5xx as CouchDB answers them: {:?}",
+            self.sent,
+            self.statuses,
+            self.unanswered,
+            self.bad.len(),
+            self.faithful
+        );
+        assert!(
+            self.bad.is_empty(),
+            "{name}: 5xx answers ({}):\n{}",
+            self.bad.len(),
+            self.bad.join("\n")
+        );
+    }
+}
+
+/// Sends `req` and returns its answer. A HEAD answer has no body to name its error, so a
+/// HEAD that gets a 5xx is asked again with GET to learn the name.
+fn ask(host: &str, req: &Req, patience: Duration) -> Option<(u16, String)> {
+    let (code, error) = send(host, &req.bytes(host), patience)?;
+    if code >= 500 && req.method == "HEAD" {
+        let get = Req {
+            method: "GET",
+            ..req.clone()
+        };
+        let named = send(host, &get.bytes(host), WELL_FRAMED).map(|a| a.1);
+        return Some((code, named.unwrap_or(error)));
+    }
+    Some((code, error))
+}
+
 #[derive(Clone)]
 struct Req<'a> {
     method: &'a str,
@@ -542,25 +614,8 @@ fn malformed_requests_get_no_5xx() {
     let before = snapshot(&s);
     populate(&s);
 
-    let mut bad: Vec<String> = Vec::new();
-    let mut sent = 0u64;
-    let mut unanswered = 0u64;
-    let trace = std::env::var_os("SWEEP_TRACE").is_some();
-    let mut faithful = std::collections::BTreeMap::<String, u64>::new();
-    let mut check = |what: String, answer: Option<(u16, String)>| {
-        if trace {
-            eprintln!("{answer:?} {:.200}", what);
-        }
-        sent += 1;
-        match answer {
-            Some((code, error)) if code >= 500 && couchdb_does_too(code, &error) => {
-                *faithful.entry(format!("{code} {error}")).or_default() += 1;
-            }
-            Some((code, error)) if code >= 500 => bad.push(format!("{code} {error} {what:.300}")),
-            None => unanswered += 1,
-            _ => {}
-        }
-    };
+    let mut verdicts = Verdicts::new();
+    let mut check = |what: String, answer| verdicts.record(&what, answer);
     let admin = vec![("Authorization".to_string(), auth.clone())];
     let json_ct = ("Content-Type".to_string(), "application/json".to_string());
 
@@ -581,7 +636,7 @@ fn malformed_requests_get_no_5xx() {
                 };
                 check(
                     format!("{method} {path} body={name}"),
-                    send(&host, &req.bytes(&host), WELL_FRAMED),
+                    ask(&host, &req, WELL_FRAMED),
                 );
             }
         }
@@ -601,10 +656,7 @@ fn malformed_requests_get_no_5xx() {
                     body,
                     length: true,
                 };
-                check(
-                    format!("{method} {path}{q}"),
-                    send(&host, &req.bytes(&host), WELL_FRAMED),
-                );
+                check(format!("{method} {path}{q}"), ask(&host, &req, WELL_FRAMED));
             }
         }
         populate(&s);
@@ -629,7 +681,7 @@ fn malformed_requests_get_no_5xx() {
                 };
                 check(
                     format!("{method} {path} headers={name}"),
-                    send(&host, &req.bytes(&host), WELL_FRAMED),
+                    ask(&host, &req, WELL_FRAMED),
                 );
             }
         }
@@ -649,7 +701,7 @@ fn malformed_requests_get_no_5xx() {
                 };
                 check(
                     format!("{method} {path:.80} anon={anon}"),
-                    send(&host, &req.bytes(&host), WELL_FRAMED),
+                    ask(&host, &req, WELL_FRAMED),
                 );
             }
         }
@@ -668,7 +720,7 @@ fn malformed_requests_get_no_5xx() {
                 };
                 check(
                     format!("anon {method} {path} body={name}"),
-                    send(&host, &req.bytes(&host), WELL_FRAMED),
+                    ask(&host, &req, WELL_FRAMED),
                 );
             }
         }
@@ -679,17 +731,7 @@ fn malformed_requests_get_no_5xx() {
         check(format!("framing: {name}"), send(&host, &bytes, BROKEN));
     }
 
-    eprintln!(
-        "http_sweep: {sent} requests, {} 5xx, {unanswered} closed without an answer; \
-         5xx as CouchDB answers them: {faithful:?}",
-        bad.len()
-    );
-    assert!(
-        bad.is_empty(),
-        "5xx answers ({}):\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    verdicts.finish("http_sweep");
 
     // The server is intact: it answers, `keep` is as it was, and it takes writes.
     assert_eq!(s.get("/").status, 200);
@@ -1460,9 +1502,7 @@ fn generated_requests_get_no_5xx() {
     let mut g = generated::Gen {
         rng: rand::rngs::StdRng::seed_from_u64(seed),
     };
-    let trace = std::env::var_os("SWEEP_TRACE").is_some();
-    let (mut bad, mut statuses) = (Vec::new(), std::collections::BTreeMap::<u16, u64>::new());
-    let mut faithful = std::collections::BTreeMap::<String, u64>::new();
+    let mut verdicts = Verdicts::new();
     for n in 0..count {
         let d = g.draw(&auth);
         let req = Req {
@@ -1472,33 +1512,10 @@ fn generated_requests_get_no_5xx() {
             body: d.body,
             length: d.length,
         };
-        let what = format!("#{n} {} {}", d.method, d.target);
-        let answer = send(
-            &host,
-            &req.bytes(&host),
-            if d.length { WELL_FRAMED } else { BROKEN },
-        );
-        if trace {
-            eprintln!("{answer:?} {what:.200}");
-        }
-        if let Some((code, mut error)) = answer {
-            *statuses.entry(code).or_default() += 1;
-            if code >= 500 && d.method == "HEAD" {
-                // A HEAD answer has no body to name the error: ask again with GET.
-                let get = Req {
-                    method: "GET",
-                    ..req.clone()
-                };
-                error = send(&host, &get.bytes(&host), WELL_FRAMED).map_or(error, |a| a.1);
-            }
-            if code >= 500 && couchdb_does_too(code, &error) {
-                *faithful.entry(format!("{code} {error}")).or_default() += 1;
-            } else if code >= 500 {
-                let body =
-                    String::from_utf8_lossy(&req.body[..req.body.len().min(300)]).into_owned();
-                bad.push(format!("{code} {error} {what:.300} body={body}"));
-            }
-        }
+        let patience = if d.length { WELL_FRAMED } else { BROKEN };
+        let body = String::from_utf8_lossy(&req.body[..req.body.len().min(200)]).into_owned();
+        let what = format!("#{n} {} {:.200} body={body}", d.method, d.target);
+        verdicts.record(&what, ask(&host, &req, patience));
         if n % 500 == 499 {
             // Fresh sacrificial databases: random edits may have left their design
             // documents in any state.
@@ -1507,16 +1524,7 @@ fn generated_requests_get_no_5xx() {
             populate(&s);
         }
     }
-    eprintln!(
-        "generated sweep: statuses {statuses:?}, {} unexpected 5xx; \
-         5xx as CouchDB answers them: {faithful:?}",
-        bad.len()
-    );
-    assert!(
-        bad.is_empty(),
-        "5xx answers (seed {seed}):\n{}",
-        bad.join("\n")
-    );
+    verdicts.finish(&format!("generated sweep (SWEEP_SEED={seed})"));
     assert_eq!(s.get("/_up").status, 200);
     let after = snapshot(&s);
     assert_eq!(after.0, before.0, "keep's documents changed");
