@@ -9,7 +9,6 @@ use bytes::Bytes;
 use futures_util::{stream, Stream, StreamExt};
 use serde_json::{Map, Value};
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 
 /// The `boundary` parameter of a multipart content type.
 pub fn boundary_of(content_type: &str) -> Option<String> {
@@ -113,15 +112,19 @@ fn with_headers<S, O, E>(
 where
     S: Stream<Item = Result<O, E>> + Send + 'static,
     O: Into<Bytes> + 'static,
-    E: 'static,
+    E: Send + 'static,
 {
-    let fix = Arc::new(Mutex::new(EmptyHeaders::new(boundary)));
-    let end = Arc::clone(&fix);
-    fn lock(f: &Mutex<EmptyHeaders>) -> std::sync::MutexGuard<'_, EmptyHeaders> {
-        f.lock().unwrap_or_else(|p| p.into_inner())
-    }
-    body.map(move |chunk| chunk.map(|c| lock(&fix).feed(&c.into())))
-        .chain(stream::once(async move { Ok(lock(&end).finish()) }))
+    // `None` marks the end of the body, where the held-back bytes are passed on.
+    body.map(Some).chain(stream::once(async { None })).scan(
+        EmptyHeaders::new(boundary),
+        |fix, item| {
+            let out = match item {
+                Some(chunk) => chunk.map(|c| fix.feed(&c.into())),
+                None => Ok(fix.finish()),
+            };
+            std::future::ready(Some(out))
+        },
+    )
 }
 
 /// Reads a `multipart/related` body split at `boundary`: returns the document (the first
@@ -136,7 +139,7 @@ pub async fn read_related<S, O, E, K>(
 where
     S: Stream<Item = Result<O, E>> + Send + 'static,
     O: Into<Bytes> + 'static,
-    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     K: FollowsSink,
 {
     let body = with_headers(body, &boundary);
