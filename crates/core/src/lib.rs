@@ -9,6 +9,7 @@ mod doc;
 mod error;
 pub mod etf;
 mod names;
+pub mod node;
 pub mod reduce;
 mod rev;
 mod revtree;

@@ -433,7 +433,7 @@ impl Replications {
                 Some((
                     id,
                     json!({
-                        "node": "nonode@nohost",
+                        "node": settee_core::node::name(),
                         "pid": format!("<0.{}.0>", run.pid),
                         "bulk_get_attempts": s.bulk_get_attempts,
                         "bulk_get_docs": s.bulk_get_docs,
@@ -524,7 +524,7 @@ impl Job {
             "doc_id": self.origin.as_ref().map(|o| o.doc_id.clone()),
             "info": self.info(),
             "history": history,
-            "node": "nonode@nohost",
+            "node": settee_core::node::name(),
             "start_time": settee_core::dates::iso8601(self.start_time),
         })
     }

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// An ini file in CouchDB's format, read before `<data-dir>/local.ini`.
     #[arg(long, env = "SETTEE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// This node's name, `name@host` as CouchDB's Erlang node names (`[settee] node_name`;
+    /// default `nonode@nohost`).
+    #[arg(long, env = "SETTEE_NODE_NAME")]
+    pub node_name: Option<String>,
 }
 
 /// What the binary needs at startup. Settings that components read live (document size,
@@ -42,6 +46,8 @@ pub struct Settings {
     /// The live configuration: the `--config` file, then `local.ini`, plus `--admin`.
     pub node: settee_http::NodeConfig,
     pub server_uuid: String,
+    /// This node's name (`--node-name`, `[settee] node_name`).
+    pub node_name: String,
     pub max_http_request_size: usize,
     /// A password generated on first start, to print once.
     pub generated_password: Option<(String, String)>,
@@ -159,6 +165,11 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         settee_http::HttpConfig::default().max_http_request_size,
     )?;
     let view_workers = int("settee", "view_index_workers", 0)?;
+    let node_name = match &args.node_name {
+        Some(n) => n.clone(),
+        None => node.get_or("settee", "node_name", settee_core::node::DEFAULT_NAME),
+    };
+    settee_core::node::check_name(&node_name)?;
     let storage_cache_size = int(
         "settee",
         "storage_cache_size",
@@ -169,6 +180,7 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         bind,
         node,
         server_uuid,
+        node_name,
         max_http_request_size,
         view_workers,
         storage_cache_size,

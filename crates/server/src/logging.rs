@@ -117,7 +117,7 @@ where
             writer,
             "[{level}] {} {} <0.{}.0> {nonce} ",
             timestamp(std::time::SystemTime::now()),
-            settee_http::NODE_NAME,
+            settee_core::node::name(),
             thread_number(),
         )?;
         ctx.field_format().format_fields(writer.by_ref(), event)?;

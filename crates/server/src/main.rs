@@ -70,6 +70,7 @@ fn serve(
     log_from_env: bool,
 ) -> Result<(), String> {
     let settings = config::resolve(&args)?;
+    settee_core::node::set_name(&settings.node_name)?;
     if let (false, Some(level)) = (log_from_env, settings.node.get("log", "level")) {
         log.set(&level);
     }

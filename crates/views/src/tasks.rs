@@ -94,7 +94,7 @@ impl Tasks {
                     "changes_done": t.changes_done,
                     "database": t.database,
                     "design_document": t.design_document,
-                    "node": "nonode@nohost",
+                    "node": settee_core::node::name(),
                     "pid": pid,
                     "process_status": "running",
                     "progress": progress,

@@ -4,7 +4,6 @@
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::doc;
-use crate::handlers::node::NODE_NAME;
 use crate::render::seq;
 use crate::reply::{json, ok_true};
 use crate::req::require_json;
@@ -54,7 +53,7 @@ pub fn shards(db: &Database, id: Option<&str>, req: &Req) -> ApiResult<Response>
         None => {
             let shards: Map<String, Value> = ranges(props.q)
                 .into_iter()
-                .map(|r| (range_name(r), json!([NODE_NAME])))
+                .map(|r| (range_name(r), json!([settee_core::node::name()])))
                 .collect();
             json!({ "shards": shards })
         }
@@ -63,7 +62,7 @@ pub fn shards(db: &Database, id: Option<&str>, req: &Req) -> ApiResult<Response>
                 settee_core::validate_partitioned_doc_id(id)?;
             }
             let range = range_of(props.q, id, props.partitioned);
-            json!({"range": range_name(range), "nodes": [NODE_NAME]})
+            json!({"range": range_name(range), "nodes": [settee_core::node::name()]})
         }
     };
     Ok(json(StatusCode::OK, &v))
@@ -326,7 +325,7 @@ impl Tasks {
                 json!({
                     "changes_done": p.done,
                     "database": t.database,
-                    "node": crate::handlers::node::NODE_NAME,
+                    "node": settee_core::node::name(),
                     "phase": p.phase.as_str(),
                     "pid": format!("<0.{}.1>", t.pid),
                     "process_status": "running",
