@@ -208,13 +208,7 @@ pub fn check_members(ddoc: &Map<String, Value>) -> Result<(), DesignError> {
         .map(|(_, v)| v)
     {
         if let Some(Value::String(reduce)) = view.get("reduce") {
-            if crate::reduce::Builtin::is_reserved(reduce)
-                && crate::reduce::Builtin::from_source(reduce).is_none()
-            {
-                return Err(DesignError(format!(
-                    "`{reduce}` is not a supported reduce function."
-                )));
-            }
+            crate::reduce::Builtin::parse(reduce).map_err(DesignError)?;
         }
     }
     Ok(())
@@ -238,7 +232,8 @@ fn check_path<'a>(
     for (key, value, types) in members {
         path.push(key);
         if !types.iter().any(|t| t.holds(value)) {
-            let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+            // CouchDB's `format_type` joins the names back to front.
+            let names: Vec<&str> = types.iter().rev().map(|t| t.name()).collect();
             return Err(DesignError(format!(
                 "`{}` field must have {} type",
                 path.join("."),
@@ -340,7 +335,7 @@ mod tests {
         assert_eq!(members(json!({"filters": []})), wrong("filters", "object"));
         assert_eq!(
             members(json!({"filters": {"ok": "function(){}", "bad": 1}})),
-            wrong("filters.bad", "object or string")
+            wrong("filters.bad", "string or object")
         );
         assert_eq!(
             members(json!({"language": null})),
@@ -357,11 +352,11 @@ mod tests {
         );
         assert_eq!(
             members(json!({"rewrites": {}})),
-            wrong("rewrites", "string or array")
+            wrong("rewrites", "array or string")
         );
         assert_eq!(
             members(json!({"shows": {"s": []}})),
-            wrong("shows.s", "object or string")
+            wrong("shows.s", "string or object")
         );
         assert_eq!(members(json!({"updates": 1})), wrong("updates", "object"));
         assert_eq!(

@@ -110,7 +110,18 @@ pub enum Builtin {
     Count,
     Stats,
     ApproxCountDistinct,
+    /// `_top_N`: the N greatest distinct values in collation order, greatest first.
+    Top(u8),
+    /// `_bottom_N`: the N least distinct values in collation order, least first.
+    Bottom(u8),
+    /// `_first`: the value of the first row in index order (key, then document id).
+    First,
+    /// `_last`: the value of the last row in index order.
+    Last,
 }
+
+/// The largest N of `_top_N` and `_bottom_N` (CouchDB's `MAX_RANK`).
+pub const MAX_RANK: u8 = 100;
 
 /// A reduction CouchDB reports as an error: `error` and `reason` as CouchDB names them
 /// (`builtin_reduce_error` for `_sum`'s bad input, `invalid_value` for `_stats`'), and for
@@ -140,16 +151,36 @@ impl Builtin {
     /// `_`-name, which CouchDB rejects when the design document is saved (see
     /// [`Builtin::is_reserved`]).
     pub fn from_source(src: &str) -> Option<Builtin> {
-        const PREFIXES: [(&str, Builtin); 4] = [
+        Builtin::parse(src).ok().flatten()
+    }
+
+    /// [`Builtin::from_source`] with the reason CouchDB gives when it refuses to save a
+    /// design document naming `src`: `Ok(None)` for JavaScript, an error for an unknown
+    /// `_`-name or a rank (`_top_N`, `_bottom_N`) that is not an integer from 1 to
+    /// [`MAX_RANK`].
+    pub fn parse(src: &str) -> Result<Option<Builtin>, String> {
+        const PREFIXES: [(&str, Builtin); 6] = [
             ("_sum", Builtin::Sum),
             ("_count", Builtin::Count),
             ("_stats", Builtin::Stats),
             ("_approx_count_distinct", Builtin::ApproxCountDistinct),
+            ("_first", Builtin::First),
+            ("_last", Builtin::Last),
         ];
-        PREFIXES
-            .iter()
-            .find(|(prefix, _)| src.starts_with(prefix))
-            .map(|&(_, builtin)| builtin)
+        if let Some(&(_, builtin)) = PREFIXES.iter().find(|(prefix, _)| src.starts_with(prefix))
+        {
+            return Ok(Some(builtin));
+        }
+        if let Some(n) = src.strip_prefix("_top_") {
+            return rank(n).map(|n| Some(Builtin::Top(n)));
+        }
+        if let Some(n) = src.strip_prefix("_bottom_") {
+            return rank(n).map(|n| Some(Builtin::Bottom(n)));
+        }
+        if Builtin::is_reserved(src) {
+            return Err(format!("`{src}` is not a supported reduce function."));
+        }
+        Ok(None)
     }
 
     /// Whether CouchDB reads `src` as a built-in name rather than JavaScript: it starts
@@ -158,13 +189,17 @@ impl Builtin {
         src.starts_with('_')
     }
 
-    /// The canonical name: `"_sum"`, `"_count"`, `"_stats"` or `"_approx_count_distinct"`.
-    pub fn name(self) -> &'static str {
+    /// The canonical name: `"_sum"`, `"_count"`, `"_stats"`, `"_top_3"`, ….
+    pub fn name(self) -> String {
         match self {
-            Builtin::Sum => "_sum",
-            Builtin::Count => "_count",
-            Builtin::Stats => "_stats",
-            Builtin::ApproxCountDistinct => "_approx_count_distinct",
+            Builtin::Sum => "_sum".into(),
+            Builtin::Count => "_count".into(),
+            Builtin::Stats => "_stats".into(),
+            Builtin::ApproxCountDistinct => "_approx_count_distinct".into(),
+            Builtin::Top(n) => format!("_top_{n}"),
+            Builtin::Bottom(n) => format!("_bottom_{n}"),
+            Builtin::First => "_first".into(),
+            Builtin::Last => "_last".into(),
         }
     }
 
@@ -179,6 +214,15 @@ impl Builtin {
             Builtin::ApproxCountDistinct => {
                 Ok(hll::Sketch::of_keys(rows.iter().map(|(key, _)| *key)).to_json())
             }
+            Builtin::Top(n) | Builtin::Bottom(n) => Ok(ranked(
+                self,
+                n,
+                rows.iter().map(|(_, value)| std::slice::from_ref(*value)),
+            )),
+            // Rows come in index order, so the first and last rows are the edges; the
+            // partial is `[value]` (`[]` for no rows).
+            Builtin::First => Ok(Value::Array(rows.first().map(|r| r.1.clone()).into_iter().collect())),
+            Builtin::Last => Ok(Value::Array(rows.last().map(|r| r.1.clone()).into_iter().collect())),
         }
     }
 
@@ -189,6 +233,16 @@ impl Builtin {
             Builtin::Sum | Builtin::Count => sum_rows(values()),
             Builtin::Stats => stats_rows(partials.iter().map(|partial| stats_partial(partial))),
             Builtin::ApproxCountDistinct => hll::Sketch::union(partials).map(|s| s.to_json()),
+            Builtin::Top(n) | Builtin::Bottom(n) => Ok(ranked(
+                self,
+                n,
+                partials
+                    .iter()
+                    .map(|p| p.as_array().map_or(&[][..], Vec::as_slice)),
+            )),
+            // Partials come in index order too: the first (last) one that saw a row.
+            Builtin::First => Ok(edge(partials.iter())),
+            Builtin::Last => Ok(edge(partials.iter().rev())),
         }
     }
 
@@ -200,9 +254,54 @@ impl Builtin {
         match self {
             Builtin::ApproxCountDistinct => hll::Sketch::from_json(partial)
                 .map_or(Value::Null, |sketch| Value::from(sketch.estimate())),
+            Builtin::First | Builtin::Last => partial
+                .as_array()
+                .and_then(|a| a.first())
+                .cloned()
+                .unwrap_or(Value::Null),
             _ => partial.clone(),
         }
     }
+}
+
+/// A rank as CouchDB's `binary_to_integer/1` reads it, from 1 to [`MAX_RANK`].
+fn rank(n: &str) -> Result<u8, String> {
+    let digits = n.strip_prefix(['+', '-']).unwrap_or(n);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("invalid rank reducer".into());
+    }
+    match n.parse::<i64>() {
+        Ok(v) if (1..=i64::from(MAX_RANK)).contains(&v) => Ok(v as u8),
+        _ => Err(format!("rank value must be between 1 and {MAX_RANK}")),
+    }
+}
+
+/// `_top_N` / `_bottom_N`: the values of `lists`, distinct in collation (one of each
+/// equal group, the first seen), greatest (least) first, at most `n` of them.
+fn ranked<'a>(which: Builtin, n: u8, lists: impl Iterator<Item = &'a [Value]>) -> Value {
+    let mut acc: Vec<Value> = Vec::new();
+    for v in lists.flatten() {
+        let pos = acc.binary_search_by(|x| {
+            let o = crate::collate::compare(x, v);
+            if matches!(which, Builtin::Top(_)) {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        if let Err(at) = pos {
+            acc.insert(at, v.clone());
+            acc.truncate(usize::from(n));
+        }
+    }
+    Value::Array(acc)
+}
+
+/// `_first` / `_last` over partials in the order to search: the first non-empty one.
+fn edge<'a>(mut partials: impl Iterator<Item = &'a &'a Value>) -> Value {
+    partials
+        .find(|p| p.as_array().is_some_and(|a| !a.is_empty()))
+        .map_or(Value::Array(Vec::new()), |p| (*p).clone())
 }
 
 impl ReduceError {

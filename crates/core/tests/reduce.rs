@@ -63,6 +63,14 @@ fn sources_name_builtins_by_prefix() {
         ("_count", Some(Builtin::Count)),
         ("_stats", Some(Builtin::Stats)),
         ("_approx_count_distinct", Some(Builtin::ApproxCountDistinct)),
+        ("_top_3", Some(Builtin::Top(3))),
+        ("_top_01", Some(Builtin::Top(1))),
+        ("_bottom_100", Some(Builtin::Bottom(100))),
+        ("_first", Some(Builtin::First)),
+        ("_firstly", Some(Builtin::First)),
+        ("_last", Some(Builtin::Last)),
+        ("_top_0", None),
+        ("_top_x", None),
         (" _sum", None),
         ("_foo", None),
         ("function (keys, values) { return sum(values); }", None),
@@ -77,9 +85,49 @@ fn sources_name_builtins_by_prefix() {
         Builtin::Count,
         Builtin::Stats,
         Builtin::ApproxCountDistinct,
+        Builtin::Top(7),
+        Builtin::Bottom(1),
+        Builtin::First,
+        Builtin::Last,
     ] {
-        assert_eq!(Builtin::from_source(builtin.name()), Some(builtin));
+        assert_eq!(Builtin::from_source(&builtin.name()), Some(builtin));
     }
+    // The reasons CouchDB 3.5.2 gives when it refuses to save such a design document.
+    let reason = |src: &str| Builtin::parse(src).unwrap_err();
+    assert_eq!(reason("_top_0"), "rank value must be between 1 and 100");
+    assert_eq!(reason("_bottom_101"), "rank value must be between 1 and 100");
+    assert_eq!(reason("_top_-1"), "rank value must be between 1 and 100");
+    assert_eq!(reason("_top_x"), "invalid rank reducer");
+    assert_eq!(reason("_bottom_"), "invalid rank reducer");
+    assert_eq!(reason("_top_3x"), "invalid rank reducer");
+    assert_eq!(reason("_foo"), "`_foo` is not a supported reduce function.");
+}
+
+/// `_top_N`, `_bottom_N`, `_first` and `_last` as CouchDB 3.5.2 answers them (values of the
+/// rows asked for in the reference: 1, 5, 3, 5, "s", [1] under keys x, x, y, y, y, x).
+#[test]
+fn rank_and_edge_reducers() {
+    let values = [json!(1), json!(5), json!(3), json!(5), json!("s"), json!([1])];
+    let keys = [json!("x"), json!("x"), json!("y"), json!("y"), json!("y"), json!("x")];
+    let rows: Vec<(&serde_json::Value, &serde_json::Value)> = keys.iter().zip(&values).collect();
+    let top = Builtin::Top(3).reduce(&rows).unwrap();
+    assert_eq!(top, json!([[1], "s", 5]));
+    assert_eq!(Builtin::Bottom(2).reduce(&rows).unwrap(), json!([1, 3]));
+    // Rereducing partials of halves gives the same as reducing the whole.
+    let a = Builtin::Top(3).reduce(&rows[..3]).unwrap();
+    let b = Builtin::Top(3).reduce(&rows[3..]).unwrap();
+    assert_eq!(Builtin::Top(3).rereduce(&[&a, &b]).unwrap(), top);
+    assert_eq!(Builtin::Top(3).finalize(&top), top);
+    // Index order: key, then id (here the order given).
+    let first = Builtin::First.reduce(&rows[..2]).unwrap();
+    let last = Builtin::Last.reduce(&rows[4..]).unwrap();
+    assert_eq!(Builtin::First.finalize(&first), json!(1));
+    assert_eq!(Builtin::Last.finalize(&last), json!([1]));
+    let empty = Builtin::Last.reduce(&[]).unwrap();
+    let both = Builtin::Last.rereduce(&[&first, &last, &empty]).unwrap();
+    assert_eq!(Builtin::Last.finalize(&both), json!([1]));
+    let both = Builtin::First.rereduce(&[&empty, &last, &first]).unwrap();
+    assert_eq!(Builtin::First.finalize(&both), json!([1]));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -250,7 +250,17 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
                 new_edits,
                 reply,
             } => {
-                let results = docs.into_iter().map(|d| tx.update(d, new_edits)).collect();
+                // As couch_db_updater: a request's documents are applied (and take their
+                // sequences) in id order, answered in the request's order.
+                let mut order: Vec<usize> = (0..docs.len()).collect();
+                order.sort_by(|&a, &b| docs[a].id.cmp(&docs[b].id));
+                let mut slots: Vec<Option<ParsedDoc>> = docs.into_iter().map(Some).collect();
+                let mut results: Vec<Option<UpdateResult>> = (0..slots.len()).map(|_| None).collect();
+                for i in order {
+                    let d = slots[i].take().expect("each document once");
+                    results[i] = Some(tx.update(d, new_edits));
+                }
+                let results = results.into_iter().map(|r| r.expect("every document applied")).collect();
                 Pending::Docs(reply, results)
             }
             Job::Local { update, reply } => Pending::Local(reply, tx.local(update)),

@@ -25,7 +25,6 @@ mod scheduler;
 
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
-pub use handlers::node::NODE_NAME;
 pub use mango_index::register_query_language;
 pub use node_config::NodeConfig;
 pub use replication::LocalDb;
@@ -332,9 +331,9 @@ pub const ACCESS_LOG_TARGET: &str = "couchdb::access";
 async fn handle(State(state): State<AppState>, request: Request) -> Response {
     use tracing::Instrument;
     let started = std::time::Instant::now();
-    // As CouchDB's chttpd: a fresh 5-byte nonce per request (a client-sent
-    // X-Couch-Request-ID is not echoed); log lines written for the request carry it.
-    let nonce = hex::encode(rand::random::<[u8; 5]>());
+    // As CouchDB's chttpd: the client's X-Couch-Request-ID when it is a usable one, else a
+    // fresh 5-byte nonce; log lines written for the request carry it.
+    let nonce = request_id(request.headers());
     let method = request.method().clone();
     // What the access line needs of the request (shared buffers, not copies: the line
     // is formatted only if the level, read when the response is ready, wants it).
@@ -363,11 +362,34 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
             ms = millis.round() as u64,
         )
     });
-    resp.headers_mut().insert(
-        "x-couch-request-id",
-        HeaderValue::from_str(&nonce).expect("hex"),
-    );
+    if resp.extensions().get::<reply::NodeLocal>().is_some() {
+        resp.headers_mut().remove("x-couchdb-body-time");
+    } else {
+        resp.headers_mut().insert(
+            "x-couch-request-id",
+            HeaderValue::from_str(&nonce).expect("checked characters"),
+        );
+    }
     resp
+}
+
+/// The request's id (chttpd's `nonce/1`): the client's `X-Couch-Request-ID` of at most 36
+/// characters from `[0-9A-Za-z_-]`, or a fresh random one.
+fn request_id(headers: &HeaderMap) -> String {
+    match headers
+        .get("x-couch-request-id")
+        .map(HeaderValue::as_bytes)
+    {
+        Some(v)
+            if v.len() <= 36
+                && v
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
+        {
+            String::from_utf8_lossy(v).into_owned()
+        }
+        _ => hex::encode(rand::random::<[u8; 5]>()),
+    }
 }
 
 /// Answers one request from `peer`; `user` learns who made it (for the access log).
@@ -433,6 +455,13 @@ async fn respond(
         h.append(axum::http::header::SET_COOKIE, c);
     }
     h.insert("server", HeaderValue::from_static(SERVER_HEADER));
+    // mochiweb frames every 304 with `Content-Length: 0`.
+    if status == axum::http::StatusCode::NOT_MODIFIED {
+        h.insert(
+            axum::http::header::CONTENT_LENGTH,
+            HeaderValue::from_static("0"),
+        );
+    }
     // The body's receive time, as CouchDB's chttpd sends it.
     let ms = body_time.load(std::sync::atomic::Ordering::Relaxed);
     h.insert("x-couchdb-body-time", HeaderValue::from(ms));
@@ -504,7 +533,17 @@ async fn route(
             body_time: body_time.clone(),
         };
         access::authorize(&state, &endpoint, &req)?;
-        let resp = router::dispatch(state.clone(), endpoint, req).await?;
+        let node_local = router::is_node_local(&endpoint);
+        let resp = match router::dispatch(state.clone(), endpoint, req).await {
+            Ok(resp) => resp,
+            Err(e) if node_local => reply::err_to_response(e),
+            Err(e) => return Err(e),
+        };
+        if node_local {
+            let mut resp = resp;
+            resp.extensions_mut().insert(reply::NodeLocal);
+            return Ok(resp);
+        }
         // A `_rewrite` answers with the request to route instead, as CouchDB's handler
         // calls its request loop again.
         match resp

@@ -127,6 +127,12 @@ pub fn stream_async(content_type: &'static str, rx: mpsc::Receiver<Bytes>) -> Re
     with_type(StatusCode::OK, content_type, Body::from_stream(body))
 }
 
+/// Marks an answer CouchDB gives from its node-local HTTP layer (`couch_httpd`:
+/// `_session`, `_membership`, `_uuids`, `_shards`, `_reshard`), which sets neither
+/// `X-Couch-Request-ID` nor `X-CouchDB-Body-Time`.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeLocal;
+
 pub fn err_to_response(e: ApiError) -> Response {
     axum::response::IntoResponse::into_response(e)
 }

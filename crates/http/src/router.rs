@@ -11,6 +11,19 @@ use crate::{AppState, Req};
 use axum::response::Response;
 pub use settee_wire::path::{check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp};
 
+/// Whether CouchDB answers the endpoint from its node-local `couch_httpd` rather than
+/// chttpd (see [`crate::reply::NodeLocal`]).
+pub fn is_node_local(endpoint: &Endpoint) -> bool {
+    matches!(
+        endpoint,
+        Endpoint::Session
+            | Endpoint::Membership
+            | Endpoint::Uuids
+            | Endpoint::Reshard(_)
+            | Endpoint::DbOp(_, DbOp::Shards(_))
+    )
+}
+
 pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<Response, ApiError> {
     match endpoint {
         Endpoint::Root => server::root(&state, &req),

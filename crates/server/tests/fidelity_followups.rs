@@ -412,13 +412,13 @@ fn design_document_members_are_type_checked_on_save() {
     assert_eq!(put(json!({"filters": "x"})), wrong("filters", "object"));
     assert_eq!(
         put(json!({"filters": {"f": 1}})),
-        wrong("filters.f", "object or string")
+        wrong("filters.f", "string or object")
     );
     assert_eq!(put(json!({"language": 1})), wrong("language", "string"));
     assert_eq!(put(json!({"lists": []})), wrong("lists", "object"));
     assert_eq!(
         put(json!({"lists": {"l": null}})),
-        wrong("lists.l", "object or string")
+        wrong("lists.l", "string or object")
     );
     assert_eq!(put(json!({"options": "x"})), wrong("options", "object"));
     assert_eq!(
@@ -427,11 +427,11 @@ fn design_document_members_are_type_checked_on_save() {
     );
     assert_eq!(
         put(json!({"rewrites": 1})),
-        wrong("rewrites", "string or array")
+        wrong("rewrites", "array or string")
     );
     assert_eq!(
         put(json!({"shows": {"s": true}})),
-        wrong("shows.s", "object or string")
+        wrong("shows.s", "string or object")
     );
     assert_eq!(put(json!({"updates": "x"})), wrong("updates", "object"));
     assert_eq!(

@@ -154,15 +154,21 @@ fn welcome_lists_fields_in_couchdbs_order() {
 }
 
 #[test]
-fn request_ids_are_fresh_nonces_never_echoed() {
+fn request_ids_echo_usable_client_ids_else_fresh_nonces() {
     let s = Server::start();
-    let a = s.req_with(
-        "GET",
-        "/_up",
-        None,
-        &[("x-couch-request-id", "client-chosen")],
-        false,
-    );
+    let id_for = |sent: &str| {
+        let r = s.req_with("GET", "/_up", None, &[("x-couch-request-id", sent)], false);
+        r.header("x-couch-request-id").unwrap().to_string()
+    };
+    // chttpd's nonce/1: at most 36 characters of [0-9A-Za-z_-] are echoed.
+    assert_eq!(id_for("client-chosen_ID-1"), "client-chosen_ID-1");
+    let longest = "a".repeat(36);
+    assert_eq!(id_for(&longest), longest);
+    for unusable in ["a b", "x/y", "a.b", &"a".repeat(37)] {
+        let id = id_for(unusable);
+        assert!(id.len() == 10 && is_hex(&id), "{unusable} -> {id}");
+    }
+    let a = s.req_with("GET", "/_up", None, &[("x-couch-request-id", "a.b")], false);
     let b = s.get("/_up");
     let ids: Vec<&str> = [&a, &b]
         .iter()

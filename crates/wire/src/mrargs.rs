@@ -211,6 +211,12 @@ fn is_str(v: Val<'_>, s: &str) -> bool {
     }
 }
 
+/// Whether the value is the flag `b`: its text (`true`, `false`) or a JSON boolean, as
+/// `stable` and `update` take them (not in other letter cases, unlike `parse_boolean`).
+fn is_flag(v: Val<'_>, b: bool) -> bool {
+    matches!(v, Val::Json(Value::Bool(x)) if *x == b) || is_str(v, if b { "true" } else { "false" })
+}
+
 impl MrArgs {
     /// Arguments from the query string alone.
     pub fn from_query(p: &Params) -> Result<MrArgs> {
@@ -273,10 +279,10 @@ impl MrArgs {
             "stale" if is_str(v, "ok") => self.update = Update::False,
             "stale" if is_str(v, "update_after") => self.update = Update::Lazy,
             "stale" => return Err(parse_error("Invalid value for `stale`.")),
-            "stable" if is_str(v, "true") || is_str(v, "false") => {}
+            "stable" if is_flag(v, true) || is_flag(v, false) => {}
             "stable" => return Err(parse_error("Invalid value for `stable`.")),
-            "update" if is_str(v, "true") => self.update = Update::True,
-            "update" if is_str(v, "false") => self.update = Update::False,
+            "update" if is_flag(v, true) => self.update = Update::True,
+            "update" if is_flag(v, false) => self.update = Update::False,
             "update" if is_str(v, "lazy") => self.update = Update::Lazy,
             "update" => return Err(parse_error("Invalid value for `update`.")),
             "descending" => self.descending = parse_boolean(v)?,
@@ -496,6 +502,18 @@ mod tests {
         assert_eq!(reason(q("stable=yes")), "Invalid value for `stable`.");
         assert_eq!(q("update=lazy").unwrap().update, Update::Lazy);
         assert_eq!(reason(q("update=True")), "Invalid value for `update`.");
+        // A POST body's JSON booleans, as couch_mrview_http takes them.
+        let body = json!({"stable": true, "update": false, "descending": true});
+        let a = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None))
+            .unwrap();
+        assert_eq!((a.update, a.descending), (Update::False, true));
+        let body = json!({"update": true, "stable": false});
+        let a = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None))
+            .unwrap();
+        assert_eq!(a.update, Update::True);
+        let body = json!({"stable": 1});
+        let r = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None));
+        assert_eq!(reason(r), "Invalid value for `stable`.");
     }
 
     #[test]

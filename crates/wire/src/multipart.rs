@@ -305,3 +305,74 @@ mod tests {
         assert_eq!(boundary_of("multipart/related"), None);
     }
 }
+
+/// Whether an `Accept` header admits `media` (`type/subtype`), as mochiweb's
+/// `accepts_content_type/1` decides it: no header is `*/*`; a media range `*/*`,
+/// `type/*` or the type itself with a non-zero `q` admits it, unless the type or
+/// `type/*` is listed with `q=0`; a malformed `q` admits nothing.
+pub fn accepts(accept: Option<&str>, media: &str) -> bool {
+    let accept = accept.unwrap_or("*/*");
+    let media = media.to_ascii_lowercase();
+    let any_sub = format!("{}/*", media.split('/').next().unwrap_or(""));
+    let mut ranges = Vec::new();
+    for item in accept.split(',').filter(|i| !i.trim().is_empty()) {
+        let mut fields = item.split(';');
+        let range: String = fields
+            .next()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let mut q = 1.0f64;
+        for param in fields {
+            if let Some((k, v)) = param.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    match v.trim().parse::<f64>() {
+                        Ok(x) if (0.0..=1.0).contains(&x) => q = x,
+                        _ => return false,
+                    }
+                }
+            }
+        }
+        ranges.push((range, q));
+    }
+    let refused = ranges
+        .iter()
+        .any(|(r, q)| *q == 0.0 && (*r == media || *r == any_sub));
+    !refused
+        && ranges
+            .iter()
+            .any(|(r, q)| *q > 0.0 && (r == "*/*" || *r == media || *r == any_sub))
+}
+
+#[cfg(test)]
+mod accept_tests {
+    use super::accepts;
+
+    #[test]
+    fn mochiweb_accepts_content_type() {
+        let m = "multipart/related";
+        for yes in [
+            None,
+            Some("*/*"),
+            Some("multipart/related"),
+            Some("multipart/*"),
+            Some("application/json, multipart/related"),
+            Some("Multipart/Related;q=0.5"),
+        ] {
+            assert!(accepts(yes, m), "{yes:?}");
+        }
+        for no in [
+            Some(""),
+            Some("application/json"),
+            Some("text/html"),
+            Some("multipart/mixed"),
+            Some("multipart/related;q=0"),
+            Some("*/*, multipart/*;q=0"),
+            Some("multipart/related;q=x"),
+        ] {
+            assert!(!accepts(no, m), "{no:?}");
+        }
+    }
+}

@@ -53,7 +53,7 @@ impl AttRender for AttOpts {
             return Ok(None);
         }
         if self.inline {
-            return inline(db, &atts, self.since_pos).map(Some);
+            return inline(db, &atts, self.since_pos, self.encoding_info).map(Some);
         }
         let mut stubs = atts.stubs;
         for (name, enc) in &atts.encodings {
@@ -74,22 +74,30 @@ impl AttRender for AttOpts {
         for (name, stub) in &atts.stubs {
             let revpos = stub.get("revpos").and_then(Value::as_u64).unwrap_or(0);
             let digest = parse_digest(stub.get("digest"))?;
-            if revpos <= self.since_pos {
-                out.insert(name.clone(), stub.clone());
-                continue;
-            }
             let mut entry = stub.clone();
-            if let Value::Object(m) = &mut entry {
+            let Value::Object(m) = &mut entry else {
+                return None;
+            };
+            if revpos > self.since_pos {
                 m.remove("stub");
                 m.insert("follows".into(), Value::Bool(true));
+                let encoded_length = atts.encodings.get(name).and_then(|e| e.get("encoded_length"));
+                parts.push(Part {
+                    name: name.clone(),
+                    content_type: content_type_of(stub.get("content_type")).to_string(),
+                    length: match encoded_length {
+                        Some(n) => n.as_u64().unwrap_or(0),
+                        None => stub.get("length").and_then(Value::as_u64).unwrap_or(0),
+                    },
+                    digest,
+                    gzip: atts.gzip(name),
+                });
             }
-            parts.push(Part {
-                name: name.clone(),
-                content_type: content_type_of(stub.get("content_type")).to_string(),
-                length: stub.get("length").and_then(Value::as_u64).unwrap_or(0),
-                digest,
-                gzip: atts.gzip(name),
-            });
+            // CouchDB sends multipart documents with their encoding info, attachments as
+            // stored (`att_encoding_info` is implied).
+            if let Some(Value::Object(enc)) = atts.encodings.get(name) {
+                m.extend(enc.clone());
+            }
             out.insert(name.clone(), entry);
         }
         Some((serde_json::to_vec(&out).expect("json"), parts))
@@ -97,8 +105,14 @@ impl AttRender for AttOpts {
 }
 
 /// `_attachments` with the content inline (for attachments with `revpos > since_pos`), as
-/// CouchDB renders it: `content_type`, `revpos`, `digest`, `data`; older ones stay stubs.
-fn inline(db: &Database, atts: &StoredAtts, since_pos: u64) -> ApiResult<Vec<u8>> {
+/// CouchDB renders it: `content_type`, `revpos`, `digest`, `data`, then with
+/// `encoding_info` the stored `encoding` and `encoded_length`; older ones stay stubs.
+fn inline(
+    db: &Database,
+    atts: &StoredAtts,
+    since_pos: u64,
+    encoding_info: bool,
+) -> ApiResult<Vec<u8>> {
     let mut out = Map::new();
     for (name, stub) in &atts.stubs {
         if stub.get("revpos").and_then(Value::as_u64).unwrap_or(0) <= since_pos {
@@ -111,15 +125,18 @@ fn inline(db: &Database, atts: &StoredAtts, since_pos: u64) -> ApiResult<Vec<u8>
         if atts.gzip(name) {
             content = gunzip(&content)?;
         }
-        out.insert(
-            name.clone(),
-            json!({
-                "content_type": stub["content_type"],
-                "revpos": stub["revpos"],
-                "digest": stub["digest"],
-                "data": STANDARD.encode(content),
-            }),
-        );
+        let mut entry = json!({
+            "content_type": stub["content_type"],
+            "revpos": stub["revpos"],
+            "digest": stub["digest"],
+            "data": STANDARD.encode(content),
+        });
+        if let (true, Some(Value::Object(enc)), Value::Object(m)) =
+            (encoding_info, atts.encodings.get(name), &mut entry)
+        {
+            m.extend(enc.clone());
+        }
+        out.insert(name.clone(), entry);
     }
     Ok(serde_json::to_vec(&out).expect("json"))
 }
@@ -742,11 +759,8 @@ async fn get(
             HeaderValue::from_str(&format!("bytes {from}-{to}/{len}")).expect("ascii"),
         );
         *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
-    } else if !gzip || send_gzip {
-        // The md5 of the bytes sent, on whole bodies sent as stored.
-        let md5 = HeaderValue::from_str(&STANDARD.encode(digest)).expect("ascii");
-        h.insert("content-md5", md5);
     }
+    // CouchDB 3.5.2 sends no Content-MD5 (the digest is in the ETag).
     Ok(resp)
 }
 
@@ -843,28 +857,46 @@ fn content_headers<'r>(
     h
 }
 
-/// One attachment sent as a part of a `multipart/related` response.
+/// One attachment sent as a part of a `multipart/related` response, as stored (gzip
+/// content stays gzip, with `Content-Encoding: gzip`).
 pub struct Part {
     name: String,
     content_type: String,
+    /// The stored length (the encoded length of gzip content).
     length: u64,
     digest: [u8; 16],
     gzip: bool,
 }
 
 /// A `multipart/related` response: the document's JSON, then each attachment's content
-/// (as CouchDB sends documents to clients that accept it), streamed.
+/// (as CouchDB sends documents to clients that accept it), streamed with a
+/// `Content-Length` known in advance, as `couch_doc:len_doc_to_multi_part_stream` gives it.
+/// With no parts to send it is the JSON alone (`application/json`, no final newline).
 pub async fn multipart_response(
     db: Arc<Database>,
     doc_json: Vec<u8>,
     parts: Vec<Part>,
 ) -> Response {
+    if parts.is_empty() {
+        let len = doc_json.len();
+        let mut resp = Response::new(axum::body::Body::from(doc_json));
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        return resp;
+    }
     let boundary = new_boundary();
+    let len = related_length(&boundary, &doc_json, &parts);
     let b = boundary.clone();
-    let resp = stream("multipart/related", move |out| {
+    let mut resp = stream("multipart/related", move |out| {
         write_related(out, &db, &b, &doc_json, parts)
     })
     .await;
+    if resp.status() == StatusCode::OK {
+        let h = resp.headers_mut();
+        h.remove(header::CACHE_CONTROL);
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
     with_boundary(resp, "multipart/related", &boundary)
 }
 
@@ -923,7 +955,37 @@ fn with_boundary(mut resp: Response, kind: &str, boundary: &str) -> Response {
     resp
 }
 
-/// The body of a `multipart/related` document: its JSON, then each attachment part.
+/// The head of a `multipart/related` document, before its JSON.
+fn related_head(boundary: &str) -> String {
+    format!("--{boundary}\r\nContent-Type: application/json\r\n\r\n")
+}
+
+/// The headers of an attachment part, with the delimiter before them.
+fn part_head(boundary: &str, p: &Part) -> String {
+    format!(
+        "\r\n--{boundary}\r\nContent-Disposition: attachment; filename={}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
+        serde_json::to_string(&p.name).expect("json"),
+        p.content_type,
+        p.length,
+        if p.gzip { "Content-Encoding: gzip\r\n" } else { "" },
+    )
+}
+
+fn related_tail(boundary: &str) -> String {
+    format!("\r\n--{boundary}--")
+}
+
+/// The length of what [`write_related`] writes.
+fn related_length(boundary: &str, doc_json: &[u8], parts: &[Part]) -> u64 {
+    let heads: u64 = parts
+        .iter()
+        .map(|p| part_head(boundary, p).len() as u64 + p.length)
+        .sum();
+    (related_head(boundary).len() + doc_json.len() + related_tail(boundary).len()) as u64 + heads
+}
+
+/// The body of a `multipart/related` document: its JSON, then each attachment part as
+/// stored.
 fn write_related(
     out: &mut crate::reply::Chunks,
     db: &Database,
@@ -931,29 +993,18 @@ fn write_related(
     doc_json: &[u8],
     parts: Vec<Part>,
 ) -> ApiResult<()> {
-    out.write(format!("--{boundary}\r\nContent-Type: application/json\r\n\r\n").as_bytes());
+    out.write(related_head(boundary).as_bytes());
     out.write(doc_json);
     for p in parts {
-        let head = format!(
-            "\r\n--{boundary}\r\nContent-Disposition: attachment; filename={}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n",
-            serde_json::to_string(&p.name).expect("json"),
-            p.content_type,
-            p.length
-        );
-        out.write(head.as_bytes());
-        let stored = db.attachment_length(&p.digest)?.unwrap_or(0);
+        out.write(part_head(boundary, &p).as_bytes());
         let chunks = db
-            .attachment_chunks(&p.digest, 0..stored)?
+            .attachment_chunks(&p.digest, 0..p.length)?
             .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))?;
-        if p.gzip {
-            send_decoded(chunks, 0, p.length, out)?;
-        } else {
-            for c in chunks {
-                out.write(&c?);
-            }
+        for c in chunks {
+            out.write(&c?);
         }
     }
-    out.write(format!("\r\n--{boundary}--").as_bytes());
+    out.write(related_tail(boundary).as_bytes());
     Ok(())
 }
 

@@ -225,18 +225,36 @@ pub(crate) fn bulk_get_one(
 ) -> ApiResult<Vec<u8>> {
     let id = item.get("id").and_then(Value::as_str);
     let rev_str = item.get("rev").and_then(Value::as_str);
-    let err = |error: &str, reason: &str| json!({"id": id.unwrap_or(""), "docs": [{"error": {"id": id.unwrap_or(""), "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}}]});
-    let Some(id) = id else {
-        return Ok(
-            serde_json::to_vec(&err("illegal_docid", "Document id must be a string"))
-                .expect("json"),
-        );
+    // CouchDB's error entries: `rev, reason, id, error`, with `rev` null for a request it
+    // refused before looking (and the text `undefined` for a missing document asked for
+    // without a revision).
+    let error_entry = |rev: Value, error: &str, reason: &str| {
+        json!({"error": {"rev": rev, "reason": reason, "id": id, "error": error}})
     };
+    let refused = |rev: Value, error: &str, reason: &str| {
+        serde_json::to_vec(&json!({"id": id, "docs": [error_entry(rev, error, reason)]}))
+            .expect("json")
+    };
+    let Some(id) = id else {
+        let reason = if item.get("rev").is_some() {
+            "document id missed"
+        } else {
+            "document must be a JSON object"
+        };
+        return Ok(refused(Value::Null, "bad_request", reason));
+    };
+    let valid = if db.props().partitioned {
+        settee_core::validate_partitioned_doc_id(id)
+    } else {
+        settee_core::validate_doc_id(id)
+    };
+    if let Err(e) = valid {
+        let (_, error, reason) = ApiError::from(e).parts();
+        return Ok(refused(Value::Null, &error, &reason));
+    }
     let rev = match rev_str.map(Rev::parse).transpose() {
         Ok(r) => r,
-        Err(_) => {
-            return Ok(serde_json::to_vec(&err("bad_request", "Invalid rev format")).expect("json"))
-        }
+        Err(_) => return Ok(refused(json!(rev_str), "bad_request", "Invalid rev format")),
     };
     // Without a revision, every leaf, deleted ones too (CouchDB's `open_revs` of `all`).
     let found = match &rev {
@@ -273,7 +291,8 @@ pub(crate) fn bulk_get_one(
         }
         Err(e) => {
             let (_, error, reason) = ApiError::from(e).parts();
-            serde_json::to_vec(&json!({"error": {"id": id, "rev": rev_str.unwrap_or(""), "error": error, "reason": reason}})).expect("json")
+            let rev = rev_str.map_or(json!("undefined"), |r| json!(r));
+            serde_json::to_vec(&error_entry(rev, &error, &reason)).expect("json")
         }
     };
     let mut out = serde_json::to_vec(&json!({"id": id})).expect("json");
@@ -354,14 +373,29 @@ pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResu
             "Exceeded maximum number of revisions.",
         ));
     }
-    for (id, _) in &asked {
-        if DocKind::of(id) == DocKind::Local {
-            return Err(ApiError::bad_request("Local documents cannot be purged"));
-        }
+    // A partitioned database finds the shard of each id by its partition, so one without
+    // a colon fails the whole request (CouchDB 3.5.2 checks nothing else here).
+    if db.props().partitioned
+        && asked
+            .iter()
+            .any(|(id, _)| DocKind::of(id) == DocKind::Normal && !id.contains(':'))
+    {
+        return Err(settee_core::Error::IllegalDocId(
+            "Doc id must be of form partition:id".into(),
+        )
+        .into());
     }
-    let purged = await_write(db.purge(asked)?).await?;
+    // `_local` documents have no revision tree: nothing of them is purged.
+    let order: Vec<String> = asked.iter().map(|(id, _)| id.clone()).collect();
+    let asked: Vec<_> = asked
+        .into_iter()
+        .filter(|(id, _)| DocKind::of(id) != DocKind::Local)
+        .collect();
+    let mut purged: std::collections::HashMap<String, Vec<Rev>> =
+        await_write(db.purge(asked)?).await?.into_iter().collect();
     let mut out = Map::new();
-    for (id, revs) in purged {
+    for id in order {
+        let revs = purged.remove(&id).unwrap_or_default();
         out.insert(
             id,
             json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()),

@@ -39,16 +39,12 @@ fn etag(rev: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII")
 }
 
-/// CouchDB's 304 (`etag_respond`): the ETag and no body (nor content type).
+/// CouchDB's 304 (`etag_respond`): the ETag and no body (nor content type, nor
+/// `Cache-Control`, which couch_httpd adds to JSON bodies only).
 pub(crate) fn not_modified(tag: HeaderValue) -> Response {
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::NOT_MODIFIED;
-    let h = resp.headers_mut();
-    h.insert(header::ETAG, tag);
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("must-revalidate"),
-    );
+    resp.headers_mut().insert(header::ETAG, tag);
     resp
 }
 
@@ -121,9 +117,9 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     } else {
         rev
     };
-    let wants_multipart = req
-        .header("accept")
-        .is_some_and(|a| a.contains("multipart/related"));
+    // As chttpd_db's send_doc_efficiently: multipart for any client whose Accept admits it
+    // (no Accept header does), JSON otherwise.
+    let wants_multipart = settee_wire::accepts(req.header("accept"), "multipart/related");
     let db_for_parts = db.clone();
     let (mut doc, rendered) = blocking(move || {
         let doc = db.open_doc(&id, rev.as_ref())?;
@@ -166,7 +162,11 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
         _ if restricted => None,
         Rendered::Multipart(stubs, parts) => {
             let json = doc_json_with(&doc, &opts, Some(stubs));
-            return Ok(super::attachments::multipart_response(db_for_parts, json, parts).await);
+            let mut resp = super::attachments::multipart_response(db_for_parts, json, parts).await;
+            if resp.status() == StatusCode::OK && !opts.has_meta() {
+                resp.headers_mut().insert(header::ETAG, etag(&tag));
+            }
+            return Ok(resp);
         }
         Rendered::Json(inline) => inline,
     };
@@ -224,9 +224,11 @@ async fn open_revs(
         )
     };
     let latest = req.params.is_true("latest");
-    let wants_multipart = req
-        .header("accept")
-        .is_some_and(|a| a.contains("multipart/mixed"));
+    // As chttpd_db: multipart for any client whose Accept admits it, every revision with
+    // its attachments (`attachments` is implied; `atts_since` still applies).
+    let wants_multipart = settee_wire::accepts(req.header("accept"), "multipart/mixed");
+    let mut atts = atts;
+    atts.inline |= wants_multipart;
     let db_for_parts = db.clone();
     let parts = blocking(move || {
         let wanted = match (wanted, latest) {
@@ -552,8 +554,9 @@ async fn copy_to(
             body: body.clone(),
         };
         let n = await_write(db.update_local(update)?).await?;
-        let tag = local_etag(n, &body);
         let rev = format!("0-{n}");
+        // A copy answers with its revision as the ETag, local destinations too.
+        let tag = etag(&rev);
         return Ok(write_response(
             StatusCode::CREATED,
             &dest_id,
@@ -628,9 +631,14 @@ async fn local(
 ) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
-            if req.params.get("rev").is_some() || req.params.get("open_revs").is_some() {
+            if req.params.get("rev").is_some() || req.params.get("open_revs") == Some("all") {
                 parse_rev_param(&req)?;
                 return Err(ApiError::NotFound("missing".into()));
+            }
+            if req.params.get("open_revs").is_some() {
+                // Revisions are looked up in the document tree, where local documents
+                // are not: every one asked for is missing.
+                return open_revs(db, id, req, DocOpts::default(), AttOpts::default()).await;
             }
             let d = blocking(move || {
                 db.local_doc(&id)?
@@ -641,7 +649,15 @@ async fn local(
             if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
                 return Ok(not_modified(tag));
             }
-            let mut resp = json_bytes(StatusCode::OK, local_json(&d));
+            let mut json = local_json(&d);
+            // `revs=true` is the one read option CouchDB applies to a local document.
+            if req.params.is_true("revs") {
+                json.pop();
+                json.extend_from_slice(
+                    format!(",\"_revisions\":{{\"start\":0,\"ids\":[\"{}\"]}}}}", d.rev).as_bytes(),
+                );
+            }
+            let mut resp = json_bytes(StatusCode::OK, json);
             resp.headers_mut().insert(header::ETAG, tag);
             Ok(resp)
         }
@@ -733,6 +749,10 @@ pub async fn put_local(
 ) -> ApiResult<Response> {
     validate_doc_id(&id)?;
     let body_rev = body.as_object_mut().and_then(|o| o.shift_remove("_rev"));
+    // A local document keeps its body only: attachments given inline are dropped.
+    if let Some(o) = body.as_object_mut() {
+        o.shift_remove("_attachments");
+    }
     let doc = parse_doc(body)?;
     let rev = local_rev(req, body_rev.as_ref())?;
     let update = LocalUpdate {

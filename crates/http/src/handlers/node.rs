@@ -1,7 +1,7 @@
 //! `/_node/{node-name}/…`: the node's name, its live configuration (`_config`), its
 //! statistics (`_stats`, `_system`, `_prometheus`) and `_versions`, as CouchDB's
-//! `chttpd_node` serves them. Settee is one node; `{node-name}` is `_local` or
-//! [`NODE_NAME`].
+//! `chttpd_node` serves them. Settee is one node; `{node-name}` is `_local` or its name
+//! ([`settee_core::node::name`]).
 
 use super::allow;
 use crate::error::{ApiError, ApiResult};
@@ -12,10 +12,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
 use settee_auth::password::{PasswordHash, DEFAULT_ITERATIONS};
-
-/// What `/_node/_local` and `/_membership` call this node (CouchDB's name for a node
-/// without Erlang distribution).
-pub const NODE_NAME: &str = "nonode@nohost";
 
 /// Sections CouchDB refuses to change over HTTP (they name programs to run).
 const BLACKLISTED_SECTIONS: &[&str] = &[
@@ -36,7 +32,7 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
         // CouchDB answers `/_node/_local` whatever the method.
         NodeOp::Info => {
             check_node(node)?;
-            Ok(json(StatusCode::OK, &json!({ "name": NODE_NAME })))
+            Ok(json(StatusCode::OK, &json!({ "name": settee_core::node::name() })))
         }
         NodeOp::Config => {
             allow(&req.method, "GET")?;
@@ -96,7 +92,7 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
 
 /// `_local` or this node's name; CouchDB's 404 for any other.
 fn check_node(node: &str) -> ApiResult<()> {
-    if node == "_local" || node == NODE_NAME {
+    if node == "_local" || node == settee_core::node::name() {
         Ok(())
     } else {
         Err(ApiError::NotFound(format!("no such node: {node}")))
@@ -184,9 +180,10 @@ fn hash_admin_password(state: &AppState, value: &str) -> String {
 /// `GET /_membership`: this one node.
 pub fn membership(req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET")?;
+    let name = settee_core::node::name();
     Ok(json(
         StatusCode::OK,
-        &json!({"all_nodes": [NODE_NAME], "cluster_nodes": [NODE_NAME]}),
+        &json!({"all_nodes": [name], "cluster_nodes": [name]}),
     ))
 }
 

@@ -46,7 +46,7 @@ pub fn up(state: &AppState, req: &Req) -> ApiResult<Response> {
                 &json!({"status": "maintenance_mode"}),
             ),
             Some("nolb") => json(StatusCode::NOT_FOUND, &json!({"status": "nolb"})),
-            _ => json(StatusCode::OK, &json!({"status": "ok", "seeds": {}})),
+            _ => json(StatusCode::OK, &json!({"seeds": {}, "status": "ok"})),
         },
     )
 }

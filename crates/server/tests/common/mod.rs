@@ -322,6 +322,12 @@ impl Server {
         if admin {
             b = b.header("authorization", basic_auth());
         }
+        // As CouchDB's clients (PouchDB, nano, couchdb-python) ask, unless a test says
+        // otherwise: without it a document read with `attachments=true` comes back
+        // `multipart/related`, as CouchDB answers any client that accepts `*/*`.
+        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("accept")) {
+            b = b.header("accept", "application/json");
+        }
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
