@@ -352,7 +352,7 @@ def body_view(ans, ports):
         return text
 
 
-def header_view(ans, ports):
+def header_view(ans, ports, head=False):
     out = {}
     for name in COMPARED_HEADERS:
         v = ans.headers.get(name)
@@ -365,7 +365,7 @@ def header_view(ans, ports):
     for name in PRESENCE_HEADERS:
         out[name] = "<present>" if name in ans.headers else None
     out["~framing"] = ans.headers["~framing"]
-    if ans.status == 304 or not ans.body:
+    if ans.status == 304 or (not ans.body and not head):
         out["content-length"] = ans.headers.get("content-length")
     return out
 
@@ -420,7 +420,8 @@ def compare(req, ref, got, ports):
     diffs = []
     if ref.status != got.status:
         diffs.append(("status", ref.status, got.status))
-    hr, hg = header_view(ref, ports), header_view(got, ports)
+    head = req.method == "HEAD"
+    hr, hg = header_view(ref, ports, head), header_view(got, ports, head)
     for name in hr:
         if not same_header(name, hr[name], hg.get(name)):
             diffs.append(("header." + name, hr[name], hg.get(name)))

@@ -455,16 +455,21 @@ async fn respond(
         h.append(axum::http::header::SET_COOKIE, c);
     }
     h.insert("server", HeaderValue::from_static(SERVER_HEADER));
-    // mochiweb frames every 304 with `Content-Length: 0`.
-    if status == axum::http::StatusCode::NOT_MODIFIED {
-        h.insert(
-            axum::http::header::CONTENT_LENGTH,
-            HeaderValue::from_static("0"),
-        );
-    }
     // The body's receive time, as CouchDB's chttpd sends it.
     let ms = body_time.load(std::sync::atomic::Ordering::Relaxed);
     h.insert("x-couchdb-body-time", HeaderValue::from(ms));
+    // mochiweb frames every 304 with `Content-Length: 0`. hyper writes a length header of
+    // a 304 only for a body of unknown length (an empty one it sends bare), so the body
+    // becomes an empty stream.
+    if status == axum::http::StatusCode::NOT_MODIFIED {
+        resp.headers_mut().insert(
+            axum::http::header::CONTENT_LENGTH,
+            HeaderValue::from_static("0"),
+        );
+        *resp.body_mut() = Body::from_stream(futures_util::stream::empty::<
+            Result<bytes::Bytes, std::io::Error>,
+        >());
+    }
     resp
 }
 
@@ -534,9 +539,12 @@ async fn route(
         };
         access::authorize(&state, &endpoint, &req)?;
         let node_local = router::is_node_local(&endpoint);
+        // `_session` answers its own refusals too; other endpoints' errors go through
+        // chttpd's error handling, which sets the request id.
+        let own_errors = matches!(endpoint, router::Endpoint::Session);
         let resp = match router::dispatch(state.clone(), endpoint, req).await {
             Ok(resp) => resp,
-            Err(e) if node_local => reply::err_to_response(e),
+            Err(e) if own_errors => reply::err_to_response(e),
             Err(e) => return Err(e),
         };
         if node_local {
