@@ -433,8 +433,17 @@ pub fn term(t: &Term, out: &mut Vec<u8>) {
             items.iter().for_each(|item| term(item, out));
         }
         Term::List(items) if items.is_empty() => nil(out),
-        Term::List(items) if items.len() <= usize::from(u16::MAX) && items.iter().all(|i| matches!(i, Term::Int(0..=255))) => {
-            let bytes: Vec<u8> = items.iter().map(|i| match i { Term::Int(b) => *b as u8, _ => 0 }).collect();
+        Term::List(items)
+            if items.len() <= usize::from(u16::MAX)
+                && items.iter().all(|i| matches!(i, Term::Int(0..=255))) =>
+        {
+            let bytes: Vec<u8> = items
+                .iter()
+                .map(|i| match i {
+                    Term::Int(b) => *b as u8,
+                    _ => 0,
+                })
+                .collect();
             byte_list(&bytes, out);
         }
         Term::List(items) => {
@@ -473,7 +482,8 @@ impl<'a> Reader<'a> {
     }
 
     fn u16(&mut self) -> Option<usize> {
-        self.take(2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        self.take(2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
     }
 
     fn u32(&mut self) -> Option<usize> {
@@ -668,7 +678,10 @@ mod tests {
                 Term::Int(-7),
             ])
         );
-        assert_eq!(decode(&[107, 0, 2, 0, 255]), Some(Term::List(vec![Term::Int(0), Term::Int(255)])));
+        assert_eq!(
+            decode(&[107, 0, 2, 0, 255]),
+            Some(Term::List(vec![Term::Int(0), Term::Int(255)]))
+        );
         assert_eq!(decode(&[119, 1, b'x']), Some(Term::Atom("x".into())));
         // Trailing bytes, an improper list, a count beyond the input, deep nesting.
         assert_eq!(decode(&[97, 1, 0]), None);
