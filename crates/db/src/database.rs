@@ -7,7 +7,7 @@ use crate::meta;
 use crate::writer::{self, Job, LocalUpdate, UpdateResult};
 use crate::{Error, Result};
 use serde_json::{json, Value};
-use settee_core::{Leaf, ParsedDoc, Rev};
+use settee_core::{Leaf, ParsedDoc, Rev, SeqCodec};
 use settee_storage::{key_in_db, seq_key, Cf, DbId, Pinned, Read, Snapshot, Store};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, RwLock};
@@ -246,6 +246,12 @@ impl Database {
 
     pub fn props(&self) -> Props {
         self.props.read().unwrap().clone()
+    }
+
+    /// How this database's update sequences are written and read, on node `node`.
+    pub fn seq_codec(&self, node: &str) -> SeqCodec {
+        let props = self.props.read().unwrap();
+        SeqCodec::new(node, props.q, &props.uuid)
     }
 
     /// Changes properties and persists them durably.
