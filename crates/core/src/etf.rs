@@ -17,6 +17,12 @@ const LIST: u8 = 108;
 const BINARY: u8 = 109;
 const SMALL_BIG: u8 = 110;
 const LARGE_BIG: u8 = 111;
+const LARGE_TUPLE: u8 = 105;
+const SMALL_ATOM: u8 = 115;
+const ATOM_UTF8: u8 = 118;
+const SMALL_ATOM_UTF8: u8 = 119;
+/// `term_to_binary(T, [compressed])`: the uncompressed size (u32) and a zlib stream follow.
+pub const COMPRESSED: u8 = 80;
 
 /// An atom (Latin-1 names, as `minor_version` 1 writes them).
 pub fn atom(name: &str, out: &mut Vec<u8>) {
@@ -382,6 +388,208 @@ impl Transcoder<'_> {
     }
 }
 
+/// A decoded term, of the kinds CouchDB writes into the values clients hand back (update
+/// sequences): anything else (pids, references, maps, floats, funs) does not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Term {
+    /// Integers up to 120 bits of magnitude; larger bignums do not decode.
+    Int(i128),
+    Atom(String),
+    Binary(Vec<u8>),
+    Tuple(Vec<Term>),
+    /// A proper list (`STRING_EXT` decodes to a list of small integers, as in Erlang).
+    List(Vec<Term>),
+}
+
+/// Writes a decoded term back (atoms as `ATOM_EXT`, as `minor_version` 1 does).
+pub fn term(t: &Term, out: &mut Vec<u8>) {
+    match t {
+        Term::Int(i) => match i64::try_from(*i) {
+            Ok(i) => integer(i, out),
+            Err(_) => big(*i < 0, &i.unsigned_abs().to_le_bytes(), out),
+        },
+        Term::Atom(name) => match name.chars().map(|c| u8::try_from(c).ok()).collect() {
+            Some(latin1) => {
+                let latin1: Vec<u8> = latin1;
+                out.push(ATOM);
+                out.extend((latin1.len() as u16).to_be_bytes());
+                out.extend_from_slice(&latin1);
+            }
+            None => {
+                out.push(ATOM_UTF8);
+                out.extend((name.len() as u16).to_be_bytes());
+                out.extend_from_slice(name.as_bytes());
+            }
+        },
+        Term::Binary(b) => binary(b, out),
+        Term::Tuple(items) => {
+            match u8::try_from(items.len()) {
+                Ok(n) => small_tuple(n, out),
+                Err(_) => {
+                    out.push(LARGE_TUPLE);
+                    out.extend((items.len() as u32).to_be_bytes());
+                }
+            }
+            items.iter().for_each(|item| term(item, out));
+        }
+        Term::List(items) if items.is_empty() => nil(out),
+        Term::List(items)
+            if items.len() <= usize::from(u16::MAX)
+                && items.iter().all(|i| matches!(i, Term::Int(0..=255))) =>
+        {
+            let bytes: Vec<u8> = items
+                .iter()
+                .map(|i| match i {
+                    Term::Int(b) => *b as u8,
+                    _ => 0,
+                })
+                .collect();
+            byte_list(&bytes, out);
+        }
+        Term::List(items) => {
+            list_header(items.len(), out);
+            items.iter().for_each(|item| term(item, out));
+            nil(out);
+        }
+    }
+}
+
+/// Nesting deeper than this does not decode: the input is a client's.
+const MAX_DEPTH: usize = 32;
+
+/// The term encoded by `bytes` (without the version byte and uncompressed): the whole
+/// input, or `None`.
+pub fn decode(bytes: &[u8]) -> Option<Term> {
+    let mut r = Reader { s: bytes, i: 0 };
+    let term = r.term(0)?;
+    (r.i == bytes.len()).then_some(term)
+}
+
+struct Reader<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let out = self.s.get(self.i..self.i.checked_add(n)?)?;
+        self.i += n;
+        Some(out)
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    fn u16(&mut self) -> Option<usize> {
+        self.take(2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+    }
+
+    fn u32(&mut self) -> Option<usize> {
+        let b = self.take(4)?;
+        usize::try_from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])).ok()
+    }
+
+    /// `n` terms; every term takes at least one byte, so a count beyond the input is
+    /// refused before anything is allocated for it.
+    fn terms(&mut self, n: usize, depth: usize) -> Option<Vec<Term>> {
+        if n > self.s.len() - self.i {
+            return None;
+        }
+        (0..n).map(|_| self.term(depth + 1)).collect()
+    }
+
+    fn bignum(&mut self, len: usize) -> Option<Term> {
+        let negative = self.u8()? != 0;
+        let digits = self.take(len)?;
+        let used = digits.iter().rposition(|&b| b != 0).map_or(0, |at| at + 1);
+        if used > 15 {
+            return None;
+        }
+        let magnitude = digits[..used]
+            .iter()
+            .rev()
+            .fold(0i128, |acc, &b| (acc << 8) | i128::from(b));
+        Some(Term::Int(if negative { -magnitude } else { magnitude }))
+    }
+
+    fn atom(&mut self, len: usize, latin1: bool) -> Option<Term> {
+        let bytes = self.take(len)?;
+        Some(Term::Atom(if latin1 {
+            bytes.iter().map(|&b| char::from(b)).collect()
+        } else {
+            String::from_utf8(bytes.to_vec()).ok()?
+        }))
+    }
+
+    fn term(&mut self, depth: usize) -> Option<Term> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.u8()? {
+            SMALL_INTEGER => self.u8().map(|b| Term::Int(i128::from(b))),
+            INTEGER => {
+                let b = self.take(4)?;
+                Some(Term::Int(i128::from(i32::from_be_bytes([
+                    b[0], b[1], b[2], b[3],
+                ]))))
+            }
+            SMALL_BIG => {
+                let len = usize::from(self.u8()?);
+                self.bignum(len)
+            }
+            LARGE_BIG => {
+                let len = self.u32()?;
+                self.bignum(len)
+            }
+            ATOM => {
+                let len = self.u16()?;
+                self.atom(len, true)
+            }
+            SMALL_ATOM => {
+                let len = usize::from(self.u8()?);
+                self.atom(len, true)
+            }
+            ATOM_UTF8 => {
+                let len = self.u16()?;
+                self.atom(len, false)
+            }
+            SMALL_ATOM_UTF8 => {
+                let len = usize::from(self.u8()?);
+                self.atom(len, false)
+            }
+            BINARY => {
+                let len = self.u32()?;
+                self.take(len).map(|b| Term::Binary(b.to_vec()))
+            }
+            SMALL_TUPLE => {
+                let n = usize::from(self.u8()?);
+                self.terms(n, depth).map(Term::Tuple)
+            }
+            LARGE_TUPLE => {
+                let n = self.u32()?;
+                self.terms(n, depth).map(Term::Tuple)
+            }
+            NIL => Some(Term::List(Vec::new())),
+            STRING => {
+                let len = self.u16()?;
+                let bytes = self.take(len)?;
+                Some(Term::List(
+                    bytes.iter().map(|&b| Term::Int(i128::from(b))).collect(),
+                ))
+            }
+            LIST => {
+                let n = self.u32()?;
+                let items = self.terms(n, depth)?;
+                // Only proper lists: the tail must be `[]`.
+                (self.u8()? == NIL).then_some(Term::List(items))
+            }
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,5 +657,37 @@ mod tests {
         );
         let huge: Value = serde_json::from_str("-18446744073709551616").unwrap();
         assert_eq!(term(&huge), [110, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    }
+
+    #[test]
+    fn decodes_what_it_writes() {
+        let mut out = Vec::new();
+        list_header(3, &mut out);
+        small_tuple(2, &mut out);
+        atom("n@h", &mut out);
+        binary(b"ab", &mut out);
+        integer(4_294_967_295, &mut out);
+        integer(-7, &mut out);
+        nil(&mut out);
+        let t = decode(&out).unwrap();
+        assert_eq!(
+            t,
+            Term::List(vec![
+                Term::Tuple(vec![Term::Atom("n@h".into()), Term::Binary(b"ab".to_vec())]),
+                Term::Int(4_294_967_295),
+                Term::Int(-7),
+            ])
+        );
+        assert_eq!(
+            decode(&[107, 0, 2, 0, 255]),
+            Some(Term::List(vec![Term::Int(0), Term::Int(255)]))
+        );
+        assert_eq!(decode(&[119, 1, b'x']), Some(Term::Atom("x".into())));
+        // Trailing bytes, an improper list, a count beyond the input, deep nesting.
+        assert_eq!(decode(&[97, 1, 0]), None);
+        assert_eq!(decode(&[108, 0, 0, 0, 1, 97, 1, 97, 2]), None);
+        assert_eq!(decode(&[108, 255, 255, 255, 255, 106]), None);
+        let deep: Vec<u8> = [104, 1].repeat(100).into_iter().chain([106]).collect();
+        assert_eq!(decode(&deep), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Pure CouchDB domain logic, with no I/O: revision ids, revision trees (merge, stem,
-//! winner), document parsing rules, database-name and document-id rules, and the opaque
-//! sequence format. Everything here is a function over values so it can be property-tested.
+//! winner), document parsing rules, database-name and document-id rules, and CouchDB's
+//! update-sequence encoding. Everything here is a function over values so it can be property-tested.
 
 pub mod collate;
 pub mod dates;
@@ -14,7 +14,7 @@ pub mod reduce;
 mod rev;
 mod revtree;
 pub mod rewrite;
-mod seq;
+pub mod seq;
 pub mod shards;
 pub mod uuids;
 pub mod varint;
@@ -30,4 +30,4 @@ pub use names::{
 };
 pub use rev::{body_term, new_rev_id, new_rev_id_with, Rev, RevId};
 pub use revtree::{Leaf, NodeStatus, RevTree};
-pub use seq::{format_seq, parse_seq, SeqArg};
+pub use seq::{SeqArg, SeqCodec};

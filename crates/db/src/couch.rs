@@ -80,6 +80,9 @@ pub struct DbEvent {
 /// Server-wide event log for `_db_updates`: the newest event per database, persisted in
 /// the same batch as the change that caused it.
 pub(crate) struct Events {
+    /// The event stream's identity, as CouchDB's `_global_changes` shard uuid: the uuid
+    /// `_db_updates` sequences carry. Made on first start, then kept.
+    uuid: String,
     state: Mutex<EventState>,
     notify: tokio::sync::watch::Sender<u64>,
 }
@@ -100,7 +103,18 @@ impl Events {
             seq = seq.max(s);
             latest.insert(name, s);
         }
+        let uuid = match store.get(Cf::Meta, meta::EVENTS_UUID)? {
+            Some(v) => String::from_utf8(v).map_err(|_| corrupt("events uuid"))?,
+            None => {
+                let uuid = Props::new_uuid();
+                let mut batch = store.batch();
+                batch.put(Cf::Meta, meta::EVENTS_UUID, uuid.as_bytes());
+                store.write(batch, true)?;
+                uuid
+            }
+        };
         Ok(Events {
+            uuid,
             state: Mutex::new(EventState { seq, latest }),
             notify: tokio::sync::watch::channel(seq).0,
         })
@@ -180,7 +194,7 @@ impl Couch {
                 Some(v) => Stats::decode(&v)?,
                 None => Stats::default(),
             };
-            let props = Props::load(&store, id)?;
+            let props = Props::load(&store, id, &name)?;
             let db = Database::new(
                 name.clone(),
                 id,
@@ -266,8 +280,11 @@ impl Couch {
     }
 
     /// Creates a database with the given properties (security object, partitioning, q).
-    pub fn create_with(&self, name: &str, props: Props) -> Result<Arc<Database>> {
+    pub fn create_with(&self, name: &str, mut props: Props) -> Result<Arc<Database>> {
         validate_db_name(name)?;
+        if props.uuid.is_empty() {
+            props.uuid = Props::new_uuid();
+        }
         let _guard = self.lifecycle.lock().unwrap();
         if self.exists(name) {
             return Err(Error::DbExists);
@@ -361,6 +378,11 @@ impl Couch {
             out.push(DbEvent { seq, db, kind });
         }
         Ok(out)
+    }
+
+    /// The uuid `_db_updates` sequences carry.
+    pub fn db_events_uuid(&self) -> &str {
+        &self.events.uuid
     }
 
     pub fn db_events_seq(&self) -> u64 {

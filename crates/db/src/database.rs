@@ -7,7 +7,7 @@ use crate::meta;
 use crate::writer::{self, Job, LocalUpdate, UpdateResult};
 use crate::{Error, Result};
 use serde_json::{json, Value};
-use settee_core::{Leaf, ParsedDoc, Rev};
+use settee_core::{Leaf, ParsedDoc, Rev, SeqCodec};
 use settee_storage::{key_in_db, seq_key, Cf, DbId, Pinned, Read, Snapshot, Store};
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,6 +26,11 @@ pub struct Props {
     /// per database whatever it is; `_shards` and the database info report the ring CouchDB
     /// would have cut.
     pub q: u32,
+    /// The database's identity, 32 hex digits (CouchDB's shard file uuid): set at creation,
+    /// never changed, so a database deleted and created again under the same name has
+    /// another. Update sequences carry its first 7 digits; a sequence with another prefix
+    /// reads as 0. Empty in a `Props` not yet created ([`crate::Couch::create_with`] fills it).
+    pub uuid: String,
 }
 
 impl Default for Props {
@@ -36,13 +41,14 @@ impl Default for Props {
             security: json!({}),
             partitioned: false,
             q: 1,
+            uuid: String::new(),
         }
     }
 }
 
 impl Props {
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut v = json!({"v": 2, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security});
+        let mut v = json!({"v": 3, "revs_limit": self.revs_limit, "purged_infos_limit": self.purged_infos_limit, "security": self.security, "uuid": self.uuid});
         if self.partitioned {
             v["partitioned"] = json!(true);
         }
@@ -52,7 +58,32 @@ impl Props {
         serde_json::to_vec(&v).expect("props serialize")
     }
 
-    pub(crate) fn load(store: &Store, id: DbId) -> Result<Props> {
+    /// A fresh uuid for a database being created.
+    pub(crate) fn new_uuid() -> String {
+        hex::encode(rand::random::<[u8; 16]>())
+    }
+
+    /// The uuid given to a database created before uuids were kept (props `v` < 3): a
+    /// function of its id, which is never reused, and its name, so it is the same on every
+    /// start even before it is persisted.
+    fn derived_uuid(id: DbId, name: &str) -> String {
+        use md5::{Digest, Md5};
+        hex::encode(Md5::digest(format!("settee-db-uuid/{id}/{name}")))
+    }
+
+    /// The stored properties; a database without a uuid gets its derived one, persisted.
+    pub(crate) fn load(store: &Store, id: DbId, name: &str) -> Result<Props> {
+        let mut props = Props::parse(store, id)?;
+        if props.uuid.is_empty() {
+            props.uuid = Props::derived_uuid(id, name);
+            let mut batch = store.batch();
+            batch.put(Cf::Meta, &meta::props_key(id), &props.encode());
+            store.write(batch, true)?;
+        }
+        Ok(props)
+    }
+
+    fn parse(store: &Store, id: DbId) -> Result<Props> {
         let Some(raw) = store.get(Cf::Meta, &meta::props_key(id))? else {
             return Ok(Props::default());
         };
@@ -80,6 +111,7 @@ impl Props {
                 .as_u64()
                 .and_then(|q| u32::try_from(q).ok())
                 .unwrap_or(d.q),
+            uuid: v["uuid"].as_str().unwrap_or_default().to_string(),
         })
     }
 }
@@ -214,6 +246,12 @@ impl Database {
 
     pub fn props(&self) -> Props {
         self.props.read().unwrap().clone()
+    }
+
+    /// How this database's update sequences are written and read, on node `node`.
+    pub fn seq_codec(&self, node: &str) -> SeqCodec {
+        let props = self.props.read().unwrap();
+        SeqCodec::new(node, props.q, &props.uuid)
     }
 
     /// Changes properties and persists them durably.

@@ -26,7 +26,7 @@ pub fn stats_key(db: DbId) -> Vec<u8> {
     with_db(b'S', db)
 }
 
-/// `P | db` → properties JSON (revs_limit, security, purged_infos_limit).
+/// `P | db` → properties JSON (revs_limit, security, purged_infos_limit, uuid).
 pub fn props_key(db: DbId) -> Vec<u8> {
     with_db(b'P', db)
 }
@@ -55,6 +55,9 @@ pub fn partition_key(db: DbId, partition: &str) -> Vec<u8> {
 pub fn partition_range(db: DbId) -> (Vec<u8>, Vec<u8>) {
     (with_db(b'T', db), with_db(b'T', db + 1))
 }
+
+/// `G` → the `_db_updates` stream's uuid (32 hex digits).
+pub const EVENTS_UUID: &[u8] = b"G";
 
 pub const EVENT_PREFIX: &[u8] = b"U";
 pub const EVENT_END: &[u8] = b"V";

@@ -428,12 +428,13 @@ impl ReqInfo {
         db: &str,
         filter: &str,
         params: &Map<String, Value>,
-        since: u64,
+        since: &Value,
         wait: Option<std::time::Duration>,
         user: &UserCtx,
     ) -> ReqInfo {
         let feed = if wait.is_some() { "longpoll" } else { "normal" };
-        let since = Value::String(settee_core::format_seq(since)).to_string();
+        // JSON, as CouchDB's replicator puts it in the query string (`0` or a quoted seq).
+        let since = since.to_string();
         let base = [
             ("feed", feed.to_string()),
             ("style", "all_docs".into()),

@@ -3,8 +3,8 @@
 use crate::error::ApiResult;
 use crate::req::Params;
 use serde_json::{json, Value};
-use settee_core::{format_seq, DocJson, Rev, RevTree};
-use settee_db::{DocInfo, OpenDoc};
+use settee_core::{DocJson, Rev, RevTree, SeqCodec};
+use settee_db::{Database, DocInfo, OpenDoc};
 
 /// What a document read should include besides the body, and for whom.
 #[derive(Clone, Debug, Default)]
@@ -168,6 +168,7 @@ pub fn with_doc(mut row: Vec<u8>, doc: Option<Vec<u8>>) -> Vec<u8> {
     row
 }
 
-pub fn seq(n: u64) -> Value {
-    Value::String(format_seq(n))
+/// How `db`'s update sequences are written and read on this node.
+pub fn seqs(db: &Database) -> SeqCodec {
+    db.seq_codec(settee_core::node::name())
 }

@@ -12,6 +12,7 @@ use crate::handlers::attachments::AttRender;
 use crate::handlers::{attachments, blocking, bulk, changes, doc};
 use crate::jobs::NewJob;
 use crate::render::doc_json_with;
+use crate::render::seqs;
 use crate::reply::json;
 use crate::{AppState, Req};
 use axum::http::{HeaderMap, StatusCode};
@@ -19,7 +20,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_auth::security::SecurityObject;
 use settee_auth::UserCtx;
-use settee_core::{format_seq, parse_seq, ParsedDoc, Rev, SeqArg};
+use settee_core::{ParsedDoc, Rev, SeqArg, SeqCodec};
 use settee_db::{Database, LocalUpdate};
 use settee_docs::atts::FollowsWriter;
 use settee_docs::Followed;
@@ -96,12 +97,13 @@ impl LocalDb {
     }
 }
 
-fn seq_of(v: &Value) -> RepResult<u64> {
+/// Where a replication's `since` (a checkpoint's seq, or `0`) stands in the database.
+fn seq_of(codec: &SeqCodec, v: &Value) -> RepResult<u64> {
     let text = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    match parse_seq(&text) {
+    match codec.since(&text) {
         Ok(SeqArg::Seq(n)) => Ok(n),
         _ => Err(RepError::BadRequest(format!("Invalid sequence `{text}`"))),
     }
@@ -115,7 +117,7 @@ impl Endpoint for LocalDb {
     async fn info(&self) -> RepResult<PeerInfo> {
         let db = self.db()?;
         Ok(PeerInfo {
-            update_seq: Value::String(format_seq(db.update_seq())),
+            update_seq: Value::String(seqs(&db).update_seq(db.update_seq())),
             instance_start_time: "0".into(),
         })
     }
@@ -179,7 +181,8 @@ impl Endpoint for LocalDb {
         wait: Wait,
     ) -> RepResult<Changes> {
         let db = self.db()?;
-        let since_n = seq_of(since)?;
+        let codec = seqs(&db);
+        let since_n = seq_of(&codec, since)?;
         let filter = match filter {
             Filter::All => changes::ReplicationFilter::All,
             Filter::DocIds(ids) => {
@@ -207,7 +210,7 @@ impl Endpoint for LocalDb {
         let last_seq = if last == since_n {
             since.clone()
         } else {
-            Value::String(format_seq(last))
+            Value::String(codec.changes_seq(last))
         };
         Ok(Changes { rows, last_seq })
     }

@@ -34,7 +34,18 @@ impl Stats {
 /// The seq to start from given the checkpoints found on the source and the target: the
 /// source's `source_last_seq` when both record the same last session, else the
 /// `recorded_seq` of the newest session both histories share, else from the start (`0`).
+/// A seq an older Settee recorded (before sequences were CouchDB's) is unusable, as no
+/// current source reads it back: the replication starts again from `0`, as CouchDB does
+/// for a checkpoint it cannot use.
 pub fn start_seq(source: Option<&Value>, target: Option<&Value>) -> Value {
+    let seq = shared_seq(source, target);
+    match seq.as_str() {
+        Some(s) if settee_core::seq::is_legacy_settee_seq(s) => json!(0),
+        _ => seq,
+    }
+}
+
+fn shared_seq(source: Option<&Value>, target: Option<&Value>) -> Value {
     let (Some(s), Some(t)) = (source, target) else {
         return json!(0);
     };
@@ -143,6 +154,10 @@ mod tests {
         assert_eq!(start_seq(Some(&s), Some(&older)), json!(4));
         let none = json!({"session_id": "z", "history": [{"session_id": "z"}]});
         assert_eq!(start_seq(Some(&s), Some(&none)), json!(0));
+        // Written by an older Settee: `7-` and the base64 of `settee\0\0` and 7.
+        let legacy =
+            json!({"session_id": "b", "source_last_seq": "7-g1AAAAc2V0dGVlAAAAAAAAAAAABw"});
+        assert_eq!(start_seq(Some(&legacy), Some(&legacy)), json!(0));
     }
 
     #[test]

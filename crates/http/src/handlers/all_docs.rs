@@ -5,7 +5,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::handlers::doc::local_json;
 use crate::mrargs::{MrArgs, ViewType};
-use crate::render::{seq, winner_json_with, with_doc, DocOpts};
+use crate::render::{winner_json_with, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, JSON};
 use crate::req::{decode_param_json, require_json};
 use crate::{AppState, Req};
@@ -257,7 +257,7 @@ fn run(
         // With `keys`, CouchDB's coordinator has no sequence to show.
         let update_seq = match q.keys {
             Some(_) => Value::Null,
-            None => seq(db.update_seq()),
+            None => Value::String(crate::render::seqs(db).bare_seq(db.update_seq())),
         };
         head.push_str(&format!(",\"update_seq\":{update_seq}"));
     }

@@ -5,7 +5,7 @@ use super::{allow, blocking};
 use crate::design_filter::{self, DesignFilter, ReqInfo};
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::{parse_pos_int, Val};
-use crate::render::{seq, winner_json_with, with_doc, DocOpts};
+use crate::render::{seqs, winner_json_with, with_doc, DocOpts};
 use crate::reply::{delayed, stream, stream_async, JSON};
 use crate::req::Params;
 use crate::{AppState, Req};
@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use settee_core::{parse_seq, Rev, SeqArg};
+use settee_core::{Rev, SeqArg, SeqCodec};
 use settee_db::{Change, Database};
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -279,6 +279,8 @@ const DEFAULT_LIMIT: u64 = 1_000_000_000_000_000;
 #[derive(Clone, Debug)]
 struct Opts {
     feed: Feed,
+    /// How the database's sequences are written and read.
+    seqs: SeqCodec,
     since: SeqArg,
     limit: Option<u64>,
     descending: bool,
@@ -345,7 +347,7 @@ struct Timing {
     seq_interval: Option<u64>,
 }
 
-fn parse_timing(p: &Params, changes_timeout: Duration) -> ApiResult<Timing> {
+fn parse_timing(p: &Params, changes_timeout: Duration, seqs: &SeqCodec) -> ApiResult<Timing> {
     let mut t = Timing {
         heartbeat: None,
         timeout: changes_timeout,
@@ -374,7 +376,7 @@ fn parse_timing(p: &Params, changes_timeout: Duration) -> ApiResult<Timing> {
                 parse_pos_int(Val::Text(v))?;
             }
             "since" => {
-                parse_seq(v)?;
+                seqs.since(v)?;
             }
             _ => {}
         }
@@ -385,8 +387,13 @@ fn parse_timing(p: &Params, changes_timeout: Duration) -> ApiResult<Timing> {
 impl Opts {
     /// Parses everything but the filter, which needs the database (see `changes`): `all`
     /// is every parameter in order, `p` the folded values (see [`folded`]).
-    fn parse(all: &Params, p: &Params, changes_timeout: Duration) -> ApiResult<Opts> {
-        let timing = parse_timing(all, changes_timeout)?;
+    fn parse(
+        all: &Params,
+        p: &Params,
+        changes_timeout: Duration,
+        seqs: SeqCodec,
+    ) -> ApiResult<Opts> {
+        let timing = parse_timing(all, changes_timeout, &seqs)?;
         let style = p.get("style").unwrap_or("main_only");
         if !["main_only", "all_docs"].contains(&style) {
             return Err(ApiError::bad_request(
@@ -397,9 +404,10 @@ impl Opts {
         Ok(Opts {
             feed: Feed::Normal,
             since: match since {
-                Some(s) => parse_seq(s)?,
+                Some(s) => seqs.since(s)?,
                 None => SeqArg::Seq(0),
             },
+            seqs,
             limit: p.uint("limit")?,
             // CouchDB's `parse_changes_query`: on only for exactly `true`.
             descending: p.is_true("descending"),
@@ -452,7 +460,12 @@ fn render_change(
     } else {
         vec![json!({"rev": winner.rev.to_string()})]
     };
-    let mut row = json!({"seq": if show_seq { seq(c.seq) } else { Value::Null }, "id": c.id, "changes": revs});
+    let seq = if show_seq {
+        Value::String(o.seqs.changes_seq(c.seq))
+    } else {
+        Value::Null
+    };
+    let mut row = json!({"seq": seq, "id": c.id, "changes": revs});
     if winner.deleted {
         row["deleted"] = json!(true);
     }
@@ -597,7 +610,7 @@ fn normal_body(
     };
     let tail = format!(
         "\n],\n\"last_seq\":{},\"pending\":{pending}}}\n",
-        seq(last.min(db.update_seq()))
+        Value::String(o.seqs.changes_seq(last.min(db.update_seq())))
     );
     out(tail.as_bytes());
     Ok(())
@@ -655,12 +668,12 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     let changes_timeout =
         Duration::from_millis(state.node.get_u64("chttpd", "changes_timeout", 60_000));
     let (all, params) = folded(&req.params);
-    let mut o = Opts::parse(&all, &params, changes_timeout)?;
+    let mut o = Opts::parse(&all, &params, changes_timeout, seqs(&db))?;
     o.reader = crate::replicator_read::reader(&db, &req.user);
     // An EventSource reconnecting says where it stopped.
     if params.get("feed") == Some("eventsource") {
         if let Some(id) = req.header("last-event-id") {
-            o.since = parse_seq(id)?;
+            o.since = o.seqs.since(id)?;
         }
     }
     // `doc_ids` and `view` are read as sent (CouchDB's `configure_filter`); `filter` folded.
@@ -746,7 +759,7 @@ pub async fn for_replication(
     wait: Option<Duration>,
 ) -> ApiResult<(Vec<Value>, u64)> {
     let all = Params::parse(Some("style=all_docs"));
-    let mut o = Opts::parse(&all, &all, Duration::from_secs(60))?;
+    let mut o = Opts::parse(&all, &all, Duration::from_secs(60), seqs(&db))?;
     o.filter = match filter {
         ReplicationFilter::All => Filter::None,
         ReplicationFilter::DocIds(ids) => Filter::DocIds(ids),
@@ -756,7 +769,11 @@ pub async fn for_replication(
             query_params,
             user,
         } => {
-            let req = ReqInfo::for_replication(&db.name, &name, &query_params, since, wait, &user);
+            let since = match since {
+                0 => json!(0),
+                n => Value::String(o.seqs.changes_seq(n)),
+            };
+            let req = ReqInfo::for_replication(&db.name, &name, &query_params, &since, wait, &user);
             let params: Params = req.query.iter().cloned().collect();
             let spec = filter_spec(Some(&name), &params, false, None)?;
             resolve(state, &db, spec, &mut o, || req).await?
@@ -807,6 +824,8 @@ async fn wait_past(rx: &mut watch::Receiver<u64>, seen: u64, wait: Duration) -> 
 /// even the status) is sent before the first chunk.
 struct LiveOut {
     feed: Feed,
+    /// Writes an eventsource row's `id:`.
+    seqs: SeqCodec,
     tx: mpsc::Sender<ApiResult<Bytes>>,
     buf: Vec<u8>,
     /// Rows are in `buf` (a longpoll's `buf` also starts with its opening).
@@ -819,7 +838,7 @@ struct LiveOut {
 }
 
 impl LiveOut {
-    fn new(feed: Feed, tx: mpsc::Sender<ApiResult<Bytes>>) -> LiveOut {
+    fn new(feed: Feed, seqs: SeqCodec, tx: mpsc::Sender<ApiResult<Bytes>>) -> LiveOut {
         let buf = if feed == Feed::Longpoll {
             b"{\"results\":[\n".to_vec()
         } else {
@@ -827,6 +846,7 @@ impl LiveOut {
         };
         LiveOut {
             feed,
+            seqs,
             tx,
             buf,
             rows_buffered: false,
@@ -847,7 +867,7 @@ impl LiveOut {
             }
             Feed::EventSource => {
                 // `id:` is the row's seq as JSON (quoted, or `null`), as CouchDB's.
-                let id = seq_shown.map_or(Value::Null, seq);
+                let id = seq_shown.map_or(Value::Null, |s| Value::String(self.seqs.changes_seq(s)));
                 self.buf.extend_from_slice(b"data: ");
                 self.buf.extend_from_slice(row);
                 self.buf
@@ -942,7 +962,7 @@ async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Res
     };
     tokio::spawn(async move {
         let _client = LiveClient::new();
-        let mut out = LiveOut::new(o.feed, tx.clone());
+        let mut out = LiveOut::new(o.feed, o.seqs.clone(), tx.clone());
         let mut seq_rx = db.watch_seq();
         let mut since = start_seq(&db, &o);
         let limit = o.limit.unwrap_or(DEFAULT_LIMIT);
@@ -1009,7 +1029,7 @@ async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Res
             } else {
                 db.count_changes_after(last)?
             };
-            Ok((seq(last), pending))
+            Ok((Value::String(o.seqs.changes_seq(last)), pending))
         })
         .await;
         match tail {
@@ -1036,14 +1056,17 @@ pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
     let p = &req.params;
     let feed = Feed::parse(p)?;
     let couch = state.couch.clone();
+    // `_db_updates` sequences are those of CouchDB's `_global_changes` database: q=1.
+    let codec = SeqCodec::new(settee_core::node::name(), 1, couch.db_events_uuid());
     let mut since = match p.get("since") {
-        Some(s) => match parse_seq(s)? {
+        Some(s) => match codec.since(s)? {
             SeqArg::Now => couch.db_events_seq(),
             SeqArg::Seq(n) => n,
         },
         None => 0,
     };
     let (heartbeat, timeout) = feed_timing(p)?;
+    let seq = |n: u64| Value::String(codec.changes_seq(n));
     let row = |e: &settee_db::DbEvent| json!({"db_name": e.db, "type": e.kind.as_str(), "seq": seq(e.seq)});
     let mut rx = couch.watch_db_events();
     if matches!(feed, Feed::Normal | Feed::Longpoll) {
@@ -1060,7 +1083,10 @@ pub async fn db_updates(state: &AppState, req: Req) -> ApiResult<Response> {
     }
     let eventsource = feed == Feed::EventSource;
     let (tx, out) = mpsc::channel::<Bytes>(16);
+    let codec = codec.clone();
     tokio::spawn(async move {
+        let seq = |n: u64| Value::String(codec.changes_seq(n));
+        let row = |e: &settee_db::DbEvent| json!({"db_name": e.db, "type": e.kind.as_str(), "seq": seq(e.seq)});
         while let Ok(events) = couch.db_events_since(since) {
             for e in &events {
                 since = e.seq;

@@ -4,7 +4,7 @@
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::doc;
-use crate::render::seq;
+use crate::render::seqs;
 use crate::reply::{json, ok_true};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -18,11 +18,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub fn db_info_json(state: &AppState, db: &Database) -> Value {
     let info = db.info();
     let s = info.stats;
+    let codec = seqs(db);
     json!({
         "instance_start_time": "0",
         "db_name": db.name,
-        "purge_seq": seq(s.purge_seq),
-        "update_seq": seq(s.update_seq),
+        "purge_seq": codec.bare_seq(s.purge_seq),
+        "update_seq": codec.update_seq(s.update_seq),
         "sizes": {"file": info.file_size, "external": s.external, "active": s.active.min(info.file_size.max(s.external))},
         "props": props_json(db),
         "doc_del_count": s.doc_del_count,

@@ -6,7 +6,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::mrargs::{GroupLevel, MrArgs, Update, ViewType};
 use crate::node_config::NodeConfig;
-use crate::render::{doc_json, doc_json_with, seq, with_doc, DocOpts};
+use crate::render::{doc_json, doc_json_with, seqs, with_doc, DocOpts};
 use crate::reply::{json, json_bytes, ok_true, stream, JSON};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -288,7 +288,8 @@ pub(crate) fn run(
                     head.push_str(&format!("\"total_rows\":{total_rows},\"offset\":{off},"));
                 }
                 if args.update_seq {
-                    head.push_str(&format!("\"update_seq\":{},", seq(update_seq)));
+                    let packed = Value::String(seqs(db).bare_seq(update_seq));
+                    head.push_str(&format!("\"update_seq\":{packed},"));
                 }
                 head.push_str("\"rows\":[\r\n");
                 head.into_bytes()
