@@ -5,6 +5,8 @@
 //! - [`cookie`]: `AuthSession` cookies (HMAC-signed, time-limited, renewed).
 //! - [`jwt`]: `Authorization: Bearer` JSON Web Tokens checked against `[jwt_keys]`.
 //! - [`proxy`]: proxy authentication headers and their HMAC token.
+//! - [`password_cache`]: passwords already verified against a stored hash, so that the
+//!   slow hash runs once per password (and a wrong one is refused after a fast hash).
 //! - [`lockout`]: temporary lockout after repeated failed logins of a user from a peer.
 //! - [`security`]: database security objects (`admins`/`members`) and who they admit.
 //! - [`users`]: the rules of the `_users` database (validation, password hashing on write,
@@ -18,6 +20,7 @@ mod ini;
 pub mod jwt;
 pub mod lockout;
 pub mod password;
+pub mod password_cache;
 pub mod password_rules;
 pub mod proxy;
 pub mod security;
