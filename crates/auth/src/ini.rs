@@ -103,7 +103,10 @@ mod tests {
         // while re:split(<<",,">>, …) =:= [].
         assert_eq!(split_roles(""), vec![""]);
         assert!(split_roles(",,").is_empty());
-        assert_eq!(split_roles("a, b ,c,,_admin"), vec!["a", "b", "c", "", "_admin"]);
+        assert_eq!(
+            split_roles("a, b ,c,,_admin"),
+            vec!["a", "b", "c", "", "_admin"]
+        );
     }
 
     #[test]

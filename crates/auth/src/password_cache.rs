@@ -248,7 +248,11 @@ mod tests {
         cache.verify("c", "c", &c, &cfg, 230);
         assert_eq!(cache.len(), 2);
         assert_eq!(cache.verify("a", "a", &a, &cfg, 240).cost.slow, 0);
-        assert_eq!(cache.verify("b", "b", &b, &cfg, 250).cost.slow, 1, "evicted");
+        assert_eq!(
+            cache.verify("b", "b", &b, &cfg, 250).cost.slow,
+            1,
+            "evicted"
+        );
     }
 
     #[test]

@@ -442,8 +442,13 @@ mod tests {
         let mut keep = again.clone();
         keep.insert("password".into(), "third".into());
         keep.insert("preserve_salt".into(), true.into());
-        let kept = write("org.couchdb.user:bob", Value::Object(keep), None, &UserCtx::anonymous())
-            .unwrap();
+        let kept = write(
+            "org.couchdb.user:bob",
+            Value::Object(keep),
+            None,
+            &UserCtx::anonymous(),
+        )
+        .unwrap();
         assert_eq!(kept["salt"], again["salt"], "preserve_salt keeps it");
         assert!(kept.get("preserve_salt").is_none());
         assert!(credentials(&kept).unwrap().1.verify("third"));

@@ -190,11 +190,9 @@ impl From<settee_auth::Denied> for ApiError {
             settee_auth::Denied::Forbidden(r) => ApiError::Forbidden(r),
             settee_auth::Denied::BadRequest(r) => ApiError::BadRequest(r),
             settee_auth::Denied::NotFound(r) => ApiError::NotFound(r),
-            settee_auth::Denied::Crash(r) => ApiError::Named(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "unknown_error".into(),
-                r,
-            ),
+            settee_auth::Denied::Crash(r) => {
+                ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "unknown_error".into(), r)
+            }
         }
     }
 }

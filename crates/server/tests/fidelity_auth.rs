@@ -353,7 +353,11 @@ fn auth_cache_management() {
     let mut rev = String::new();
     for (name, pw, roles) in [
         ("fdmanana", "qwerty", json!(["dev"])),
-        ("chris", "the_god_father", json!(["dev", "mafia", "white_costume"])),
+        (
+            "chris",
+            "the_god_father",
+            json!(["dev", "mafia", "white_costume"]),
+        ),
         ("joe", "functional", json!(["erlnager"])),
         ("johndoe", "123456", json!(["user"])),
     ] {
@@ -374,7 +378,9 @@ fn auth_cache_management() {
         assert_eq!(r.status, 200, "{name}: {}", r.text);
         let cookie = r.header("set-cookie").expect("a session cookie");
         let cookie = cookie.split(';').next().unwrap().to_string();
-        let me = s.anon("GET", "/_session", None, &[("cookie", &cookie)]).json();
+        let me = s
+            .anon("GET", "/_session", None, &[("cookie", &cookie)])
+            .json();
         assert_eq!(me["userCtx"]["name"], name);
         assert_eq!(me["info"]["authenticated"], "cookie");
         let r = s.anon("DELETE", "/_session", None, &[("cookie", &cookie)]);
@@ -434,7 +440,13 @@ fn users_change_their_own_password() {
     let me = ("jchris@apache.org", "funnybone");
     let body = json!({"name": me.0, "password": me.1}).to_string();
     let r = s.anon("POST", "/_session", Some(&body), &[]);
-    let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap().to_string();
+    let cookie = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
     let path = "/_users/org.couchdb.user:jchris@apache.org";
     let mut doc = s.as_user(me, "GET", path, None).json();
     doc["password"] = json!("couch");
@@ -456,7 +468,12 @@ fn users_change_their_own_password() {
         Some(r#"{"name": "other", "password": "mine", "roles": [], "type": "user"}"#),
     );
     assert_eq!(err(&r), e(404, "not_found", "missing"));
-    let r = s.as_user((me.0, "couch"), "GET", "/_users/org.couchdb.user:other", None);
+    let r = s.as_user(
+        (me.0, "couch"),
+        "GET",
+        "/_users/org.couchdb.user:other",
+        None,
+    );
     assert_eq!(err(&r), e(404, "not_found", "missing"));
 }
 
@@ -540,7 +557,11 @@ fn proxy_user_ctx_with_secret_and_configured_headers() {
     let sha1 = hex_hmac(HashAlg::Sha1, "s3cret", "alice");
     for token in [&sha256, &upper, &sha1] {
         let r = session(&[user, ("X-Auth-CouchDB-Token", token)]).json();
-        assert_eq!(r["userCtx"], json!({"name": "alice", "roles": []}), "{token}");
+        assert_eq!(
+            r["userCtx"],
+            json!({"name": "alice", "roles": []}),
+            "{token}"
+        );
         assert_eq!(r["info"]["authenticated"], "proxy");
     }
     let wrong = [user, ("X-Auth-CouchDB-Token", "00112233")];
@@ -641,7 +662,9 @@ fn jwt_roles_claim_path_with_bad_input() {
     set_config(&s, "jwt_auth", "roles_claim_path", "a.b.roles");
     let roles = |r: common::Resp| r.json()["userCtx"]["roles"].clone();
     assert_eq!(
-        roles(ask(json!({"a": {"b": {"roles": ["r1", "r2"]}}, "_couchdb.roles": ["x"]}))),
+        roles(ask(
+            json!({"a": {"b": {"roles": ["r1", "r2"]}}, "_couchdb.roles": ["x"]})
+        )),
         json!(["r1", "r2"])
     );
     assert_eq!(
@@ -660,16 +683,10 @@ fn jwt_roles_claim_path_with_bad_input() {
         e(404, "not_found", "missing json key: b")
     );
     for claims in [json!({"a": {"b": [1]}}), json!({"a": "str"})] {
-        assert_eq!(
-            err(&ask(claims)),
-            e(404, "not_found", "json_mismatch")
-        );
+        assert_eq!(err(&ask(claims)), e(404, "not_found", "json_mismatch"));
     }
     set_config(&s, "jwt_auth", "roles_claim_path", r"k\.x.roles");
-    assert_eq!(
-        roles(ask(json!({"k.x": {"roles": ["e"]}}))),
-        json!(["e"])
-    );
+    assert_eq!(roles(ask(json!({"k.x": {"roles": ["e"]}}))), json!(["e"]));
     set_config(&s, "jwt_auth", "roles_claim_path", "flat");
     assert_eq!(roles(ask(json!({"flat": ["f"]}))), json!(["f"]));
     let r = s.delete(&format!("{CFG}/jwt_auth/roles_claim_path"));

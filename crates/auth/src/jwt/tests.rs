@@ -457,14 +457,28 @@ fn roles_claim_path_with_bad_input_answers_as_couchdb() {
     };
     let not_found = |r: &str| Err(Denied::NotFound(r.into()));
     let crash = Err(Denied::Crash("badarg".into()));
-    let roles = |r: &[&str]| Ok(UserCtx::named("jo", r.iter().map(|s| s.to_string()).collect()));
-    assert_eq!(at(json!({"a": {"b": {"roles": ["r1", "r2"]}}})), roles(&["r1", "r2"]));
-    assert_eq!(at(json!({"a": {"b": {"roles": "r1,r2"}}})), roles(&["r1", "r2"]));
+    let roles = |r: &[&str]| {
+        Ok(UserCtx::named(
+            "jo",
+            r.iter().map(|s| s.to_string()).collect(),
+        ))
+    };
+    assert_eq!(
+        at(json!({"a": {"b": {"roles": ["r1", "r2"]}}})),
+        roles(&["r1", "r2"])
+    );
+    assert_eq!(
+        at(json!({"a": {"b": {"roles": "r1,r2"}}})),
+        roles(&["r1", "r2"])
+    );
     assert_eq!(at(json!({"a": {"b": {"roles": ""}}})), roles(&[""]));
     assert_eq!(at(json!({"a": {"b": {"roles": 7}}})), crash);
     assert_eq!(at(json!({"a": {"b": {"roles": null}}})), crash);
     assert_eq!(at(json!({"a": {"b": {"roles": {"x": 1}}}})), crash);
-    assert_eq!(at(json!({"a": {"b": {"roles": [7]}}})), denied_400("Malformed token"));
+    assert_eq!(
+        at(json!({"a": {"b": {"roles": [7]}}})),
+        denied_400("Malformed token")
+    );
     assert_eq!(at(json!({})), not_found("missing json key: a"));
     assert_eq!(at(json!({"a": {"c": 1}})), not_found("missing json key: b"));
     assert_eq!(at(json!({"a": {"b": [1]}})), not_found("json_mismatch"));
