@@ -47,6 +47,16 @@ pub(crate) fn split_list(value: &str) -> Vec<String> {
     items
 }
 
+/// Erlang's `re:split(S, "\\s*,\\s*", [trim])` exactly, as CouchDB splits role lists (proxy
+/// roles header, a JWT's roles string): like [`split_list`], except that an empty string
+/// is one empty item (`[<<>>]`), where `","` is none.
+pub(crate) fn split_roles(value: &str) -> Vec<String> {
+    if value.is_empty() {
+        return vec![String::new()];
+    }
+    split_list(value)
+}
+
 fn trim_around_commas(piece: &str, after_comma: bool, before_comma: bool) -> &str {
     let piece = if after_comma {
         piece.trim_start_matches(is_space)
@@ -85,6 +95,18 @@ mod tests {
         assert_eq!(split_list("a, , "), vec!["a"]);
         assert_eq!(split_list(",a"), vec!["", "a"]);
         assert!(split_list("").is_empty());
+    }
+
+    #[test]
+    fn split_roles_keeps_erlangs_one_empty_item() {
+        // re:split(<<>>, "\\s*,\\s*", [trim, {return, binary}]) =:= [<<>>] on OTP 27,
+        // while re:split(<<",,">>, …) =:= [].
+        assert_eq!(split_roles(""), vec![""]);
+        assert!(split_roles(",,").is_empty());
+        assert_eq!(
+            split_roles("a, b ,c,,_admin"),
+            vec!["a", "b", "c", "", "_admin"]
+        );
     }
 
     #[test]

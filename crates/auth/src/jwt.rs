@@ -10,10 +10,16 @@
 //!   pairs, scanned the way CouchDB's regular expression does. `exp`/`nbf`/`iat`/`iss`/`kid`
 //!   / `typ` behave as in `jwtf` (missing → 400 `Missing exp claim`, expired → 401
 //!   `exp not in future`, future `nbf` → 401 `nbf not in past`, …). No leeway.
-//! - The user name is `sub` (missing → 401 `Token missing sub claim.`); roles come from
-//!   `roles_claim_path` (dotted path, `\.` escapes a dot) if set, else the top-level claim
-//!   `roles_claim_name` (default `_couchdb.roles`); a list of strings, or a comma-separated
-//!   string; anything else → 400 `Malformed token`.
+//! - The user name is `sub` (missing → 401 `Token missing sub claim.`, checked after the
+//!   roles); roles come from `roles_claim_path` (dotted path, `\.` escapes a dot) if set,
+//!   else the top-level claim `roles_claim_name` (default `_couchdb.roles`; absent → no
+//!   roles). As `couch_httpd_auth:get_roles_claim/1` reads them: a list of strings, or a
+//!   comma-separated string; a list holding anything else → 400 `Malformed token`; any
+//!   other value (`null`, a number, a boolean, an object) → 500 `unknown_error` `badarg`
+//!   (CouchDB hands it to `re:split`; matched, as the token is refused either way and
+//!   CouchDB's answer is what its clients see). A path that does not resolve is
+//!   `couch_util:get_nested_json_value/2`'s 404: `missing json key: K` for an absent
+//!   member, `json_mismatch` where a step is not an object.
 //! - Errors carry CouchDB's reasons: 400 for malformed tokens, unknown keys (`Unknown kid`)
 //!   and bad signatures (`Bad signature`, `Bad HMAC`); 401 for time and `sub` failures.
 //!
@@ -23,8 +29,7 @@
 //! - Required claims other than `jwtf`'s own (say `aud`) are enforced (`Missing aud claim`,
 //!   `Invalid aud claim` — the value must equal, or be in an array claim), where CouchDB
 //!   silently ignores them; a bare `iss` only requires presence.
-//! - A `roles_claim_path` that does not resolve gives no roles (CouchDB answers 404
-//!   `missing json key: …`); a non-string `sub` is 400 `Malformed token`.
+//! - A non-string `sub` is 400 `Malformed token` (CouchDB makes it the user's name).
 //! - Undecodable header or payload JSON is 400 `Malformed token`.
 //! - `[jwt_auth] allowed_algorithms` (comma-separated; default all of the above) was not
 //!   found in the CouchDB sources consulted, which accept every supported algorithm; with
@@ -259,18 +264,20 @@ impl JwtConfig {
 
     fn roles(&self, payload: &Map<String, Value>) -> Result<Vec<String>, Denied> {
         let value = match &self.roles {
-            RolesSource::Name(name) => payload.get(name),
-            RolesSource::Path(path) => nested(payload, path),
+            RolesSource::Name(name) => match payload.get(name) {
+                None => return Ok(Vec::new()),
+                Some(v) => v,
+            },
+            RolesSource::Path(path) => nested(payload, path)?,
         };
         match value {
-            None => Ok(Vec::new()),
-            Some(Value::String(s)) => Ok(ini::split_list(s)),
-            Some(Value::Array(items)) => items
+            Value::String(s) => Ok(ini::split_roles(s)),
+            Value::Array(items) => items
                 .iter()
                 .map(|r| r.as_str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(malformed),
-            Some(_) => Err(malformed()),
+            _ => Err(Denied::Crash(crate::BADARG.into())),
         }
     }
 }
@@ -356,10 +363,15 @@ fn check_exp(exp: Option<&Value>, required: bool, now: u64) -> Result<(), Denied
     }
 }
 
-fn nested<'a>(payload: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
-    let (first, rest) = path.split_first()?;
-    rest.iter().try_fold(payload.get(first)?, |value, key| {
-        value.as_object()?.get(key)
+/// The value at `path`, as `couch_util:get_nested_json_value/2` finds it: 404 `missing
+/// json key: K` for an absent member, 404 `json_mismatch` where a step is not an object.
+fn nested<'a>(payload: &'a Map<String, Value>, path: &[String]) -> Result<&'a Value, Denied> {
+    let missing = |key: &str| Denied::NotFound(format!("missing json key: {key}"));
+    let (first, rest) = path.split_first().expect("a path has a first step");
+    let start = payload.get(first).ok_or_else(|| missing(first.as_str()))?;
+    rest.iter().try_fold(start, |value, key| match value {
+        Value::Object(map) => map.get(key).ok_or_else(|| missing(key.as_str())),
+        _ => Err(Denied::NotFound("json_mismatch".into())),
     })
 }
 

@@ -5,6 +5,8 @@
 //! - [`cookie`]: `AuthSession` cookies (HMAC-signed, time-limited, renewed).
 //! - [`jwt`]: `Authorization: Bearer` JSON Web Tokens checked against `[jwt_keys]`.
 //! - [`proxy`]: proxy authentication headers and their HMAC token.
+//! - [`password_cache`]: passwords already verified against a stored hash, so that the
+//!   slow hash runs once per password (and a wrong one is refused after a fast hash).
 //! - [`lockout`]: temporary lockout after repeated failed logins of a user from a peer.
 //! - [`security`]: database security objects (`admins`/`members`) and who they admit.
 //! - [`users`]: the rules of the `_users` database (validation, password hashing on write,
@@ -18,6 +20,7 @@ mod ini;
 pub mod jwt;
 pub mod lockout;
 pub mod password;
+pub mod password_cache;
 pub mod password_rules;
 pub mod proxy;
 pub mod security;
@@ -59,8 +62,9 @@ impl UserCtx {
 }
 
 /// Why a request is refused: 400 `bad_request` (malformed credentials, such as an
-/// undecodable `AuthSession` cookie or JWT), 401 `unauthorized` or 403 `forbidden`, with
-/// the reason CouchDB sends.
+/// undecodable `AuthSession` cookie or JWT), 401 `unauthorized`, 403 `forbidden` or 404
+/// `not_found`, with the reason CouchDB sends; or CouchDB's 500 `unknown_error` where it
+/// crashes on bad input (the reason is the Erlang error, such as `badarg`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denied {
     #[error("bad_request: {0}")]
@@ -69,4 +73,11 @@ pub enum Denied {
     Unauthorized(String),
     #[error("forbidden: {0}")]
     Forbidden(String),
+    #[error("not_found: {0}")]
+    NotFound(String),
+    #[error("unknown_error: {0}")]
+    Crash(String),
 }
+
+/// The reason of CouchDB's 500 when an Erlang built-in is given a value it cannot take.
+pub const BADARG: &str = "badarg";

@@ -198,9 +198,9 @@ impl PasswordHash {
             Scheme::Pbkdf2 { prf, iterations } => json!({
                 "password_scheme": "pbkdf2",
                 "pbkdf2_prf": prf.name(),
+                "salt": self.salt,
                 "iterations": iterations,
                 "derived_key": self.derived_hex,
-                "salt": self.salt,
             }),
             Scheme::Simple => json!({
                 "password_scheme": "simple",

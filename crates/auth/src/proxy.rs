@@ -1,22 +1,26 @@
-//! Proxy authentication, as CouchDB 3.4/3.5's `couch_httpd_auth:proxy_auth_user/1`.
+//! Proxy authentication, as CouchDB 3.5's `couch_httpd_auth:proxy_auth_user/1`.
 //!
-//! A trusted proxy names the user in `X-Auth-CouchDB-UserName` and the roles in
-//! `X-Auth-CouchDB-Roles` (split at commas, whitespace around commas dropped, trailing
-//! empty items removed). The header names come from `[chttpd_auth] x_auth_username`,
-//! `x_auth_roles` and `x_auth_token`. With `proxy_use_secret = true` (default `false`) and a
-//! `secret` set, `X-Auth-CouchDB-Token` must be the lowercase hex HMAC of the user name
-//! keyed with the secret, under any of `hash_algorithms` (default `sha256, sha`; before
-//! 3.3.2 it was SHA-1 only). With `proxy_use_secret = true` but no secret, CouchDB accepts
-//! the headers without a token, and so does this module.
+//! A trusted proxy names the user in `X-Auth-CouchDB-UserName` (an empty value is the
+//! user `""`) and the roles in `X-Auth-CouchDB-Roles` (split at commas, whitespace around
+//! commas dropped, trailing empty items removed; an empty header is one empty role). The
+//! header names come from `[chttpd_auth] x_auth_username`, `x_auth_roles` and
+//! `x_auth_token`, read on every request. With `proxy_use_secret = true` (default `false`)
+//! and a `secret` set, `X-Auth-CouchDB-Token` must be the hex HMAC (either case) of the
+//! user name keyed with the secret, under one of `hash_algorithms` (default `sha256, sha`;
+//! the token's length picks the candidates, as `couch_secrets:verify/4`). With
+//! `proxy_use_secret = true` but no secret, CouchDB accepts the headers without a token,
+//! and so does this module.
 //!
-//! CouchDB never refuses a request here: a wrong or missing token just means this handler
-//! does not authenticate, and the next handler runs. [`ProxyConfig::authenticate`] mirrors
-//! that by returning `Ok(None)`; the `Result` leaves room for a stricter policy.
+//! A wrong token means this handler does not authenticate, and the next handler runs
+//! (`Ok(None)`). A token that is missing or not hex, while a secret is in use, is
+//! CouchDB's 500 `unknown_error` `badarg` on every request (it passes `undefined` on to
+//! `couch_secrets:verify/2`): [`Denied::Crash`], so that a proxy that forgot the token
+//! fails as loudly as it does with CouchDB instead of its users becoming anonymous.
 
 use crate::cookie::{HashAlg, DEFAULT_HASH_ALGORITHMS};
 use crate::ini::{self, Section};
 use crate::password::constant_time_eq;
-use crate::{Denied, UserCtx};
+use crate::{Denied, UserCtx, BADARG};
 
 /// `[chttpd_auth]` settings for proxy authentication.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +61,8 @@ impl ProxyConfig {
     }
 
     /// The user the proxy headers name, or `None` when there is no user-name header or the
-    /// token does not check out. `header` looks a request header up by name
+    /// token does not check out; `Err` (CouchDB's 500 `badarg`) when a secret is in use
+    /// and the token is missing or not hex. `header` looks a request header up by name
     /// (case-insensitively, as HTTP headers are).
     pub fn authenticate(
         &self,
@@ -66,26 +71,27 @@ impl ProxyConfig {
         let Some(name) = header(&self.username_header) else {
             return Ok(None);
         };
-        if !self.token_ok(&name, header(&self.token_header).as_deref()) {
+        if !self.token_ok(&name, header(&self.token_header).as_deref())? {
             return Ok(None);
         }
         let roles = header(&self.roles_header)
-            .map(|r| ini::split_list(&r))
+            .map(|r| ini::split_roles(&r))
             .unwrap_or_default();
         Ok(Some(UserCtx::named(&name, roles)))
     }
 
-    fn token_ok(&self, name: &str, sent: Option<&str>) -> bool {
+    fn token_ok(&self, name: &str, sent: Option<&str>) -> Result<bool, Denied> {
         let secret = match (&self.secret, self.use_secret) {
             (Some(secret), true) => secret,
-            _ => return true,
+            _ => return Ok(true),
         };
-        let Some(sent) = sent else {
-            return false;
-        };
-        self.hash_algorithms
-            .iter()
-            .any(|alg| constant_time_eq(token(secret, name, *alg).as_bytes(), sent.as_bytes()))
+        let mac = sent
+            .and_then(|t| hex::decode(t).ok())
+            .ok_or_else(|| Denied::Crash(BADARG.into()))?;
+        Ok(self.hash_algorithms.iter().any(|alg| {
+            let expected = alg.hmac(secret.as_bytes(), name.as_bytes());
+            constant_time_eq(&expected, &mac)
+        }))
     }
 }
 
@@ -188,16 +194,51 @@ mod tests {
     }
 
     #[test]
-    fn wrong_missing_or_uppercase_tokens_fall_through() {
-        let cfg = secured();
+    fn uppercase_hex_is_the_same_token() {
         let upper = SHA256_TOKEN.to_ascii_uppercase();
-        for tok in [Some("deadbeef"), None, Some(upper.as_str())] {
+        let got = secured().authenticate(headers(&[
+            ("X-Auth-CouchDB-UserName", "proxyuser"),
+            ("X-Auth-CouchDB-Token", &upper),
+        ]));
+        assert_eq!(got, Ok(Some(UserCtx::named("proxyuser", vec![]))));
+    }
+
+    #[test]
+    fn wrong_tokens_fall_through() {
+        for tok in ["deadbeef", "00112233", ""] {
+            let pairs = [
+                ("X-Auth-CouchDB-UserName", "proxyuser"),
+                ("X-Auth-CouchDB-Token", tok),
+            ];
+            assert_eq!(secured().authenticate(headers(&pairs)), Ok(None), "{tok}");
+        }
+    }
+
+    #[test]
+    fn missing_or_non_hex_tokens_are_couchdbs_badarg() {
+        let crash = Err(Denied::Crash("badarg".into()));
+        for tok in [None, Some("zz"), Some("abc")] {
             let mut pairs = vec![("X-Auth-CouchDB-UserName", "proxyuser")];
             if let Some(t) = tok {
                 pairs.push(("X-Auth-CouchDB-Token", t));
             }
-            assert_eq!(cfg.authenticate(headers(&pairs)), Ok(None));
+            assert_eq!(secured().authenticate(headers(&pairs)), crash, "{tok:?}");
         }
+    }
+
+    #[test]
+    fn empty_headers() {
+        let got = ProxyConfig::default().authenticate(headers(&[
+            ("X-Auth-CouchDB-UserName", ""),
+            ("X-Auth-CouchDB-Roles", ""),
+        ]));
+        assert_eq!(got, Ok(Some(UserCtx::named("", vec![String::new()]))));
+        let got = ProxyConfig::default().authenticate(headers(&[
+            ("X-Auth-CouchDB-UserName", "a"),
+            ("X-Auth-CouchDB-Roles", "a, b ,c,,_admin"),
+        ]));
+        let roles = ["a", "b", "c", "", "_admin"].map(String::from).to_vec();
+        assert_eq!(got, Ok(Some(UserCtx::named("a", roles))));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The rules of the authentication database (`_users`), as CouchDB applies them through
 //! `couch_users_db` (password hashing before a write, who may read which document) and the
 //! validation function of its `_design/_auth` document. Settee applies them natively, with
-//! CouchDB's reasons, on every write to `_users`, before any design document's own
-//! `validate_doc_update`.
+//! CouchDB's reasons: [`before_update`] on every write to a users database,
+//! [`validate`] on those to a users database holding Settee's `_design/_auth`, before any
+//! design document's own `validate_doc_update`.
 
 use crate::password::PasswordHash;
 use crate::password_rules::PasswordRules;
@@ -110,20 +111,36 @@ pub struct UserWrite<'a> {
     pub rules: &'a PasswordRules,
 }
 
-/// Checks a write to `_users` and replaces a plaintext `password` by its hash (the
-/// plaintext is never stored): the hash fields are set where the document has them and
-/// appended otherwise, and `password` removed, keeping the other members' order, as
-/// CouchDB's `lists:keystore` does. A `null` password is left as it is. Design and local
-/// documents are not user documents; the caller applies the ordinary rules to them.
-pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(), UsersError> {
+/// What CouchDB's `couch_users_db:before_doc_update/3` does to every write to a users
+/// database, whatever its design documents: a user who is not an admin may write only
+/// their own document (another's is a 404; anonymous users may write any, to sign up), and
+/// a plaintext `password` is replaced by its hash (the plaintext is never stored). A
+/// `null` password is left as it is. Design and local documents are not user documents;
+/// the caller applies the ordinary rules to them.
+pub fn before_update(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(), UsersError> {
     let admin = w.sec.is_admin(w.ctx);
     if !admin && w.ctx.name.is_some() && w.ctx.name.as_deref() != doc_name(w.id) {
         return Err(UsersError::NotFound);
     }
     if let Some(Value::String(pw)) = body.get("password") {
-        let hash = w.rules.hash(pw).map_err(UsersError::Denied)?;
+        // `preserve_salt: true` (a hash upgrade) keeps the document's salt.
+        let keep = body.get("preserve_salt") == Some(&Value::Bool(true));
+        let salt = body.get("salt").and_then(Value::as_str).filter(|_| keep);
+        let hash = w
+            .rules
+            .hash_with_salt(pw, salt)
+            .map_err(UsersError::Denied)?;
         set_hash(body, &hash);
     }
+    Ok(())
+}
+
+/// The rules of the authentication database's `_design/_auth` validation function
+/// ([`AUTH_VALIDATE_JS`]), natively, with CouchDB's reasons in its order. CouchDB applies
+/// them only where that design document exists (its auth cache creates it in the
+/// database it watches); a users database without one takes any document.
+pub fn validate(w: &UserWrite, body: &Map<String, Value>) -> Result<(), UsersError> {
+    let admin = w.sec.is_admin(w.ctx);
     if w.deleted {
         let old_name = w.old.and_then(|o| o.get("name")).and_then(Value::as_str);
         if admin || (w.ctx.name.is_some() && w.ctx.name.as_deref() == old_name) {
@@ -138,13 +155,35 @@ pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(),
     validate_names(body)
 }
 
-/// Stores a hash in a user document as CouchDB does (`lists:keystore`): its fields replace
-/// the document's in place or are appended, and `password` goes.
+/// [`before_update`] then [`validate`]: a write to a users database with its
+/// `_design/_auth`.
+pub fn prepare_write(w: &UserWrite, body: &mut Map<String, Value>) -> Result<(), UsersError> {
+    before_update(w, body)?;
+    validate(w, body)
+}
+
+/// The members a new hash replaces (`couch_users_db:remove_password_fields/1`).
+const PASSWORD_FIELDS: [&str; 8] = [
+    "derived_key",
+    "iterations",
+    "password",
+    "password_scheme",
+    "password_sha",
+    "preserve_salt",
+    "pbkdf2_prf",
+    "salt",
+];
+
+/// Stores a hash in a user document as CouchDB 3.5's `couch_users_db:save_doc/1` does:
+/// every password member (`password`, `preserve_salt` and the old hash's) goes, and the
+/// new hash's members come first, in CouchDB's order.
 pub fn set_hash(body: &mut Map<String, Value>, hash: &PasswordHash) {
-    for (k, v) in hash.user_doc_fields() {
-        body.insert(k, v);
-    }
-    body.shift_remove("password");
+    let rest = std::mem::take(body);
+    body.extend(hash.user_doc_fields());
+    body.extend(
+        rest.into_iter()
+            .filter(|(k, _)| !PASSWORD_FIELDS.contains(&k.as_str())),
+    );
 }
 
 /// A document's `roles` (its strings; none if it has no list).
@@ -371,17 +410,17 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "password_scheme",
+                "pbkdf2_prf",
+                "salt",
+                "iterations",
+                "derived_key",
                 "_id",
                 "name",
                 "type",
                 "roles",
-                "password_scheme",
-                "pbkdf2_prf",
-                "iterations",
-                "derived_key",
-                "salt"
             ],
-            "members keep their places, hash fields are appended, password goes"
+            "hash fields come first (CouchDB 3.5.2), the others keep their order, password goes"
         );
         let again = write(
             "org.couchdb.user:bob",
@@ -398,7 +437,21 @@ mod tests {
         )
         .unwrap();
         let keys2: Vec<&str> = again.keys().map(String::as_str).collect();
-        assert_eq!(keys2, keys, "existing hash fields are replaced in place");
+        assert_eq!(keys2, keys, "the old hash fields are replaced");
+        assert_ne!(again["salt"], doc["salt"], "a new password gets a new salt");
+        let mut keep = again.clone();
+        keep.insert("password".into(), "third".into());
+        keep.insert("preserve_salt".into(), true.into());
+        let kept = write(
+            "org.couchdb.user:bob",
+            Value::Object(keep),
+            None,
+            &UserCtx::anonymous(),
+        )
+        .unwrap();
+        assert_eq!(kept["salt"], again["salt"], "preserve_salt keeps it");
+        assert!(kept.get("preserve_salt").is_none());
+        assert!(credentials(&kept).unwrap().1.verify("third"));
         let null = json!({"_id": "org.couchdb.user:bob", "name": "bob", "type": "user", "roles": [], "password": null});
         let kept = write("org.couchdb.user:bob", null, None, &UserCtx::anonymous()).unwrap();
         assert_eq!(

@@ -1,7 +1,8 @@
 //! Per-document checks before a write reaches the database writer, in CouchDB's order:
-//! design documents need a database admin (and a valid design); documents of `_users`
-//! follow its rules and have their password hashed; then every `validate_doc_update` of
-//! the database's design documents must accept the document.
+//! design documents need a database admin (and a valid design); documents of a users
+//! database have their password hashed (and follow its rules where it holds Settee's
+//! `_design/_auth`); then every `validate_doc_update` of the database's design documents
+//! must accept the document.
 
 use crate::atts::{self, Followed, StoredAtts};
 use crate::{Error, Result, Settings};
@@ -39,6 +40,9 @@ struct Loaded {
     fingerprint: u64,
     validator: Option<Validator>,
     external: Vec<ExternalValidate>,
+    /// A users database holding Settee's own `_design/_auth`, whose rules
+    /// (`users::validate`) run natively.
+    auth_rules: bool,
 }
 
 /// A `validate_doc_update` of a design document in a query server's language.
@@ -234,6 +238,8 @@ impl Admission {
         })
     }
 
+    /// `couch_users_db:before_doc_update` (every users database), then the rules of
+    /// `_design/_auth` where the database holds Settee's own.
     fn users_rules(
         &self,
         id: &str,
@@ -253,10 +259,20 @@ impl Admission {
             sec: &self.sec,
             rules: &self.settings.passwords,
         };
-        users::prepare_write(&w, &mut body).map_err(|e| match e {
+        let auth_rules = matches!(&self.validator, Some(l) if l.auth_rules);
+        let hashes = matches!(body.get("password"), Some(Value::String(_)))
+            && self.settings.passwords.scheme == "pbkdf2";
+        let refused = |e| match e {
             UsersError::NotFound => Error::Db(settee_db::Error::NotFound("missing")),
             UsersError::Denied(d) => d.into(),
-        })?;
+        };
+        users::before_update(&w, &mut body).map_err(refused)?;
+        if hashes {
+            settee_metrics::global().password_hashing_slow.inc();
+        }
+        if auth_rules {
+            users::validate(&w, &body).map_err(refused)?;
+        }
         body.shift_remove("_id");
         doc.body =
             settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
@@ -340,11 +356,12 @@ fn load_validator(db: &Database, settings: &Settings, users_db: bool) -> Result<
     if let Some(loaded) = cached {
         return Ok(loaded);
     }
-    let (validator, external) = compile_validator(db, settings, users_db)?;
+    let (validator, external, auth_rules) = compile_validator(db, settings, users_db)?;
     Ok(Loaded {
         fingerprint,
         validator,
         external,
+        auth_rules,
     })
 }
 
@@ -363,16 +380,17 @@ fn fingerprint(db: &Database, limits: settee_js::Limits, users_db: bool) -> Resu
     Ok(h.finish())
 }
 
-/// Compiles the `validate_doc_update` functions of the database's design documents.
-/// In a users database, `_design/_auth` with Settee's own validate function is not run:
-/// `users_rules` applies the same rules natively.
+/// Compiles the `validate_doc_update` functions of the database's design documents, and
+/// says whether a users database holds `_design/_auth` with Settee's own validate
+/// function: that one is not run, `users_rules` applies the same rules natively.
 /// Design documents of other languages are validated by their query server (an unknown
 /// language fails writes with `unknown_query_language`, as CouchDB's fail).
 fn compile_validator(
     db: &Database,
     settings: &Settings,
     users_db: bool,
-) -> Result<(Option<Validator>, Vec<ExternalValidate>)> {
+) -> Result<(Option<Validator>, Vec<ExternalValidate>, bool)> {
+    let mut auth_rules = false;
     let mut sources = Vec::new();
     let mut external = Vec::new();
     let mut failed = None;
@@ -387,6 +405,7 @@ fn compile_validator(
                 let native = users_db
                     && row.id == settee_auth::users::AUTH_DDOC_ID
                     && source == Some(settee_auth::users::AUTH_VALIDATE_JS);
+                auth_rules |= native;
                 let language = match ddoc.get("language") {
                     Some(Value::String(l)) => l.as_str(),
                     _ => "javascript",
@@ -428,11 +447,11 @@ fn compile_validator(
         return Err(settee_views::Error::QueryServer(unknown).into());
     }
     if sources.is_empty() {
-        return Ok((None, external));
+        return Ok((None, external, auth_rules));
     }
     let validator = Validator::new(&sources, settings.limits)
         .map_err(|e| Error::from(settee_views::Error::Js(e)))?;
-    Ok((Some(validator), external))
+    Ok((Some(validator), external, auth_rules))
 }
 
 /// The document as a validation function sees it: `_id`, `_rev`, the body, `_revisions`

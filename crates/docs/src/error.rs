@@ -32,6 +32,14 @@ impl From<Denied> for Error {
             Denied::BadRequest(r) => Error::BadRequest(r),
             Denied::Unauthorized(r) => Error::Unauthorized(r),
             Denied::Forbidden(r) => Error::Forbidden(r),
+            Denied::NotFound(r) => Error::Rejected {
+                error: "not_found".into(),
+                reason: r,
+            },
+            Denied::Crash(r) => Error::Rejected {
+                error: "unknown_error".into(),
+                reason: r,
+            },
         }
     }
 }

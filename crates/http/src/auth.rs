@@ -3,7 +3,9 @@
 //! the order `[chttpd] authentication_handlers` lists them (default: cookie, then HTTP
 //! Basic; JWT and proxy authentication only when listed), as CouchDB's do: the first that
 //! recognises the request wins; Basic and JWT credentials that fail are errors, cookies
-//! and proxy headers that fail leave the request anonymous.
+//! and proxy headers that fail leave the request anonymous (except a proxy token missing
+//! or not hex while a secret is in use: CouchDB's 500 `badarg`). Passwords verified once
+//! are then checked against a fast hash (`settee_auth::password_cache`).
 
 use crate::error::ApiError;
 use crate::node_config::NodeConfig;
@@ -14,11 +16,11 @@ use serde_json::{Map, Value};
 use settee_auth::cookie::{self, CookieOptions, CookieStatus, COOKIE_NAME};
 use settee_auth::lockout::{Lockout, LockoutConfig};
 use settee_auth::password::{PasswordHash, Scheme, DEFAULT_ITERATIONS};
+use settee_auth::password_cache::{CacheConfig, PasswordCache};
 use settee_auth::password_rules::PasswordRules;
 use settee_auth::users;
 use settee_auth::{jwt, proxy, UserCtx, ADMIN_ROLE};
 use settee_db::Couch;
-use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -105,9 +107,6 @@ pub fn handler_names(node: &NodeConfig) -> Vec<&'static str> {
         .collect()
 }
 
-/// Most verified credentials remembered (beyond, the memory is cleared).
-const VERIFIED_CAP: usize = 10_000;
-
 pub fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -129,9 +128,9 @@ pub fn auth_section(node: &NodeConfig) -> crate::node_config::Section {
 
 #[derive(Default)]
 pub struct Authenticator {
-    /// Digests of `name:password` with the stored hash already verified, so PBKDF2 runs
-    /// once per credential (and again after a password change).
-    verified: Mutex<HashSet<[u8; 32]>>,
+    /// Passwords verified against a user's stored hash, so that its slow hash runs once
+    /// (and again after a password change); `[couch_passwords_cache]`.
+    passwords: PasswordCache,
     lockout: Lockout,
     /// Users whose password hash is being upgraded (or was, less than 5 s ago).
     upgrading: Arc<Mutex<HashSet<String>>>,
@@ -218,7 +217,7 @@ impl Authenticator {
         self.lockout.check(name, &salt, peer, &lockout, now_ms())?;
         if let Some(known) = known {
             check_iterations(&known.hash, node)?;
-            if self.verify(name, password, &known.hash) {
+            if self.verify(name, password, &known.hash, node) {
                 if let Some(doc) = known.doc {
                     self.maybe_upgrade(name, password, doc, node, couch);
                 }
@@ -267,25 +266,15 @@ impl Authenticator {
         });
     }
 
-    fn verify(&self, name: &str, password: &str, hash: &PasswordHash) -> bool {
-        let digest: [u8; 32] = Sha256::new()
-            .chain_update(name.as_bytes())
-            .chain_update([0])
-            .chain_update(password.as_bytes())
-            .chain_update([0])
-            .chain_update(hash.stored().as_bytes())
-            .finalize()
-            .into();
-        let remembered = self.verified.lock().unwrap().contains(&digest);
-        if !remembered && !hash.verify(password) {
-            return false;
-        }
-        let mut verified = self.verified.lock().unwrap();
-        if verified.len() >= VERIFIED_CAP {
-            verified.clear();
-        }
-        verified.insert(digest);
-        true
+    /// CouchDB's `couch_passwords_cache`: a user's password verified once the slow way
+    /// is then checked against a fast hash, right or wrong.
+    fn verify(&self, name: &str, password: &str, hash: &PasswordHash, node: &NodeConfig) -> bool {
+        let cfg = CacheConfig::from_section(&node.section("couch_passwords_cache"));
+        let checked = self.passwords.verify(name, password, hash, &cfg, now_ms());
+        let m = settee_metrics::global();
+        m.password_hashing_fast.inc_by(checked.cost.fast);
+        m.password_hashing_slow.inc_by(checked.cost.slow);
+        checked.ok
     }
 
     fn by_cookie(

@@ -189,6 +189,10 @@ impl From<settee_auth::Denied> for ApiError {
             settee_auth::Denied::Unauthorized(r) => ApiError::Unauthorized(r),
             settee_auth::Denied::Forbidden(r) => ApiError::Forbidden(r),
             settee_auth::Denied::BadRequest(r) => ApiError::BadRequest(r),
+            settee_auth::Denied::NotFound(r) => ApiError::NotFound(r),
+            settee_auth::Denied::Crash(r) => {
+                ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "unknown_error".into(), r)
+            }
         }
     }
 }

@@ -93,6 +93,10 @@ pub struct Metrics {
     pub mango_query_time: Histogram,
     /// Writes refused by a `validate_doc_update` function (forbidden or unauthorized).
     pub vdu_rejects: IntCounter,
+    /// Passwords hashed the fast way (the verified-password cache).
+    pub password_hashing_fast: IntCounter,
+    /// Passwords hashed the slow way (a stored hash's own scheme and rounds).
+    pub password_hashing_slow: IntCounter,
     /// Milliseconds spent in a write's validation functions.
     pub vdu_process_time: Histogram,
     /// Milliseconds to answer a database's info (`GET /{db}`).
@@ -189,6 +193,8 @@ impl Metrics {
             mango_query_time: Histogram::new(1000.0),
             indexer_changes: counter(),
             vdu_rejects: counter(),
+            password_hashing_fast: counter(),
+            password_hashing_slow: counter(),
             vdu_process_time: Histogram::new(1000.0),
             dbinfo: Histogram::new(1000.0),
             replicator_jobs_adds: counter(),
@@ -360,6 +366,16 @@ impl Metrics {
             &["couch_replicator", "jobs", "crashes"],
             "number of job crashed noticed by replicator scheduler",
             &self.replicator_jobs_crashes,
+        );
+        c(
+            &["couchdb", "password_hashing_fast"],
+            "number of fast password hashing operations",
+            &self.password_hashing_fast,
+        );
+        c(
+            &["couchdb", "password_hashing_slow"],
+            "number of slow password hashing operations",
+            &self.password_hashing_slow,
         );
         c(
             &["couchdb", "query_server", "vdu_rejects"],

@@ -436,9 +436,57 @@ fn roles_from_claim_path() {
     let t = token(header_for(Alg::HS256), claims);
     let want = UserCtx::named("bob", vec!["manage".into(), "view".into()]);
     assert_eq!(cfg.authenticate(&t, NOW), Ok(want));
-    // The path wins over the name; an unresolved path gives no roles.
+    // The path wins over the name; an unresolved path is CouchDB's 404.
     let t = token(header_for(Alg::HS256), bob());
-    assert_eq!(cfg.authenticate(&t, NOW), Ok(UserCtx::named("bob", vec![])));
+    assert_eq!(
+        cfg.authenticate(&t, NOW),
+        Err(Denied::NotFound("missing json key: resource_access".into()))
+    );
+}
+
+/// The answers of CouchDB 3.5.2 measured with `roles_claim_path = a.b.roles`.
+#[test]
+fn roles_claim_path_with_bad_input_answers_as_couchdb() {
+    let cfg = config(&[("roles_claim_path", "a.b.roles")]);
+    let at = |claims: Value| {
+        let mut c = json!({"sub": "jo", "exp": LATER});
+        c.as_object_mut()
+            .unwrap()
+            .extend(claims.as_object().unwrap().clone());
+        cfg.authenticate(&token(header_for(Alg::HS256), c), NOW)
+    };
+    let not_found = |r: &str| Err(Denied::NotFound(r.into()));
+    let crash = Err(Denied::Crash("badarg".into()));
+    let roles = |r: &[&str]| {
+        Ok(UserCtx::named(
+            "jo",
+            r.iter().map(|s| s.to_string()).collect(),
+        ))
+    };
+    assert_eq!(
+        at(json!({"a": {"b": {"roles": ["r1", "r2"]}}})),
+        roles(&["r1", "r2"])
+    );
+    assert_eq!(
+        at(json!({"a": {"b": {"roles": "r1,r2"}}})),
+        roles(&["r1", "r2"])
+    );
+    assert_eq!(at(json!({"a": {"b": {"roles": ""}}})), roles(&[""]));
+    assert_eq!(at(json!({"a": {"b": {"roles": 7}}})), crash);
+    assert_eq!(at(json!({"a": {"b": {"roles": null}}})), crash);
+    assert_eq!(at(json!({"a": {"b": {"roles": {"x": 1}}}})), crash);
+    assert_eq!(
+        at(json!({"a": {"b": {"roles": [7]}}})),
+        denied_400("Malformed token")
+    );
+    assert_eq!(at(json!({})), not_found("missing json key: a"));
+    assert_eq!(at(json!({"a": {"c": 1}})), not_found("missing json key: b"));
+    assert_eq!(at(json!({"a": {"b": [1]}})), not_found("json_mismatch"));
+    assert_eq!(at(json!({"a": "str"})), not_found("json_mismatch"));
+    assert_eq!(at(json!({"a": null})), not_found("json_mismatch"));
+    // The roles are read before `sub` is looked for.
+    let t = token(header_for(Alg::HS256), json!({"exp": LATER}));
+    assert_eq!(cfg.authenticate(&t, NOW), not_found("missing json key: a"));
 }
 
 #[test]
@@ -449,12 +497,17 @@ fn roles_may_be_a_comma_separated_string() {
 }
 
 #[test]
-fn roles_that_are_not_strings_are_malformed() {
+fn roles_that_are_not_strings_are_malformed_or_couchdbs_badarg() {
     let cfg = config(&[]);
-    for roles in [json!(["a", 1]), json!(3), json!({"a": "b"})] {
+    let with = |roles: Value| {
         let claims = json!({"sub": "bob", "exp": LATER, "_couchdb.roles": roles});
-        let t = token(header_for(Alg::HS256), claims);
-        assert_eq!(cfg.authenticate(&t, NOW), denied_400("Malformed token"));
+        cfg.authenticate(&token(header_for(Alg::HS256), claims), NOW)
+    };
+    for roles in [json!(["a", 1]), json!([1, 2])] {
+        assert_eq!(with(roles), denied_400("Malformed token"));
+    }
+    for roles in [json!(3), json!({"a": "b"}), json!(null), json!(true)] {
+        assert_eq!(with(roles), Err(Denied::Crash("badarg".into())));
     }
 }
 
