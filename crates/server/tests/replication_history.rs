@@ -390,16 +390,24 @@ fn create_target_with_filters() {
         ("js", json!({"filter": "f/onlyx", "query_params": {"t": "x"}})),
         ("sel", json!({"selector": {"type": "x"}})),
     ];
+    let src_on_a = json!(url(&a, "src"));
     for (name, filter) in filters {
-        for (target, on) in [(json!(format!("t_{name}")), &a), (json!(url(&b, &format!("t_{name}"))), &b)] {
-            let mut body = json!({"source": "src", "target": target, "create_target": true});
+        // (runner, source, target, where the target is): local, push, pull.
+        let ends = [
+            (&a, json!("src"), json!(format!("l_{name}")), &a),
+            (&a, json!("src"), json!(url(&b, &format!("push_{name}"))), &b),
+            (&b, src_on_a.clone(), json!(format!("pull_{name}")), &b),
+        ];
+        for (runner, source, target, on) in ends {
+            let db = target.as_str().unwrap().rsplit('/').next().unwrap().to_string();
+            let mut body = json!({"source": source, "target": target, "create_target": true});
             body.as_object_mut()
                 .unwrap()
                 .extend(filter.as_object().unwrap().clone());
-            let (status, r) = replicate(&a, body);
-            assert_eq!(status, 200, "{name}: {r}");
-            assert_eq!(counts(&r["history"][0])[3], 1, "{name}: {r}");
-            assert_eq!(ids(on, &format!("t_{name}")), ["a"], "{name}");
+            let (status, r) = replicate(runner, body);
+            assert_eq!(status, 200, "{name} {db}: {r}");
+            assert_eq!(counts(&r["history"][0])[3], 1, "{name} {db}: {r}");
+            assert_eq!(ids(on, &db), ["a"], "{name} {db}");
         }
     }
 }
