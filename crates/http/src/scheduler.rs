@@ -516,7 +516,10 @@ pub(crate) async fn completed(
 fn stats_of(s: &Stats, checkpointed: &Value) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("revisions_checked".into(), json!(s.revisions_checked));
-    m.insert("missing_revisions_found".into(), json!(s.missing_revisions_found));
+    m.insert(
+        "missing_revisions_found".into(),
+        json!(s.missing_revisions_found),
+    );
     m.insert("docs_read".into(), json!(s.docs_read));
     m.insert("docs_written".into(), json!(s.docs_written));
     m.insert("changes_pending".into(), Value::Null);

@@ -210,7 +210,13 @@ mod tests {
         let s = json!({"session_id": "c", "source_last_seq": 9,
             "history": [entry("c", 9), entry("b", 7), entry("a", 4)]});
         // A target without a checkpoint: from the start.
-        assert_eq!(start(Some(&s), None), Start { seq: json!(0), history: vec![] });
+        assert_eq!(
+            start(Some(&s), None),
+            Start {
+                seq: json!(0),
+                history: vec![]
+            }
+        );
         let same = json!({"session_id": "c", "history": []});
         let st = start(Some(&s), Some(&same));
         assert_eq!(st.seq, json!(9));
@@ -234,8 +240,16 @@ mod tests {
 
     #[test]
     fn stats_are_the_larger_of_each() {
-        let a = Stats { docs_read: 5, docs_written: 1, ..Stats::default() };
-        let b = Stats { docs_read: 2, docs_written: 3, ..Stats::default() };
+        let a = Stats {
+            docs_read: 5,
+            docs_written: 1,
+            ..Stats::default()
+        };
+        let b = Stats {
+            docs_read: 2,
+            docs_written: 3,
+            ..Stats::default()
+        };
         let m = a.max(&b);
         assert_eq!((m.docs_read, m.docs_written), (5, 3));
     }
@@ -265,12 +279,24 @@ mod tests {
         assert_eq!(h[0]["session_id"], "s59");
         assert_eq!(doc["source_last_seq"], 59);
         let keys: Vec<&str> = doc.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["session_id", "source_last_seq", "replication_id_version", "history"]);
+        assert_eq!(
+            keys,
+            [
+                "session_id",
+                "source_last_seq",
+                "replication_id_version",
+                "history"
+            ]
+        );
     }
 
     #[test]
     fn doc_ids_checkpoints_repeat_times_and_write_counters() {
-        let stats = Stats { docs_read: 2, docs_written: 2, ..Stats::default() };
+        let stats = Stats {
+            docs_read: 2,
+            docs_written: 2,
+            ..Stats::default()
+        };
         let seq = json!("4-x");
         let session = Session {
             session_id: "s",

@@ -280,7 +280,10 @@ mod tests {
         };
         let (base, ext) = replication_id(&input(true, true));
         assert_eq!(ext, "+continuous+create_target");
-        assert_eq!(replication_id(&input(false, false)), (base.clone(), String::new()));
+        assert_eq!(
+            replication_id(&input(false, false)),
+            (base.clone(), String::new())
+        );
         let since = Value::from(3);
         let from_3 = IdInput {
             since_seq: Some(&since),

@@ -331,9 +331,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         Ok(Outcome {
             no_changes: false,
-            history: logs
-                .written
-                .unwrap_or_else(|| begun.body(&current, &stats)),
+            history: logs.written.unwrap_or_else(|| begun.body(&current, &stats)),
             stats,
             checkpointed_seq: current,
         })

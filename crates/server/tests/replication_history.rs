@@ -39,7 +39,8 @@ impl Ends<'_> {
 
     /// Replicates the source to target `db` with `extra` options; the answer (200).
     fn replicate(&self, db: &str, extra: Value) -> Value {
-        let mut body = json!({"source": self.name(self.src, "src"), "target": self.name(self.dst, db)});
+        let mut body =
+            json!({"source": self.name(self.src, "src"), "target": self.name(self.dst, db)});
         for (k, v) in extra.as_object().unwrap() {
             body[k] = v.clone();
         }
@@ -71,7 +72,11 @@ const ENTRY_KEYS: [&str; 13] = [
 
 /// A history entry's counters, in `ENTRY_KEYS` order.
 fn counts(entry: &Value) -> [u64; 7] {
-    let n = |k: &str| entry[k].as_u64().unwrap_or_else(|| panic!("{k} in {entry}"));
+    let n = |k: &str| {
+        entry[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{k} in {entry}"))
+    };
     [
         n("missing_checked"),
         n("missing_found"),
@@ -134,7 +139,10 @@ fn assert_checkpoint(s: &Server, db: &str, r: &Value, rev: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|row| s.get(&format!("/{db}/{}", row["id"].as_str().unwrap())).json())
+        .map(|row| {
+            s.get(&format!("/{db}/{}", row["id"].as_str().unwrap()))
+                .json()
+        })
         .filter(|d| d["session_id"] == r["session_id"])
         .collect();
     assert_eq!(found.len(), 1, "{rows} {r}");
@@ -183,7 +191,13 @@ fn scenarios(e: &Ends) {
     let full = e.replicate("tgt", json!({"create_target": true}));
     assert_eq!(
         keys(&full),
-        ["ok", "session_id", "source_last_seq", "replication_id_version", "history"]
+        [
+            "ok",
+            "session_id",
+            "source_last_seq",
+            "replication_id_version",
+            "history"
+        ]
     );
     assert_eq!(full["replication_id_version"], 4);
     assert_first(&full, &last, [5, 5, 5, 5, 0, 4, 4]);
@@ -197,7 +211,14 @@ fn scenarios(e: &Ends) {
     assert_eq!(again, Value::Object(expected));
     assert_eq!(
         keys(&again),
-        ["ok", "no_changes", "session_id", "source_last_seq", "replication_id_version", "history"]
+        [
+            "ok",
+            "no_changes",
+            "session_id",
+            "source_last_seq",
+            "replication_id_version",
+            "history"
+        ]
     );
     assert_checkpoint(src, &sdb, &full, "0-1");
 
@@ -240,7 +261,11 @@ fn scenarios(e: &Ends) {
     assert_eq!(by_ids["start_time"], h["start_time"]);
     assert_eq!(by_ids["end_time"], h["end_time"]);
     assert_eq!(
-        (&by_ids["docs_read"], &by_ids["docs_written"], &by_ids["doc_write_failures"]),
+        (
+            &by_ids["docs_read"],
+            &by_ids["docs_written"],
+            &by_ids["doc_write_failures"]
+        ),
         (&json!(2), &json!(2), &json!(0))
     );
     assert_eq!(ids(dst, &e.db("ids")), ["a", "c"]);
@@ -303,7 +328,8 @@ fn scenarios(e: &Ends) {
     assert_eq!(counts(h), [7, 7, 7, 7, 0, 5, 6], "{att}");
     assert_eq!(att["history"].as_array().unwrap().len(), 3, "{att}");
     let stub = |s: &Server, db: &str| {
-        s.get(&format!("/{db}/withatt?att_encoding_info=true")).json()["_attachments"]["file.txt"]
+        s.get(&format!("/{db}/withatt?att_encoding_info=true"))
+            .json()["_attachments"]["file.txt"]
             .clone()
     };
     let on_src = stub(src, &sdb);
@@ -387,7 +413,10 @@ fn create_target_with_filters() {
     );
     let filters: [(&str, Value); 3] = [
         ("ids", json!({"doc_ids": ["a"]})),
-        ("js", json!({"filter": "f/onlyx", "query_params": {"t": "x"}})),
+        (
+            "js",
+            json!({"filter": "f/onlyx", "query_params": {"t": "x"}}),
+        ),
         ("sel", json!({"selector": {"type": "x"}})),
     ];
     let src_on_a = json!(url(&a, "src"));
@@ -395,11 +424,22 @@ fn create_target_with_filters() {
         // (runner, source, target, where the target is): local, push, pull.
         let ends = [
             (&a, json!("src"), json!(format!("l_{name}")), &a),
-            (&a, json!("src"), json!(url(&b, &format!("push_{name}"))), &b),
+            (
+                &a,
+                json!("src"),
+                json!(url(&b, &format!("push_{name}"))),
+                &b,
+            ),
             (&b, src_on_a.clone(), json!(format!("pull_{name}")), &b),
         ];
         for (runner, source, target, on) in ends {
-            let db = target.as_str().unwrap().rsplit('/').next().unwrap().to_string();
+            let db = target
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string();
             let mut body = json!({"source": source, "target": target, "create_target": true});
             body.as_object_mut()
                 .unwrap()
