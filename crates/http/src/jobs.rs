@@ -320,7 +320,8 @@ impl Replications {
             now,
             max_history(state),
         );
-        let prepared = job.prepared.clone();
+        let mut prepared = job.prepared.clone();
+        prepared.options.requested_at = Some(job.start_time);
         let origin = job.origin.clone();
         let start_time = job.start_time;
         let (st, id) = (state.clone(), id.to_string());

@@ -745,6 +745,7 @@ pub(crate) async fn prepare(state: &AppState, caller: &Caller, r: &Request) -> A
         target: &tgt_id,
         filter: &filter,
         winning_revs_only: r.options.winning_revs_only,
+        since_seq: r.options.since_seq.as_ref(),
         continuous: r.options.continuous,
         create_target: r.options.create_target,
     });
@@ -825,42 +826,18 @@ pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
         Ok(Err(e)) => return Err(ApiError::from(&*e)),
         Err(_) => return Err(ApiError::from(&RepError::Cancelled)),
     };
-    Ok(json(StatusCode::OK, &Value::Object(answer(outcome, &r))))
+    Ok(json(StatusCode::OK, &Value::Object(answer(outcome))))
 }
 
-/// A finished one-shot replication's answer (without `ok`'s errors): the checkpoint
-/// history, or `no_changes` with the source's checkpoint.
-fn answer(outcome: Outcome, r: &Request) -> Map<String, Value> {
+/// A finished one-shot replication's answer: `ok`, then CouchDB's `checkpoint_history`
+/// (`no_changes` and the checkpoint found, or the one written).
+fn answer(outcome: Outcome) -> Map<String, Value> {
     let mut out = Map::new();
     out.insert("ok".into(), json!(true));
-    match outcome {
-        Outcome::NoChanges(log) => {
-            out.insert("no_changes".into(), json!(true));
-            for (k, v) in log
-                .as_ref()
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                if !k.starts_with('_') {
-                    out.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        Outcome::Done { .. } if !r.options.use_checkpoints => {
-            out.insert("use_checkpoints".into(), json!(false));
-        }
-        Outcome::Done {
-            session_id,
-            source_last_seq,
-            history,
-        } => {
-            out.insert("session_id".into(), json!(session_id));
-            out.insert("source_last_seq".into(), source_last_seq);
-            out.insert("replication_id_version".into(), json!(id::VERSION));
-            out.insert("history".into(), Value::Array(history));
-        }
+    if outcome.no_changes {
+        out.insert("no_changes".into(), json!(true));
     }
+    out.extend(outcome.history);
     out
 }
 

@@ -17,6 +17,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_auth::UserCtx;
 use settee_db::Database;
+use settee_replicator::checkpoint::Stats;
 use settee_replicator::job::{iso8601, Outcome};
 use settee_replicator::spec::Request;
 use std::collections::BTreeMap;
@@ -492,10 +493,7 @@ pub(crate) async fn completed(
     let Ok(db) = state.couch.get(&origin.database) else {
         return;
     };
-    let mut stats = match outcome {
-        Outcome::Done { history, .. } => history.first().map(stats_of).unwrap_or_default(),
-        Outcome::NoChanges(_) => stats_of(&Value::Null),
-    };
+    let mut stats = stats_of(&outcome.stats, &outcome.checkpointed_seq);
     stats.insert(
         "start_time".into(),
         json!(settee_core::dates::iso8601(start_time)),
@@ -513,22 +511,22 @@ pub(crate) async fn completed(
     .await;
 }
 
-/// `_replication_stats` from a checkpoint history entry.
-fn stats_of(entry: &Value) -> Map<String, Value> {
-    let n = |k: &str| entry.get(k).cloned().unwrap_or(json!(0));
+/// `_replication_stats`: the counters (the checkpoint history's included) and the last
+/// seq recorded, as CouchDB's `rep_stats` shows them.
+fn stats_of(s: &Stats, checkpointed: &Value) -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert("revisions_checked".into(), n("missing_checked"));
-    m.insert("missing_revisions_found".into(), n("missing_found"));
-    m.insert("docs_read".into(), n("docs_read"));
-    m.insert("docs_written".into(), n("docs_written"));
-    m.insert("changes_pending".into(), Value::Null);
-    m.insert("doc_write_failures".into(), n("doc_write_failures"));
-    m.insert("bulk_get_docs".into(), n("bulk_get_docs"));
-    m.insert("bulk_get_attempts".into(), n("bulk_get_attempts"));
+    m.insert("revisions_checked".into(), json!(s.revisions_checked));
     m.insert(
-        "checkpointed_source_seq".into(),
-        entry.get("recorded_seq").cloned().unwrap_or(json!(0)),
+        "missing_revisions_found".into(),
+        json!(s.missing_revisions_found),
     );
+    m.insert("docs_read".into(), json!(s.docs_read));
+    m.insert("docs_written".into(), json!(s.docs_written));
+    m.insert("changes_pending".into(), Value::Null);
+    m.insert("doc_write_failures".into(), json!(s.doc_write_failures));
+    m.insert("bulk_get_docs".into(), json!(s.bulk_get_docs));
+    m.insert("bulk_get_attempts".into(), json!(s.bulk_get_attempts));
+    m.insert("checkpointed_source_seq".into(), checkpointed.clone());
     m
 }
 

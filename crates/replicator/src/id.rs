@@ -6,7 +6,8 @@
 //! FilterParts])`, where an endpoint is `{remote, User, Host, Port, Path, Headers,
 //! undefined}`: the basic-auth user name (never the password), the host, the port (`default`
 //! for 80, 443 and 5984), the path with a trailing `/`, and the extra headers sorted by name
-//! without a Basic `Authorization`. `+continuous` and `+create_target` extend the id; the
+//! without a Basic `Authorization`; then the filter's parts, `winning_revs_only` and
+//! `since_seq`. `+continuous` and `+create_target` extend the id; the
 //! checkpoints are named by the base id alone.
 
 use serde_json::{Map, Value};
@@ -177,6 +178,8 @@ pub struct IdInput<'a> {
     pub target: &'a EndpointId,
     pub filter: &'a FilterId,
     pub winning_revs_only: bool,
+    /// `since_seq`, as given: a replication from another seq is another replication.
+    pub since_seq: Option<&'a Value>,
     pub continuous: bool,
     pub create_target: bool,
 }
@@ -212,6 +215,9 @@ pub fn replication_id(input: &IdInput<'_>) -> (String, String) {
     }
     if input.winning_revs_only {
         parts.push(enc(|out| etf::atom("winning_revs_only", out)));
+    }
+    if let Some(since) = input.since_seq {
+        parts.push(enc(|out| etf::value(since, out)));
     }
     let mut term = vec![131u8];
     etf::list_header(parts.len(), &mut term);
@@ -268,11 +274,21 @@ mod tests {
             target: &c,
             filter: &FilterId::None,
             winning_revs_only: false,
+            since_seq: None,
             continuous,
             create_target,
         };
         let (base, ext) = replication_id(&input(true, true));
         assert_eq!(ext, "+continuous+create_target");
-        assert_eq!(replication_id(&input(false, false)), (base, String::new()));
+        assert_eq!(
+            replication_id(&input(false, false)),
+            (base.clone(), String::new())
+        );
+        let since = Value::from(3);
+        let from_3 = IdInput {
+            since_seq: Some(&since),
+            ..input(false, false)
+        };
+        assert_ne!(replication_id(&from_3).0, base);
     }
 }

@@ -9,7 +9,7 @@ use crate::endpoint::{ChangeRow, Doc, Endpoint, Fetch, Filter, Wait, WriteFailur
 use crate::streamed::{self, Copied, Route};
 use crate::{Error, Result};
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,6 +35,9 @@ pub struct Options {
     pub winning_revs_only: bool,
     pub create_target: bool,
     pub create_target_params: Map<String, Value>,
+    /// When the replication was asked for (Unix seconds): every session's history entry
+    /// shows it as its `start_time`, as CouchDB's do. `None`: when the session starts.
+    pub requested_at: Option<u64>,
 }
 
 impl Default for Options {
@@ -51,6 +54,7 @@ impl Default for Options {
             winning_revs_only: false,
             create_target: false,
             create_target_params: Map::new(),
+            requested_at: None,
         }
     }
 }
@@ -76,18 +80,20 @@ pub struct Progress {
     pub changes_pending: Option<u64>,
 }
 
-/// The end of a one-shot replication (`_replicate`'s answer).
+/// The end of a one-shot replication.
 #[derive(Clone, Debug)]
-pub enum Outcome {
-    /// Nothing to replicate (no change since the checkpoint): the source's checkpoint, if
-    /// there is one.
-    NoChanges(Option<Value>),
-    Done {
-        session_id: String,
-        source_last_seq: Value,
-        /// The source's checkpoint history, this session first.
-        history: Vec<Value>,
-    },
+pub struct Outcome {
+    /// No change was read since the checkpoint.
+    pub no_changes: bool,
+    /// What `_replicate` answers after `ok` and `no_changes` (CouchDB's
+    /// `checkpoint_history`): the checkpoint this session wrote, without `_id` and `_rev`;
+    /// with no changes, the source's checkpoint as found (nothing if there is none);
+    /// without checkpoints, `use_checkpoints: false`.
+    pub history: Map<String, Value>,
+    /// The counters, the history's included.
+    pub stats: Stats,
+    /// The last seq recorded in a checkpoint (or started from).
+    pub checkpointed_seq: Value,
 }
 
 fn refused(f: &WriteFailure) {
@@ -97,6 +103,24 @@ fn refused(f: &WriteFailure) {
         f.error,
         f.reason
     );
+}
+
+fn is_design(id: &str) -> bool {
+    id.starts_with("_design/")
+}
+
+/// Whether CouchDB's replicator would have taken this revision from `_bulk_get`: not a
+/// design document, no attachments.
+fn bulk_gotten(doc: &Doc) -> bool {
+    match doc {
+        Doc::Stored(d) => !d.id.as_deref().is_some_and(is_design),
+        Doc::Json(v) => {
+            !v.get("_id").and_then(Value::as_str).is_some_and(is_design)
+                && v.get("_attachments")
+                    .and_then(Value::as_object)
+                    .is_none_or(Map::is_empty)
+        }
+    }
 }
 
 /// A replication between two endpoints.
@@ -139,23 +163,27 @@ pub fn iso8601(t: std::time::SystemTime) -> String {
 struct Begun {
     session_id: String,
     start_time: String,
-    start: Value,
+    start: checkpoint::Start,
+    /// The seq this run reads changes after.
+    since: Value,
+    /// A `doc_ids` replication's checkpoints carry extra members.
+    doc_ids: bool,
 }
 
 impl Begun {
-    /// This run's history entry, ending now at `current`.
-    fn entry(&self, current: &Value, stats: &Stats) -> Value {
+    /// The checkpoint body recording this run up to `current`, ending now.
+    fn body(&self, current: &Value, stats: &Stats) -> Map<String, Value> {
         let end_time = now_rfc1123();
-        Session {
+        let session = Session {
             session_id: &self.session_id,
             start_time: &self.start_time,
             end_time: &end_time,
-            start_last_seq: &self.start,
+            start_last_seq: &self.since,
             end_last_seq: current,
             recorded_seq: current,
             stats,
-        }
-        .entry()
+        };
+        checkpoint::body(&session, &self.start.history, self.doc_ids)
     }
 }
 
@@ -163,6 +191,8 @@ impl Begun {
 struct Logs {
     source: Option<Value>,
     target: Option<Value>,
+    /// The body this run last wrote to both.
+    written: Option<Map<String, Value>>,
 }
 
 impl<S: Endpoint, T: Endpoint> Job<S, T> {
@@ -170,22 +200,33 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
     /// stopped (continuous).
     pub async fn run(self) -> Result<Outcome> {
         let (source_info, mut logs) = self.connect().await.map_err(|e| self.failed(e))?;
+        let found = checkpoint::start(logs.source.as_ref(), logs.target.as_ref());
+        // `since_seq` (part of the replication id) only starts a replication that has no
+        // checkpoint yet, as in CouchDB.
         let start = match &self.options.since_seq {
-            Some(s) => s.clone(),
-            None => checkpoint::start_seq(logs.source.as_ref(), logs.target.as_ref()),
+            Some(s) if found.seq == json!(0) => s.clone(),
+            _ => found.seq.clone(),
         };
+        // The counters go on from the history's (CouchDB's `max_stats` of the job's and
+        // the history's, the job's being none here).
+        let mut stats = found.stats();
         {
             let mut p = self.progress.lock().unwrap();
             p.source_seq = source_info.update_seq.clone();
             p.through_seq = start.clone();
             p.checkpointed_source_seq = start.clone();
+            p.stats = stats.clone();
         }
         let begun = Begun {
             session_id: hex::encode(rand::random::<[u8; 16]>()),
-            start_time: now_rfc1123(),
-            start: start.clone(),
+            start_time: match self.options.requested_at {
+                Some(t) => settee_core::dates::rfc1123(t),
+                None => now_rfc1123(),
+            },
+            start: found,
+            since: start.clone(),
+            doc_ids: matches!(self.options.filter, Filter::DocIds(_)),
         };
-        let mut stats = Stats::default();
         // `current`: every change up to it is copied (checkpoints record it); `read`: where
         // the next changes read starts. Up to `workers` batches are copied at once, and
         // finish in the order they were read.
@@ -212,15 +253,25 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
                     _ = stop.changed() => break 'run,
                 };
                 let full = batch.rows.len() >= this.options.batch_size;
-                if batch.rows.is_empty() {
-                    if inflight.is_empty() {
-                        // Changes a filter dropped still move the feed on.
+                // How far a copied batch takes the replication: a one-shot one records
+                // the seq of the last change it copied, as CouchDB's does (with a filter,
+                // not the feed's `last_seq`, which may lie past changes it dropped); a
+                // continuous one the feed's `last_seq`.
+                let reached = match batch.rows.last() {
+                    Some(_) if this.options.continuous => Some(batch.last_seq.clone()),
+                    Some(last) => Some(last.seq.clone()),
+                    None => None,
+                };
+                match reached {
+                    Some(seq) => {
+                        changed = true;
+                        inflight.push_back(async move { (this.copy(&batch.rows).await, seq) });
+                    }
+                    // Changes a filter dropped still move a continuous feed on.
+                    None if this.options.continuous && inflight.is_empty() => {
                         current = batch.last_seq.clone();
                     }
-                } else {
-                    changed = true;
-                    let seq = batch.last_seq.clone();
-                    inflight.push_back(async move { (this.copy(&batch.rows).await, seq) });
+                    None => {}
                 }
                 read = batch.last_seq;
                 if !full {
@@ -254,22 +305,35 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             current = seq;
         }
         if !changed {
-            return Ok(Outcome::NoChanges(logs.source));
+            let mut history = Map::new();
+            if let Some(Value::Object(log)) = logs.source {
+                history.extend(log.into_iter().filter(|(k, _)| k != "_id" && k != "_rev"));
+            }
+            return Ok(Outcome {
+                no_changes: true,
+                history,
+                stats,
+                checkpointed_seq: start,
+            });
         }
-        if self.options.use_checkpoints && current != recorded {
+        if !self.options.use_checkpoints {
+            let mut history = Map::new();
+            history.insert("use_checkpoints".into(), Value::Bool(false));
+            return Ok(Outcome {
+                no_changes: false,
+                history,
+                stats,
+                checkpointed_seq: start,
+            });
+        }
+        if current != recorded {
             self.checkpoint(&mut logs, &begun, &current, &stats).await?;
         }
-        let history = logs
-            .source
-            .as_ref()
-            .and_then(|l| l.get("history"))
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_else(|| vec![begun.entry(&current, &stats)]);
-        Ok(Outcome::Done {
-            session_id: begun.session_id,
-            source_last_seq: current,
-            history,
+        Ok(Outcome {
+            no_changes: false,
+            history: logs.written.unwrap_or_else(|| begun.body(&current, &stats)),
+            stats,
+            checkpointed_seq: current,
         })
     }
 
@@ -289,11 +353,13 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             Logs {
                 source: self.source.get_local(&log_id).await?,
                 target: self.target.get_local(&log_id).await?,
+                written: None,
             }
         } else {
             Logs {
                 source: None,
                 target: None,
+                written: None,
             }
         };
         Ok((source_info, logs))
@@ -348,7 +414,11 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         if wanted.is_empty() {
             return Ok(stats);
         }
-        stats.bulk_get_attempts += wanted.len() as u64;
+        // CouchDB's worker fetches design documents one at a time, never through
+        // `_bulk_get`, and takes from `_bulk_get` only documents without attachments (it
+        // fetches the others again, alone): the counters say so, whichever way the
+        // revisions travel here.
+        stats.bulk_get_attempts += wanted.iter().filter(|(id, _)| !is_design(id)).count() as u64;
         let stored = self.target.takes_stored();
         let docs = self
             .source
@@ -360,7 +430,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
                 },
             )
             .await?;
-        stats.bulk_get_docs += docs.len() as u64;
+        stats.bulk_get_docs += docs.iter().filter(|d| bulk_gotten(d)).count() as u64;
         stats.docs_read += docs.len() as u64;
         let (mut batch, mut inline, mut alone) = (Vec::new(), Vec::new(), Vec::new());
         for doc in docs {
@@ -431,9 +501,15 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         stats: &Stats,
     ) -> Result<()> {
         let log_id = format!("_local/{}", self.base_id);
-        let entry = begun.entry(current, stats);
+        let body = begun.body(current, stats);
+        // Each side's document replaces the one it holds (its `_rev`), with the same body.
         let doc = |previous: &Option<Value>| {
-            checkpoint::document(previous.as_ref(), &begun.session_id, current, entry.clone())
+            let mut doc = Map::new();
+            if let Some(rev) = previous.as_ref().and_then(|p| p.get("_rev")) {
+                doc.insert("_rev".into(), rev.clone());
+            }
+            doc.extend(body.clone());
+            doc
         };
         let failed = |side, e| {
             self.failed(Error::Checkpoint {
@@ -457,6 +533,7 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             .map_err(|e| failed("target", e))?;
         target.insert("_rev".into(), Value::String(rev));
         logs.target = Some(Value::Object(target));
+        logs.written = Some(body);
         self.progress.lock().unwrap().checkpointed_source_seq = current.clone();
         Ok(())
     }

@@ -204,6 +204,7 @@ impl Request {
             winning_revs_only,
             create_target,
             create_target_params,
+            requested_at: None,
         };
         let by_id = cancel && id.is_some();
         let (source, target) = if by_id {

@@ -57,8 +57,8 @@ const ATTEMPTS: u32 = 3;
 pub enum Route {
     /// No attachments: it is complete as fetched, for the batch.
     Batch,
-    /// Small attachments, all to be sent: fetched again with content inline (this many
-    /// stored bytes) for the batch.
+    /// Small attachments stored as they are (not gzip-encoded), all to be sent: fetched
+    /// again with content inline (this many stored bytes) for the batch.
     Inline(u64),
     /// Written alone, attachment content streamed.
     Streamed,
@@ -117,14 +117,18 @@ pub fn since_pos(doc: &Value, possible_ancestors: &[String]) -> u64 {
 }
 
 /// Which way a document fetched with stubs goes, given the position of the newest
-/// ancestor the target holds.
+/// ancestor the target holds. Gzip-encoded content is always streamed: inline JSON
+/// carries attachments decoded, and the target would store them by its own rules;
+/// streamed, they arrive still encoded (`Content-Encoding: gzip` parts, as CouchDB's
+/// replicator sends them) and keep their `encoding` and `encoded_length`.
 pub fn route(doc: &Value, since: u64) -> Route {
     let stubs = stubs(doc);
     if stubs.is_empty() {
         return Route::Batch;
     }
     let total: u64 = stubs.iter().map(|s| s.stored).sum();
-    if total > INLINE_MAX || stubs.iter().any(|s| s.revpos <= since) {
+    let streamed = |s: &Stub| s.revpos <= since || s.gzip;
+    if total > INLINE_MAX || stubs.iter().any(streamed) {
         Route::Streamed
     } else {
         Route::Inline(total)
@@ -373,11 +377,11 @@ mod tests {
             "b": {"revpos": 3, "length": 1, "stub": true},
         }));
         assert_eq!(route(&big, 0), Route::Streamed);
-        // Gzip-encoded content counts at its stored size.
+        // Gzip-encoded content, however small, travels encoded.
         let gz = doc(json!({"a": {
-            "revpos": 1, "length": 10 * INLINE_MAX, "encoding": "gzip", "encoded_length": 100,
+            "revpos": 1, "length": 100, "encoding": "gzip", "encoded_length": 40,
         }}));
-        assert_eq!(route(&gz, 0), Route::Inline(100));
+        assert_eq!(route(&gz, 0), Route::Streamed);
     }
 
     #[test]

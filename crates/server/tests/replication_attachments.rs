@@ -127,11 +127,16 @@ fn check_copy(src: (&Server, &str), dst: (&Server, &str), uploaded: &[Uploaded])
     }
 }
 
-/// The counts of a one-shot replication's answer: docs read, written, refused.
+/// What a one-shot replication's session did: docs read, written, refused (the history's
+/// counters go on from the previous session's, as CouchDB's do).
 fn counts(r: &Value) -> (u64, u64, u64) {
-    let h = &r["history"][0];
-    let n = |k: &str| h[k].as_u64().unwrap_or_else(|| panic!("{k} in {r}"));
-    (n("docs_read"), n("docs_written"), n("doc_write_failures"))
+    let n = |i: usize, k: &str| r["history"][i][k].as_u64();
+    let count = |k: &str| n(0, k).unwrap_or_else(|| panic!("{k} in {r}")) - n(1, k).unwrap_or(0);
+    (
+        count("docs_read"),
+        count("docs_written"),
+        count("doc_write_failures"),
+    )
 }
 
 /// Runs a replication on `runner` and measures how far the peak resident memory of each
