@@ -20,8 +20,17 @@ enum Want {
 }
 
 /// (method, path, body, status, `Allow`, body wanted). `{node}` is the node's name.
+type Row = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    u16,
+    Option<&'static str>,
+    Want,
+);
+
 #[rustfmt::skip]
-const TABLE: &[(&str, &str, Option<&str>, u16, Option<&str>, Want)] = &[
+const TABLE: &[Row] = &[
     ("PUT", "/db/_revs_diff", Some("{}"), 405, Some("POST"), Want::Only("POST")),
     ("GET", "/db/_revs_diff", Some("{}"), 405, Some("POST"), Want::Only("POST")),
     ("HEAD", "/db/_revs_diff", Some("{}"), 405, Some("POST"), Want::Empty),
