@@ -25,6 +25,14 @@ pub enum ApiError {
     Gone(String),
     /// An error whose name is not fixed (from views and the JavaScript sandbox).
     Named(StatusCode, String, String),
+    /// A `500` CouchDB answers from a crash of its own code (an Erlang `badmatch`, …),
+    /// where the body's `ref` and the `X-Couch-Stack-Hash` header carry a crc32 of the
+    /// Erlang stack: `stack_hash` is the value CouchDB 3.5.2 reports at the same site.
+    Crash {
+        error: &'static str,
+        reason: String,
+        stack_hash: u32,
+    },
 }
 
 impl From<settee_views::Error> for ApiError {
@@ -336,6 +344,9 @@ impl ApiError {
             ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
             ApiError::Gone(r) => (S::GONE, "gone", r.clone()),
             ApiError::Named(status, _, reason) => (*status, "unknown_error", reason.clone()),
+            ApiError::Crash { error, reason, .. } => {
+                (S::INTERNAL_SERVER_ERROR, error, reason.clone())
+            }
         }
     }
 
@@ -352,11 +363,22 @@ impl IntoResponse for ApiError {
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = ?self, "internal error");
         }
-        let body = serde_json::to_vec(&json!({"error": error, "reason": reason})).expect("json");
+        let mut body = json!({"error": error, "reason": reason});
+        if let ApiError::Crash { stack_hash, .. } = self {
+            body["ref"] = stack_hash.into();
+        }
+        let body = serde_json::to_vec(&body).expect("json");
         let mut resp = crate::reply::json_bytes(status, body);
-        if let ApiError::MethodNotAllowed(allow) = self {
-            resp.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        match self {
+            ApiError::MethodNotAllowed(allow) => {
+                resp.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            ApiError::Crash { stack_hash, .. } => {
+                resp.headers_mut()
+                    .insert("x-couch-stack-hash", HeaderValue::from(stack_hash));
+            }
+            _ => {}
         }
         resp
     }

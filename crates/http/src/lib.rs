@@ -512,7 +512,8 @@ async fn route(
     body_time: &Arc<std::sync::atomic::AtomicU64>,
     user: &mut Option<String>,
 ) -> ApiResult<Response> {
-    let plus = state.node.get_bool("chttpd", "decode_plus_to_space", false);
+    // CouchDB 3.5.2's default is `true` (`chttpd:unquote/1`).
+    let plus = state.node.get_bool("chttpd", "decode_plus_to_space", true);
     let mut rewrites = 0;
     loop {
         let endpoint = router::parse(&request_path(&parts.uri, plus)?)?;

@@ -2,6 +2,7 @@
 
 mod config;
 mod disk;
+mod gate;
 mod logging;
 
 #[global_allocator]
@@ -129,16 +130,17 @@ fn serve(
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {
-        // TCP_NODELAY: a response written as headers then body must not wait for the
-        // client's delayed ACK (a 40 ms stall per streamed response otherwise).
-        let listener = tokio::net::TcpListener::bind(settings.bind)
+        // Connections are read through the request head gate (`gate.rs`). TCP_NODELAY: a
+        // response written as headers then body must not wait for the client's delayed
+        // ACK (a 40 ms stall per streamed response otherwise).
+        let tcp = tokio::net::TcpListener::bind(settings.bind)
             .await
-            .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?
-            .tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "TCP_NODELAY");
-                }
-            });
+            .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
+        let listener = gate::GateListener(tcp).tap_io(|io| {
+            if let Err(e) = io.tcp().set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY");
+            }
+        });
         // The bound address, not the requested one: with port 0 this tells the caller
         // (the test harness, scripts) which port the kernel chose.
         let local = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;

@@ -642,22 +642,22 @@ fn invalid_document_ids() {
 fn plus_newlines_missing_and_deleted_documents() {
     let s = Server::start();
     s.create_db("db");
-    // `+` is a `+` (CouchDB's default `decode_plus_to_space = false`)
-    let r = s.put("/db/test+doc", "{}");
-    assert_eq!(r.json()["id"], "test+doc");
-    assert_eq!(s.get("/db/test%2Bdoc").status, 200);
+    // `+` is a space (CouchDB 3.5's default `decode_plus_to_space = true`)
+    assert_eq!(s.put("/db/test+doc+2", "{}").json()["id"], "test doc 2");
     assert_eq!(
         s.put(
             "/_node/_local/_config/chttpd/decode_plus_to_space",
-            r#""true""#
+            r#""false""#
         )
         .status,
         200
     );
-    assert_eq!(s.put("/db/test+doc+2", "{}").json()["id"], "test doc 2");
+    let r = s.put("/db/test+doc", "{}");
+    assert_eq!(r.json()["id"], "test+doc");
+    assert_eq!(s.get("/db/test%2Bdoc").status, 200);
     s.put(
         "/_node/_local/_config/chttpd/decode_plus_to_space",
-        r#""false""#,
+        r#""true""#,
     );
     // newlines are ordinary characters
     assert_eq!(s.put("/db/a%0Ab", "{}").json()["id"], "a\nb");

@@ -1,7 +1,8 @@
 //! The grammar of client requests, as CouchDB reads it: a raw path into a typed
 //! [`Endpoint`], query parameters ([`Params`]) with CouchDB's typed getters and messages,
-//! view-query arguments ([`mrargs::MrArgs`]), `Range` headers, attachment read options, and
-//! the framing of a `multipart/related` document upload.
+//! view-query arguments ([`mrargs::MrArgs`]), `Range` headers, attachment read options,
+//! the framing of a `multipart/related` document upload, and the connection-level request
+//! head gate ([`head::Gate`]) that makes CouchDB's lenient request targets fit for hyper.
 //!
 //! Pure: no I/O, no storage, no HTTP server. That is what lets every parser that takes client
 //! bytes be fuzzed (`fuzz/`) without building RocksDB, and lets `settee-http` stay dispatch:
@@ -9,6 +10,7 @@
 
 mod atts;
 mod error;
+pub mod head;
 pub mod mrargs;
 pub mod multipart;
 mod params;

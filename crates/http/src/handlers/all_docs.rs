@@ -42,6 +42,8 @@ struct Query {
     public_only: Option<Vec<String>>,
     /// `/{db}/_partition/{p}/_all_docs`: only ids `p:…`.
     partition: Option<String>,
+    /// The range's upper end is a key that is not a string: no id is below it.
+    upper_before_all: bool,
 }
 
 impl Query {
@@ -54,16 +56,25 @@ impl Query {
                 "`partition` parameter is not supported on this db".into(),
             ));
         }
-        // Only a string key bounds the ids; otherwise the doc-id bound applies, if given
-        // (CouchDB's `all_docs_key_opts`).
+        // A string key bounds the ids; without a key the doc-id bound applies, if given
+        // (CouchDB's `all_docs_key_opts`). A key that is not a string sorts before every
+        // id in the term order CouchDB's cluster compares `_all_docs` rows in: at the
+        // range's lower end it bounds nothing, at its upper end it leaves no row.
         let bound = |key: &Option<Value>, docid: &Option<String>| match key {
-            Some(Value::String(s)) => Some(s.clone()),
-            _ => docid.clone(),
+            Some(Value::String(s)) => Some(Some(s.clone())),
+            Some(_) => None,
+            None => Some(docid.clone()),
         };
+        let (start, end) = (
+            bound(&a.start_key, &a.start_key_docid),
+            bound(&a.end_key, &a.end_key_docid),
+        );
+        let upper = if a.descending { &start } else { &end };
         Ok(Query {
             keys: a.key_list(),
-            start: bound(&a.start_key, &a.start_key_docid),
-            end: bound(&a.end_key, &a.end_key_docid),
+            upper_before_all: upper.is_none(),
+            start: start.flatten(),
+            end: end.flatten(),
             inclusive_end: a.inclusive_end,
             limit: a.limit,
             skip: a.skip,
@@ -135,6 +146,11 @@ impl Query {
                 }
             });
             (self.start.clone().unwrap_or_default(), hi)
+        };
+        let hi = if self.upper_before_all {
+            Some(String::new())
+        } else {
+            hi
         };
         let (ns_lo, ns_hi) = self.scope(ns);
         let lo = if lo < ns_lo { ns_lo } else { lo };

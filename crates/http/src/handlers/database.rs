@@ -375,14 +375,20 @@ pub enum Limit {
 }
 
 pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD,PUT")?;
+    allow(&req.method, "PUT,GET")?;
     if req.method == "PUT" {
         let v = req.json().await?;
-        let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| {
-            ApiError::bad_request(match which {
-                Limit::Revs => "Rev limit has to be an integer greater than 0",
-                Limit::PurgedInfos => "`purged_infos_limit` must be positive integer",
-            })
+        // CouchDB checks `purged_infos_limit`; a revs limit that is not a positive
+        // integer crashes its `fabric:set_revs_limit` guard (a 500 `function_clause`).
+        let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| match which {
+            Limit::Revs => ApiError::Crash {
+                error: "unknown_error",
+                reason: "function_clause".into(),
+                stack_hash: 1_466_242_573,
+            },
+            Limit::PurgedInfos => {
+                ApiError::bad_request("`purged_infos_limit` must be positive integer")
+            }
         })?;
         blocking(move || {
             Ok(db.set_props(|p| match which {
@@ -404,7 +410,7 @@ pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiRes
 }
 
 pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD,PUT")?;
+    allow(&req.method, "PUT,GET")?;
     if req.method == "PUT" {
         // Only the exact value `false` (the default) protects the authentication
         // database, as CouchDB compares the setting's text.

@@ -102,11 +102,20 @@ async fn update(
     let body = req.bytes().await?;
     let info = ReqInfo::for_render(&req, &body, doc_id.clone());
     let user = req.user.clone();
+    // Any method but GET (and HEAD, which CouchDB takes for a GET); without `Allow`.
+    let refused = matches!(req.method.as_str(), "GET" | "HEAD");
     // One blocking pass runs the function and hands its document to the writer.
     let state2 = state.clone();
     let (mut resp, written) = blocking(move || {
         let state = state2;
         let ddoc = DesignDoc::open(&db, &ddoc)?;
+        if refused {
+            return Err(ApiError::Named(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed".into(),
+                "Update functions do not allow GET".into(),
+            ));
+        }
         let doc = match &doc_id {
             Some(id) => function_doc(&db, id)?,
             None => Value::Null,
@@ -178,7 +187,7 @@ async fn list(
     view: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD,POST")?;
+    allow(&req.method, "GET,POST,HEAD")?;
     let (args, body) = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.bytes().await?;

@@ -487,36 +487,56 @@ async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> Ap
     ))
 }
 
-/// The target of a `COPY`: CouchDB's `parse_copy_destination_header`. A relative
-/// document id, optionally followed by `?rev=…` to overwrite that revision.
+/// The target of a `COPY`, as CouchDB's `parse_copy_destination_header` reads the
+/// `Destination` header's bytes: a relative document id (`^https?://`, case-sensitive, is
+/// refused), optionally followed by `?key=rev` to overwrite that revision (the key's name is
+/// not looked at). The pattern matches CouchDB makes on the parts of `?` and `=` crash
+/// when the counts differ; those 500s are reproduced. The id is then unquoted.
 fn copy_destination(req: &Req) -> ApiResult<(String, Option<Rev>)> {
     let dest = req
-        .header("destination")
-        .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?;
-    if dest.starts_with("http://") || dest.starts_with("https://") {
+        .headers
+        .get("destination")
+        .ok_or_else(|| ApiError::bad_request("Destination header is mandatory for COPY."))?
+        .as_bytes();
+    if dest.starts_with(b"http://") || dest.starts_with(b"https://") {
         return Err(ApiError::bad_request("Destination URL must be relative."));
     }
-    let (raw_id, rev) = match dest.split_once('?') {
-        Some((id, query)) => {
-            let value = query.split('=').nth(1).unwrap_or("");
+    let badmatch = |parts: Vec<&[u8]>, stack_hash| ApiError::Crash {
+        error: "badmatch",
+        reason: String::from_utf8_lossy(&parts.concat()).into_owned(),
+        stack_hash,
+    };
+    let parts: Vec<&[u8]> = dest.split(|&b| b == b'?').collect();
+    let (raw_id, rev) = match parts[..] {
+        [id] => (id, None),
+        [id, query] => {
+            let kv: Vec<&[u8]> = query.split(|&b| b == b'=').collect();
+            let [_, value] = kv[..] else {
+                return Err(badmatch(kv, 3_889_971_851));
+            };
+            let value = std::str::from_utf8(value)
+                .map_err(|_| ApiError::bad_request("Invalid rev format"))?;
             (id, Some(Rev::parse(value)?))
         }
-        None => (dest, None),
+        _ => return Err(badmatch(parts, 3_015_477_523)),
     };
-    Ok((unquote(req, raw_id), rev))
+    Ok((unquote(req, raw_id)?, rev))
 }
 
-/// `chttpd:unquote`: percent-decoding, with `+` a space under `[chttpd]
-/// decode_plus_to_space` (checked by the caller through the request's routing).
-fn unquote(req: &Req, s: &str) -> String {
-    let s = if req.decode_plus_to_space {
-        s.replace('+', " ")
+/// `chttpd:unquote`: percent-decoding (an invalid escape stays as it is), with `+` a space
+/// under `[chttpd] decode_plus_to_space`. The id must be UTF-8.
+fn unquote(req: &Req, s: &[u8]) -> ApiResult<String> {
+    let s: Vec<u8> = if req.decode_plus_to_space {
+        s.iter()
+            .map(|&b| if b == b'+' { b' ' } else { b })
+            .collect()
     } else {
-        s.to_string()
+        s.to_vec()
     };
-    percent_encoding::percent_decode_str(&s)
-        .decode_utf8_lossy()
-        .into_owned()
+    let bytes: Vec<u8> = percent_encoding::percent_decode(&s).collect();
+    String::from_utf8(bytes).map_err(|_| {
+        settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into()).into()
+    })
 }
 
 async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
@@ -541,10 +561,18 @@ async fn copy_to(
 ) -> ApiResult<Response> {
     let location = doc_location(state, req, &db.name, &dest_id);
     if dest_id.starts_with("_local/") {
+        // CouchDB's local-document write throws a bare `{error, …}` for any other
+        // generation than 0: a 500 named `error`.
         let rev = match dest_rev {
             None => None,
             Some(r) if r.pos == 0 => Some(parse_local_rev(&r.to_string())?),
-            Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
+            Some(_) => {
+                return Err(ApiError::Named(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "error".into(),
+                    "Invalid rev format".into(),
+                ))
+            }
         };
         let body = settee_core::split_stored(&body).0.to_vec();
         let update = LocalUpdate {
@@ -556,12 +584,11 @@ async fn copy_to(
         let n = await_write(db.update_local(update)?).await?;
         let rev = format!("0-{n}");
         // A copy answers with its revision as the ETag, local destinations too.
-        let tag = etag(&rev);
         return Ok(write_response(
             StatusCode::CREATED,
             &dest_id,
             &rev,
-            Some(tag),
+            Some(etag(&rev)),
             location,
         ));
     }

@@ -2,6 +2,7 @@
 //! `_compact/{ddoc}`, `_view_cleanup` and `_temp_view`. Rows stream.
 
 use super::{allow, blocking, query_results};
+use crate::design_render::DesignDoc;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::mrargs::{GroupLevel, MrArgs, Update, ViewType};
@@ -178,6 +179,22 @@ fn queries_member(body: &Map<String, Value>) -> ApiResult<Option<Vec<Value>>> {
     }
 }
 
+/// The method check of a path below `_design/{ddoc}/`: CouchDB opens the design document
+/// first, so a missing one is a 404 whatever the method.
+pub async fn allow_in_ddoc(
+    db: &Arc<Database>,
+    ddoc: &str,
+    req: &Req,
+    methods: &'static str,
+) -> ApiResult<()> {
+    let refused = allow(&req.method, methods);
+    if refused.is_err() {
+        let (db, ddoc) = (db.clone(), ddoc.to_string());
+        blocking(move || DesignDoc::open(&db, &ddoc).map(drop)).await?;
+    }
+    refused
+}
+
 pub async fn view(
     state: AppState,
     db: Arc<Database>,
@@ -185,7 +202,7 @@ pub async fn view(
     view: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD,POST")?;
+    allow_in_ddoc(&db, &ddoc, &req, "GET,POST,HEAD").await?;
     settee_metrics::global().view_reads.inc();
     let args = if req.method == "POST" {
         require_json(&req.headers)?;
@@ -396,7 +413,7 @@ pub async fn design_info(
     ddoc: String,
     req: Req,
 ) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD")?;
+    allow_in_ddoc(&db, &ddoc, &req, "GET").await?;
     let body = blocking(move || {
         let g = load_ddoc_group(&state, &db, &ddoc)?;
         let info = state.views.info(&db, &g).map_err(ApiError::from)?;

@@ -512,6 +512,37 @@ impl Server {
         }
     }
 
+    /// `line` (a request line, sent byte for byte), then `Host`, the admin's credentials
+    /// and `extra` (whole header lines), then the blank line: one request's head.
+    pub fn raw_head(&self, line: &[u8], extra: &str) -> Vec<u8> {
+        let host = self.url.trim_start_matches("http://");
+        let auth = basic_auth();
+        [
+            line,
+            format!("\r\nHost: {host}\r\nAuthorization: {auth}\r\n{extra}\r\n").as_bytes(),
+        ]
+        .concat()
+    }
+
+    /// Writes `bytes` on a fresh connection and reads until the server closes it (or 20 s
+    /// pass): everything it answered.
+    pub fn exchange(&self, bytes: &[u8]) -> Vec<u8> {
+        let host = self.url.trim_start_matches("http://");
+        let mut sock = std::net::TcpStream::connect(host).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        sock.write_all(bytes).unwrap();
+        let mut all = Vec::new();
+        let mut buf = [0u8; 16384];
+        loop {
+            match sock.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+        all
+    }
+
     pub fn get(&self, path: &str) -> Resp {
         self.req("GET", path, None)
     }
@@ -540,6 +571,69 @@ impl Server {
             &doc.to_string(),
         );
         assert_eq!(r.status, 201, "{}", r.text);
+    }
+}
+
+/// The answers in `all`, in order: bodies framed by `Content-Length` or chunked (decoded),
+/// none after a `HEAD` is not told apart, so callers do not pipeline `HEAD`s.
+pub fn split_responses(mut all: &[u8]) -> Vec<RawResp> {
+    let mut out = Vec::new();
+    while let Some(end) = all.windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = String::from_utf8_lossy(&all[..end]).into_owned();
+        all = &all[end + 4..];
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+            .collect();
+        let get = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+        let mut body = Vec::new();
+        if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            loop {
+                let eol = all.windows(2).position(|w| w == b"\r\n").unwrap();
+                let size = std::str::from_utf8(&all[..eol]).unwrap();
+                let size = usize::from_str_radix(size.split(';').next().unwrap(), 16).unwrap();
+                all = &all[eol + 2..];
+                if size == 0 {
+                    all = &all[2..];
+                    break;
+                }
+                body.extend_from_slice(&all[..size]);
+                all = &all[size + 2..];
+            }
+        } else if let Some(n) = get("content-length") {
+            let n: usize = n.parse().unwrap();
+            body.extend_from_slice(&all[..n]);
+            all = &all[n..];
+        }
+        out.push(RawResp {
+            status,
+            headers,
+            body,
+        });
+    }
+    out
+}
+
+impl RawResp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 }
 
