@@ -25,6 +25,14 @@ pub enum ApiError {
     Gone(String),
     /// An error whose name is not fixed (from views and the JavaScript sandbox).
     Named(StatusCode, String, String),
+    /// A 500 CouchDB raises with an Erlang stack: its answer carries `ref`, a hash of the
+    /// stack, in the body and in `X-Couch-Stack-Hash`. `site` stands for the stack (one
+    /// place, one ref; the number is Settee's own, as CouchDB's depends on its code).
+    Stacked {
+        error: String,
+        reason: String,
+        site: &'static str,
+    },
 }
 
 impl From<settee_views::Error> for ApiError {
@@ -36,6 +44,10 @@ impl From<settee_views::Error> for ApiError {
             // A full disk under an index update is a 507 as under a document write.
             V::Store(s) => ApiError::Db(DbError::Storage(s)),
             V::Design(d) => ApiError::Named(S::BAD_REQUEST, "invalid_design_doc".into(), d.0),
+            // An empty function source is the query server's `not_found`.
+            V::Js(JsError::Compile { reason, .. }) if reason == "missing function" => {
+                ApiError::NotFound(reason)
+            }
             V::Js(j) => {
                 let (error, reason) = settee_views::js_error_parts(&j);
                 let status = match j {
@@ -56,11 +68,7 @@ impl From<settee_views::Error> for ApiError {
             }
             V::QueryServer(q) => {
                 let (error, reason) = q.parts();
-                let status = match q {
-                    settee_views::queryserver::Error::UnknownLanguage(_) => S::BAD_REQUEST,
-                    _ => S::INTERNAL_SERVER_ERROR,
-                };
-                ApiError::Named(status, error, reason)
+                ApiError::Named(S::INTERNAL_SERVER_ERROR, error, reason)
             }
             other => ApiError::Db(settee_db::Error::Internal(other.to_string())),
         }
@@ -160,6 +168,7 @@ impl From<settee_docs::Error> for ApiError {
             W::Unauthorized(r) => ApiError::Unauthorized(r),
             W::Forbidden(r) => ApiError::Forbidden(r),
             W::MissingStub(r) => ApiError::Named(S::PRECONDITION_FAILED, "missing_stub".into(), r),
+            W::Failed { error, reason } => ApiError::Named(S::INTERNAL_SERVER_ERROR, error, reason),
             // A validation function's own error: CouchDB's status for the names it knows.
             W::Rejected { error, reason } => {
                 let status = match error.as_str() {
@@ -246,6 +255,11 @@ impl ApiError {
             ApiError::Named(status, error, reason) => {
                 (*status, error.clone().into(), reason.clone())
             }
+            ApiError::Stacked { error, reason, .. } => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error.clone().into(),
+                reason.clone(),
+            ),
             other => {
                 let (status, error, reason) = other.fixed_parts();
                 (status, error.into(), reason)
@@ -332,6 +346,9 @@ impl ApiError {
             ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
             ApiError::Gone(r) => (S::GONE, "gone", r.clone()),
             ApiError::Named(status, _, reason) => (*status, "unknown_error", reason.clone()),
+            ApiError::Stacked { reason, .. } => {
+                (S::INTERNAL_SERVER_ERROR, "unknown_error", reason.clone())
+            }
         }
     }
 
@@ -348,12 +365,32 @@ impl IntoResponse for ApiError {
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = ?self, "internal error");
         }
-        let body = serde_json::to_vec(&json!({"error": error, "reason": reason})).expect("json");
+        let stack_ref = match &self {
+            ApiError::Stacked { site, .. } => Some(stack_hash(site)),
+            _ => None,
+        };
+        let body = match stack_ref {
+            Some(r) => json!({"error": error, "reason": reason, "ref": r}),
+            None => json!({"error": error, "reason": reason}),
+        };
+        let body = serde_json::to_vec(&body).expect("json");
         let mut resp = crate::reply::json_bytes(status, body);
         if let ApiError::MethodNotAllowed(allow) = self {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
+        if let Some(r) = stack_ref {
+            resp.headers_mut()
+                .insert("x-couch-stack-hash", HeaderValue::from(r));
+        }
         resp
     }
+}
+
+/// The `ref` of a [`ApiError::Stacked`] error: a 32-bit number fixed per site (CouchDB's is
+/// the CRC-32 of its stack's external term).
+fn stack_hash(site: &str) -> u32 {
+    use md5::{Digest, Md5};
+    let d = Md5::digest(site.as_bytes());
+    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
 }
