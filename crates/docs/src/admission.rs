@@ -407,15 +407,16 @@ fn compile_validator(
                     && source == Some(settee_auth::users::AUTH_VALIDATE_JS);
                 auth_rules |= native;
                 let language = match ddoc.get("language") {
-                    Some(Value::String(l)) => l.as_str(),
-                    _ => "javascript",
+                    Some(Value::String(l)) => Some(l.as_str()),
+                    _ => None,
                 };
                 let rev = row
                     .info
                     .as_ref()
                     .and_then(|i| i.tree.winner())
                     .map(|w| w.rev.to_string());
-                if source.is_some() && language != "javascript" {
+                let served_by = language.filter(|l| settee_js::Dialect::of(Some(l)).is_none());
+                if let (Some(_), Some(language)) = (source, served_by) {
                     if !settings.query_servers.knows(language) {
                         failed_language = Some(language.to_owned());
                     }
@@ -449,8 +450,14 @@ fn compile_validator(
     if sources.is_empty() {
         return Ok((None, external, auth_rules));
     }
-    let validator = Validator::new(&sources, settings.limits)
-        .map_err(|e| Error::from(settee_views::Error::Js(e)))?;
+    let validator = Validator::new(&sources, settings.limits).map_err(|e| match e {
+        // The query server's `compilation_error` for the function, its source quoted.
+        settee_js::JsError::Compile { reason, .. } => Error::Failed {
+            error: "compilation_error".into(),
+            reason,
+        },
+        e => Error::from(settee_views::Error::Js(e)),
+    })?;
     Ok((Some(validator), external, auth_rules))
 }
 

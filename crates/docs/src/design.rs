@@ -1,7 +1,7 @@
 //! Design documents as a write checks them.
 
 use crate::{Error, Result};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use settee_core::design::ViewGroupDef;
 use settee_core::ParsedDoc;
 use settee_views::queryserver::{Error as QsError, Setup};
@@ -48,7 +48,9 @@ fn compile_external(qs: &QueryServers, def: &ViewGroupDef) -> Result<()> {
 /// and its views maps and known built-in reduces (`400 invalid_design_doc`), and map
 /// functions must compile (`compilation_error`): JavaScript in QuickJS, other languages in
 /// their query server (`add_fun`, as CouchDB's `try_compile`). A language without a server
-/// (or whose server cannot be started) is saved unchecked, as CouchDB saves it.
+/// (or whose server cannot be started) is saved unchecked, as CouchDB saves it: only the
+/// members' types and the views' maps are checked, not even the built-in reduce names
+/// (CouchDB checks those with the language's process in hand).
 ///
 /// `options.partitioned: true` is refused in a database that is not partitioned.
 pub fn validate_design(
@@ -65,9 +67,20 @@ pub fn validate_design(
     else {
         return Ok(());
     };
-    settee_core::design::check_members(&body).map_err(settee_views::Error::from)?;
-    let js = matches!(body.get("language"), None | Some(Value::Null))
-        || body.get("language") == Some(&json!("javascript"));
+    let language = body.get("language").and_then(Value::as_str);
+    let dialect = settee_js::Dialect::of(language);
+    let served = match language {
+        _ if dialect.is_some() => true,
+        // Mango's indexes (`query`) are mapped natively.
+        Some(l) => qs.knows(l) || settee_js::lookup_name(l) == "query",
+        None => true,
+    };
+    let checked = if served {
+        settee_core::design::check_members(&body)
+    } else {
+        settee_core::design::check_members(&without_reduce_names(&body))
+    };
+    checked.map_err(settee_views::Error::from)?;
     let def = ViewGroupDef::from_ddoc(&body).map_err(settee_views::Error::from)?;
     if def.partitioned == Some(true) && !db_partitioned {
         return Err(settee_views::Error::from(settee_core::design::DesignError(
@@ -78,11 +91,27 @@ pub fn validate_design(
     if def.views.is_empty() {
         return Ok(());
     }
-    if !js {
+    if dialect.is_none() {
         return compile_external(qs, &def);
     }
     let g = Group::new(0, id, def);
     settee_js::ViewRuntime::new(&g.fns, settee_js::Limits::default())
         .map(|_| ())
         .map_err(|e| settee_views::Error::Js(e).into())
+}
+
+/// The design document with its views' string `reduce` members removed (their types are
+/// all that is checked of them when no query server serves the language).
+fn without_reduce_names(body: &Map<String, Value>) -> Map<String, Value> {
+    let mut body = body.clone();
+    if let Some(Value::Object(views)) = body.get_mut("views") {
+        for view in views.values_mut() {
+            if let Value::Object(v) = view {
+                if matches!(v.get("reduce"), Some(Value::String(_))) {
+                    v.remove("reduce");
+                }
+            }
+        }
+    }
+    body
 }

@@ -24,6 +24,10 @@ pub enum Error {
     /// A validation function threw an object naming its own error.
     #[error("{error}: {reason}")]
     Rejected { error: String, reason: String },
+    /// A validation function that cannot run (its source does not compile): the query
+    /// server's error, which CouchDB answers with status 500.
+    #[error("{error}: {reason}")]
+    Failed { error: String, reason: String },
 }
 
 impl From<Denied> for Error {

@@ -77,8 +77,10 @@ impl DesignFilter {
             limits: state.views.limits(),
             req: Arc::new(req.to_json(db)),
             external: match body.get("language").and_then(Value::as_str) {
-                None | Some("javascript") => None,
-                Some(language) => Some(language.to_owned()),
+                Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
+                    Some(language.to_owned())
+                }
+                _ => None,
             },
         })
     }
@@ -504,7 +506,7 @@ impl ReqInfo {
             "info": null,
             "uuid": null,
             "id": self.id,
-            "method": self.method,
+            "method": method_json(&self.method),
             "requested_path": path,
             "path": path,
             "raw_path": self.raw_path,
@@ -553,4 +555,16 @@ fn parse_cookies(header: &str) -> Vec<(String, String)> {
             Some((name.to_string(), value.to_string()))
         })
         .collect()
+}
+
+/// A request method as CouchDB hands it to functions: HEAD is GET (chttpd aliases it, the
+/// body is dropped later), the methods Erlang knows as atoms are strings, and any other is
+/// the Erlang string it stays, a list of character codes in JSON (`PATCH` is
+/// `[80,65,84,67,72]`).
+fn method_json(method: &str) -> Value {
+    match method {
+        "HEAD" => Value::from("GET"),
+        "GET" | "POST" | "PUT" | "DELETE" | "OPTIONS" | "TRACE" | "COPY" => Value::from(method),
+        other => Value::Array(other.bytes().map(Value::from).collect()),
+    }
 }

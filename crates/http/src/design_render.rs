@@ -47,6 +47,20 @@ impl DesignDoc {
         })
     }
 
+    /// CouchDB's lookup of `{member}.{name}` before it runs the function (404 `missing
+    /// json key: shows` without the member, `missing json key: {name}` without the
+    /// function).
+    pub fn require_function(&self, member: &str, name: &str) -> ApiResult<()> {
+        use serde_json::value::RawValue;
+        let members: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_slice(&self.doc.body).unwrap_or_default();
+        let Some(fns) = members.get(member) else {
+            return Err(ApiError::NotFound(format!("missing json key: {member}")));
+        };
+        let fns: Value = serde_json::from_str(fns.get()).unwrap_or(Value::Null);
+        crate::design_filter::check_member(&fns, &[name])
+    }
+
     /// The document as functions get it (`this`), with `_id` and `_rev`; only needed to
     /// build a render environment or teach a query server.
     pub fn body(&self) -> ApiResult<Value> {
@@ -118,18 +132,12 @@ pub fn with_renderer<T>(
     Ok(out)
 }
 
-/// A design document's language: its `language` member, JavaScript by default.
-pub fn language_of(body: &Value) -> &str {
-    body.get("language")
-        .and_then(Value::as_str)
-        .unwrap_or("javascript")
-}
-
 /// What runs a design document's render functions, chosen by its `language`: the
-/// in-process JavaScript [`Renderer`], or that language's external query server (an
-/// unknown language is the query servers' `unknown_query_language`).
+/// in-process [`Renderer`] (JavaScript and CoffeeScript, in any case), or that language's
+/// external query server (an unknown language is the query servers'
+/// `unknown_query_language`).
 enum Runner {
-    JavaScript,
+    InProcess,
     /// The language and the design document's body, as the server is taught it.
     External(String, Value),
 }
@@ -144,9 +152,22 @@ impl Runner {
             .get("language")
             .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
         match language.as_ref().and_then(Value::as_str) {
-            None | Some("javascript") => Ok(Runner::JavaScript),
-            Some(language) => Ok(Runner::External(language.to_owned(), ddoc.body()?)),
+            Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
+                Ok(Runner::External(language.to_owned(), ddoc.body()?))
+            }
+            _ => Ok(Runner::InProcess),
         }
+    }
+}
+
+/// Fails as running a function of `ddoc` would when nothing runs its language (a list
+/// checks this before its view's query starts, as CouchDB gets the list's process first).
+pub fn require_runner(state: &AppState, ddoc: &DesignDoc) -> ApiResult<()> {
+    match Runner::of(ddoc)? {
+        Runner::External(language, _) if !state.views.query_servers.knows(&language) => Err(
+            qs_error(settee_views::queryserver::Error::UnknownLanguage(language)),
+        ),
+        _ => Ok(()),
     }
 }
 
@@ -185,7 +206,7 @@ pub fn doc_answer(
     req: &Value,
 ) -> ApiResult<Value> {
     match Runner::of(ddoc)? {
-        Runner::JavaScript => with_renderer(state, db, ddoc, |r| match kind {
+        Runner::InProcess => with_renderer(state, db, ddoc, |r| match kind {
             RenderKind::Update => r.update(name, doc, req),
             _ => r.show(name, doc, req),
         }),
@@ -217,7 +238,7 @@ pub fn list_answer(
     io: &mut dyn ListIo,
 ) -> ApiResult<Value> {
     let (language, body) = match Runner::of(ddoc)? {
-        Runner::JavaScript => {
+        Runner::InProcess => {
             return with_renderer(state, db, ddoc, |r| r.list(name, head, req, io))
         }
         Runner::External(language, body) => (language, body),
@@ -262,10 +283,10 @@ pub fn rewrite_answer(
     body: &Value,
     req: &Value,
 ) -> ApiResult<Value> {
-    let language = language_of(body);
-    if language == "javascript" {
-        return with_renderer(state, db, ddoc, |r| r.rewrite(req));
-    }
+    let language = match body.get("language").and_then(Value::as_str) {
+        Some(language) if settee_js::Dialect::of(Some(language)).is_none() => language,
+        _ => return with_renderer(state, db, ddoc, |r| r.rewrite(req)),
+    };
     let qs = &state.views.query_servers;
     qs.rewrite(language, &ddoc_ref(ddoc, body), req.clone())
         .map_err(qs_error)

@@ -44,6 +44,10 @@ impl From<settee_views::Error> for ApiError {
             // A full disk under an index update is a 507 as under a document write.
             V::Store(s) => ApiError::Db(DbError::Storage(s)),
             V::Design(d) => ApiError::Named(S::BAD_REQUEST, "invalid_design_doc".into(), d.0),
+            // An empty function source is the query server's `not_found`.
+            V::Js(JsError::Compile { reason, .. }) if reason == "missing function" => {
+                ApiError::NotFound(reason)
+            }
             V::Js(j) => {
                 let (error, reason) = settee_views::js_error_parts(&j);
                 let status = match j {
@@ -64,11 +68,7 @@ impl From<settee_views::Error> for ApiError {
             }
             V::QueryServer(q) => {
                 let (error, reason) = q.parts();
-                let status = match q {
-                    settee_views::queryserver::Error::UnknownLanguage(_) => S::BAD_REQUEST,
-                    _ => S::INTERNAL_SERVER_ERROR,
-                };
-                ApiError::Named(status, error, reason)
+                ApiError::Named(S::INTERNAL_SERVER_ERROR, error, reason)
             }
             other => ApiError::Db(settee_db::Error::Internal(other.to_string())),
         }
@@ -168,6 +168,7 @@ impl From<settee_docs::Error> for ApiError {
             W::Unauthorized(r) => ApiError::Unauthorized(r),
             W::Forbidden(r) => ApiError::Forbidden(r),
             W::MissingStub(r) => ApiError::Named(S::PRECONDITION_FAILED, "missing_stub".into(), r),
+            W::Failed { error, reason } => ApiError::Named(S::INTERNAL_SERVER_ERROR, error, reason),
             // A validation function's own error: CouchDB's status for the names it knows.
             W::Rejected { error, reason } => {
                 let status = match error.as_str() {
@@ -383,3 +384,4 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+

@@ -120,6 +120,7 @@ fn run(label: &str, map: &str, docs: &[String], seconds: f64) {
             reduce: None,
         }],
         lib: None,
+        dialect: Default::default(),
     };
     let mut rt = ViewRuntime::new(&fns, Limits::default()).expect("runtime");
     for doc in docs.iter().take(1000) {

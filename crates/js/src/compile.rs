@@ -6,28 +6,41 @@
 //! (anonymous or named) into an expression and leaves comments, a trailing `;` and line
 //! numbers intact. Sources that are statement lists ending in a function expression
 //! (`var x = 1; (function (doc) {...})`) fail that and are evaluated as written.
+//!
+//! CoffeeScript sources are compiled to JavaScript first ([`crate::coffee`]); errors then
+//! quote the CoffeeScript source, as CouchDB's do.
 
+use crate::language::Dialect;
 use rquickjs::{Ctx, Function};
 
 use crate::error::{settle, Failure, JsError};
 use crate::monitor::Monitor;
 use crate::script::eval_script;
 
-/// Compiles `source` (CouchDB's expression form) to a function; `what` names it in errors.
+/// Compiles `source` (CouchDB's expression form, in `dialect`) to a function; `what`
+/// names it in errors.
 pub(crate) fn compile_function<'js>(
     ctx: &Ctx<'js>,
     source: &str,
     what: &str,
     monitor: &Monitor,
+    dialect: Dialect,
 ) -> Result<Function<'js>, JsError> {
     if source.trim().is_empty() {
         return Err(compile_error(what, "missing function".into()));
     }
-    let as_expression = evaluate(ctx, format!("0,{source}"), what, monitor);
+    let javascript = match dialect {
+        Dialect::JavaScript => std::borrow::Cow::Borrowed(source),
+        Dialect::CoffeeScript => match crate::coffee::to_javascript(source)? {
+            Ok(js) => std::borrow::Cow::Owned(js),
+            Err(message) => return Err(compile_error(what, format!("{message} ({source})"))),
+        },
+    };
+    let as_expression = evaluate(ctx, format!("0,{javascript}"), what, monitor);
     if let Ok(Some(f)) = as_expression {
         return Ok(f);
     }
-    let as_script = evaluate(ctx, source.to_owned(), what, monitor);
+    let as_script = evaluate(ctx, javascript.into_owned(), what, monitor);
     match (as_expression, as_script) {
         (_, Ok(Some(f))) => Ok(f),
         (Err(Failure::Abort(e)), _) | (_, Err(Failure::Abort(e))) => Err(e),
@@ -35,9 +48,19 @@ pub(crate) fn compile_function<'js>(
             what,
             format!("Expression does not eval to a function. ({source})"),
         )),
-        (Err(Failure::Thrown { message, .. }), Err(_)) => {
-            Err(compile_error(what, format!("{message} ({source})")))
-        }
+        (Err(Failure::Thrown { message, .. }), Err(_)) => Err(compile_error(
+            what,
+            format!("{} ({source})", without_place(&message)),
+        )),
+    }
+}
+
+/// An exception's text without the `(at script:line:col)` Settee adds to thrown errors:
+/// CouchDB reports a compile error as the error's `toString()` alone.
+fn without_place(message: &str) -> &str {
+    match message.rsplit_once(" (at ") {
+        Some((text, place)) if place.ends_with(')') && !place.contains('\n') => text,
+        _ => message,
     }
 }
 
@@ -62,6 +85,12 @@ pub(crate) fn compile_module<'js>(
     // The newline before `}` keeps a trailing line comment from swallowing it.
     let wrapped = format!("(function (module, exports, require) {{ {source}\n}})");
     eval_script(ctx, monitor, &wrapped, id)?.get()
+}
+
+/// The dialect of a design document's functions (a language this engine does not run is
+/// never handed to it: the caller routes it to its query server).
+pub(crate) fn dialect(ddoc: &serde_json::Value) -> Dialect {
+    Dialect::of_ddoc(ddoc).unwrap_or_default()
 }
 
 fn compile_error(what: &str, reason: String) -> JsError {

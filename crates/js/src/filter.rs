@@ -15,7 +15,7 @@ use rquickjs::function::This;
 use rquickjs::{Coerced, Ctx, Function, Object, Persistent, Value};
 use serde_json::Value as Json;
 
-use crate::compile::compile_function;
+use crate::compile::{compile_function, dialect};
 use crate::env::{self, Emitted};
 use crate::error::{settle, JsError};
 use crate::from_json::Builder;
@@ -116,7 +116,7 @@ impl FilterFn {
                 "filters function {} of design document `{}`",
                 source.name, source.ddoc_id
             );
-            let function = compile_function(&ctx, &code, &what, &monitor)?;
+            let function = compile_function(&ctx, &code, &what, &monitor, dialect(&source.ddoc))?;
             // CouchDB keeps the compiled function in place of the source.
             let cached = ddoc
                 .get::<_, Object>("filters")

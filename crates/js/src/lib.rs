@@ -64,6 +64,7 @@
 //! The calling thread needs at least 2 MiB of stack (Rust's default for spawned threads):
 //! up to [`JS_STACK_LIMIT`] of it for JavaScript, the rest for the conversions.
 
+mod coffee;
 mod compile;
 mod doc;
 mod env;
@@ -71,6 +72,7 @@ mod error;
 mod filter;
 mod from_json;
 mod guard;
+mod language;
 mod lazy;
 mod monitor;
 mod render;
@@ -83,6 +85,7 @@ use std::time::Duration;
 
 pub use error::JsError;
 pub use filter::{FilterFn, FilterSource};
+pub use language::{lookup_name, Dialect};
 pub use render::{InfoSource, ListIo, RenderKind, RenderSource, Renderer};
 pub use runtime::{MapResult, ViewRuntime};
 pub use validate::{Rejection, ValidateSource, Validator};
@@ -130,4 +133,7 @@ pub struct ViewFns {
     pub views: Vec<ViewSource>,
     /// The design document's `views.lib` object, for `require()`.
     pub lib: Option<serde_json::Value>,
+    /// The language of the map and reduce sources (`views.lib` modules are JavaScript,
+    /// as in CouchDB).
+    pub dialect: Dialect,
 }

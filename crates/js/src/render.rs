@@ -29,7 +29,7 @@ use std::time::Duration;
 use rquickjs::{Ctx, Function, Object, Persistent, Value};
 use serde_json::Value as Json;
 
-use crate::compile::compile_function;
+use crate::compile::{compile_function, dialect};
 use crate::env::Emitted;
 use crate::error::{settle, JsError};
 use crate::filter::{compile_rejection, ddoc_environment, member_code};
@@ -309,8 +309,8 @@ impl Renderer {
             _ => member_code(ddoc, id, member, name)?,
         };
         let what = format!("{member} function {name} of design document `{id}`");
-        let function =
-            compile_function(ctx, &code, &what, &self.monitor).map_err(compile_rejection)?;
+        let function = compile_function(ctx, &code, &what, &self.monitor, dialect(ddoc))
+            .map_err(compile_rejection)?;
         // CouchDB keeps the compiled function in place of the source.
         let cached = self.ddoc.clone().restore(ctx).and_then(|ddoc| match kind {
             RenderKind::Rewrite => ddoc.set(member, function.clone()),

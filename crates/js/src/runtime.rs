@@ -11,6 +11,7 @@ use crate::doc::{self, DocError};
 use crate::env::{self, Emitted};
 use crate::error::{settle, Failure, JsError};
 use crate::from_json::Builder;
+use crate::language::Dialect;
 use crate::lazy::LazyDocs;
 use crate::monitor::Monitor;
 use crate::to_json::{Classes, Converter};
@@ -72,7 +73,7 @@ impl ViewRuntime {
             let views = fns
                 .views
                 .iter()
-                .map(|view| compile_view(&ctx, view, &monitor))
+                .map(|view| compile_view(&ctx, view, &monitor, fns.dialect))
                 .collect::<Result<Vec<_>, _>>()?;
             settle_all(&ctx, run_pending_jobs(&ctx, &monitor), &monitor)?;
             Ok::<_, JsError>((views, classes, lazy))
@@ -280,16 +281,17 @@ fn compile_view<'js>(
     ctx: &Ctx<'js>,
     view: &ViewSource,
     monitor: &Monitor,
+    dialect: Dialect,
 ) -> Result<CompiledView, JsError> {
     let script = format!("map function of view `{}`", view.name);
-    let map = compile_function(ctx, &view.map, &script, monitor)
+    let map = compile_function(ctx, &view.map, &script, monitor, dialect)
         .map_err(|e| in_view(e, "map", &view.name))?;
     let reduce = match &view.reduce {
         Some(source) => {
             let script = format!("reduce function of view `{}`", view.name);
             Some(Persistent::save(
                 ctx,
-                compile_function(ctx, source, &script, monitor)
+                compile_function(ctx, source, &script, monitor, dialect)
                     .map_err(|e| in_view(e, "reduce", &view.name))?,
             ))
         }

@@ -11,7 +11,7 @@ use rquickjs::function::This;
 use rquickjs::{Array, Ctx, Function, Object, Persistent, Value};
 use serde_json::Value as Json;
 
-use crate::compile::compile_function;
+use crate::compile::{compile_function, dialect};
 use crate::env::{self, Emitted};
 use crate::error::{settle, Failure, JsError};
 use crate::from_json::Builder;
@@ -289,7 +289,7 @@ fn compile_validate<'js>(
                 .map(|()| require)
         });
     let require = settle_all(ctx, require, monitor)?;
-    let function = compile_function(ctx, &source.source, &what, monitor)?;
+    let function = compile_function(ctx, &source.source, &what, monitor, dialect(&source.ddoc))?;
     // CouchDB keeps the compiled function in place of the source on the design document.
     let replaced = ddoc.set("validate_doc_update", function.clone());
     settle_all(ctx, replaced, monitor)?;

@@ -11,6 +11,7 @@ fn compile(map: &str) -> Result<ViewRuntime, JsError> {
         &ViewFns {
             views: vec![view("by_x", map)],
             lib: None,
+            dialect: Default::default(),
         },
         Limits::default(),
     )
@@ -88,6 +89,7 @@ fn bad_reduce_names_the_reduce() {
             "function(keys, values {",
         )],
         lib: None,
+        dialect: Default::default(),
     };
     match ViewRuntime::new(&fns, Limits::default()) {
         Err(JsError::Compile { what, .. }) => {

@@ -17,7 +17,14 @@ fn limited(
         timeout: Duration::from_millis(timeout_ms),
         memory_limit,
     };
-    ViewRuntime::new(&ViewFns { views, lib: None }, limits)
+    ViewRuntime::new(
+        &ViewFns {
+            views,
+            lib: None,
+            dialect: Default::default(),
+        },
+        limits,
+    )
 }
 
 fn assert_fresh_runtime_works() {
@@ -204,6 +211,7 @@ fn parsing_near_the_memory_limit_is_safe() {
         let fns = ViewFns {
             views: vec![view("v", &map)],
             lib: Some(json!({ "m": code.repeat(50) })),
+            dialect: Default::default(),
         };
         let limits = Limits {
             timeout: Duration::from_secs(5),

@@ -35,6 +35,8 @@ pub enum Error {
     InvalidBoolean(Value),
     #[error("Invalid string: {}", w(.0))]
     InvalidString(Value),
+    #[error("Index name or ddoc cannot be empty string")]
+    InvalidEmptyString,
     #[error("Sort must be an array of sort specs, not: {}", w(.0))]
     InvalidSortJson(Value),
     #[error("Invalid sort field: {}", w(.0))]
@@ -106,6 +108,7 @@ impl Error {
             Error::InvalidPosInteger(_) => "invalid_pos_integer",
             Error::InvalidBoolean(_) => "invalid_boolean",
             Error::InvalidString(_) => "invalid_string",
+            Error::InvalidEmptyString => "invalid_empty_string",
             Error::InvalidSortJson(_) => "invalid_sort_json",
             Error::InvalidSortField(_) => "invalid_sort_field",
             Error::MixedSort => "unsupported_mixed_sort",

@@ -303,13 +303,39 @@ fn json_def(def: &Value) -> Result<Value, Error> {
 /// A generated index and design document name: hex SHA-1 of the definition and options
 /// (CouchDB hashes its own Erlang terms of them, so the names differ from CouchDB's).
 fn auto_name(opts: &IndexOpts) -> String {
+    // CouchDB's `mango_idx:gen_name`: the hex SHA-1 of
+    // `term_to_binary({Def, lists:usort(Opts)})`, where `Opts` are the validated options
+    // by tag, absent ones at their defaults (`auto_name`, `db_default`, `w` 2), and the
+    // sorted tags are ddoc < def < name < partitioned < type < w.
     let mut term = vec![etf::VERSION];
     etf::small_tuple(2, &mut term);
     etf::value(&opts.def, &mut term);
-    etf::value(
-        &json!([opts.kind, opts.name, opts.ddoc, opts.partitioned]),
-        &mut term,
-    );
+    etf::list_header(6, &mut term);
+    let string_or_auto = |s: &Option<String>, out: &mut Vec<u8>| match s {
+        Some(s) => etf::binary(s.as_bytes(), out),
+        None => etf::atom("auto_name", out),
+    };
+    let tagged = |tag: &str, out: &mut Vec<u8>| {
+        etf::small_tuple(2, out);
+        etf::atom(tag, out);
+    };
+    tagged("ddoc", &mut term);
+    string_or_auto(&opts.ddoc, &mut term);
+    tagged("def", &mut term);
+    etf::value(&opts.def, &mut term);
+    tagged("name", &mut term);
+    string_or_auto(&opts.name, &mut term);
+    tagged("partitioned", &mut term);
+    match opts.partitioned {
+        Some(true) => etf::atom("true", &mut term),
+        Some(false) => etf::atom("false", &mut term),
+        None => etf::atom("db_default", &mut term),
+    }
+    tagged("type", &mut term);
+    etf::binary(opts.kind.as_bytes(), &mut term);
+    tagged("w", &mut term);
+    etf::value(&opts.w, &mut term);
+    etf::nil(&mut term);
     hex(&Sha1::digest(&term))
 }
 

@@ -284,11 +284,14 @@ pub struct IndexOpts {
     pub kind: String,
     pub name: Option<String>,
     pub ddoc: Option<String>,
+    /// `w` as sent (a positive integer), 2 when absent; part of the generated names.
+    pub w: Value,
     pub partitioned: Option<bool>,
 }
 
 impl IndexOpts {
-    /// CouchDB's `mango_opts:validate_idx_create`.
+    /// CouchDB's `mango_opts:validate_idx_create`: its members checked in its order
+    /// (`index`, `type`, `name`, `ddoc`, `w`, `partitioned`), then any other is refused.
     pub fn parse(body: &Map<String, Value>) -> Result<IndexOpts, Error> {
         let mut rest = body.clone();
         let mut take = |k: &str| rest.remove(k);
@@ -298,14 +301,18 @@ impl IndexOpts {
             Some(Value::String(s)) => Ok(Some(s)),
             Some(other) => Err(Error::InvalidString(other)),
         };
+        let non_empty = |v: Option<Value>| match v {
+            Some(Value::String(s)) if s.is_empty() => Err(Error::InvalidEmptyString),
+            other => string(other),
+        };
         let kind = string(take("type"))?.unwrap_or_else(|| "json".into());
-        let name = string(take("name"))?;
-        let ddoc = string(take("ddoc"))?;
-        if let Some(w) = take("w") {
-            if !matches!(crate::selector::integer(&w), Some(n) if n > 0) {
-                return Err(Error::InvalidPosInteger(w));
-            }
-        }
+        let name = non_empty(take("name"))?;
+        let ddoc = non_empty(take("ddoc"))?;
+        let w = match take("w") {
+            None => Value::from(2),
+            Some(w) if matches!(crate::selector::integer(&w), Some(n) if n > 0) => w,
+            Some(w) => return Err(Error::InvalidPosInteger(w)),
+        };
         let partitioned = match take("partitioned") {
             None => None,
             Some(Value::Bool(b)) => Some(b),
@@ -325,6 +332,7 @@ impl IndexOpts {
             kind,
             name,
             ddoc,
+            w,
             partitioned,
         })
     }

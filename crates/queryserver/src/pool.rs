@@ -125,9 +125,10 @@ impl QueryServers {
         }
     }
 
-    /// Whether `language` has a configured query server.
+    /// Whether `language` has a configured query server. Names are compared without
+    /// regard to case, as CouchDB compares them (upper-cased).
     pub fn knows(&self, language: &str) -> bool {
-        self.pools.contains_key(language)
+        self.pools.contains_key(&language.to_ascii_lowercase())
     }
 
     pub fn languages(&self) -> impl Iterator<Item = (&str, &Command)> {
@@ -213,7 +214,7 @@ impl QueryServers {
     fn take(&self, language: &str, fits: &dyn Fn(&Process) -> bool) -> Result<Lease> {
         let pool = self
             .pools
-            .get(language)
+            .get(&language.to_ascii_lowercase())
             .ok_or_else(|| Error::UnknownLanguage(language.to_owned()))?;
         let settings = self.settings();
         let stale = pool.state.lock().expect("pool").cull(settings.idle_limit);

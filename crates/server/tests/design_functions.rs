@@ -309,11 +309,7 @@ fn show_errors_as_couchdb() {
     let r = s.get("/db/_design/app/_show/nope");
     assert_eq!(
         err(&r),
-        (
-            404,
-            "not_found".into(),
-            "missing shows function nope on design doc _design/app".into()
-        )
+        (404, "not_found".into(), "missing json key: nope".into())
     );
     let r = s.get("/db/_design/nope/_show/hello");
     assert_eq!(err(&r), (404, "not_found".into(), "missing".into()));
@@ -417,11 +413,7 @@ fn updates_take_forms_and_are_refused_as_writes_are() {
     let r = s.post("/db/_design/app/_update/nope/d01", "");
     assert_eq!(
         err(&r),
-        (
-            404,
-            "not_found".into(),
-            "missing updates function nope on design doc _design/app".into()
-        )
+        (404, "not_found".into(), "missing json key: nope".into())
     );
     let r = s.post("/db/_design/app/_update", "");
     assert_eq!(
@@ -575,11 +567,7 @@ fn lists_codes_provides_and_errors() {
     let r = s.get("/db/_design/app/_list/nope/by_n");
     assert_eq!(
         err(&r),
-        (
-            404,
-            "not_found".into(),
-            "missing lists function nope on design doc _design/app".into()
-        )
+        (404, "not_found".into(), "missing json key: nope".into())
     );
     let r = s.req("DELETE", "/db/_design/app/_list/keys/by_n", None);
     assert_eq!(r.status, 405);

@@ -286,10 +286,10 @@ fn unknown_language_render_functions() {
     );
     assert_eq!(r.status, 201, "{}", r.text);
     let r = s.get("/db/_design/cobol/_show/s");
-    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.status, 500, "{}", r.text);
     assert_eq!(r.json()["error"], "unknown_query_language");
     let r = s.post("/db/_design/cobol/_update/u", "");
-    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.status, 500, "{}", r.text);
     assert_eq!(r.json()["error"], "unknown_query_language");
 }
 

@@ -14,9 +14,9 @@ pub(crate) struct ExternalMap {
 }
 
 impl ExternalMap {
-    /// `None` when `def`'s language has no query server.
+    /// `None` when `def`'s language has no query server (or runs in-process).
     pub(crate) fn new(qs: &Arc<QueryServers>, def: &ViewGroupDef) -> Option<ExternalMap> {
-        if def.language == "javascript" || !qs.knows(&def.language) {
+        if settee_js::Dialect::of(Some(&def.language)).is_some() || !qs.knows(&def.language) {
             return None;
         }
         let maps: Vec<&str> = def.views.iter().map(|v| v.map.as_str()).collect();

@@ -61,6 +61,7 @@ impl Group {
                 })
                 .collect(),
             lib: def.lib.clone(),
+            dialect: settee_js::Dialect::of(Some(&def.language)).unwrap_or_default(),
         };
         Group {
             ddoc_id: ddoc_id.to_owned(),

@@ -107,6 +107,29 @@ pub struct Meta {
     pub collation: String,
     pub roots: Vec<Option<Entry>>,
     pub purge_seq: u64,
+    /// The live rows' sizes; `None` in checkpoints written before they were kept.
+    pub sizes: Option<RowSizes>,
+}
+
+/// Bytes of every live row of an index (all views): `active`, as stored (tree key and
+/// payload); `external`, the key's and value's JSON text (CouchDB's `sizes.external`
+/// counts keys and values, uncompressed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RowSizes {
+    pub active: u64,
+    pub external: u64,
+}
+
+impl RowSizes {
+    /// The sizes of one stored row (tree key, payload).
+    pub fn of_row(key: &[u8], payload: &[u8]) -> RowSizes {
+        let external =
+            decode_payload(payload).map_or(payload.len(), |p| p.key.len() + p.value.len());
+        RowSizes {
+            active: (key.len() + payload.len()) as u64,
+            external: external as u64,
+        }
+    }
 }
 
 impl Meta {
@@ -117,6 +140,7 @@ impl Meta {
             collation,
             roots: vec![None; views],
             purge_seq: 0,
+            sizes: Some(RowSizes::default()),
         }
     }
 
@@ -137,6 +161,11 @@ impl Meta {
         }
         // Appended after the roots: checkpoints written before it decode with 0.
         varint::put(&mut out, self.purge_seq);
+        // Appended after purge_seq: checkpoints written before them decode as unknown.
+        if let Some(s) = self.sizes {
+            varint::put(&mut out, s.active);
+            varint::put(&mut out, s.external);
+        }
         out
     }
 
@@ -163,12 +192,21 @@ impl Meta {
         } else {
             varint::get(&mut buf)?
         };
+        let sizes = if buf.is_empty() {
+            None
+        } else {
+            Some(RowSizes {
+                active: varint::get(&mut buf)?,
+                external: varint::get(&mut buf)?,
+            })
+        };
         Some(Meta {
             seq,
             next_node,
             collation,
             roots,
             purge_seq,
+            sizes,
         })
     }
 }
@@ -318,10 +356,17 @@ mod tests {
                 }),
             ],
             purge_seq: 4,
+            sizes: Some(RowSizes {
+                active: 300,
+                external: 200,
+            }),
         };
         assert_eq!(Meta::decode(&m.encode()), Some(m.clone()));
-        // A checkpoint written before purge_seq was recorded reads as purge_seq 0.
-        let mut old = m.encode();
+        // A checkpoint written before the sizes were kept reads as sizes unknown...
+        let older = Meta { sizes: None, ..m };
+        assert_eq!(Meta::decode(&older.encode()), Some(older.clone()));
+        // ... and one written before purge_seq was recorded as purge_seq 0.
+        let mut old = older.encode();
         old.pop();
         assert_eq!(Meta::decode(&old).map(|o| o.purge_seq), Some(0));
         let back = vec![(0, vec![1u8, 2]), (3, vec![])];

@@ -137,8 +137,13 @@ pub struct IndexInfo {
     pub purge_seq: u64,
     pub updater_running: bool,
     pub compact_running: bool,
+    /// The index's bytes on disk, at least `active_bytes`: index writes skip the WAL, so
+    /// rows still in memtables are not in RocksDB's estimate of the files.
     pub file_bytes: u64,
+    /// Bytes of the live rows as stored (tree keys and payloads, uncompressed).
     pub active_bytes: u64,
+    /// Bytes of the live rows' keys and values as JSON text.
+    pub external_bytes: u64,
 }
 
 impl Views {
@@ -169,10 +174,10 @@ impl Views {
         *self.settings.write().unwrap() = (limits, reduce_limit);
     }
 
-    /// Whether design documents of `language` can be indexed: JavaScript, a language
-    /// registered in [`Config::native`], or one with a query server.
+    /// Whether design documents of `language` can be indexed: JavaScript or CoffeeScript
+    /// (any case), a language registered in [`Config::native`], or one with a query server.
     pub fn knows_language(&self, language: &str) -> bool {
-        language == "javascript"
+        settee_js::Dialect::of(Some(language)).is_some()
             || self.native.contains(language)
             || self.query_servers.knows(language)
     }
@@ -191,7 +196,7 @@ impl Views {
     pub(crate) fn reducers<'a>(&'a self, g: &'a Group) -> reducer::JsReducers<'a> {
         let js = reducer::JsReducers::new(&g.fns, self.limits(), self.reduce_limit());
         let language = g.def.language.as_str();
-        if language != "javascript" && self.query_servers.knows(language) {
+        if settee_js::Dialect::of(Some(language)).is_none() && self.query_servers.knows(language) {
             js.external(&self.query_servers, language)
         } else {
             js
@@ -222,8 +227,14 @@ impl Views {
             .clone()
     }
 
-    /// Brings the index up to date with the database.
+    /// Brings the index up to date with the database. A group whose language nothing
+    /// here runs cannot be updated (CouchDB's `unknown_query_language`); a query that
+    /// does not update its index still reads it.
     pub fn refresh(&self, db: &Database, g: &Group) -> Result<()> {
+        if !self.knows_language(&g.def.language) {
+            let unknown = queryserver::Error::UnknownLanguage(g.def.language.clone());
+            return Err(Error::QueryServer(unknown));
+        }
         let lock = self.lock(g);
         let _guard = lock.lock().unwrap_or_else(|p| p.into_inner());
         updater::update(self, db, g)
@@ -279,9 +290,16 @@ impl Views {
 
     pub fn info(&self, db: &Database, g: &Group) -> Result<IndexInfo> {
         let store = db.store();
-        let meta = updater::load_meta(store.as_ref(), g)?;
+        let snap = store.snapshot();
+        let meta = updater::load_meta(&snap, g)?;
+        let sizes = match meta.sizes {
+            Some(s) => s,
+            None => updater::measure(&updater::SnapNodes { read: &snap, g }, &meta.roots)?,
+        };
         let (lo, hi) = g.prefix.range();
-        let file_bytes = store.approximate_size(Cf::Views, &lo, &hi);
+        let file_bytes = store
+            .approximate_size(Cf::Views, &lo, &hi)
+            .max(sizes.active);
         let compact_running = self
             .compacting
             .lock()
@@ -296,7 +314,8 @@ impl Views {
             updater_running,
             compact_running,
             file_bytes,
-            active_bytes: file_bytes,
+            active_bytes: sizes.active,
+            external_bytes: sizes.external,
         })
     }
 

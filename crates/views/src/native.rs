@@ -62,13 +62,17 @@ impl NativeLanguages {
         self.0.insert(language.to_owned(), Arc::new(factory));
     }
 
+    /// Whether `language` (any case, as CouchDB compares names) is registered.
     pub fn contains(&self, language: &str) -> bool {
-        self.0.contains_key(language)
+        self.0.contains_key(&*settee_js::lookup_name(language))
     }
 
     /// The native map of `def`, or `None` when its language is not registered here.
     pub fn build(&self, def: &ViewGroupDef) -> Result<Option<Arc<dyn NativeMap>>, DesignError> {
-        self.0.get(&def.language).map(|f| f(def)).transpose()
+        self.0
+            .get(&*settee_js::lookup_name(&def.language))
+            .map(|f| f(def))
+            .transpose()
     }
 }
 

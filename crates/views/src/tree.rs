@@ -64,6 +64,9 @@ pub trait NodeSink: NodeRead {
     fn put(&mut self, id: NodeId, bytes: Vec<u8>);
     fn delete(&mut self, id: NodeId);
     fn next_id(&mut self) -> NodeId;
+    /// `rows` were written into a leaf (`added`), or were the rows of a leaf being
+    /// rewritten (`!added`); a sink may keep the totals of live rows with it.
+    fn leaf_rows(&mut self, _rows: &[Row], _added: bool) {}
 }
 
 /// Partial reductions: `reduce` of rows, `rereduce` of partials. A tree without a reduce
@@ -231,7 +234,10 @@ fn modify_node(
     let node = sink.node(id)?;
     sink.delete(id);
     match node {
-        Node::Leaf(rows) => Ok(write_leaves(sink, red, merge_rows(rows, ops))),
+        Node::Leaf(rows) => {
+            sink.leaf_rows(&rows, false);
+            Ok(write_leaves(sink, red, merge_rows(rows, ops)))
+        }
         Node::Inner(entries) => {
             let mut out = Vec::with_capacity(entries.len() + 2);
             let mut rest = ops;
@@ -335,6 +341,7 @@ fn write_leaves(
                 count: rows.len() as u64,
                 red: reduction,
             });
+            sink.leaf_rows(&rows, true);
             sink.put(id, Node::Leaf(rows).encode());
         },
     );

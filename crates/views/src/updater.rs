@@ -26,7 +26,7 @@
 //! The idle flusher and a clean shutdown persist the rest.
 
 use crate::group::Group;
-use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Meta};
+use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Meta, RowSizes};
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
@@ -171,6 +171,10 @@ fn round(
         }
     };
     let fresh = meta.roots.iter().all(Option::is_none);
+    if meta.sizes.is_none() {
+        let nodes = SnapNodes { read: &snap, g };
+        meta.sizes = Some(measure(&nodes, &meta.roots)?);
+    }
     let mut collector = Collector::new(g, store, fresh);
     let started = std::time::Instant::now();
     let (last_seq, done) = pipeline(views, db, g, &snap, meta.seq, purged, &mut collector, task)?;
@@ -208,6 +212,7 @@ fn round(
     };
     meta.purge_seq = purge_seq;
     meta.next_node = sink.next;
+    meta.sizes = Some(sink.sizes_after(meta.sizes.unwrap_or_default()));
     let mut batch = store.batch();
     sink.finish(&mut batch);
     for (id, value) in back_index {
@@ -257,6 +262,8 @@ pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
         })?;
     }
     meta.next_node = sink.next;
+    // Every row was written anew.
+    meta.sizes = Some(sink.added);
     let mut batch = store.batch();
     sink.finish(&mut batch);
     batch.delete_range(Cf::Views, &g.prefix.node(0), &g.prefix.node(first_new));
@@ -872,6 +879,9 @@ struct StoreSink<'a> {
     next: u64,
     /// A bulk load may write nodes before the checkpoint.
     early: bool,
+    /// Sizes of the rows written into leaves, and of the rows of leaves rewritten.
+    added: RowSizes,
+    removed: RowSizes,
 }
 
 impl<'a> StoreSink<'a> {
@@ -883,6 +893,16 @@ impl<'a> StoreSink<'a> {
             pending_bytes: 0,
             next,
             early,
+            added: RowSizes::default(),
+            removed: RowSizes::default(),
+        }
+    }
+
+    /// `before` with this change's rows applied.
+    fn sizes_after(&self, before: RowSizes) -> RowSizes {
+        RowSizes {
+            active: (before.active + self.added.active).saturating_sub(self.removed.active),
+            external: (before.external + self.added.external).saturating_sub(self.removed.external),
         }
     }
 
@@ -949,6 +969,40 @@ impl NodeSink for StoreSink<'_> {
         self.next += 1;
         id
     }
+
+    fn leaf_rows(&mut self, rows: &[Row], added: bool) {
+        let total = if added {
+            &mut self.added
+        } else {
+            &mut self.removed
+        };
+        for r in rows {
+            let s = RowSizes::of_row(&r.key, &r.value);
+            total.active += s.active;
+            total.external += s.external;
+        }
+    }
+}
+
+/// The sizes of every row under `roots`, read from the trees (for a checkpoint written
+/// before they were kept).
+pub(crate) fn measure(nodes: &dyn NodeRead, roots: &[Option<tree::Entry>]) -> Result<RowSizes> {
+    let mut sizes = RowSizes::default();
+    for root in roots {
+        let _ = tree::fold(
+            nodes,
+            root.as_ref(),
+            &tree::Range::all(),
+            false,
+            &mut |row| {
+                let s = RowSizes::of_row(&row.key, &row.value);
+                sizes.active += s.active;
+                sizes.external += s.external;
+                ControlFlow::Continue(())
+            },
+        )?;
+    }
+    Ok(sizes)
 }
 
 /// Reads nodes of a committed index from a snapshot.

@@ -94,6 +94,11 @@ impl ViewFilter {
     fn load(state: &AppState, db: &Database, ddoc: &str, view: &str) -> ApiResult<ViewFilter> {
         design_member(db, ddoc, &["views", view])?;
         let (group, view) = super::views::load_group(state, db, ddoc, view)?;
+        if !state.views.knows_language(&group.def.language) {
+            let unknown =
+                settee_views::queryserver::Error::UnknownLanguage(group.def.language.clone());
+            return Err(settee_views::Error::QueryServer(unknown).into());
+        }
         let native = state.views.native_map(&group.def).map_err(ApiError::from)?;
         Ok(ViewFilter {
             group,
@@ -114,6 +119,7 @@ impl ViewFilter {
                 reduce: None,
             }],
             lib: self.group.fns.lib.clone(),
+            dialect: self.group.fns.dialect,
         };
         settee_js::ViewRuntime::new(&fns, *state_limits)
             .map(ViewMapper::Js)

@@ -70,6 +70,7 @@ async fn show(
     let headers = req.headers.clone();
     blocking(move || {
         let ddoc = DesignDoc::open(&db, &ddoc)?;
+        ddoc.require_function("shows", &name)?;
         let doc = match &doc_id {
             Some(id) => function_doc(&db, id)?,
             None => Value::Null,
@@ -116,6 +117,7 @@ async fn update(
                 "Update functions do not allow GET".into(),
             ));
         }
+        ddoc.require_function("updates", &name)?;
         let doc = match &doc_id {
             Some(id) => function_doc(&db, id)?,
             None => Value::Null,
@@ -187,7 +189,10 @@ async fn list(
     view: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    allow(&req.method, "GET,POST,HEAD")?;
+    // OPTIONS runs the list as GET does (`handle_view_list_req` matches it beside GET).
+    if req.method != axum::http::Method::OPTIONS {
+        allow(&req.method, "GET,POST,HEAD")?;
+    }
     let (args, body) = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.bytes().await?;
@@ -203,12 +208,15 @@ async fn list(
     };
     let reader = crate::replicator_read::reader(&db, &req.user);
     let accept = req.header("accept").map(str::to_owned);
+    let list_name = name.clone();
     let (ddoc, query, req_json, etag) = {
         let (state, db) = (state.clone(), db.clone());
         blocking(move || {
             // Read before the query: the rows are at least this fresh.
             let seq = db.update_seq();
             let list_ddoc = DesignDoc::open(&db, &ddoc)?;
+            list_ddoc.require_function("lists", &list_name)?;
+            crate::design_render::require_runner(&state, &list_ddoc)?;
             let (query, source): (RowQuery, Option<String>) = match all_docs {
                 Some(q) => (
                     Box::new(move |out| q.run(&db, out)),

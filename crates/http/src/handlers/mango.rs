@@ -138,6 +138,12 @@ fn explain_json(db: &Database, opts: &FindOpts, plan: &Plan) -> Value {
 }
 
 /// What a query has done so far (`execution_stats`).
+///
+/// Counted as CouchDB's coordinator receives them: its shard counts every index row it
+/// reads (and every document it loads) and sends the counts along with each matching row;
+/// the coordinator stops at the first match beyond `skip + limit` (so the rows up to and
+/// including that one count), and drops the design documents an `_all_docs` scan matches
+/// together with the counts they carry.
 #[derive(Default)]
 struct Stats {
     keys: u64,
@@ -152,6 +158,10 @@ struct Run<'a> {
     out: &'a mut dyn FnMut(&[u8]) -> bool,
     skip: u64,
     stats: Stats,
+    /// Rows (keys, documents) read since the last match, not yet counted in `stats`.
+    pending: (u64, u64),
+    /// A match beyond `skip + limit` arrived: the query is over.
+    ended: bool,
     last: Option<Bookmark>,
     open: bool,
     /// Whose credentials documents hide (`replicator_read`).
@@ -160,7 +170,23 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn done(&self) -> bool {
-        !self.open || self.stats.returned >= self.opts.limit
+        !self.open || self.ended
+    }
+
+    /// A row read (`doc`: and its document loaded).
+    fn read_row(&mut self, doc: bool) {
+        self.pending.0 += 1;
+        self.pending.1 += u64::from(doc);
+    }
+
+    /// The counts since the last match arrive with this one (`kept`), or are dropped
+    /// with it (a design document at the coordinator).
+    fn roll(&mut self, kept: bool) {
+        let (keys, docs) = std::mem::take(&mut self.pending);
+        if kept {
+            self.stats.keys += keys;
+            self.stats.docs += docs;
+        }
     }
 
     /// Offers a candidate row; `doc` is its rendered JSON (`text`) and parsed value.
@@ -168,6 +194,7 @@ impl Run<'_> {
         if !self.opts.selector.matches(doc) {
             return Ok(());
         }
+        self.roll(true);
         self.offer_matched(key, id, |fields| match fields {
             None => Ok(text.to_vec()),
             Some(f) => {
@@ -184,6 +211,10 @@ impl Run<'_> {
         id: &str,
         render: impl FnOnce(Option<&Vec<String>>) -> ApiResult<Vec<u8>>,
     ) -> ApiResult<()> {
+        if self.skip == 0 && self.stats.returned >= self.opts.limit {
+            self.ended = true;
+            return Ok(());
+        }
         self.last = Some(Bookmark {
             key,
             docid: id.to_string(),
@@ -233,17 +264,20 @@ fn run(
         out,
         skip: opts.skip,
         stats: Stats::default(),
+        pending: (0, 0),
+        ended: false,
         last: None,
         open: true,
         reader,
     };
     let index = plan.index.as_ref().expect("a _find plan has an index");
-    if opts.limit > 0 {
-        match &index.kind {
-            Kind::Special => scan_all_docs(db, opts, plan, resume.as_ref(), &mut r)?,
-            Kind::Json { .. } => scan_view(state, db, opts, plan, index, resume.as_ref(), &mut r)?,
-        }
+    // Even `limit: 0` reads up to the first match, which ends it.
+    match &index.kind {
+        Kind::Special => scan_all_docs(db, opts, plan, resume.as_ref(), &mut r)?,
+        Kind::Json { .. } => scan_view(state, db, opts, plan, index, resume.as_ref(), &mut r)?,
     }
+    // A scan that ran out of rows sends the counts of those after its last match.
+    r.roll(true);
     let bookmark = match (&r.last, &opts.bookmark) {
         (Some(b), _) => b.encode(),
         (None, Some(given)) => given.clone(),
@@ -374,9 +408,9 @@ fn info(row: &LiveDoc) -> ApiResult<settee_db::DocInfo> {
 }
 
 /// The body an `_all_docs` scan reads and matches for a document, if any (design documents
-/// are read, counted, never returned).
+/// are read and matched too, but never returned).
 fn examined(row: &LiveDoc) -> Option<u64> {
-    row.winner.body.filter(|_| !row.id.starts_with("_design/"))
+    row.winner.body
 }
 
 /// Rows read by an `_all_docs` scan at most at once, and bodies held at most at once.
@@ -541,17 +575,22 @@ impl Scan<'_> {
         }
         matches.sort_unstable_by_key(|&(i, _)| i);
         // Rows count as examined up to the one that ends the query.
-        let mut end = rows.len();
-        for (i, rendered) in matches {
-            let row = &rows[i];
+        let mut matches = matches.into_iter().peekable();
+        for (i, row) in rows.iter().enumerate() {
+            r.read_row(examined(row).is_some());
+            let Some((_, rendered)) = matches.next_if(|(m, _)| *m == i) else {
+                continue;
+            };
+            let design = row.id.starts_with("_design/");
+            r.roll(!design);
+            if design {
+                continue;
+            }
             r.offer_matched(Value::String(row.id.clone()), &row.id, |_| Ok(rendered))?;
             if r.done() {
-                end = i + 1;
                 break;
             }
         }
-        r.stats.keys += end as u64;
-        r.stats.docs += rows[..end].iter().filter(|d| examined(d).is_some()).count() as u64;
         Ok(())
     }
 
@@ -682,7 +721,7 @@ fn view_row(
     id: &str,
     key: &[u8],
 ) -> ApiResult<()> {
-    r.stats.keys += 1;
+    r.read_row(!plan.covering && opts.r <= 1);
     let key: Value = parse_doc(key)?;
     let (text, doc) = if plan.covering {
         let mut doc = json!({"_id": id});
@@ -695,8 +734,6 @@ fn view_row(
     } else {
         if opts.r > 1 {
             r.stats.quorum_docs += 1;
-        } else {
-            r.stats.docs += 1;
         }
         let found = match db.open_doc(id, None) {
             Ok(d) if !d.deleted => d,
@@ -871,7 +908,10 @@ async fn create(state: &AppState, db: Arc<Database>, req: &mut Req) -> ApiResult
         if let Some(e) = failure {
             return Err(e);
         }
-        Ok((creation?, rev))
+        let creation = creation?;
+        // CouchDB checks the design document's id once the index is valid (`_design/`).
+        settee_core::validate_doc_id(&creation.ddoc_id)?;
+        Ok((creation, rev))
     })
     .await?;
     let result = match creation.body {

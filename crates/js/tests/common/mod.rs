@@ -20,7 +20,15 @@ pub fn reduce_view(name: &str, map: &str, reduce: &str) -> ViewSource {
 }
 
 pub fn runtime(views: Vec<ViewSource>) -> ViewRuntime {
-    ViewRuntime::new(&ViewFns { views, lib: None }, Limits::default()).expect("runtime")
+    ViewRuntime::new(
+        &ViewFns {
+            views,
+            lib: None,
+            dialect: Default::default(),
+        },
+        Limits::default(),
+    )
+    .expect("runtime")
 }
 
 pub fn runtime_with_lib(views: Vec<ViewSource>, lib: Value) -> ViewRuntime {
@@ -28,6 +36,7 @@ pub fn runtime_with_lib(views: Vec<ViewSource>, lib: Value) -> ViewRuntime {
         &ViewFns {
             views,
             lib: Some(lib),
+            dialect: Default::default(),
         },
         Limits::default(),
     )
