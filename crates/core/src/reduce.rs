@@ -167,8 +167,7 @@ impl Builtin {
             ("_first", Builtin::First),
             ("_last", Builtin::Last),
         ];
-        if let Some(&(_, builtin)) = PREFIXES.iter().find(|(prefix, _)| src.starts_with(prefix))
-        {
+        if let Some(&(_, builtin)) = PREFIXES.iter().find(|(prefix, _)| src.starts_with(prefix)) {
             return Ok(Some(builtin));
         }
         if let Some(n) = src.strip_prefix("_top_") {
@@ -221,8 +220,12 @@ impl Builtin {
             )),
             // Rows come in index order, so the first and last rows are the edges; the
             // partial is `[value]` (`[]` for no rows).
-            Builtin::First => Ok(Value::Array(rows.first().map(|r| r.1.clone()).into_iter().collect())),
-            Builtin::Last => Ok(Value::Array(rows.last().map(|r| r.1.clone()).into_iter().collect())),
+            Builtin::First => Ok(Value::Array(
+                rows.first().map(|r| r.1.clone()).into_iter().collect(),
+            )),
+            Builtin::Last => Ok(Value::Array(
+                rows.last().map(|r| r.1.clone()).into_iter().collect(),
+            )),
         }
     }
 

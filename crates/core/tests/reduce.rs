@@ -95,7 +95,10 @@ fn sources_name_builtins_by_prefix() {
     // The reasons CouchDB 3.5.2 gives when it refuses to save such a design document.
     let reason = |src: &str| Builtin::parse(src).unwrap_err();
     assert_eq!(reason("_top_0"), "rank value must be between 1 and 100");
-    assert_eq!(reason("_bottom_101"), "rank value must be between 1 and 100");
+    assert_eq!(
+        reason("_bottom_101"),
+        "rank value must be between 1 and 100"
+    );
     assert_eq!(reason("_top_-1"), "rank value must be between 1 and 100");
     assert_eq!(reason("_top_x"), "invalid rank reducer");
     assert_eq!(reason("_bottom_"), "invalid rank reducer");
@@ -107,8 +110,22 @@ fn sources_name_builtins_by_prefix() {
 /// rows asked for in the reference: 1, 5, 3, 5, "s", [1] under keys x, x, y, y, y, x).
 #[test]
 fn rank_and_edge_reducers() {
-    let values = [json!(1), json!(5), json!(3), json!(5), json!("s"), json!([1])];
-    let keys = [json!("x"), json!("x"), json!("y"), json!("y"), json!("y"), json!("x")];
+    let values = [
+        json!(1),
+        json!(5),
+        json!(3),
+        json!(5),
+        json!("s"),
+        json!([1]),
+    ];
+    let keys = [
+        json!("x"),
+        json!("x"),
+        json!("y"),
+        json!("y"),
+        json!("y"),
+        json!("x"),
+    ];
     let rows: Vec<(&serde_json::Value, &serde_json::Value)> = keys.iter().zip(&values).collect();
     let top = Builtin::Top(3).reduce(&rows).unwrap();
     assert_eq!(top, json!([[1], "s", 5]));

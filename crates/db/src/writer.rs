@@ -255,12 +255,16 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
                 let mut order: Vec<usize> = (0..docs.len()).collect();
                 order.sort_by(|&a, &b| docs[a].id.cmp(&docs[b].id));
                 let mut slots: Vec<Option<ParsedDoc>> = docs.into_iter().map(Some).collect();
-                let mut results: Vec<Option<UpdateResult>> = (0..slots.len()).map(|_| None).collect();
+                let mut results: Vec<Option<UpdateResult>> =
+                    (0..slots.len()).map(|_| None).collect();
                 for i in order {
                     let d = slots[i].take().expect("each document once");
                     results[i] = Some(tx.update(d, new_edits));
                 }
-                let results = results.into_iter().map(|r| r.expect("every document applied")).collect();
+                let results = results
+                    .into_iter()
+                    .map(|r| r.expect("every document applied"))
+                    .collect();
                 Pending::Docs(reply, results)
             }
             Job::Local { update, reply } => Pending::Local(reply, tx.local(update)),

@@ -53,7 +53,7 @@ impl DesignDoc {
     pub fn require_function(&self, member: &str, name: &str) -> ApiResult<()> {
         use serde_json::value::RawValue;
         let members: std::collections::HashMap<String, &RawValue> =
-            serde_json::from_slice(&self.doc.body).unwrap_or_default();
+            serde_json::from_slice(settee_core::split_stored(&self.doc.body).0).unwrap_or_default();
         let Some(fns) = members.get(member) else {
             return Err(ApiError::NotFound(format!("missing json key: {member}")));
         };
@@ -349,7 +349,7 @@ pub fn list_etag(
 }
 
 /// `chttpd:make_etag`: the MD5 of the parts, in base 36, quoted.
-fn make_etag(bytes: &[u8]) -> String {
+pub(crate) fn make_etag(bytes: &[u8]) -> String {
     use md5::Digest;
     let digest = md5::Md5::digest(bytes);
     let mut n = u128::from_be_bytes(digest.into());

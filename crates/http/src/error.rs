@@ -384,4 +384,3 @@ impl IntoResponse for ApiError {
         resp
     }
 }
-

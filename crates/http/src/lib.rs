@@ -376,14 +376,10 @@ async fn handle(State(state): State<AppState>, request: Request) -> Response {
 /// The request's id (chttpd's `nonce/1`): the client's `X-Couch-Request-ID` of at most 36
 /// characters from `[0-9A-Za-z_-]`, or a fresh random one.
 fn request_id(headers: &HeaderMap) -> String {
-    match headers
-        .get("x-couch-request-id")
-        .map(HeaderValue::as_bytes)
-    {
+    match headers.get("x-couch-request-id").map(HeaderValue::as_bytes) {
         Some(v)
             if v.len() <= 36
-                && v
-                    .iter()
+                && v.iter()
                     .all(|&b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') =>
         {
             String::from_utf8_lossy(v).into_owned()
@@ -540,12 +536,10 @@ async fn route(
         };
         access::authorize(&state, &endpoint, &req)?;
         let node_local = router::is_node_local(&endpoint);
-        // `_session` answers its own refusals too; other endpoints' errors go through
-        // chttpd's error handling, which sets the request id.
-        let own_errors = matches!(endpoint, router::Endpoint::Session);
+        let own_refusals = router::own_refusals(&endpoint);
         let resp = match router::dispatch(state.clone(), endpoint, req).await {
             Ok(resp) => resp,
-            Err(e) if own_errors => reply::err_to_response(e),
+            Err(e) if own_refusals.is_some_and(|own| own(&e)) => reply::err_to_response(e),
             Err(e) => return Err(e),
         };
         if node_local {

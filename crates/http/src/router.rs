@@ -24,6 +24,19 @@ pub fn is_node_local(endpoint: &Endpoint) -> bool {
     )
 }
 
+/// Which refusals of a node-local endpoint couch_httpd answers itself (without a request
+/// id): all of `_session`'s, the 405s of `_uuids` and `_reshard`; other errors go through
+/// chttpd's error handling.
+pub fn own_refusals(endpoint: &Endpoint) -> Option<fn(&ApiError) -> bool> {
+    match endpoint {
+        Endpoint::Session => Some(|_| true),
+        Endpoint::Uuids | Endpoint::Reshard(_) => {
+            Some(|e| matches!(e, ApiError::MethodNotAllowed(_)))
+        }
+        _ => None,
+    }
+}
+
 pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<Response, ApiError> {
     match endpoint {
         Endpoint::Root => server::root(&state, &req),

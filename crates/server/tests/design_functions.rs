@@ -153,8 +153,7 @@ fn shows_render_every_response_shape() {
 fn shows_negotiate_types_by_accept_and_format() {
     let s = setup();
     let path = "/db/_design/app/_show/provides/d03";
-    let r = s.get(path);
-    // The test client sends no Accept by default... unless it does; ask explicitly.
+    let r = get_h(&s, path, &[("accept", "*/*")]);
     let r2 = get_h(&s, path, &[("accept", "text/html")]);
     assert_eq!((r2.status, r2.text.as_str()), (200, "<p>doc3</p>"));
     assert_eq!(r2.header("content-type"), Some("text/html; charset=utf-8"));

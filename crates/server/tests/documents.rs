@@ -253,7 +253,8 @@ fn revs_limit_stems_history() {
     s.create_db("db");
     assert_eq!(s.get("/db/_revs_limit").json(), json!(1000));
     assert_eq!(s.put("/db/_revs_limit", "3").json(), json!({"ok": true}));
-    assert_eq!(s.put("/db/_revs_limit", "\"x\"").status, 400);
+    // CouchDB 3.5.2 crashes on a limit that is not an integer (500 function_clause).
+    assert_eq!(s.put("/db/_revs_limit", "\"x\"").status, 500);
     assert_eq!(s.get("/db/_revs_limit").json(), json!(3));
     let mut rev = rev_of(&s.put("/db/d", "{}").json());
     for i in 0..5 {

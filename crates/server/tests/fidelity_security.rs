@@ -98,15 +98,15 @@ fn user_passwords_are_hashed_as_couchdb_stores_them() {
         [
             "_id",
             "_rev",
-            "name",
-            "roles",
-            "type",
             "password_scheme",
             "pbkdf2_prf",
+            "salt",
             "iterations",
             "derived_key",
-            "salt"
-        ]
+            "name",
+            "roles",
+            "type"
+        ],
     );
     assert_eq!(doc["password_scheme"], "pbkdf2");
     assert_eq!(doc["pbkdf2_prf"], "sha256");
@@ -166,15 +166,15 @@ fn password_hashes_are_upgraded_on_login() {
         [
             "_id",
             "_rev",
-            "name",
-            "roles",
-            "type",
             "password_scheme",
+            "pbkdf2_prf",
+            "salt",
             "iterations",
             "derived_key",
-            "salt",
-            "pbkdf2_prf"
-        ]
+            "name",
+            "roles",
+            "type"
+        ],
     );
     assert_eq!(upgraded["pbkdf2_prf"], "sha256");
     assert_eq!(upgraded["iterations"], 1);
@@ -197,13 +197,13 @@ fn password_schemes() {
         [
             "_id",
             "_rev",
-            "name",
-            "roles",
-            "type",
             "password_scheme",
             "salt",
-            "password_sha"
-        ]
+            "password_sha",
+            "name",
+            "roles",
+            "type"
+        ],
     );
     assert_eq!(doc["password_scheme"], "simple");
     assert_eq!(doc["password_sha"].as_str().unwrap().len(), 40);

@@ -261,7 +261,11 @@ fn doc_id_aliases_on_views_and_all_docs() {
     for (q, want) in [
         ("start_key_doc_id=d4", vec!["d4", "d5"]),
         ("startkey_docid=d2&end_key_doc_id=d3", vec!["d2", "d3"]),
-        ("startkey=[1]&startkey_docid=d5", vec!["d5"]),
+        // The doc id bound goes with a key that bounds nothing (as CouchDB 3.5.2 answers).
+        (
+            "startkey=[1]&startkey_docid=d5",
+            vec!["_design/t", "d1", "d2", "d3", "d4", "d5"],
+        ),
         (
             "endkey=2&end_key_doc_id=d1&inclusive_end=false",
             vec!["_design/t"],
@@ -343,8 +347,9 @@ fn all_docs_family_key_ranges() {
         ids("/db/_local_docs?end_key=\"_local/l2\"&descending=true"),
         (Value::Null, Value::Null, d(&["_local/l3", "_local/l2"]))
     );
-    // Ranges that are not strings do not bound _all_docs; a reversed range is empty.
-    assert_eq!(ids("/db/_all_docs?key=5").2.len(), 7);
+    // A key that is not a string sorts before every id (CouchDB 3.5.2's cluster): as the
+    // upper end it leaves no row, as the lower end it bounds nothing.
+    assert_eq!(ids("/db/_all_docs?key=5").2.len(), 0);
     assert_eq!(ids("/db/_all_docs?startkey=[1]&limit=1").2, d(&["A"]));
     assert_eq!(
         ids("/db/_all_docs?key=\"a\"&startkey=\"b\""),

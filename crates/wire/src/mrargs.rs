@@ -504,12 +504,12 @@ mod tests {
         assert_eq!(reason(q("update=True")), "Invalid value for `update`.");
         // A POST body's JSON booleans, as couch_mrview_http takes them.
         let body = json!({"stable": true, "update": false, "descending": true});
-        let a = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None))
-            .unwrap();
+        let a =
+            MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None)).unwrap();
         assert_eq!((a.update, a.descending), (Update::False, true));
         let body = json!({"update": true, "stable": false});
-        let a = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None))
-            .unwrap();
+        let a =
+            MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None)).unwrap();
         assert_eq!(a.update, Update::True);
         let body = json!({"stable": 1});
         let r = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None));

@@ -81,7 +81,10 @@ impl AttRender for AttOpts {
             if revpos > self.since_pos {
                 m.remove("stub");
                 m.insert("follows".into(), Value::Bool(true));
-                let encoded_length = atts.encodings.get(name).and_then(|e| e.get("encoded_length"));
+                let encoded_length = atts
+                    .encodings
+                    .get(name)
+                    .and_then(|e| e.get("encoded_length"));
                 parts.push(Part {
                     name: name.clone(),
                     content_type: content_type_of(stub.get("content_type")).to_string(),
@@ -881,7 +884,10 @@ pub async fn multipart_response(
         let len = doc_json.len();
         let mut resp = Response::new(axum::body::Body::from(doc_json));
         let h = resp.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         return resp;
     }
@@ -913,7 +919,7 @@ pub enum MixedPart {
 pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<MixedPart>) -> Response {
     let boundary = new_boundary();
     let b = boundary.clone();
-    let resp = stream("multipart/mixed", move |out| {
+    let mut resp = stream("multipart/mixed", move |out| {
         for part in revs {
             match part {
                 MixedPart::Json { ok, body } => {
@@ -941,6 +947,8 @@ pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<MixedPart>) -> Respons
         Ok(())
     })
     .await;
+    // No Cache-Control, as chttpd_db's send_docs_multipart starts it.
+    resp.headers_mut().remove(header::CACHE_CONTROL);
     with_boundary(resp, "multipart/mixed", &boundary)
 }
 

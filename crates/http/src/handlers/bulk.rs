@@ -228,9 +228,7 @@ pub(crate) fn bulk_get_one(
     // CouchDB's error entries: `rev, reason, id, error`, with `rev` null for a request it
     // refused before looking (and the text `undefined` for a missing document asked for
     // without a revision).
-    let error_entry = |rev: Value, error: &str, reason: &str| {
-        json!({"error": {"rev": rev, "reason": reason, "id": id, "error": error}})
-    };
+    let error_entry = |rev: Value, error: &str, reason: &str| json!({"error": {"rev": rev, "reason": reason, "id": id, "error": error}});
     let refused = |rev: Value, error: &str, reason: &str| {
         serde_json::to_vec(&json!({"id": id, "docs": [error_entry(rev, error, reason)]}))
             .expect("json")
@@ -380,10 +378,9 @@ pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResu
             .iter()
             .any(|(id, _)| DocKind::of(id) == DocKind::Normal && !id.contains(':'))
     {
-        return Err(settee_core::Error::IllegalDocId(
-            "Doc id must be of form partition:id".into(),
-        )
-        .into());
+        return Err(
+            settee_core::Error::IllegalDocId("Doc id must be of form partition:id".into()).into(),
+        );
     }
     // `_local` documents have no revision tree: nothing of them is purged.
     let order: Vec<String> = asked.iter().map(|(id, _)| id.clone()).collect();

@@ -110,6 +110,8 @@ async fn update(
     let (mut resp, written) = blocking(move || {
         let state = state2;
         let ddoc = DesignDoc::open(&db, &ddoc)?;
+        // chttpd_show looks the function up first; the refusal is the query server's.
+        ddoc.require_function("updates", &name)?;
         if refused {
             return Err(ApiError::Named(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -117,7 +119,6 @@ async fn update(
                 "Update functions do not allow GET".into(),
             ));
         }
-        ddoc.require_function("updates", &name)?;
         let doc = match &doc_id {
             Some(id) => function_doc(&db, id)?,
             None => Value::Null,

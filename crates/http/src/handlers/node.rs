@@ -32,7 +32,10 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
         // CouchDB answers `/_node/_local` whatever the method.
         NodeOp::Info => {
             check_node(node)?;
-            Ok(json(StatusCode::OK, &json!({ "name": settee_core::node::name() })))
+            Ok(json(
+                StatusCode::OK,
+                &json!({ "name": settee_core::node::name() }),
+            ))
         }
         NodeOp::Config => {
             allow(&req.method, "GET")?;

@@ -119,7 +119,12 @@ pub async fn search_analyze(mut req: Req) -> ApiResult<Response> {
     }
     match text {
         None => Err(ApiError::bad_request("text parameter is mandatory")),
-        Some(Value::String(_)) => Err(absent("full-text search")),
+        // CouchDB 3.5.2 without its search service (Clouseau), as Settee is.
+        Some(Value::String(_)) => Err(ApiError::Named(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "service unavailable".into(),
+            "Search is not available".into(),
+        )),
         Some(_) => Err(ApiError::bad_request("text parameter must be a string")),
     }
 }

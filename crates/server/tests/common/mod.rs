@@ -325,7 +325,10 @@ impl Server {
         // As CouchDB's clients (PouchDB, nano, couchdb-python) ask, unless a test says
         // otherwise: without it a document read with `attachments=true` comes back
         // `multipart/related`, as CouchDB answers any client that accepts `*/*`.
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("accept")) {
+        if !headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("accept"))
+        {
             b = b.header("accept", "application/json");
         }
         for (k, v) in headers {
