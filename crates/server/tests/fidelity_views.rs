@@ -266,10 +266,8 @@ fn doc_id_aliases_on_views_and_all_docs() {
             "startkey=[1]&startkey_docid=d5",
             vec!["_design/t", "d1", "d2", "d3", "d4", "d5"],
         ),
-        (
-            "endkey=2&end_key_doc_id=d1&inclusive_end=false",
-            vec!["_design/t"],
-        ),
+        // A key that is not a string ends the range before every id.
+        ("endkey=2&end_key_doc_id=d1&inclusive_end=false", vec![]),
     ] {
         let (st, body) = get(&s, &format!("/db/_all_docs?{q}"));
         assert_eq!(st, 200, "{q}: {body}");

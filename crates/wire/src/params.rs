@@ -9,10 +9,30 @@ use serde_json::Value;
 pub struct Params(Vec<(String, String)>);
 
 impl Params {
+    /// The pairs of a query string, `+` a space and escapes decoded. A value whose bytes
+    /// are not UTF-8 is kept (lossily) behind a NUL, which no JSON parameter parses past:
+    /// CouchDB answers `invalid UTF-8 JSON` for such a key, and no id or name holds a NUL.
     pub fn parse(query: Option<&str>) -> Params {
+        let decode = |raw: &str| -> String {
+            let bytes: Vec<u8> = raw
+                .bytes()
+                .map(|b| if b == b'+' { b' ' } else { b })
+                .collect();
+            let bytes: Vec<u8> = percent_encoding::percent_decode(&bytes).collect();
+            match String::from_utf8(bytes) {
+                Ok(s) => s,
+                Err(e) => format!("\0{}", String::from_utf8_lossy(e.as_bytes())),
+            }
+        };
         Params(
-            form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .into_owned()
+            query
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                    (decode(k), decode(v))
+                })
                 .collect(),
         )
     }
