@@ -1010,6 +1010,12 @@ impl Database {
     }
 
     /// Number of changes with a sequence above `seq`.
+    /// Every change in the sequence index: one per document, deleted ones included.
+    pub fn count_changes(&self) -> u64 {
+        let s = self.stats();
+        s.doc_count + s.doc_del_count
+    }
+
     pub fn count_changes_after(&self, seq: u64) -> Result<u64> {
         let lo = seq_key(self.id, seq.saturating_add(1));
         let hi = (self.id + 1).to_be_bytes();

@@ -323,31 +323,6 @@ pub fn show_etag(ddoc: &DesignDoc, doc: &Value, accept: Option<&str>, req: &ReqI
     make_etag(parts.to_string().as_bytes())
 }
 
-/// A list's ETag (`couch_mrview_show:handle_view_list`'s `ETagFun`): the rows' source (the
-/// view's signature, or `_all_docs`) at the database's sequence, the request's parameters and
-/// body, then as for a show the list's design document revision, `Accept` and who asks.
-/// The sequence is read before the query runs, so the rows are at least that fresh; a
-/// later request at the same sequence gets the same rows.
-pub fn list_etag(
-    source: &str,
-    seq: u64,
-    ddoc: &DesignDoc,
-    accept: Option<&str>,
-    req: &ReqInfo,
-) -> String {
-    let parts = serde_json::json!([
-        source,
-        seq,
-        req.raw_path,
-        req.body,
-        ddoc.rev,
-        accept,
-        req.user.name,
-        req.user.roles,
-    ]);
-    make_etag(parts.to_string().as_bytes())
-}
-
 /// `chttpd:make_etag`: the MD5 of the parts, in base 36, quoted.
 pub(crate) fn make_etag(bytes: &[u8]) -> String {
     use md5::Digest;
@@ -641,8 +616,6 @@ pub struct ListPump {
     bad_head: Option<ApiError>,
     /// The query's failure, reported once the function has ended.
     pub failed: Option<ApiError>,
-    /// The list's ETag, set on its response with `Vary: Accept`.
-    pub etag: Option<String>,
     csp: Option<(String, String)>,
 }
 
@@ -663,7 +636,6 @@ impl ListPump {
             headers: Vec::new(),
             bad_head: None,
             failed: None,
-            etag: None,
             csp: showlist_csp(state),
         }
     }
@@ -684,11 +656,7 @@ impl ListPump {
             return;
         };
         if let Some(resp) = parts.get(2) {
-            let mut resp = resp.clone();
-            if let Some(etag) = &self.etag {
-                apply_headers(&mut resp, &[("ETag", etag), ("Vary", "Accept")]);
-            }
-            match External::parse(&resp, 200) {
+            match External::parse(resp, 200) {
                 Ok(ext) => {
                     self.code = ext.code.as_u16();
                     self.headers = ext.headers;

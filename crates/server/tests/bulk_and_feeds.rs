@@ -228,6 +228,65 @@ fn changes_feed_normal() {
     assert_eq!(sa["results"][1]["seq"], Value::Null);
 }
 
+/// A normal feed's ETag is the database's info (chttpd_db), whatever the query: a match is a
+/// 304 with no body, and any write changes it. Live feeds send none.
+#[test]
+fn normal_changes_feeds_carry_the_databases_etag() {
+    let s = Server::start();
+    setup(&s);
+    let r = s.get("/db/_changes");
+    let etag = r.header("etag").expect("an ETag").to_string();
+    assert_eq!(
+        s.get("/db/_changes?limit=1").header("etag"),
+        Some(etag.as_str())
+    );
+    let inm = [("if-none-match", etag.as_str())];
+    let r = s.req_with("GET", "/db/_changes?since=now", None, &inm, true);
+    assert_eq!((r.status, r.text.as_str()), (304, ""));
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    s.put("/db/f", "{}");
+    let r = s.req_with("GET", "/db/_changes", None, &inm, true);
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("etag"), Some(etag.as_str()));
+    let r = s.get("/db/_changes?feed=longpoll&since=0");
+    assert_eq!(r.header("etag"), None);
+}
+
+/// `pending` as fabric_rpc counts it: the changes ahead of the start (all of them when
+/// descending) less those visited; a `_doc_ids` feed visits only what it sends.
+#[test]
+fn changes_pending_counts_as_couchdb() {
+    let s = Server::start();
+    setup(&s); // a..e at sequences 1..5
+    let d = s.get("/db/_changes?descending=true&limit=2").json();
+    assert_eq!(ids(&d["results"]), ["e", "d"]);
+    assert_eq!(d["pending"], 3);
+    let ids_of = |q: &str| {
+        s.get(&format!("/db/_changes?filter=_doc_ids&doc_ids={q}"))
+            .json()
+    };
+    let f = ids_of("%5B%22b%22%5D");
+    assert_eq!((f["pending"].clone(), seq_n(&f["last_seq"])), (json!(4), 5));
+    let f = ids_of("%5B%22b%22,%22d%22%5D&descending=true");
+    assert_eq!(ids(&f["results"]), ["d", "b"]);
+    assert_eq!((f["pending"].clone(), seq_n(&f["last_seq"])), (json!(3), 2));
+    let f = ids_of("%5B%22zz%22%5D&descending=true");
+    assert_eq!((f["pending"].clone(), seq_n(&f["last_seq"])), (json!(5), 5));
+    let since = s.get("/db/_changes?limit=2").json()["last_seq"].clone();
+    let f = ids_of(&format!("%5B%22a%22%5D&since={}", since.as_str().unwrap()));
+    assert_eq!(f["results"], json!([]));
+    assert_eq!(f["pending"], 3);
+    let f = s
+        .get("/db/_changes?feed=longpoll&filter=_doc_ids&doc_ids=%5B%22c%22%5D")
+        .json();
+    assert_eq!(f["pending"], 4);
+}
+
+fn seq_n(seq: &Value) -> u64 {
+    let s = seq.as_str().expect("a string sequence");
+    s[..s.find('-').unwrap()].parse().unwrap()
+}
+
 #[test]
 fn changes_feed_longpoll_and_continuous() {
     let s = Server::start();

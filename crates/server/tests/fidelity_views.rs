@@ -158,11 +158,22 @@ fn query_string_wins_over_a_post_body_and_query_objects_win_over_it() {
     );
     let (st, v) = post(
         &s,
-        &format!("{MAP}?keys=[\"b\"]"),
+        &format!("{MAP}?keys=[\"b\",\"a\"]"),
         json!({"keys": ["a", "c"]}),
     );
     assert_eq!(st, 200);
-    assert_eq!(field(&v, "id"), vec![json!("b")]);
+    assert_eq!(field(&v, "id"), vec![json!("b"), json!("a")]);
+    // One key in the query string's `keys` is a `key`, beside the body's list: refused.
+    let (st, v) = post(
+        &s,
+        &format!("{MAP}?keys=[\"b\"]"),
+        json!({"keys": ["a", "c"]}),
+    );
+    assert_eq!(st, 400);
+    assert_eq!(
+        v["reason"],
+        "`keys` is incompatible with `key`, `start_key` and `end_key`"
+    );
     let (st, v) = post(
         &s,
         "/db/_all_docs?skip=2",

@@ -218,18 +218,38 @@ fn is_flag(v: Val<'_>, b: bool) -> bool {
 }
 
 impl MrArgs {
-    /// Arguments from the query string alone.
+    /// Arguments from the query string alone (a view's `GET`, the base of `queries`).
     pub fn from_query(p: &Params) -> Result<MrArgs> {
-        let mut a = MrArgs::default();
+        Self::from_query_with_keys(None, p)
+    }
+
+    /// CouchDB's `parse_params(Props, Keys)`: `keys` starts as the request's own (which
+    /// `_all_docs` passes whatever its length), then each parameter applies in order.
+    pub fn from_query_with_keys(keys: Option<Value>, p: &Params) -> Result<MrArgs> {
+        let mut a = MrArgs {
+            keys,
+            ..MrArgs::default()
+        };
         a.apply_query(p)?;
         Ok(a)
     }
 
     /// A POST body's members, then the query string on top (CouchDB's
-    /// `parse_body_and_query`).
-    pub fn from_body_and_query(body: &Map<String, Value>, p: &Params) -> Result<MrArgs> {
-        let mut a = MrArgs::default();
+    /// `parse_body_and_query`): `keys` starts as the body's; a view then queries one key in
+    /// it as `key` (`treat_single_keys_as_key`), `_all_docs` keeps it as a list.
+    pub fn from_body_and_query(
+        body: &Map<String, Value>,
+        p: &Params,
+        view: bool,
+    ) -> Result<MrArgs> {
+        let mut a = MrArgs {
+            keys: body.get("keys").cloned(),
+            ..MrArgs::default()
+        };
         a.apply_object(body)?;
+        if view && matches!(&a.keys, Some(Value::Array(k)) if k.len() == 1) {
+            a.keys = None;
+        }
         a.apply_query(p)?;
         Ok(a)
     }
@@ -270,7 +290,16 @@ impl MrArgs {
                 self.start_key = Some(key.clone());
                 self.end_key = Some(key);
             }
-            "keys" => self.keys = Some(parse_json(v)?),
+            // One key in `keys` is a `key` (the list itself stays only where the request
+            // passed it beforehand: `from_query_with_keys`, `from_body_and_query`).
+            "keys" => match parse_json(v)? {
+                Value::Array(mut one) if one.len() == 1 => {
+                    let key = one.pop();
+                    self.start_key = key.clone();
+                    self.end_key = key;
+                }
+                other => self.keys = Some(other),
+            },
             "startkey" | "start_key" => self.start_key = Some(parse_json(v)?),
             "endkey" | "end_key" => self.end_key = Some(parse_json(v)?),
             "startkey_docid" | "start_key_doc_id" => self.start_key_docid = Some(to_binary(v)),
@@ -320,20 +349,6 @@ impl MrArgs {
         })
     }
 
-    /// A view queried with one key in `keys` is queried as with `key`; a `startkey` or
-    /// `endkey` also given keeps its place (so `keys=["a"]&startkey="b"` is an empty,
-    /// reversed range, as CouchDB reports it).
-    pub fn single_key_as_key(&mut self) {
-        if let Some(Value::Array(keys)) = &self.keys {
-            if let [only] = keys.as_slice() {
-                let only = only.clone();
-                self.start_key.get_or_insert_with(|| only.clone());
-                self.end_key.get_or_insert(only);
-                self.keys = None;
-            }
-        }
-    }
-
     /// CouchDB's `validate_args`, for a view queried as `view_type`; returns the grouping.
     pub fn validate(&self, view_type: ViewType) -> Result<Option<GroupLevel>> {
         let level = self.group_level()?;
@@ -352,8 +367,19 @@ impl MrArgs {
             None | Some(Value::Array(_)) => {}
             Some(_) => return Err(parse_error("`keys` must be an array of strings.")),
         }
-        let has_keys = matches!(&self.keys, Some(Value::Array(k)) if !k.is_empty());
-        if has_keys && (self.start_key.is_some() || self.end_key.is_some()) {
+        // A one-key list may stand beside that key as its own range (see `apply`).
+        let compatible = match &self.keys {
+            Some(Value::Array(k)) => match k.as_slice() {
+                [] => true,
+                [only] => {
+                    (self.start_key.as_ref(), self.end_key.as_ref()) == (Some(only), Some(only))
+                        || (self.start_key.is_none() && self.end_key.is_none())
+                }
+                _ => self.start_key.is_none() && self.end_key.is_none(),
+            },
+            _ => true,
+        };
+        if !compatible {
             return Err(parse_error(
                 "`keys` is incompatible with `key`, `start_key` and `end_key`",
             ));
@@ -424,7 +450,8 @@ mod tests {
         assert_eq!(
             reason(MrArgs::from_body_and_query(
                 body.as_object().unwrap(),
-                &Params::default()
+                &Params::default(),
+                true
             )),
             r#"Invalid boolean parameter: "nope""#
         );
@@ -478,9 +505,12 @@ mod tests {
     #[test]
     fn query_string_wins_over_the_body() {
         let body = json!({"limit": 5, "descending": true, "keys": ["x"]});
-        let a =
-            MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(Some("limit=1")))
-                .unwrap();
+        let a = MrArgs::from_body_and_query(
+            body.as_object().unwrap(),
+            &Params::parse(Some("limit=1")),
+            false,
+        )
+        .unwrap();
         assert_eq!(a.limit, Some(1));
         assert!(a.descending);
         assert_eq!(a.keys, Some(json!(["x"])));
@@ -504,15 +534,15 @@ mod tests {
         assert_eq!(reason(q("update=True")), "Invalid value for `update`.");
         // A POST body's JSON booleans, as couch_mrview_http takes them.
         let body = json!({"stable": true, "update": false, "descending": true});
-        let a =
-            MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None)).unwrap();
+        let a = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None), true)
+            .unwrap();
         assert_eq!((a.update, a.descending), (Update::False, true));
         let body = json!({"update": true, "stable": false});
-        let a =
-            MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None)).unwrap();
+        let a = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None), true)
+            .unwrap();
         assert_eq!(a.update, Update::True);
         let body = json!({"stable": 1});
-        let r = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None));
+        let r = MrArgs::from_body_and_query(body.as_object().unwrap(), &Params::parse(None), true);
         assert_eq!(reason(r), "Invalid value for `stable`.");
     }
 
@@ -536,7 +566,7 @@ mod tests {
             "`keys` must be an array of strings."
         );
         assert_eq!(
-            v("keys=[1]&startkey=1", ViewType::Map),
+            v("keys=[1,2]&startkey=1", ViewType::Map),
             "`keys` is incompatible with `key`, `start_key` and `end_key`"
         );
         assert!(q("keys=[]&startkey=1")
@@ -563,15 +593,36 @@ mod tests {
 
     #[test]
     fn one_key_in_keys_is_a_key() {
-        let mut a = q("keys=[\"a\"]&startkey=\"b\"").unwrap();
-        a.single_key_as_key();
+        // As a parameter, one key in `keys` sets the range; a later one moves it.
+        let a = q("keys=[\"a\"]&startkey=\"b\"").unwrap();
         assert_eq!(
-            (a.start_key, a.end_key),
-            (Some(json!("b")), Some(json!("a")))
+            (a.start_key, a.end_key, a.keys),
+            (Some(json!("b")), Some(json!("a")), None)
         );
-        assert_eq!(a.keys, None);
-        let mut a = q("keys=[\"a\",\"b\"]").unwrap();
-        a.single_key_as_key();
+        let a = q("keys=[\"a\",\"b\"]").unwrap();
         assert_eq!(a.keys, Some(json!(["a", "b"])));
+        // `_all_docs` passes its `keys` first: the list stays, beside its own range.
+        let all = |s: &str| {
+            let p = Params::parse(Some(s));
+            let keys = p.get("keys").map(|k| serde_json::from_str(k).unwrap());
+            MrArgs::from_query_with_keys(keys, &p).unwrap()
+        };
+        let a = all("key=\"c\"&keys=[\"a\"]");
+        assert_eq!(a.keys, Some(json!(["a"])));
+        assert!(a.validate(ViewType::Map).is_ok());
+        assert_eq!(
+            reason(all("keys=[\"a\"]&key=\"c\"").validate(ViewType::Map)),
+            "`keys` is incompatible with `key`, `start_key` and `end_key`"
+        );
+        // A view's body: one key is a key; `_all_docs`'s keeps its list.
+        let body = json!({"keys": ["b"]});
+        let body = body.as_object().unwrap();
+        let a = MrArgs::from_body_and_query(body, &Params::parse(None), true).unwrap();
+        assert_eq!((a.keys, a.start_key), (None, Some(json!("b"))));
+        let a = MrArgs::from_body_and_query(body, &Params::parse(None), false).unwrap();
+        assert_eq!(
+            (a.keys, a.start_key),
+            (Some(json!(["b"])), Some(json!("b")))
+        );
     }
 }

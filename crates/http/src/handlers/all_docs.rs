@@ -351,27 +351,27 @@ fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
 /// document id (for `_design_docs` too), or over the partition's, and counts those it
 /// passes.
 fn count_before(db: &Database, q: &Query, lo: &str, hi: Option<&str>) -> ApiResult<u64> {
-    let (first, end) = match &q.partition {
-        Some(_) => q.scope(Namespace::All),
-        None => (String::new(), None),
-    };
+    // A partition's rows sit in one shard, and CouchDB counts the rows of that whole shard
+    // before the range: other partitions' and design documents too.
+    use settee_core::shards::range_of;
+    let ring = db.props().q;
+    let shard = q
+        .partition
+        .as_ref()
+        .map(|p| range_of(ring, &format!("{p}:"), true));
     let mut n = 0u64;
-    let count = |_: AllDocsRow| {
-        n += 1;
+    let count = |row: AllDocsRow| {
+        if shard.is_none_or(|s| range_of(ring, &row.id, true) == s) {
+            n += 1;
+        }
         ControlFlow::Continue(())
     };
     if q.descending {
-        if let Some(h) = hi.filter(|h| end.as_deref().is_none_or(|e| *h < e)) {
-            db.scan_docs(
-                h.as_bytes(),
-                end.as_ref().map(|e| e.as_bytes()),
-                false,
-                false,
-                count,
-            )?;
+        if let Some(h) = hi {
+            db.scan_docs(h.as_bytes(), None, false, false, count)?;
         }
-    } else if lo > first.as_str() {
-        db.scan_docs(first.as_bytes(), Some(lo.as_bytes()), false, false, count)?;
+    } else if !lo.is_empty() {
+        db.scan_docs(b"", Some(lo.as_bytes()), false, false, count)?;
     }
     Ok(n)
 }
@@ -414,14 +414,14 @@ async fn all_docs_in(
                 "`keys` body member must be an array.",
             ));
         }
-        MrArgs::from_body_and_query(&body, &req.params)?
+        MrArgs::from_body_and_query(&body, &req.params, false)?
     } else {
-        if let Some(k) = req.params.get("keys") {
-            if !decode_param_json(k)?.is_array() {
-                return Err(ApiError::bad_request("`keys` parameter must be an array."));
-            }
-        }
-        MrArgs::from_query(&req.params)?
+        let keys = match req.params.get("keys").map(decode_param_json).transpose()? {
+            Some(keys @ Value::Array(_)) => Some(keys),
+            Some(_) => return Err(ApiError::bad_request("`keys` parameter must be an array.")),
+            None => None,
+        };
+        MrArgs::from_query_with_keys(keys, &req.params)?
     };
     // `?partition=` on a partitioned database's `_all_docs` is the partition's `_all_docs`
     // (`couch_mrview_util:validate_all_docs_args`); elsewhere `from_args` refuses it.

@@ -9,7 +9,7 @@ use crate::render::{seqs, winner_json_with, with_doc, DocOpts};
 use crate::reply::{delayed, stream, stream_async, JSON};
 use crate::req::Params;
 use crate::{AppState, Req};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -496,8 +496,18 @@ fn render_change(
     out
 }
 
+/// What a [`scan`] went through.
+#[derive(Clone, Copy, Debug)]
+struct Scanned {
+    /// The last sequence visited (`since` when none was).
+    last: u64,
+    /// The sequence of the last row sent.
+    last_sent: Option<u64>,
+    sent: u64,
+}
+
 /// Reads matching changes after `since`, calling `row` for each until it breaks or `limit`
-/// is reached. Returns the last sequence seen and the number of rows sent. `row` gets the
+/// is reached. Returns what it went through. `row` gets the
 /// seq the row shows: with `seq_interval=N` only rows sent while the remaining limit is a
 /// multiple of N show theirs (others `null`), as CouchDB's fabric counts them.
 fn scan(
@@ -506,8 +516,9 @@ fn scan(
     since: u64,
     limit: u64,
     row: &mut dyn FnMut(Option<u64>, Vec<u8>) -> bool,
-) -> ApiResult<(u64, u64)> {
+) -> ApiResult<Scanned> {
     let mut last = since;
+    let mut last_sent = None;
     let mut sent = 0u64;
     let mut mapper = match &o.filter {
         Filter::View(f) => Some(f.mapper(&o.js_limits)?),
@@ -560,6 +571,7 @@ fn scan(
             .seq_interval
             .is_none_or(|n| (limit - sent).is_multiple_of(n));
         sent += 1;
+        last_sent = Some(c.seq);
         if row(
             show.then_some(c.seq),
             render_change(db, &c, o, show, passed),
@@ -572,7 +584,11 @@ fn scan(
     if let Some(e) = failure {
         return Err(e);
     }
-    Ok((last, sent))
+    Ok(Scanned {
+        last,
+        last_sent,
+        sent,
+    })
 }
 
 fn start_seq(db: &Database, o: &Opts) -> u64 {
@@ -595,7 +611,7 @@ fn normal_body(
 ) -> ApiResult<()> {
     out(b"{\"results\":[\n");
     let mut first = true;
-    let (mut last, _) = scan(
+    let scanned = scan(
         db,
         o,
         since,
@@ -606,20 +622,44 @@ fn normal_body(
             ok
         },
     )?;
-    if o.descending && first {
-        last = db.update_seq();
-    }
-    let pending = if o.descending {
-        0
-    } else {
-        db.count_changes_after(last)?
-    };
+    let (last, pending) = feed_end(db, o, since, scanned)?;
     let tail = format!(
         "\n],\n\"last_seq\":{},\"pending\":{pending}}}\n",
-        Value::String(o.seqs.changes_seq(last.min(db.update_seq())))
+        Value::String(o.seqs.changes_seq(last))
     );
     out(tail.as_bytes());
     Ok(())
+}
+
+/// A feed's `last_seq` and `pending`, as fabric_rpc counts them: `pending` starts at the
+/// changes ahead of the start (descending: all of them) and loses one per change visited. A
+/// `_doc_ids` or `_design` feed visits only the documents it sends (couch_changes reads them
+/// by id), and a descending one ends at the last of them. `since` is where the feed started ([`start_seq`]); `scanned` what it went
+/// through, rounds of a live feed added up.
+fn feed_end(db: &Database, o: &Opts, since: u64, scanned: Scanned) -> ApiResult<(u64, u64)> {
+    let top = db.update_seq();
+    let total = db.count_changes();
+    if let Filter::DocIds(_) | Filter::Design = o.filter {
+        let ahead = if o.descending {
+            total
+        } else {
+            db.count_changes_after(since)?
+        };
+        let last = match (o.descending, scanned.last_sent) {
+            (true, Some(seq)) => seq,
+            (true, None) => top,
+            (false, _) => scanned.last.min(top),
+        };
+        return Ok((last, ahead.saturating_sub(scanned.sent)));
+    }
+    if o.descending {
+        // Every change at or above the last visited one was visited.
+        let below = total.saturating_sub(db.count_changes_after(scanned.last.saturating_sub(1))?);
+        let last = if scanned.sent == 0 { top } else { scanned.last };
+        return Ok((last.min(top), below));
+    }
+    let last = scanned.last.min(top);
+    Ok((last, db.count_changes_after(last)?))
 }
 
 /// The query string as CouchDB's `parse_changes_query` folds it: names lowercased, a later
@@ -691,11 +731,24 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     o.feed = Feed::for_changes(&params)?;
     match o.feed {
         Feed::Normal => {
+            // chttpd_db: the ETag is the database's info, whatever the query, and a match is
+            // a 304.
+            let etag = crate::design_render::make_etag(
+                super::database::db_info_json(&state, &db)
+                    .to_string()
+                    .as_bytes(),
+            );
+            let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
+            if crate::req::etag_matches(&req.headers, &etag) {
+                return Ok(super::doc::not_modified(tag));
+            }
             let since = start_seq(&db, &o);
-            Ok(stream(JSON, move |sink| {
+            let mut resp = stream(JSON, move |sink| {
                 normal_body(&db, &o, since, &mut |b| sink.write(b))
             })
-            .await)
+            .await;
+            resp.headers_mut().insert(header::ETAG, tag);
+            Ok(resp)
         }
         Feed::Longpoll | Feed::Continuous | Feed::EventSource => {
             let max_duration = state
@@ -793,11 +846,11 @@ pub async fn for_replication(
         let (d, opts) = (db.clone(), o.clone());
         let (rows, last) = blocking(move || {
             let mut rows = Vec::new();
-            let (last, _) = scan(&d, &opts, since, limit, &mut |_, row| {
+            let scanned = scan(&d, &opts, since, limit, &mut |_, row| {
                 rows.push(row);
                 true
             })?;
-            Ok((rows, last))
+            Ok((rows, scanned.last))
         })
         .await?;
         let rows = rows
@@ -970,15 +1023,19 @@ async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Res
         let _client = LiveClient::new();
         let mut out = LiveOut::new(o.feed, o.seqs.clone(), tx.clone());
         let mut seq_rx = db.watch_seq();
-        let mut since = start_seq(&db, &o);
+        let start = start_seq(&db, &o);
+        let mut seen_all = Scanned {
+            last: start,
+            last_sent: None,
+            sent: 0,
+        };
         let limit = o.limit.unwrap_or(DEFAULT_LIMIT);
-        let mut left = limit;
         let wait = o.heartbeat.unwrap_or(o.timeout);
-        let mut any_sent = false;
         let started = tokio::time::Instant::now();
         loop {
             let seen = *seq_rx.borrow_and_update();
             let (db2, o2) = (db.clone(), o.clone());
+            let (since, left) = (seen_all.last, limit - seen_all.sent);
             let scanned = blocking(move || {
                 let mut out = out;
                 let scanned = scan(&db2, &o2, since, left, &mut |s, row| out.row(s, &row));
@@ -993,19 +1050,21 @@ async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Res
                 }
             };
             out = back;
-            let (last, sent) = match scanned {
+            let round = match scanned {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = tx.send(Err(e)).await;
                     return;
                 }
             };
-            since = last;
-            left -= sent;
-            any_sent |= sent > 0;
+            seen_all = Scanned {
+                last: round.last,
+                last_sent: round.last_sent.or(seen_all.last_sent),
+                sent: seen_all.sent + round.sent,
+            };
             let done = match o.feed {
-                Feed::Longpoll => sent > 0,
-                _ => left == 0,
+                Feed::Longpoll => round.sent > 0,
+                _ => seen_all.sent == limit,
             };
             if done || o.descending || !out.open {
                 break;
@@ -1025,16 +1084,7 @@ async fn live(db: Arc<Database>, o: Opts, max_duration: Option<Duration>) -> Res
             }
         }
         let tail = blocking(move || {
-            let last = if o.descending && !any_sent {
-                db.update_seq()
-            } else {
-                since.min(db.update_seq())
-            };
-            let pending = if o.descending {
-                0
-            } else {
-                db.count_changes_after(last)?
-            };
+            let (last, pending) = feed_end(&db, &o, start, seen_all)?;
             Ok((Value::String(o.seqs.changes_seq(last)), pending))
         })
         .await;

@@ -7,8 +7,8 @@
 use super::{all_docs, allow, blocking, doc, views};
 use crate::design_filter::ReqInfo;
 use crate::design_render::{
-    answer_part, apply_headers, doc_answer, function_doc, list_answer, list_etag, list_response,
-    show_etag, DesignDoc, External, ListPump, RowSplitter,
+    answer_part, apply_headers, doc_answer, function_doc, list_answer, list_response, show_etag,
+    DesignDoc, External, ListPump, RowSplitter,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::MrArgs;
@@ -208,47 +208,29 @@ async fn list(
         None
     };
     let reader = crate::replicator_read::reader(&db, &req.user);
-    let accept = req.header("accept").map(str::to_owned);
     let list_name = name.clone();
-    let (ddoc, query, req_json, etag) = {
+    let (ddoc, query, req_json) = {
         let (state, db) = (state.clone(), db.clone());
         blocking(move || {
-            // Read before the query: the rows are at least this fresh.
-            let seq = db.update_seq();
             let list_ddoc = DesignDoc::open(&db, &ddoc)?;
             list_ddoc.require_function("lists", &list_name)?;
             crate::design_render::require_runner(&state, &list_ddoc)?;
-            let (query, source): (RowQuery, Option<String>) = match all_docs {
-                Some(q) => (
-                    Box::new(move |out| q.run(&db, out)),
-                    Some("_all_docs".into()),
-                ),
+            // No ETag: 3.5.2's clustered list path sends none (nor a 304).
+            let query: RowQuery = match all_docs {
+                Some(q) => Box::new(move |out| q.run(&db, out)),
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
                     let (g, n) = views::load_group(&state, &db, &vname, &view)?;
                     let mut args = views::ViewArgs::for_view(args, &g, n, &state.node)?;
                     args.reader = reader;
-                    // Rows of a stale index may change without the sequence changing.
-                    let source = (args.fresh == settee_views::Freshness::Update)
-                        .then(|| format!("{}/{view}", hex::encode(g.sig)));
                     let views = state.views.clone();
-                    let query: RowQuery =
-                        Box::new(move |out| views::run(&views, &db, &g, n, &args, out));
-                    (query, source)
+                    Box::new(move |out| views::run(&views, &db, &g, n, &args, out))
                 }
             };
-            let etag =
-                source.map(|source| list_etag(&source, seq, &list_ddoc, accept.as_deref(), &info));
-            Ok((list_ddoc, query, info, etag))
+            Ok((list_ddoc, query, info))
         })
         .await?
     };
-    if let Some(etag) = &etag {
-        if etag_matches(&req.headers, etag) {
-            let tag = HeaderValue::from_str(etag).expect("etags are ASCII");
-            return Ok(doc::not_modified(tag));
-        }
-    }
     let (feed_tx, feed_rx) = std::sync::mpsc::sync_channel(16);
     let (http_tx, http_rx) = tokio::sync::mpsc::channel(8);
     tokio::task::spawn_blocking(move || {
@@ -258,7 +240,6 @@ async fn list(
     });
     tokio::task::spawn_blocking(move || {
         let mut pump = ListPump::new(&state, feed_rx, http_tx);
-        pump.etag = etag;
         let ran = pump.head().and_then(|head| {
             let req = req_json.render_json(&state, &db)?;
             list_answer(&state, &db, &ddoc, &name, &head, &req, &mut pump)

@@ -629,22 +629,8 @@ pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
 /// (`couch_httpd:doc_etag`), so the value is opaque but changes with either; this is the
 /// same shape (a quoted base-36 MD5) over the revision and stored body.
 fn local_etag(rev: u64, body: &[u8]) -> HeaderValue {
-    use md5::Digest;
-    let mut h = md5::Md5::new();
-    h.update(rev.to_be_bytes());
-    h.update(body);
-    let mut n = u128::from_be_bytes(h.finalize().into());
-    let mut digits = Vec::new();
-    loop {
-        digits.push(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    digits.reverse();
-    let text = String::from_utf8(digits).expect("ASCII digits");
-    HeaderValue::from_str(&format!("\"{text}\"")).expect("ASCII")
+    let tag = crate::design_render::make_etag(&[&rev.to_be_bytes()[..], body].concat());
+    HeaderValue::from_str(&tag).expect("etags are ASCII")
 }
 
 /// Local documents: no revision tree and no MVCC (CouchDB's `_local` documents, which

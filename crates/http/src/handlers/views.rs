@@ -41,12 +41,10 @@ fn parse_error(msg: &str) -> ApiError {
 }
 
 impl ViewArgs {
-    /// Validates the arguments for view number `n` of `g` as CouchDB does (a single key in
-    /// `keys` counts as `key`; the limit against `[query_server_config] query_limit`, or
+    /// Validates the arguments for view number `n` of `g` as CouchDB does (the limit against `[query_server_config] query_limit`, or
     /// `partition_query_limit` for a partitioned view; then `validate_args`, the partition,
     /// then the key range).
     pub fn for_view(mut a: MrArgs, g: &Group, n: usize, node: &NodeConfig) -> ApiResult<ViewArgs> {
-        a.single_key_as_key();
         let limit_key = if g.partitioned {
             "partition_query_limit"
         } else {
@@ -239,7 +237,7 @@ pub(crate) fn args_of_body(req: &Req, body: &[u8]) -> ApiResult<MrArgs> {
     if body.get("keys").is_some_and(|k| !k.is_array()) {
         return Err(ApiError::bad_request("`keys` member must be an array."));
     }
-    Ok(MrArgs::from_body_and_query(&body, &req.params)?)
+    Ok(MrArgs::from_body_and_query(&body, &req.params, true)?)
 }
 
 pub async fn view_queries(
