@@ -6,7 +6,7 @@
 //! document by the write path (`settee_docs`).
 
 use crate::error::{ApiError, ApiResult};
-use crate::router::{DbOp, Endpoint};
+use crate::router::{DbOp, Endpoint, NotUtf8};
 use crate::{AppState, Req};
 use settee_auth::security::{denied, SecurityObject};
 use settee_auth::users::USERS_DB;
@@ -61,6 +61,7 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
         },
         Endpoint::Doc(..)
         | Endpoint::Attachment(..)
+        | Endpoint::NotUtf8(..)
         | Endpoint::DbBadRequest(..)
         | Endpoint::DbUnimplemented(..) => Member,
         Endpoint::DbOp(_, op) => match op {
@@ -173,6 +174,7 @@ fn endpoint_db(endpoint: &Endpoint) -> Option<&str> {
         | Endpoint::Doc(db, _)
         | Endpoint::Attachment(db, ..)
         | Endpoint::DbBadRequest(db, _)
+        | Endpoint::NotUtf8(NotUtf8::Doc(db) | NotUtf8::Attachment(db, _))
         | Endpoint::DbUnimplemented(db, _) => Some(db),
         _ => None,
     }

@@ -9,7 +9,9 @@ use crate::handlers::{
 };
 use crate::{AppState, Req};
 use axum::response::Response;
-pub use settee_wire::path::{check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp};
+pub use settee_wire::path::{
+    check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp, NotUtf8,
+};
 
 /// Whether CouchDB answers the endpoint from its node-local `couch_httpd` rather than
 /// chttpd (see [`crate::reply::NodeLocal`]).
@@ -105,6 +107,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
             }
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
+        Endpoint::NotUtf8(name) => doc::not_utf8(&state, name, &req).await,
         Endpoint::Attachment(db, id, name) => {
             attachments::attachment(&state, state.couch.get(&db)?, id, name, req).await
         }

@@ -176,3 +176,38 @@ fn line_limits() {
     assert_eq!(split_responses(&all[..at])[0].status, 200);
     assert_mochiweb_400(&all[at..], true);
 }
+
+/// Request lines Erlang's parser takes (CouchDB 3.5.2 answers them all): blanks in runs
+/// between the parts, any `HTTP/x.y` (answered as 1.1, or 1.0), no version at all (answered
+/// as 1.1 on a connection that closes). What it does not take gets a bare 400 here
+/// (CouchDB leaves the connection hanging).
+#[test]
+fn lenient_request_lines() {
+    let s = Server::start();
+    for line in [
+        &b"GET   /_up   HTTP/1.1"[..],
+        b"GET\t/_up\tHTTP/1.1 ",
+        b"GET /_up HTTP/1.2",
+        b"GET /_up HTTP/3.0",
+        b"GET /_up HTTP/1.10",
+    ] {
+        let r = ask(&s, line);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(line));
+        assert_eq!(r.json()["status"], "ok");
+    }
+    for line in [&b"GET /_up HTTP/0.9"[..], b"GET /_up"] {
+        // No `Connection: close` from the client: the server closes all the same.
+        let all = s.exchange(&s.raw_head(line, ""));
+        let r = split_responses(&all);
+        assert_eq!((r.len(), r[0].status), (1, 200));
+        assert_eq!(r[0].header("connection"), Some("close"));
+    }
+    for line in [
+        &b" GET /_up HTTP/1.1"[..],
+        b"GET /_up http/1.1",
+        b"GET /_u p HTTP/1.1",
+    ] {
+        let r = ask(&s, line);
+        assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(line));
+    }
+}

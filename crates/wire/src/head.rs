@@ -233,7 +233,7 @@ impl Gate {
             self.head = Head::default();
             match RequestLine::parse(content) {
                 Some(request) => {
-                    self.head.http10 = request.version == b"HTTP/1.0";
+                    self.head.http10 = request.version == Version::Http10;
                     self.head.unsure = request.method == b"CONNECT";
                     out.extend_from_slice(request.method);
                     out.push(b' ');
@@ -243,9 +243,16 @@ impl Gate {
                         // `*` or absolute-form: left to hyper as sent.
                         out.extend_from_slice(request.target);
                     }
-                    out.push(b' ');
-                    out.extend_from_slice(request.version);
-                    out.extend_from_slice(&line[content.len()..]);
+                    out.extend_from_slice(match request.version {
+                        Version::Http10 => b" HTTP/1.0",
+                        Version::Http11 | Version::Older => b" HTTP/1.1",
+                    });
+                    let end = &line[content.len()..];
+                    out.extend_from_slice(end);
+                    if request.version == Version::Older {
+                        out.extend_from_slice(b"Connection: close");
+                        out.extend_from_slice(end);
+                    }
                     self.phase = Phase::Headers;
                 }
                 None => {
@@ -345,31 +352,62 @@ fn chunk_step(state: Chunk, b: u8) -> Option<Option<Chunk>> {
     Some(Some(next))
 }
 
-/// `METHOD SP target SP HTTP/1.x`, as httparse reads it (one SP each, no SP in the target).
+/// A request line as Erlang's `{packet, http}` reads it: the method at the line's start,
+/// then the target and the version, separated by runs of SP or HTAB (trailing blanks
+/// allowed), the version `HTTP/major.minor` in any digits or absent (HTTP/0.9).
 struct RequestLine<'a> {
     method: &'a [u8],
     target: &'a [u8],
-    version: &'a [u8],
+    version: Version,
+}
+
+/// A request's HTTP version, as the gate passes it on to hyper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    Http10,
+    Http11,
+    /// `HTTP/0.x` or none: answered as HTTP/1.1 on a connection that then closes, as
+    /// mochiweb answers it.
+    Older,
 }
 
 impl<'a> RequestLine<'a> {
     fn parse(content: &'a [u8]) -> Option<RequestLine<'a>> {
-        let first = content.iter().position(|&b| b == b' ')?;
-        let last = content.iter().rposition(|&b| b == b' ')?;
-        let (method, target, version) = (
-            &content[..first],
-            &content[first + 1..last.max(first + 1)],
-            &content[last + 1..],
-        );
-        let ok = !method.is_empty()
-            && method.iter().all(|&b| is_token(b))
-            && !target.is_empty()
-            && !target.contains(&b' ')
-            && (version == b"HTTP/1.1" || version == b"HTTP/1.0");
+        let blank = |b: &u8| *b == b' ' || *b == b'\t';
+        if content.first().is_none_or(blank) {
+            return None;
+        }
+        let mut parts = content.split(blank).filter(|p| !p.is_empty());
+        let (method, target) = (parts.next()?, parts.next()?);
+        let version = match parts.next() {
+            None => Version::Older,
+            Some(v) => Self::version(v)?,
+        };
+        let ok = parts.next().is_none() && method.iter().all(|&b| is_token(b));
         ok.then_some(RequestLine {
             method,
             target,
             version,
+        })
+    }
+
+    /// `HTTP/major.minor`: 0.x is older than 1.0, anything past 1.1 taken as 1.1 (mochiweb
+    /// answers every version from 1.1 up alike).
+    fn version(v: &[u8]) -> Option<Version> {
+        let rest = v.strip_prefix(b"HTTP/")?;
+        let dot = rest.iter().position(|&b| b == b'.')?;
+        let (major, minor) = (&rest[..dot], &rest[dot + 1..]);
+        let number = |d: &[u8]| {
+            (!d.is_empty() && d.iter().all(u8::is_ascii_digit)).then(|| {
+                d.iter().fold(0u32, |n, &b| {
+                    n.saturating_mul(10).saturating_add(u32::from(b - b'0'))
+                })
+            })
+        };
+        Some(match (number(major)?, number(minor)?) {
+            (0, _) => Version::Older,
+            (1, 0) => Version::Http10,
+            _ => Version::Http11,
         })
     }
 }

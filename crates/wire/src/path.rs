@@ -44,9 +44,22 @@ pub enum Endpoint {
     SearchAnalyze,
     NouveauAnalyze,
     ReloadQueryServers,
+    /// A document id or attachment name that is not UTF-8 once decoded: nothing by that
+    /// name can exist, so CouchDB answers as for a missing one (and refuses to create it).
+    NotUtf8(NotUtf8),
     /// Any other `/_…` path: CouchDB takes it for a database name (`/_config`, `/_stats`,
     /// `/_restart`, … were removed in 2.0 and 3.0); the path's segments.
     UnknownServer(Vec<String>),
+}
+
+/// Which name of a path is not UTF-8 (see [`Endpoint::NotUtf8`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotUtf8 {
+    /// A document's id, in this database.
+    Doc(String),
+    /// An attachment's path: the database and, when the document id is UTF-8, the id (the
+    /// attachment name is not).
+    Attachment(String, Option<String>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,8 +163,9 @@ pub fn check_url_encoding(raw: &str) -> Result<()> {
 }
 
 /// Parses a raw path. As CouchDB's `string:tokens(Path, "/")`, empty segments are dropped
-/// (`/db/doc/` is the document). A segment that is not UTF-8 once decoded is refused as
-/// CouchDB refuses it there: a database name, a document id or an attachment name.
+/// (`/db/doc/` is the document). A database name that is not UTF-8 once decoded is taken
+/// with replacement characters (no such database can exist); a document id or attachment
+/// name is [`Endpoint::NotUtf8`]; any other such segment is refused.
 pub fn parse(path: &str) -> Result<Endpoint> {
     let all: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     if all[0] == "_utils" {
@@ -161,30 +175,48 @@ pub fn parse(path: &str) -> Result<Endpoint> {
     }
     let raw: Vec<&str> = all.into_iter().filter(|s| !s.is_empty()).collect();
     let mut segs = Vec::with_capacity(raw.len());
+    let mut bad = Vec::new();
     for (i, seg) in raw.iter().enumerate() {
-        let decoded = decode(seg).ok_or_else(|| {
-            let in_ns = matches!(raw.get(1), Some(&"_design") | Some(&"_local"));
-            match i {
-                0 => Error::bad_request("invalid UTF-8 in path"),
-                1 => settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into())
-                    .into(),
-                2 if in_ns => {
-                    settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into())
-                        .into()
-                }
-                _ => Error::bad_request("Attachment name is not UTF-8 encoded"),
-            }
-        })?;
-        segs.push(decoded);
+        segs.push(decode(seg).unwrap_or_else(|| {
+            bad.push(i);
+            percent_decode_str(seg).decode_utf8_lossy().into_owned()
+        }));
     }
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
-    if raw.first().is_none_or(|first| is_server_path(first)) {
-        return Ok(parse_server(&segs));
-    }
-    Ok(match segs.as_slice() {
+    let server = raw.first().is_none_or(|first| is_server_path(first));
+    let endpoint = match segs.as_slice() {
+        _ if server => parse_server(&segs),
         [db] => Endpoint::Db(db.to_string()),
         [db, rest @ ..] => parse_in_db(db, rest),
         [] => Endpoint::Root,
+    };
+    let Some(&first_bad) = bad.first() else {
+        return Ok(endpoint);
+    };
+    // The segments the document id takes (`_design/x` and `_local/x` take two).
+    let id_end = if matches!(raw.get(1), Some(&"_design") | Some(&"_local")) {
+        3
+    } else {
+        2
+    };
+    let in_id = |i: usize| (1..id_end).contains(&i);
+    Ok(match endpoint {
+        _ if server => return Err(Error::bad_request("invalid UTF-8 in path")),
+        // No database has a name with U+FFFD in it, nor can be created with one: the
+        // name as decoded with replacement characters is missing (CouchDB's refusal of
+        // a `PUT` shows it so too).
+        _ if first_bad == 0 => endpoint,
+        Endpoint::Doc(db, _) => Endpoint::NotUtf8(NotUtf8::Doc(db)),
+        Endpoint::Attachment(db, _, _) if bad.iter().any(|&i| in_id(i)) => {
+            Endpoint::NotUtf8(NotUtf8::Attachment(db, None))
+        }
+        Endpoint::Attachment(db, id, _) => Endpoint::NotUtf8(NotUtf8::Attachment(db, Some(id))),
+        _ if in_id(first_bad) => {
+            return Err(
+                settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into()).into(),
+            )
+        }
+        _ => return Err(Error::bad_request("Attachment name is not UTF-8 encoded")),
     })
 }
 
@@ -388,10 +420,24 @@ mod tests {
             Endpoint::Doc("db".into(), "a+b".into())
         );
         assert_eq!(
-            parse("/db/%FF").unwrap_err(),
-            Error::Core(settee_core::Error::IllegalDocId(
-                "Document id must be valid UTF-8".into()
-            ))
+            parse("/db/%FF").unwrap(),
+            Endpoint::NotUtf8(NotUtf8::Doc("db".into()))
+        );
+        assert_eq!(
+            parse("/%FF/x").unwrap(),
+            Endpoint::Doc("\u{FFFD}".into(), "x".into())
+        );
+        assert_eq!(
+            parse("/db/_design/%FF/a").unwrap(),
+            Endpoint::NotUtf8(NotUtf8::Attachment("db".into(), None))
+        );
+        assert_eq!(
+            parse("/db/d/a/%FF").unwrap(),
+            Endpoint::NotUtf8(NotUtf8::Attachment("db".into(), Some("d".into())))
+        );
+        assert_eq!(
+            parse("/_x%FF").unwrap_err(),
+            Error::bad_request("invalid UTF-8 in path")
         );
     }
 

@@ -189,7 +189,8 @@ impl Request {
 
 fn target() -> impl Strategy<Value = Vec<u8>> {
     let byte = prop_oneof![
-        4 => any::<u8>().prop_filter("no SP or LF", |b| *b != b' ' && *b != b'\n'),
+        // SP and HTAB separate the request line's parts (Erlang's parser).
+        4 => any::<u8>().prop_filter("no SP, HTAB or LF", |b| !b" \t\n".contains(b)),
         1 => proptest::sample::select(b"\"<>`?#%{}|\r\xc3\xa9".to_vec()),
     ];
     proptest::collection::vec(byte, 0..40).prop_map(|t| {
@@ -299,9 +300,10 @@ fn unsure_framing_passes_through() {
         b"CONNECT /d HTTP/1.1\r\n\r\n",
         b"GET /d HTTP/1.1\r\n folded\r\n\r\n",
         b"GET /d HTTP/1.1\r\nX Bad: v\r\n\r\n",
-        b"GET  /d HTTP/1.1\r\n\r\n",
-        b"GET /d HTTP/1.2\r\n\r\n",
         b"GET /a b HTTP/1.1\r\n\r\n",
+        b" GET /d HTTP/1.1\r\n\r\n",
+        b"GET /d http/1.1\r\n\r\n",
+        b"GET /d HTTP/1\r\n\r\n",
         b"PUT /d HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nz\r\n",
         b"PUT /d HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\nx\r\n",
         b"PUT /d HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1 2\r\nx\r\n",
@@ -319,6 +321,32 @@ fn unsure_framing_passes_through() {
             "{}: {}",
             String::from_utf8_lossy(head),
             String::from_utf8_lossy(&out)
+        );
+    }
+}
+
+/// Request lines Erlang's parser takes and hyper would not: blanks in runs, any
+/// `HTTP/x.y`, no version at all (HTTP/0.9, answered on a closing connection).
+#[test]
+fn lenient_request_lines() {
+    let cases: &[(&[u8], &[u8])] = &[
+        (b"GET   /a<   HTTP/1.1\r\n", b"GET /a%3C HTTP/1.1\r\n"),
+        (b"GET\t/d\tHTTP/1.1 \r\n", b"GET /d HTTP/1.1\r\n"),
+        (b"GET /d HTTP/1.2\r\n", b"GET /d HTTP/1.1\r\n"),
+        (b"GET /d HTTP/10.0\r\n", b"GET /d HTTP/1.1\r\n"),
+        (b"GET /d HTTP/001.000\n", b"GET /d HTTP/1.0\n"),
+        (
+            b"GET /d HTTP/0.9\r\n",
+            b"GET /d HTTP/1.1\r\nConnection: close\r\n",
+        ),
+        (b"GET /d\r\n", b"GET /d HTTP/1.1\r\nConnection: close\r\n"),
+    ];
+    for (line, want) in cases {
+        let (out, refusal) = gate(&[*line, b"Host: x\r\n\r\n".as_slice()].concat());
+        assert!(refusal.is_none());
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&[*want, b"Host: x\r\n\r\n".as_slice()].concat())
         );
     }
 }

@@ -623,7 +623,7 @@ pub async fn form(
 
 /// CouchDB's `validate_referer`: the `Referer` must name this host (the request's
 /// `X-Forwarded-Host`, else `Host`).
-fn check_referer(req: &Req) -> ApiResult<()> {
+pub(crate) fn check_referer(req: &Req) -> ApiResult<()> {
     let referer = req
         .header("referer")
         .ok_or_else(|| ApiError::bad_request("Referer header required."))?;

@@ -244,7 +244,11 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 location,
             ))
         }
-        _ => Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,POST")),
+        // CouchDB opens the database first: a missing one is a 404 whatever the method.
+        _ => {
+            state.couch.get(name)?;
+            Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,POST"))
+        }
     }
 }
 

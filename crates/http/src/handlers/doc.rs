@@ -8,6 +8,7 @@ use crate::location::{absolute_uri, doc_path};
 use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes};
 use crate::req::{etag_matches, etag_value};
+use crate::router::NotUtf8;
 use crate::{AppState, Req};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -29,6 +30,44 @@ pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> A
         "COPY" => copy(state, db, id, req).await,
         "POST" => super::attachments::form(state, db, id, req).await,
         _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
+    }
+}
+
+/// A document id or attachment name that is not UTF-8 (see [`NotUtf8`]): as CouchDB, a
+/// missing document or attachment to read or delete, a name refused to write.
+pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<Response> {
+    let bad_id = || settee_core::Error::IllegalDocId("Document id must be valid UTF-8".into());
+    let missing = |what| Err(ApiError::Db(settee_db::Error::NotFound(what)));
+    let method = req.method.as_str();
+    match name {
+        NotUtf8::Doc(db) => {
+            state.couch.get(&db)?;
+            match method {
+                "GET" | "HEAD" | "DELETE" | "COPY" => missing("missing"),
+                "PUT" => Err(bad_id().into()),
+                "POST" => {
+                    super::attachments::check_referer(req)?;
+                    Err(bad_id().into())
+                }
+                _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
+            }
+        }
+        NotUtf8::Attachment(db, id) => {
+            let db = state.couch.get(&db)?;
+            match (method, id) {
+                ("GET" | "HEAD" | "DELETE", None) => missing("missing"),
+                ("PUT", None) => Err(bad_id().into()),
+                ("GET" | "HEAD", Some(id)) => {
+                    let rev = req.params.get("rev").map(Rev::parse).transpose()?;
+                    blocking(move || Ok(db.open_doc(&id, rev.as_ref())?)).await?;
+                    missing("Document is missing attachment")
+                }
+                ("PUT" | "DELETE", Some(_)) => Err(ApiError::bad_request(
+                    "Attachment name is not UTF-8 encoded",
+                )),
+                _ => Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,PUT")),
+            }
+        }
     }
 }
 
