@@ -23,7 +23,12 @@ pub fn is_node_local(endpoint: &Endpoint) -> bool {
             | Endpoint::Uuids
             | Endpoint::Reshard(_)
             | Endpoint::DbOp(_, DbOp::Shards(_))
-    )
+    ) || own_welcome(endpoint)
+}
+
+/// `/_node/{this node's name}`, which CouchDB answers from its node-local interface.
+fn own_welcome(endpoint: &Endpoint) -> bool {
+    matches!(endpoint, Endpoint::Node(name, NodeOp::Info) if *name == settee_core::node::name())
 }
 
 /// Which refusals of a node-local endpoint couch_httpd answers itself (without a request
@@ -32,6 +37,7 @@ pub fn is_node_local(endpoint: &Endpoint) -> bool {
 pub fn own_refusals(endpoint: &Endpoint) -> Option<fn(&ApiError) -> bool> {
     match endpoint {
         Endpoint::Session => Some(|_| true),
+        _ if own_welcome(endpoint) => Some(|e| matches!(e, ApiError::MethodNotAllowed(_))),
         Endpoint::Uuids | Endpoint::Reshard(_) => {
             Some(|e| matches!(e, ApiError::MethodNotAllowed(_)))
         }

@@ -4,6 +4,7 @@ mod config;
 mod disk;
 mod gate;
 mod logging;
+mod serve;
 
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -18,7 +19,6 @@ unsafe impl Sync for MallocConf {}
 static MALLOC_CONF: MallocConf =
     MallocConf(c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0".as_ptr());
 
-use axum::serve::ListenerExt;
 use clap::{CommandFactory, Parser, Subcommand};
 use settee_db::Couch;
 use settee_http::{app, AppState, HttpConfig};
@@ -130,17 +130,12 @@ fn serve(
     }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let served = runtime.block_on(async move {
-        // Connections are read through the request head gate (`gate.rs`). TCP_NODELAY: a
-        // response written as headers then body must not wait for the client's delayed
-        // ACK (a 40 ms stall per streamed response otherwise).
+        // Connections are read through the request head gate (`gate.rs`) and served by
+        // `serve.rs` (which sets TCP_NODELAY).
         let tcp = tokio::net::TcpListener::bind(settings.bind)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", settings.bind))?;
-        let listener = gate::GateListener(tcp).tap_io(|io| {
-            if let Err(e) = io.tcp().set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY");
-            }
-        });
+        let listener = gate::GateListener(tcp);
         // The bound address, not the requested one: with port 0 this tells the caller
         // (the test harness, scripts) which port the kernel chose.
         let local = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
@@ -150,13 +145,8 @@ fn serve(
             "Settee {} listening on http://{local}",
             env!("CARGO_PKG_VERSION")
         );
-        axum::serve(
-            listener,
-            app(state).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| e.to_string())
+        serve::serve(listener, app(state), shutdown()).await;
+        Ok::<(), String>(())
     });
     couch
         .flush()

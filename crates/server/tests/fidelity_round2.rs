@@ -29,9 +29,25 @@ fn node_name_is_configurable() {
         assert_eq!(r.status, 200, "{path}: {}", r.text);
     }
     assert_eq!(
-        s.get("/_node/node1@127.0.0.1").json(),
+        s.get("/_node/_local").json(),
         json!({"name": "node1@127.0.0.1"})
     );
+    // Under its own name the node answers from CouchDB's node-local interface: that
+    // interface's welcome, without a request id; GET and HEAD only.
+    let r = s.get("/_node/node1@127.0.0.1");
+    let v = r.json();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        (v["couchdb"].as_str(), keys),
+        (
+            Some("Welcome"),
+            vec!["couchdb", "uuid", "version", "vendor"]
+        )
+    );
+    assert!(r.header("x-couch-request-id").is_none());
+    let r = s.post("/_node/node1@127.0.0.1", "{}");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET,HEAD")));
+    assert!(r.header("x-couch-request-id").is_none());
     for path in ["/_node/_local/_stats", "/_node/node1@127.0.0.1/_system"] {
         assert_eq!(s.get(path).status, 200, "{path}");
     }

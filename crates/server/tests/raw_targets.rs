@@ -211,3 +211,17 @@ fn lenient_request_lines() {
         assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(line));
     }
 }
+
+/// mochiweb takes up to 999 header lines of up to 8191 bytes (the gate refuses beyond, as
+/// `line_limits` and settee_wire's tests show); hyper alone would answer 431 past 100
+/// headers or ~400 KB of head.
+#[test]
+fn many_and_long_headers() {
+    let s = Server::start();
+    let extra: String = (0..990)
+        .map(|i| format!("X-H{i}: {}\r\n", "v".repeat(1000)))
+        .collect();
+    let all = s.exchange(&s.raw_head(b"GET /_up HTTP/1.1", &(extra + "Connection: close\r\n")));
+    let r = split_responses(&all);
+    assert_eq!((r.len(), r[0].status), (1, 200));
+}

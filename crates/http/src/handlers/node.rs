@@ -30,11 +30,18 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
     match op {
         NodeOp::Incomplete => Err(ApiError::bad_request("Incomplete path to _node request")),
         // CouchDB answers `/_node/_local` whatever the method.
+        NodeOp::Info if node == "_local" => Ok(json(
+            StatusCode::OK,
+            &json!({ "name": settee_core::node::name() }),
+        )),
+        // Under its own name CouchDB answers from its node-local interface: that
+        // interface's welcome.
         NodeOp::Info => {
             check_node(node)?;
+            allow(&req.method, "GET,HEAD")?;
             Ok(json(
                 StatusCode::OK,
-                &json!({ "name": settee_core::node::name() }),
+                &super::server::node_local_welcome(state),
             ))
         }
         NodeOp::Config => {

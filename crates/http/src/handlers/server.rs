@@ -35,6 +35,21 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
     Ok(json(StatusCode::OK, &body))
 }
 
+/// The welcome of CouchDB's node-local interface (`/_node/{its name}`): the root's
+/// without `git_sha` and `features`, `vendor` last.
+pub fn node_local_welcome(state: &AppState) -> Value {
+    let mut body = json!({
+        "couchdb": "Welcome",
+        "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
+        "version": "3.5.2",
+    });
+    let vendor = state.node.section("vendor");
+    if !vendor.is_empty() {
+        body["vendor"] = json!(vendor);
+    }
+    body
+}
+
 /// `GET /_up`: `404` with the mode while `[couchdb] maintenance_mode` is `true` or
 /// `nolb` (so a load balancer takes the node out), else ok; a single node has no seeds.
 pub fn up(state: &AppState, req: &Req) -> ApiResult<Response> {
