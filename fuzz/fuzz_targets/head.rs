@@ -1,6 +1,7 @@
 //! The request head gate (`settee_wire::head`): whatever a client sends, the gate never
 //! panics, gives the same bytes and the same refusal however the input is cut into reads,
-//! grows the stream by at most the encoding of its bytes, and passes its own output
+//! grows the stream by at most the encoding of its bytes and the version and
+//! `Connection: close` an HTTP/0.9 request line gains, and passes its own output
 //! through unchanged (so it only ever encodes what hyper would refuse, and its framing does
 //! not drift).
 #![no_main]
@@ -26,7 +27,9 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(whole, cut_out, "the same bytes however the input is cut");
     assert_eq!(refusal, cut_refusal);
-    assert!(whole.len() <= 3 * input.len());
+    // Percent-encoding triples a byte; the shortest HTTP/0.9 request (`G /` and two line
+    // ends, 5 bytes) gains 27.
+    assert!(whole.len() <= 7 * input.len());
     // Lines short enough that encoding cannot push them over the line limits.
     if refusal.is_none() && input.len() <= 2700 {
         let mut again = Vec::new();

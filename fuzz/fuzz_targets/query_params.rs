@@ -24,15 +24,26 @@ fuzz_target!(|data: &[u8]| {
     let _ = p.json_any(&["startkey", "start_key"]);
     let _ = AttOpts::from_params(&p);
     let args = MrArgs::from_query(&p);
-    let over_body = MrArgs::from_body_and_query(&Map::new(), &p);
-    assert_eq!(args, over_body);
+    for view in [true, false] {
+        assert_eq!(args, MrArgs::from_body_and_query(&Map::new(), &p, view));
+    }
+    // `_all_docs` passes its `keys` beforehand; only `keys` may then differ.
+    let keys = p.get("keys").and_then(|k| serde_json::from_str(k).ok());
+    if let (Ok(a), Ok(b)) = (&args, MrArgs::from_query_with_keys(keys, &p)) {
+        assert_eq!(
+            MrArgs {
+                keys: None,
+                ..a.clone()
+            },
+            MrArgs { keys: None, ..b }
+        );
+    }
     if let Ok(mut args) = args {
         for t in [ViewType::Map, ViewType::Red] {
             let _ = args.validate(t);
         }
         let _ = args.for_query_object(&Map::new());
         let _ = settee_wire::mrargs::apply_limit(&mut args.limit, 1000);
-        args.single_key_as_key();
         let _ = args.key_list();
     }
 });

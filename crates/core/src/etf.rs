@@ -3,7 +3,10 @@
 //! with `.`, `e` or `E` a float and any other an integer of any size. The bytes are those of
 //! `term_to_binary(Term, [{minor_version, 1}])`, which CouchDB hashes into revision ids.
 
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use serde_json::Value;
+use std::borrow::Cow;
+use std::cell::RefCell;
 
 pub const VERSION: u8 = 131;
 const NEW_FLOAT: u8 = 70;
@@ -590,6 +593,71 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// `term_to_binary(Term, [compressed])` from the term's bytes (`body`, without the version
+/// byte): zlib level 6 when the stream fits in 5 bytes less than the plain body (Erlang
+/// gives zlib no more room; checked against OTP 27 on both sides of the bound), else the
+/// plain term.
+pub fn to_binary_compressed(body: &[u8]) -> Vec<u8> {
+    thread_local! {
+        static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::new(6), true));
+    }
+    let room = body.len().saturating_sub(5);
+    let mut zipped = Vec::with_capacity(room);
+    let fits = DEFLATE.with(|d| {
+        let mut d = d.borrow_mut();
+        let status = d.compress_vec(body, &mut zipped, FlushCompress::Finish);
+        d.reset();
+        // The allocation may be larger than asked for: the bound is Erlang's, not its.
+        matches!(status, Ok(Status::StreamEnd)) && zipped.len() <= room
+    });
+    let mut out = vec![VERSION];
+    if fits {
+        out.push(COMPRESSED);
+        out.extend((body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&zipped);
+    } else {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+/// The term's bytes in what `term_to_binary` wrote (compressed or not), without the
+/// version byte; `None` when malformed or when it would inflate past `max` bytes (the
+/// input is a client's: its size field may claim up to 4 GiB).
+pub fn from_binary(bytes: &[u8], max: usize) -> Option<Cow<'_, [u8]>> {
+    match bytes {
+        [VERSION, COMPRESSED, a, b, c, d, zipped @ ..] => {
+            let size = usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?;
+            if size > max {
+                return None;
+            }
+            let mut body = Vec::with_capacity(size);
+            let mut inflate = Decompress::new(true);
+            let status = inflate
+                .decompress_vec(zipped, &mut body, FlushDecompress::Finish)
+                .ok()?;
+            let whole = status == Status::StreamEnd && inflate.total_in() == zipped.len() as u64;
+            (whole && body.len() == size).then_some(Cow::Owned(body))
+        }
+        [VERSION, body @ ..] => Some(Cow::Borrowed(body)),
+        _ => None,
+    }
+}
+
+/// An integer as Erlang's `binary_to_integer/1` reads text: an optional sign, then ASCII
+/// digits only. Beyond `i128` the value clamps to its sign's end (callers bound it further).
+pub fn binary_to_integer(s: &str) -> Option<i128> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(s.parse::<i128>().unwrap_or(if s.starts_with('-') {
+        i128::MIN
+    } else {
+        i128::MAX
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -689,5 +757,24 @@ mod tests {
         assert_eq!(decode(&[108, 255, 255, 255, 255, 106]), None);
         let deep: Vec<u8> = [104, 1].repeat(100).into_iter().chain([106]).collect();
         assert_eq!(decode(&deep), None);
+    }
+
+    /// `term_to_binary(<<Text>>, [compressed])` as OTP 27 writes it at the bound: a zlib
+    /// stream 4 bytes shorter than the plain body stays plain, one 5 bytes shorter is taken.
+    #[test]
+    fn compresses_exactly_where_erlang_does() {
+        let body = |text: &str| {
+            let mut body = Vec::new();
+            binary(text.as_bytes(), &mut body);
+            body
+        };
+        let plain = body("gdnndjihmagqoaahigfjegijioflpndgmgjdadajecqljnqlqkadooljmkp");
+        let out = to_binary_compressed(&plain);
+        assert_eq!((out[1], out.len()), (BINARY, 65));
+        let packed = body("ecbhkneaaiaincaembgbdahkcleknndkhgfkeekkddajmjcfgjlikiaf");
+        let out = to_binary_compressed(&packed);
+        assert_eq!((out[1], out.len()), (COMPRESSED, 62));
+        assert_eq!(from_binary(&out, 1 << 10).as_deref(), Some(&packed[..]));
+        assert_eq!(from_binary(&out, 10), None, "inflates past the bound");
     }
 }

@@ -269,13 +269,10 @@ impl Builtin {
 
 /// A rank as CouchDB's `binary_to_integer/1` reads it, from 1 to [`MAX_RANK`].
 fn rank(n: &str) -> Result<u8, String> {
-    let digits = n.strip_prefix(['+', '-']).unwrap_or(n);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("invalid rank reducer".into());
-    }
-    match n.parse::<i64>() {
-        Ok(v) if (1..=i64::from(MAX_RANK)).contains(&v) => Ok(v as u8),
-        _ => Err(format!("rank value must be between 1 and {MAX_RANK}")),
+    match crate::etf::binary_to_integer(n) {
+        None => Err("invalid rank reducer".into()),
+        Some(v) if (1..=i128::from(MAX_RANK)).contains(&v) => Ok(v as u8),
+        Some(_) => Err(format!("rank value must be between 1 and {MAX_RANK}")),
     }
 }
 

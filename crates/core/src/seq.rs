@@ -15,8 +15,6 @@ use crate::etf::{self, Term};
 use crate::Error;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
-use std::cell::RefCell;
 
 /// How many characters of the database uuid a sequence carries (`[fabric] uuid_prefix_len`).
 pub const UUID_PREFIX_LEN: usize = 7;
@@ -128,7 +126,7 @@ pub fn pack(entries: &[ShardSeq]) -> String {
     etf::term(&list, &mut body);
     format!(
         "{sum}-{}",
-        URL_SAFE_NO_PAD.encode(term_to_binary_compressed(&body))
+        URL_SAFE_NO_PAD.encode(etf::to_binary_compressed(&body))
     )
 }
 
@@ -184,53 +182,9 @@ fn opaque_part(text: &str) -> &str {
     }
 }
 
-/// `term_to_binary(Term, [compressed])` from the term's bytes: zlib level 6 when the
-/// stream fits in 5 bytes less than the plain body (Erlang gives zlib no more room), else
-/// the plain term.
-fn term_to_binary_compressed(body: &[u8]) -> Vec<u8> {
-    thread_local! {
-        static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::new(6), true));
-    }
-    let room = body.len().saturating_sub(5);
-    let mut zipped = Vec::with_capacity(room);
-    let fits = DEFLATE.with(|d| {
-        let mut d = d.borrow_mut();
-        let status = d.compress_vec(body, &mut zipped, FlushCompress::Finish);
-        d.reset();
-        // The allocation may be larger than asked for: the bound is Erlang's, not its.
-        matches!(status, Ok(Status::StreamEnd)) && zipped.len() <= room
-    });
-    let mut out = vec![etf::VERSION];
-    if fits {
-        out.push(etf::COMPRESSED);
-        out.extend((body.len() as u32).to_be_bytes());
-        out.extend_from_slice(&zipped);
-    } else {
-        out.extend_from_slice(body);
-    }
-    out
-}
-
 /// `binary_to_term`, for the terms [`etf::decode`] knows, compressed or not.
 fn binary_to_term(bytes: &[u8]) -> Option<Term> {
-    match bytes {
-        [etf::VERSION, etf::COMPRESSED, a, b, c, d, zipped @ ..] => {
-            let size = usize::try_from(u32::from_be_bytes([*a, *b, *c, *d])).ok()?;
-            if size > MAX_INFLATED {
-                return None;
-            }
-            let mut body = Vec::with_capacity(size);
-            let mut inflate = Decompress::new(true);
-            let status = inflate
-                .decompress_vec(zipped, &mut body, FlushDecompress::Finish)
-                .ok()?;
-            let whole = status == Status::StreamEnd && inflate.total_in() == zipped.len() as u64;
-            (whole && body.len() == size).then_some(())?;
-            etf::decode(&body)
-        }
-        [etf::VERSION, body @ ..] => etf::decode(body),
-        _ => None,
-    }
+    etf::decode(&etf::from_binary(bytes, MAX_INFLATED)?)
 }
 
 /// How one database writes and reads its sequences: this node's name, the database's ring

@@ -6,7 +6,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{Map, Number, Value};
 use settee_core::etf;
-use std::io::{Read, Write};
 
 use crate::Error;
 
@@ -28,7 +27,7 @@ impl Bookmark {
         etf::atom("startkey", &mut term);
         etf::value(&self.key, &mut term);
         etf::nil(&mut term);
-        URL_SAFE_NO_PAD.encode(compressed(term))
+        URL_SAFE_NO_PAD.encode(etf::to_binary_compressed(&term))
     }
 
     /// Reads a bookmark; anything else is CouchDB's `invalid_bookmark`.
@@ -60,26 +59,6 @@ impl Bookmark {
             _ => return Err(invalid()),
         };
         Ok(Bookmark { key, docid })
-    }
-}
-
-/// `term_to_binary`'s `compressed` option: the zlib stream (level 6) when it fits in the
-/// buffer Erlang gives zlib (the plain size less 5 bytes), else the plain form.
-fn compressed(term: Vec<u8>) -> Vec<u8> {
-    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(6));
-    let packed = z.write_all(&term).and_then(|_| z.finish());
-    match packed {
-        Ok(packed) if packed.len() + 4 <= term.len() => {
-            let mut out = vec![etf::VERSION, 80];
-            out.extend((term.len() as u32).to_be_bytes());
-            out.extend(packed);
-            out
-        }
-        _ => {
-            let mut out = vec![etf::VERSION];
-            out.extend(term);
-            out
-        }
     }
 }
 
@@ -142,31 +121,8 @@ impl Term {
 /// `binary_to_term` of what [`Bookmark::encode`] (or CouchDB) writes; `None` for anything
 /// malformed or outside JSON's terms.
 fn parse(bytes: &[u8]) -> Option<Term> {
-    let (&version, rest) = bytes.split_first()?;
-    if version != etf::VERSION {
-        return None;
-    }
-    let inflated;
-    let body = match rest.split_first() {
-        Some((80, packed)) => {
-            let size = u32::from_be_bytes(packed.get(..4)?.try_into().ok()?) as usize;
-            if size > MAX_INFLATED {
-                return None;
-            }
-            let mut out = Vec::with_capacity(size.min(1 << 20));
-            flate2::read::ZlibDecoder::new(&packed[4..])
-                .take(size as u64 + 1)
-                .read_to_end(&mut out)
-                .ok()?;
-            if out.len() != size {
-                return None;
-            }
-            inflated = out;
-            &inflated[..]
-        }
-        _ => rest,
-    };
-    let mut r = Reader { s: body, i: 0 };
+    let body = etf::from_binary(bytes, MAX_INFLATED)?;
+    let mut r = Reader { s: &body, i: 0 };
     let t = r.term(0)?;
     (r.i == body.len()).then_some(t)
 }

@@ -147,7 +147,7 @@ pub fn parse_boolean(v: Val<'_>) -> Result<bool> {
 /// larger values than `u64` are clamped).
 pub fn parse_pos_int(v: Val<'_>) -> Result<u64> {
     let int: Option<i128> = match v {
-        Val::Text(s) => parse_erlang_int(s),
+        Val::Text(s) => settee_core::etf::binary_to_integer(s),
         Val::Json(Value::Number(n)) if n.is_i64() || n.is_u64() => n
             .as_i64()
             .map(i128::from)
@@ -164,23 +164,6 @@ pub fn parse_pos_int(v: Val<'_>) -> Result<u64> {
             shown(v)
         ))),
         Some(n) => Ok(u64::try_from(n).unwrap_or(u64::MAX)),
-    }
-}
-
-/// Erlang's `list_to_integer`: an optional sign and decimal digits, nothing else.
-fn parse_erlang_int(s: &str) -> Option<i128> {
-    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    match s.parse::<i128>() {
-        Ok(n) => Some(n),
-        // Too long for i128: keep the sign, the magnitude clamps later.
-        Err(_) => Some(if s.starts_with('-') {
-            i128::MIN
-        } else {
-            i128::MAX
-        }),
     }
 }
 

@@ -494,20 +494,7 @@ impl Server {
         let mut all = Vec::new();
         sock.read_to_end(&mut all).unwrap();
         let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-        let head = String::from_utf8_lossy(&all[..end]).into_owned();
-        let mut lines = head.lines();
-        let status = lines
-            .next()
-            .unwrap()
-            .split(' ')
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        let headers = lines
-            .filter_map(|l| l.split_once(": "))
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
-            .collect();
+        let (status, headers) = parse_head(&all[..end]);
         RawResp {
             status,
             headers,
@@ -577,26 +564,32 @@ impl Server {
     }
 }
 
+/// A response head's status and headers (names lowercased).
+fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
+    let head = String::from_utf8_lossy(head);
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    (status, headers)
+}
+
 /// The answers in `all`, in order: bodies framed by `Content-Length` or chunked (decoded),
 /// none after a `HEAD` is not told apart, so callers do not pipeline `HEAD`s.
 pub fn split_responses(mut all: &[u8]) -> Vec<RawResp> {
     let mut out = Vec::new();
     while let Some(end) = all.windows(4).position(|w| w == b"\r\n\r\n") {
-        let head = String::from_utf8_lossy(&all[..end]).into_owned();
+        let (status, headers) = parse_head(&all[..end]);
         all = &all[end + 4..];
-        let mut lines = head.lines();
-        let status = lines
-            .next()
-            .unwrap()
-            .split(' ')
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        let headers: Vec<(String, String)> = lines
-            .filter_map(|l| l.split_once(": "))
-            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
-            .collect();
         let get = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v);
         let mut body = Vec::new();
         if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
