@@ -961,6 +961,44 @@ impl Database {
         Ok(())
     }
 
+    /// The changes of these documents (missing ones skipped), in sequence order: after
+    /// `since`, or descending at or below it. CouchDB's `send_lookup_changes`: each id is
+    /// looked up instead of the whole sequence index scanned.
+    pub fn changes_of_ids<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a String>,
+        since: u64,
+        descending: bool,
+        include_docs: bool,
+        mut f: impl FnMut(Change) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let snap = self.store.snapshot();
+        let ids: Vec<&String> = ids.into_iter().collect();
+        let keys: Vec<Vec<u8>> = ids.iter().map(|id| self.doc_key(id)).collect();
+        let mut found: Vec<(u64, String)> = Vec::new();
+        for (id, v) in ids.into_iter().zip(snap.multi_get(Cf::Docs, &keys)?) {
+            let Some(v) = v else { continue };
+            let seq = DocInfo::decode(&v)?.seq;
+            if (descending && seq <= since) || (!descending && seq > since) {
+                found.push((seq, id.clone()));
+            }
+        }
+        found.sort_unstable();
+        if descending {
+            found.reverse();
+        }
+        for chunk in found.chunks(CHANGES_BATCH) {
+            let mut batch = chunk.to_vec();
+            if self
+                .emit_changes(&snap, &mut batch, include_docs, &mut f)?
+                .is_break()
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Looks up one batch of changes (draining it) and hands them to `f` in order.
     fn emit_changes(
         &self,

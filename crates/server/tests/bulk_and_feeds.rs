@@ -280,6 +280,16 @@ fn changes_pending_counts_as_couchdb() {
         .get("/db/_changes?feed=longpoll&filter=_doc_ids&doc_ids=%5B%22c%22%5D")
         .json();
     assert_eq!(f["pending"], 4);
+    // More ids than `changes_doc_ids_optimization_threshold`: the sequences are scanned, and
+    // counted as for any feed.
+    let r = s.put(
+        "/_node/_local/_config/couchdb/changes_doc_ids_optimization_threshold",
+        "\"1\"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let f = ids_of("%5B%22b%22,%22d%22%5D");
+    assert_eq!(ids(&f["results"]), ["b", "d"]);
+    assert_eq!((f["pending"].clone(), seq_n(&f["last_seq"])), (json!(0), 5));
 }
 
 fn seq_n(seq: &Value) -> u64 {

@@ -59,7 +59,12 @@ impl Feed {
 #[derive(Clone, Debug)]
 enum Filter {
     None,
-    DocIds(HashSet<String>),
+    /// `filter=_doc_ids`; `lookup` when there are few enough ids to look each up
+    /// (`[couchdb] changes_doc_ids_optimization_threshold`) rather than scan the sequences.
+    DocIds {
+        ids: HashSet<String>,
+        lookup: bool,
+    },
     Design,
     /// `filter=_view`: changes of documents the view's map function emits rows for.
     View(ViewFilter),
@@ -433,7 +438,7 @@ impl Opts {
     fn keep(&self, c: &Change) -> bool {
         match &self.filter {
             Filter::None => true,
-            Filter::DocIds(ids) => ids.contains(&c.id),
+            Filter::DocIds { ids, .. } => ids.contains(&c.id),
             Filter::Design => c.id.starts_with("_design/"),
             // Checked in `scan`, which reads the bodies (and owns a runtime).
             Filter::View(_) | Filter::Selector(_) | Filter::Function(_) => true,
@@ -535,7 +540,7 @@ fn scan(
     };
     let with_bodies =
         o.include_docs || mapper.is_some() || selector.is_some() || function.is_some();
-    db.changes(since, o.descending, with_bodies, |c| {
+    let visit = |c: Change| {
         if sent >= limit {
             return ControlFlow::Break(());
         }
@@ -580,7 +585,13 @@ fn scan(
         } else {
             ControlFlow::Break(())
         }
-    })?;
+    };
+    match &o.filter {
+        Filter::DocIds { ids, lookup: true } => {
+            db.changes_of_ids(ids, since, o.descending, with_bodies, visit)?
+        }
+        _ => db.changes(since, o.descending, with_bodies, visit)?,
+    }
     if let Some(e) = failure {
         return Err(e);
     }
@@ -598,6 +609,9 @@ fn start_seq(db: &Database, o: &Opts) -> u64 {
         SeqArg::Seq(n) => n,
     }
 }
+
+/// CouchDB's default `changes_doc_ids_optimization_threshold`.
+const DOC_IDS_LOOKUP_LIMIT: u64 = 1000;
 
 /// What comes between two rows of a normal or longpoll feed (CouchDB's `prepend`).
 const ROW_SEPARATOR: &[u8] = b",\r\n";
@@ -639,16 +653,18 @@ fn normal_body(
 fn feed_end(db: &Database, o: &Opts, since: u64, scanned: Scanned) -> ApiResult<(u64, u64)> {
     let top = db.update_seq();
     let total = db.count_changes();
-    if let Filter::DocIds(_) | Filter::Design = o.filter {
-        let ahead = if o.descending {
+    if let Filter::DocIds { lookup: true, .. } | Filter::Design = o.filter {
+        let ahead = if o.descending || since == 0 {
             total
         } else {
             db.count_changes_after(since)?
         };
+        // A feed the limit cut ends at its last row, any other at the database's sequence.
+        let cut = scanned.sent >= o.limit.unwrap_or(DEFAULT_LIMIT);
         let last = match (o.descending, scanned.last_sent) {
             (true, Some(seq)) => seq,
-            (true, None) => top,
-            (false, _) => scanned.last.min(top),
+            (false, Some(seq)) if cut => seq,
+            _ => top,
         };
         return Ok((last, ahead.saturating_sub(scanned.sent)));
     }
@@ -772,7 +788,15 @@ async fn resolve(
 ) -> ApiResult<Filter> {
     Ok(match spec {
         FilterSpec::None => Filter::None,
-        FilterSpec::DocIds(ids) => Filter::DocIds(ids),
+        FilterSpec::DocIds(ids) => {
+            let limit = state.node.get_u64(
+                "couchdb",
+                "changes_doc_ids_optimization_threshold",
+                DOC_IDS_LOOKUP_LIMIT,
+            );
+            let lookup = ids.len() as u64 <= limit;
+            Filter::DocIds { ids, lookup }
+        }
         FilterSpec::Design => Filter::Design,
         FilterSpec::View(ddoc, view) => {
             let (st, d) = (state.clone(), db.clone());
@@ -821,7 +845,10 @@ pub async fn for_replication(
     let mut o = Opts::parse(&all, &all, Duration::from_secs(60), seqs(&db))?;
     o.filter = match filter {
         ReplicationFilter::All => Filter::None,
-        ReplicationFilter::DocIds(ids) => Filter::DocIds(ids),
+        ReplicationFilter::DocIds(ids) => Filter::DocIds {
+            lookup: ids.len() as u64 <= DOC_IDS_LOOKUP_LIMIT,
+            ids,
+        },
         ReplicationFilter::Selector(s) => Filter::Selector(s),
         ReplicationFilter::Named {
             name,
