@@ -27,11 +27,7 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
         "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
         "features": FEATURES,
     });
-    // As CouchDB: the `[vendor]` section, when it has any keys.
-    let vendor = state.node.section("vendor");
-    if !vendor.is_empty() {
-        body["vendor"] = json!(vendor);
-    }
+    add_vendor(state, &mut body);
     Ok(json(StatusCode::OK, &body))
 }
 
@@ -43,11 +39,16 @@ pub fn node_local_welcome(state: &AppState) -> Value {
         "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
         "version": "3.5.2",
     });
+    add_vendor(state, &mut body);
+    body
+}
+
+/// As CouchDB's welcomes: the `[vendor]` section, when it has any keys, last.
+fn add_vendor(state: &AppState, body: &mut Value) {
     let vendor = state.node.section("vendor");
     if !vendor.is_empty() {
         body["vendor"] = json!(vendor);
     }
-    body
 }
 
 /// `GET /_up`: `404` with the mode while `[couchdb] maintenance_mode` is `true` or
