@@ -10,6 +10,7 @@ use crate::router::{DbOp, Endpoint, NotUtf8};
 use crate::{AppState, Req};
 use settee_auth::security::{denied, SecurityObject};
 use settee_auth::users::USERS_DB;
+pub use settee_node::settings::auth_db;
 
 /// What an endpoint requires of the requester.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,7 @@ enum Need {
     MemberListing,
 }
 
-fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
+fn need(endpoint: &Endpoint, method: &str, node: &settee_node::NodeConfig) -> Need {
     use Need::*;
     let read = matches!(method, "GET" | "HEAD");
     match endpoint {
@@ -90,13 +91,13 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
 /// to create it (server admins); others get the same 404 from here.
 pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<()> {
     let user = &req.user;
-    if state.node.get_bool("chttpd", "require_valid_user", false)
+    if state.config.get_bool("chttpd", "require_valid_user", false)
         && user.name.is_none()
         && !(matches!(endpoint, Endpoint::Session) && req.method == "POST")
     {
         return Err(ApiError::unauthorized("Authentication required."));
     }
-    let need = need(endpoint, req.method.as_str(), &state.node);
+    let need = need(endpoint, req.method.as_str(), &state.config);
     match need {
         Need::Anyone => Ok(()),
         Need::ServerAdmin if user.is_server_admin() => Ok(()),
@@ -184,23 +185,15 @@ pub fn is_system_db(name: &str) -> bool {
     name == USERS_DB
 }
 
-/// The authentication database: `[chttpd_auth] authentication_db` (default `_users`).
-pub fn auth_db(node: &crate::NodeConfig) -> String {
-    node.get("chttpd_auth", "authentication_db")
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| USERS_DB.to_string())
-}
-
 /// A `[chttpd_auth]` setting, or CouchDB 2's `[couch_httpd_auth]` one.
-fn auth_setting(node: &crate::NodeConfig, key: &str) -> Option<String> {
+fn auth_setting(node: &settee_node::NodeConfig, key: &str) -> Option<String> {
     node.get("chttpd_auth", key)
         .or_else(|| node.get("couch_httpd_auth", key))
 }
 
 /// The user-document fields anyone may read (`public_fields`, comma-separated), and
 /// whether the setting exists at all.
-pub fn public_fields(node: &crate::NodeConfig) -> Option<Vec<String>> {
+pub fn public_fields(node: &settee_node::NodeConfig) -> Option<Vec<String>> {
     let fields = auth_setting(node, "public_fields")?;
     Some(
         fields
@@ -223,11 +216,11 @@ fn users_listing_public(endpoint: &Endpoint, state: &AppState) -> bool {
         )
     );
     listing
-        && auth_setting(&state.node, "users_db_public")
+        && auth_setting(&state.config, "users_db_public")
             .as_deref()
             .map(str::trim)
             == Some("true")
-        && public_fields(&state.node).is_some()
+        && public_fields(&state.config).is_some()
 }
 
 /// The security object of an existing database (404 `not_found` if it does not exist).

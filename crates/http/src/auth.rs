@@ -8,19 +8,20 @@
 //! are then checked against a fast hash (`settee_auth::password_cache`).
 
 use crate::error::ApiError;
-use crate::node_config::NodeConfig;
 use axum::http::{header, HeaderMap};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{Map, Value};
 use settee_auth::cookie::{self, CookieOptions, CookieStatus, COOKIE_NAME};
 use settee_auth::lockout::{Lockout, LockoutConfig};
-use settee_auth::password::{PasswordHash, Scheme, DEFAULT_ITERATIONS};
+use settee_auth::password::{PasswordHash, Scheme};
 use settee_auth::password_cache::{CacheConfig, PasswordCache};
 use settee_auth::password_rules::PasswordRules;
 use settee_auth::users;
 use settee_auth::{jwt, proxy, UserCtx, ADMIN_ROLE};
 use settee_db::Couch;
+use settee_node::config::NodeConfig;
+pub use settee_node::settings::{auth_section, password_rules};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -117,13 +118,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// `[chttpd_auth]` with CouchDB's fallback to the legacy `[couch_httpd_auth]` section.
-pub fn auth_section(node: &NodeConfig) -> crate::node_config::Section {
-    let mut s = node.section("couch_httpd_auth");
-    s.extend(node.section("chttpd_auth"));
-    s
 }
 
 #[derive(Default)]
@@ -513,22 +507,6 @@ pub fn ensure_auth_ddoc(couch: &Couch, node: &NodeConfig) -> Result<(), String> 
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-/// `[chttpd_auth]` (or legacy `[couch_httpd_auth]`) `password_scheme`, `pbkdf2_prf`,
-/// `iterations` and `password_regexp`: how new `_users` passwords are hashed.
-pub fn password_rules(node: &NodeConfig) -> PasswordRules {
-    let section = auth_section(node);
-    let get = |k: &str| section.get(k).map(|v| v.trim().to_string());
-    PasswordRules {
-        scheme: get("password_scheme").unwrap_or_else(|| "pbkdf2".into()),
-        prf: get("pbkdf2_prf").unwrap_or_else(|| "sha256".into()),
-        iterations: get("iterations")
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| *n > 0)
-            .unwrap_or(DEFAULT_ITERATIONS),
-        regexp: get("password_regexp"),
     }
 }
 

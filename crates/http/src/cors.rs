@@ -9,10 +9,10 @@
 //! request's origin, never `*`), `Access-Control-Allow-Credentials` when configured, and
 //! `Access-Control-Expose-Headers`.
 
-use crate::node_config::NodeConfig;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
+use settee_node::config::NodeConfig;
 
 const SUPPORTED_HEADERS: &[&str] = &[
     "accept",
@@ -218,8 +218,8 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node_config::{NodeConfig, Sections};
     use axum::http::HeaderValue;
+    use settee_node::config::{NodeConfig, Sections};
 
     fn cors(settings: &[(&str, &str, &str)]) -> Option<Cors> {
         let mut sections = Sections::new();

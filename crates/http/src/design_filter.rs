@@ -13,14 +13,13 @@
 //! that does not compile fails a feed only once there is a change to filter.
 
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::database::db_info_json;
-use crate::render::{doc_json, winner_json_with, DocOpts};
 use crate::{AppState, Req};
 use serde_json::{Map, Value};
 use settee_auth::UserCtx;
 use settee_core::Rev;
 use settee_db::{Change, Database, OpenDoc};
 use settee_js::{FilterFn, FilterSource, Limits};
+use settee_node::{doc_json, winner_json_with, DocOpts};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -200,7 +199,7 @@ impl Running<'_> {
             Some(req) => req,
             slot => {
                 let mut req = (*self.filter.req).clone();
-                req["info"] = db_info_json(&self.filter.state, db);
+                req["info"] = self.filter.state.db_info(db);
                 slot.insert(req)
             }
         };

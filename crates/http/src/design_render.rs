@@ -12,8 +12,6 @@
 
 use crate::design_filter::ReqInfo;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::database::db_info_json;
-use crate::render::{doc_json, DocOpts};
 use crate::AppState;
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
@@ -24,6 +22,7 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value};
 use settee_db::{Database, OpenDoc};
 use settee_js::{Limits, ListIo, RenderKind, RenderSource, Renderer};
+use settee_node::{doc_json, DocOpts};
 use std::cell::RefCell;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -118,7 +117,7 @@ pub fn with_renderer<T>(
         }
     };
     let (state2, db2) = (state.clone(), db.clone());
-    renderer.set_info_source(Some(Box::new(move || db_info_json(&state2, &db2))));
+    renderer.set_info_source(Some(Box::new(move || state2.db_info(&db2))));
     let out = f(&mut renderer);
     // A cached environment holds no database.
     renderer.set_info_source(None);
@@ -176,7 +175,7 @@ pub fn require_runner(state: &AppState, ddoc: &DesignDoc) -> ApiResult<()> {
 fn external_req(state: &AppState, db: &Arc<Database>, req: &Value) -> Value {
     let mut req = req.clone();
     if let Value::Object(members) = &mut req {
-        members.insert("info".into(), db_info_json(state, db));
+        members.insert("info".into(), state.db_info(db));
     }
     req
 }

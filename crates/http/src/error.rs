@@ -35,6 +35,22 @@ pub enum ApiError {
     },
 }
 
+impl From<settee_node::Error> for ApiError {
+    fn from(e: settee_node::Error) -> Self {
+        use settee_node::Error as N;
+        match e {
+            N::Db(d) => ApiError::Db(d),
+            N::Views(v) => v.into(),
+            N::Core(c) => ApiError::Core(c),
+            N::UnknownUuidAlgorithm(name) => ApiError::Named(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unknown_uuid_algorithm".into(),
+                name,
+            ),
+        }
+    }
+}
+
 impl From<settee_views::Error> for ApiError {
     fn from(e: settee_views::Error) -> Self {
         use settee_views::{Error as V, JsError};
@@ -206,9 +222,9 @@ impl From<settee_auth::Denied> for ApiError {
     }
 }
 
-impl From<crate::node_config::ConfigError> for ApiError {
-    fn from(e: crate::node_config::ConfigError) -> Self {
-        use crate::node_config::ConfigError as C;
+impl From<settee_node::config::ConfigError> for ApiError {
+    fn from(e: settee_node::config::ConfigError) -> Self {
+        use settee_node::config::ConfigError as C;
         match e {
             C::Invalid(reason) => ApiError::bad_request(reason),
             C::Io(msg) => ApiError::Db(DbError::Internal(msg)),

@@ -106,7 +106,7 @@ fn iso(micros: Micros) -> String {
 /// `retry_base`, the first crash's backoff in seconds, is Settee's: CouchDB fixes it at
 /// 30 s).
 pub(crate) fn limits(state: &AppState) -> Limits {
-    let get = |k: &str, d: u64| state.node.get_u64("replicator", k, d);
+    let get = |k: &str, d: u64| state.config.get_u64("replicator", k, d);
     Limits {
         max_jobs: get("max_jobs", 500) as usize,
         max_churn: get("max_churn", 20).max(1) as usize,
@@ -116,12 +116,17 @@ pub(crate) fn limits(state: &AppState) -> Limits {
 }
 
 fn max_history(state: &AppState) -> usize {
-    state.node.get_u64("replicator", "max_history", 20).max(1) as usize
+    state.config.get_u64("replicator", "max_history", 20).max(1) as usize
 }
 
 /// `[replicator] interval`: the time between reschedulings.
 pub(crate) fn interval(state: &AppState) -> Duration {
-    Duration::from_millis(state.node.get_u64("replicator", "interval", 60_000).max(1))
+    Duration::from_millis(
+        state
+            .config
+            .get_u64("replicator", "interval", 60_000)
+            .max(1),
+    )
 }
 
 impl Replications {

@@ -11,12 +11,12 @@
 //! back until the stream ends so the wrapper can go before it.
 
 use crate::error::ApiError;
-use crate::node_config::NodeConfig;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use settee_node::config::NodeConfig;
 
 /// What to do with the answer to a request whose query string is `query`.
 pub enum Jsonp {

@@ -14,10 +14,7 @@ mod jsonp;
 mod location;
 mod mango_index;
 use settee_wire::mrargs;
-pub mod node_config;
-mod render;
 mod replication;
-mod replicator_read;
 mod reply;
 mod req;
 mod router;
@@ -26,17 +23,16 @@ mod scheduler;
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
 pub use mango_index::register_query_language;
-pub use node_config::NodeConfig;
 pub use replication::LocalDb;
 pub use scheduler::ensure_replicator_db;
+pub use settee_node::{config as node_config, NodeConfig, SetLogLevel};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::Response;
 use axum::Router;
-use settee_db::Couch;
-use settee_views::Views;
+use settee_node::Node;
 use std::sync::{Arc, Mutex};
 
 /// Settings of the HTTP layer (CouchDB's `[chttpd]`/`[couchdb]` sections).
@@ -50,39 +46,31 @@ pub struct HttpConfig {
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
-            max_http_request_size: 256 << 20,
+            max_http_request_size: settee_node::config::MAX_HTTP_REQUEST_SIZE,
             max_uuid_count: 1000,
             server_uuid: String::new(),
         }
     }
 }
 
+/// What handlers share: the node they ask, and what HTTP keeps of its own.
 pub struct Inner {
-    pub couch: Arc<Couch>,
-    pub views: Arc<Views>,
+    pub node: Arc<Node>,
     pub auth: auth::Authenticator,
-    /// The live configuration (`/_node/_local/_config`).
-    pub node: Arc<NodeConfig>,
-    pub config: HttpConfig,
-    /// The `[uuids]` generator; replaced when the configured algorithm changes.
-    uuids: Mutex<Option<settee_core::uuids::Generator>>,
-    tasks: handlers::database::Tasks,
+    pub http: HttpConfig,
     replications: jobs::Replications,
     scheduler_docs: scheduler::Docs,
     /// The address the server listens on, once bound (replication endpoints naming it are
     /// this server's own databases).
     local_addr: replication::LocalAddr,
-    /// Applies `[log] level` to the process's logger (set by the binary, which owns it).
-    log: std::sync::OnceLock<LogControl>,
 }
 
-/// Sets the log level from a `[log] level` value (`None`: the setting was removed).
-pub type SetLogLevel = Box<dyn Fn(Option<&str>) + Send + Sync>;
-
-struct LogControl {
-    set: SetLogLevel,
-    /// The value last applied, so that only a change is applied.
-    applied: Mutex<Option<String>>,
+/// The node's services (`state.couch`, `state.views`, `state.config`) read through.
+impl std::ops::Deref for Inner {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        &self.node
+    }
 }
 
 #[derive(Clone)]
@@ -96,34 +84,15 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(
-        couch: Arc<Couch>,
-        views: Arc<Views>,
-        node: Arc<NodeConfig>,
-        config: HttpConfig,
-    ) -> AppState {
-        let state = AppState(Arc::new(Inner {
-            couch,
-            views,
-            auth: auth::Authenticator::default(),
+    pub fn new(node: Arc<Node>, http: HttpConfig) -> AppState {
+        AppState(Arc::new(Inner {
             node,
-            config,
-            uuids: Mutex::new(None),
-            tasks: Default::default(),
+            auth: auth::Authenticator::default(),
+            http,
             replications: Default::default(),
             scheduler_docs: Default::default(),
             local_addr: Default::default(),
-            log: Default::default(),
-        }));
-        state.apply_settings();
-        state
-    }
-
-    /// Hands `[log] level` changes to `set` from now on (the current value counts as
-    /// applied: the binary chose the starting level).
-    pub fn set_log_control(&self, set: SetLogLevel) {
-        let applied = Mutex::new(self.node.get("log", "level"));
-        let _ = self.log.set(LogControl { set, applied });
+        }))
     }
 
     /// Starts the replication scheduler (`_replicator`); needs the Tokio runtime.
@@ -140,125 +109,10 @@ impl AppState {
         self.local_addr.get().copied()
     }
 
-    /// The write checks' settings, from the live configuration.
-    pub fn write_settings(&self) -> settee_docs::Settings {
-        let node = &self.node;
-        settee_docs::Settings {
-            limits: self.views.limits(),
-            att_limit: handlers::attachments::max_size(self),
-            compression: std::sync::Arc::new(settee_docs::Compression::new(
-                &node.get_or(
-                    "attachments",
-                    "compressible_types",
-                    settee_docs::Compression::DEFAULT_TYPES,
-                ),
-                node.get_u64(
-                    "attachments",
-                    "compression_level",
-                    settee_docs::Compression::DEFAULT_LEVEL,
-                ),
-            )),
-            passwords: auth::password_rules(node),
-            auth_db: access::auth_db(node),
-            query_servers: self.views.query_servers.clone(),
-        }
-    }
-
-    /// Pushes the settings other components hold into them, from the live configuration:
-    /// at startup and after every `/_config` change, so they apply without a restart.
-    pub fn apply_settings(&self) {
-        let node = &self.node;
-        if let Some(log) = self.log.get() {
-            let level = node.get("log", "level");
-            let mut applied = log.applied.lock().unwrap();
-            if *applied != level {
-                (log.set)(level.as_deref());
-                *applied = level;
-            }
-        }
-        self.couch.set_max_document_size(node.get_u64(
-            "couchdb",
-            "max_document_size",
-            settee_core::MAX_DOCUMENT_SIZE as u64,
-        ) as usize);
-        // CouchDB disables the check for a value of 0 or less.
-        let max_partition = node
-            .get("couchdb", "max_partition_size")
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(settee_core::MAX_PARTITION_SIZE as i64);
-        self.couch
-            .set_max_partition_size(u64::try_from(max_partition).unwrap_or(0));
-        self.couch.disk().set_thresholds(disk_thresholds(node));
-        let defaults = settee_views::Limits::default();
-        let limits = settee_views::Limits {
-            timeout: std::time::Duration::from_millis(node.get_u64(
-                "couchdb",
-                "os_process_timeout",
-                defaults.timeout.as_millis() as u64,
-            )),
-            memory_limit: node.get_u64("settee", "js_memory_limit", defaults.memory_limit as u64)
-                as usize,
-        };
-        let reduce_limit = settee_views::ReduceLimit::from_setting(
-            &node
-                .get("query_server_config", "reduce_limit")
-                .unwrap_or_else(|| "true".into()),
-        );
-        self.views.set_limits(limits, reduce_limit);
-        let qs = &self.views.query_servers;
-        let qs_defaults = settee_views::queryserver::Settings::default();
-        qs.set_settings(settee_views::queryserver::Settings {
-            timeout: limits.timeout,
-            max_processes: node.get_u64(
-                "query_server_config",
-                "os_process_limit",
-                qs_defaults.max_processes as u64,
-            ) as usize,
-            reduce_limit: reduce_limit != settee_views::ReduceLimit::Off,
-            idle_limit: std::time::Duration::from_secs(node.get_u64(
-                "query_server_config",
-                "os_process_idle_limit",
-                qs_defaults.idle_limit.as_secs(),
-            )),
-        });
-    }
-
-    /// `n` ids from `[uuids] algorithm` (`utc_id` takes `utc_id_suffix`). As CouchDB's
-    /// generator, it starts afresh when the setting changes; an unknown algorithm is a
-    /// 500 `unknown_uuid_algorithm`.
-    pub fn uuids(&self, n: usize) -> ApiResult<Vec<String>> {
-        use settee_core::uuids::{Algorithm, Generator};
-        let name = self.node.get_or("uuids", "algorithm", "random");
-        let suffix = self.node.get_or("uuids", "utc_id_suffix", "");
-        let algorithm = Algorithm::parse(&name, &suffix).map_err(|name| {
-            ApiError::Named(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                "unknown_uuid_algorithm".into(),
-                name,
-            )
-        })?;
-        let mut slot = self.uuids.lock().unwrap();
-        if slot.as_ref().map(Generator::algorithm) != Some(&algorithm) {
-            *slot = Some(Generator::new(algorithm));
-        }
-        let generator = slot.as_mut().expect("set above");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
-        let mut entropy = |buf: &mut [u8]| rand::RngCore::fill_bytes(&mut rand::thread_rng(), buf);
-        Ok((0..n).map(|_| generator.next(&mut entropy, now)).collect())
-    }
-
-    /// One id for a new document. An unknown `[uuids] algorithm` fails the write with the
-    /// error `/_uuids` gives (CouchDB's uuid server has no id to hand out then either).
-    pub fn next_uuid(&self) -> ApiResult<String> {
-        Ok(self.uuids(1)?.pop().expect("one id"))
-    }
-
     /// `[chttpd] max_http_request_size`, read live (the startup value is the default).
     pub fn max_http_request_size(&self) -> usize {
-        let default = self.config.max_http_request_size as u64;
-        self.node
+        let default = self.http.max_http_request_size as u64;
+        self.config
             .get_u64("chttpd", "max_http_request_size", default)
             .try_into()
             .unwrap_or(usize::MAX)
@@ -413,15 +267,15 @@ async fn respond(
         });
         Body::from_stream(futures_util::StreamExt::chain(body.into_data_stream(), end))
     };
-    let challenge = auth::challenge(&parts.headers, &state.node);
+    let challenge = auth::challenge(&parts.headers, &state.config);
     let mut set_cookie = None;
     let body_time = Arc::new(std::sync::atomic::AtomicU64::new(0));
     // CORS: settings are read per request; a preflight is answered before authentication.
-    let cors = cors::ForRequest::new(&state.node, &parts.headers);
+    let cors = cors::ForRequest::new(&state.config, &parts.headers);
     let preflight = cors
         .as_ref()
         .and_then(|c| c.preflight(&parts.method, &parts.headers));
-    let jsonp = jsonp::Jsonp::of_request(&state.node, &parts.method, parts.uri.query());
+    let jsonp = jsonp::Jsonp::of_request(&state.config, &parts.method, parts.uri.query());
     let mut resp = match preflight {
         Some(resp) => resp,
         None => {
@@ -509,7 +363,9 @@ async fn route(
     user: &mut Option<String>,
 ) -> ApiResult<Response> {
     // CouchDB 3.5.2's default is `true` (`chttpd:unquote/1`).
-    let plus = state.node.get_bool("chttpd", "decode_plus_to_space", true);
+    let plus = state
+        .config
+        .get_bool("chttpd", "decode_plus_to_space", true);
     let mut rewrites = 0;
     loop {
         let endpoint = router::parse(&request_path(&parts.uri, plus)?)?;
@@ -517,7 +373,9 @@ async fn route(
             headers: &parts.headers,
             peer,
         };
-        let authn = state.auth.authenticate(&creds, &state.node, &state.couch)?;
+        let authn = state
+            .auth
+            .authenticate(&creds, &state.config, &state.couch)?;
         *set_cookie = authn.set_cookie;
         user.clone_from(&authn.user.name);
         let req = Req {
@@ -558,31 +416,5 @@ async fn route(
             None => return Ok(resp),
         }
         rewrites += 1;
-    }
-}
-
-/// `[disk_monitor]` as CouchDB reads it: `enable` a boolean, the thresholds integers
-/// (percentages; an unparsable value is the default, one past 100 never blocks).
-fn disk_thresholds(node: &NodeConfig) -> settee_db::disk::Thresholds {
-    let d = settee_db::disk::Thresholds::default();
-    let percent = |key: &str, default: u8| {
-        node.get("disk_monitor", key)
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .map_or(default, |v| v.clamp(0, 100) as u8)
-    };
-    settee_db::disk::Thresholds {
-        enable: node.get_bool("disk_monitor", "enable", d.enable),
-        background_view_indexing: percent(
-            "background_view_indexing_threshold",
-            d.background_view_indexing,
-        ),
-        interactive_view_indexing: percent(
-            "interactive_view_indexing_threshold",
-            d.interactive_view_indexing,
-        ),
-        interactive_database_writes: percent(
-            "interactive_database_writes_threshold",
-            d.interactive_database_writes,
-        ),
     }
 }

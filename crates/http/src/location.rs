@@ -2,10 +2,10 @@
 //! encoded with `couch_util:url_encode` and prefixed with `chttpd:absolute_uri`'s scheme
 //! and host, which honour a proxy's forwarding headers (their names are configurable).
 
-use crate::node_config::NodeConfig;
 use crate::Req;
 use axum::http::HeaderValue;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use settee_node::config::NodeConfig;
 
 /// Bytes `couch_util:url_encode` escapes: all but ASCII letters, digits and `_ . - :`.
 const COUCH_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC

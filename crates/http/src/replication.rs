@@ -11,8 +11,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::AttRender;
 use crate::handlers::{attachments, blocking, bulk, changes, doc};
 use crate::jobs::NewJob;
-use crate::render::doc_json_with;
-use crate::render::seqs;
 use crate::reply::json;
 use crate::{AppState, Req};
 use axum::http::{HeaderMap, StatusCode};
@@ -24,6 +22,8 @@ use settee_core::{ParsedDoc, Rev, SeqArg, SeqCodec};
 use settee_db::{Database, LocalUpdate};
 use settee_docs::atts::FollowsWriter;
 use settee_docs::Followed;
+use settee_node::doc_json_with;
+use settee_node::seqs;
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
 use settee_replicator::job::{Job, Options, Outcome, Progress};
 use settee_replicator::remote::{without_credentials, Remote, RemoteSpec, Url};
@@ -139,7 +139,7 @@ impl Endpoint for LocalDb {
         }
         let security = settee_auth::security::default_for(
             self.state
-                .node
+                .config
                 .get("couchdb", "default_security")
                 .as_deref(),
         );
@@ -436,10 +436,10 @@ fn read_revisions(
     stored: bool,
 ) -> ApiResult<Vec<Doc>> {
     let revs_limit = db.props().revs_limit as usize;
-    let opts = crate::render::DocOpts {
+    let opts = settee_node::DocOpts {
         revs: true,
         revs_limit: Some(revs_limit),
-        reader: crate::replicator_read::reader(db, user),
+        reader: settee_node::replicator_read::reader(db, user),
         ..Default::default()
     };
     let stored = stored && opts.reader.is_none();
@@ -554,7 +554,7 @@ fn user_of(
     };
     state
         .auth
-        .authenticate(&creds, &state.node, &state.couch)
+        .authenticate(&creds, &state.config, &state.couch)
         .map(|a| a.user)
         .map_err(|e| {
             let (status, _, reason) = e.parts();
@@ -676,7 +676,7 @@ async fn filter_code(source: &Peer, ddoc: &str, name: &str) -> ApiResult<String>
             let db = l.db()?;
             let d = blocking(move || Ok(db.open_doc(&id, None)?)).await.ok();
             d.and_then(|d| {
-                serde_json::from_slice::<Value>(&crate::render::doc_json(&d, &Default::default()))
+                serde_json::from_slice::<Value>(&settee_node::doc_json(&d, &Default::default()))
                     .ok()
             })
         }
@@ -740,7 +740,7 @@ pub(crate) async fn prepare(state: &AppState, caller: &Caller, r: &Request) -> A
         },
     };
     let (base, ext) = id::replication_id(&IdInput {
-        server_uuid: &state.config.server_uuid,
+        server_uuid: &state.http.server_uuid,
         source: &src_id,
         target: &tgt_id,
         filter: &filter,

@@ -9,6 +9,20 @@ use serde_json::Value;
 
 pub use settee_wire::{decode_param_json, Params};
 
+/// CouchDB's `parse_doc_query`: each option is on only for exactly `true`.
+pub fn doc_opts(p: &Params) -> settee_node::DocOpts {
+    let meta = p.is_true("meta");
+    settee_node::DocOpts {
+        revs: p.is_true("revs"),
+        revs_info: p.is_true("revs_info") || meta,
+        conflicts: p.is_true("conflicts") || meta,
+        deleted_conflicts: p.is_true("deleted_conflicts") || meta,
+        local_seq: p.is_true("local_seq"),
+        revs_limit: None,
+        reader: None,
+    }
+}
+
 pub async fn body_bytes(body: Body, limit: usize) -> ApiResult<Bytes> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_large = std::error::Error::source(&e)

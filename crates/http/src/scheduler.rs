@@ -121,13 +121,13 @@ const VALIDATE_JS: &str = r#"function (newDoc, oldDoc, userCtx) {
 }"#;
 
 fn replicator_db(state: &AppState) -> ApiResult<Arc<Database>> {
-    ensure_replicator_db(&state.couch, &state.node)
+    ensure_replicator_db(&state.couch, &state.config)
 }
 
 /// Opens `_replicator`, creating it (with `_design/_replicator`) if it does not exist.
 pub fn ensure_replicator_db(
     couch: &settee_db::Couch,
-    node: &crate::NodeConfig,
+    node: &settee_node::NodeConfig,
 ) -> ApiResult<Arc<Database>> {
     if let Ok(db) = couch.get(REPLICATOR_DB) {
         return Ok(db);
@@ -166,13 +166,8 @@ async fn run(state: AppState) -> ApiResult<()> {
             let rev = winner.rev.to_string();
             let body = match (&c.body, winner.deleted) {
                 (Some(b), false) => {
-                    let text = crate::render::winner_json_with(
-                        &c.id,
-                        &c.info,
-                        b,
-                        &Default::default(),
-                        None,
-                    );
+                    let text =
+                        settee_node::winner_json_with(&c.id, &c.info, b, &Default::default(), None);
                     serde_json::from_slice::<Map<String, Value>>(&text).ok()
                 }
                 _ => None,
@@ -407,7 +402,7 @@ async fn retry_due(state: &AppState, db: &Arc<Database>) {
         let Ok(doc) = blocking(move || Ok(d.open_doc(&id, None)?)).await else {
             continue;
         };
-        let body = serde_json::from_slice::<Map<String, Value>>(&crate::render::doc_json(
+        let body = serde_json::from_slice::<Map<String, Value>>(&settee_node::doc_json(
             &doc,
             &Default::default(),
         ))
@@ -434,7 +429,7 @@ async fn write_state(
     let Ok(doc) = blocking(move || Ok(d.open_doc(&id, None)?)).await else {
         return;
     };
-    let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&crate::render::doc_json(
+    let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&settee_node::doc_json(
         &doc,
         &Default::default(),
     )) else {

@@ -53,12 +53,8 @@ async fn server(dir: &std::path::Path) -> (AppState, std::net::SocketAddr) {
     node.set_defaults(builtin_defaults());
     let mut views = settee_views::Config::default();
     settee_http::register_query_language(&mut views.native);
-    let state = AppState::new(
-        couch,
-        settee_views::Views::new(views),
-        Arc::new(node),
-        HttpConfig::default(),
-    );
+    let node = settee_node::Node::new(couch, settee_views::Views::new(views), Arc::new(node));
+    let state = AppState::new(Arc::new(node), HttpConfig::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     state.set_local_addr(addr);

@@ -9,7 +9,7 @@
 //! here are the restart-only ones (listed in `docs/design.md`).
 
 use settee_auth::password::{PasswordHash, DEFAULT_ITERATIONS};
-use settee_http::NodeConfig;
+use settee_node::NodeConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -44,7 +44,7 @@ pub struct Settings {
     pub data_dir: PathBuf,
     pub bind: SocketAddr,
     /// The live configuration: the `--config` file, then `local.ini`, plus `--admin`.
-    pub node: settee_http::NodeConfig,
+    pub node: settee_node::NodeConfig,
     pub server_uuid: String,
     /// This node's name (`--node-name`, `[settee] node_name`).
     pub node_name: String,
@@ -89,7 +89,7 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
             .clamp(1, u32::MAX.into()) as u32
     };
     let node = NodeConfig::load(&files, local_path.clone()).map_err(|e| e.to_string())?;
-    node.set_defaults(settee_http::node_config::builtin_defaults());
+    node.set_defaults(settee_node::config::builtin_defaults());
     // What the command line (or environment) chose, shown by `_config` for this run.
     if args.data_dir.is_some() {
         node.set_transient("couchdb", "database_dir", &data_dir.display().to_string());
@@ -162,7 +162,7 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
     let max_http_request_size = int(
         "chttpd",
         "max_http_request_size",
-        settee_http::HttpConfig::default().max_http_request_size,
+        settee_node::config::MAX_HTTP_REQUEST_SIZE,
     )?;
     let view_workers = int("settee", "view_index_workers", 0)?;
     let node_name = match &args.node_name {

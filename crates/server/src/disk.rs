@@ -3,7 +3,7 @@
 //! percentage to [`DiskMonitor`], which decides what to refuse.
 
 use settee_db::disk::{percent_used, DiskMonitor};
-use settee_http::NodeConfig;
+use settee_node::NodeConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

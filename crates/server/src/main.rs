@@ -106,19 +106,19 @@ fn serve(
     }
     views_config.query_servers = std::sync::Arc::new(query_servers(&settings.node));
     let views = settee_views::Views::new(views_config);
-    let state = AppState::new(
+    let node = std::sync::Arc::new(settee_node::Node::new(
         couch.clone(),
         views,
         std::sync::Arc::new(settings.node),
-        http_config,
-    );
+    ));
+    let state = AppState::new(node.clone(), http_config);
     disk::spawn(
         settings.data_dir.clone(),
         couch.disk().clone(),
-        state.node.clone(),
+        node.config.clone(),
     );
     // `[log] level` changes through `/_config` apply at once.
-    state.set_log_control(Box::new(move |level| {
+    node.set_log_control(Box::new(move |level| {
         log.set(level.unwrap_or(logging::DEFAULT_LEVEL))
     }));
     if let Some((name, pw)) = &settings.generated_password {
@@ -158,7 +158,7 @@ fn serve(
 /// over the `[query_servers]` section of the ini files (read at start only: a command line
 /// is not something `/_config` should be able to change), `python` defaulting to Settee's
 /// own server when it is installed. Their live settings (timeout, process limit) follow `/_config`.
-fn query_servers(node: &settee_http::NodeConfig) -> settee_views::QueryServers {
+fn query_servers(node: &settee_node::NodeConfig) -> settee_views::QueryServers {
     use settee_views::queryserver::{Languages, QueryServers};
     let section =
         |name: &str| -> Vec<(String, String)> { node.section(name).into_iter().collect() };

@@ -5,7 +5,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::handlers::doc::local_json;
 use crate::mrargs::{MrArgs, ViewType};
-use crate::render::{winner_json_with, with_doc, DocOpts};
 use crate::reply::{json_bytes, stream, JSON};
 use crate::req::{decode_param_json, require_json};
 use crate::{AppState, Req};
@@ -13,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
 use settee_db::{AllDocsRow, Database};
+use settee_node::{winner_json_with, with_doc, DocOpts};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -273,7 +273,7 @@ fn run(
         // With `keys`, CouchDB's coordinator has no sequence to show.
         let update_seq = match q.keys {
             Some(_) => Value::Null,
-            None => Value::String(crate::render::seqs(db).bare_seq(db.update_seq())),
+            None => Value::String(settee_node::seqs(db).bare_seq(db.update_seq())),
         };
         head.push_str(&format!(",\"update_seq\":{update_seq}"));
     }
@@ -441,12 +441,12 @@ async fn all_docs_in(
         None => Query::from_args(args)?,
     };
     q.public_only = public_only(state, &db, &req)?;
-    q.opts.reader = crate::replicator_read::reader(&db, &req.user);
+    q.opts.reader = settee_node::replicator_read::reader(&db, &req.user);
     Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
 }
 
 fn partition_query_limit(state: &AppState) -> u64 {
-    state.node.get_u64(
+    state.config.get_u64(
         "query_server_config",
         "partition_query_limit",
         super::views::MAX_VIEW_LIMIT,
@@ -460,7 +460,7 @@ impl ListQuery {
     pub(crate) fn new(state: &AppState, db: &Database, req: &Req, args: MrArgs) -> ApiResult<Self> {
         let mut q = Query::from_args(args)?;
         q.public_only = public_only(state, db, req)?;
-        q.opts.reader = crate::replicator_read::reader(db, &req.user);
+        q.opts.reader = settee_node::replicator_read::reader(db, &req.user);
         Ok(ListQuery(q))
     }
 
@@ -515,7 +515,7 @@ async fn queries_in(
     };
     let base = MrArgs::from_query(&req.params)?;
     let public = public_only(state, &db, &req)?;
-    let reader = crate::replicator_read::reader(&db, &req.user);
+    let reader = settee_node::replicator_read::reader(&db, &req.user);
     let qs = list
         .iter()
         .map(|b| {

@@ -22,15 +22,6 @@ use settee_docs::{Followed, Written};
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
-/// `[couchdb] max_attachment_size` (bytes; `infinity` or unset: no limit).
-pub fn max_size(state: &AppState) -> u64 {
-    state
-        .node
-        .get("couchdb", "max_attachment_size")
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(u64::MAX)
-}
-
 pub use settee_wire::AttOpts;
 
 /// What [`AttOpts`] (parsed by `settee_wire`) make of a revision's stored attachments.
@@ -441,7 +432,7 @@ fn changed(
             .unwrap_or("");
         let db = percent_encoding::percent_decode_str(db).decode_utf8_lossy();
         let path = format!("/{db}/{}/{}", url_encode(id), url_encode(name));
-        if let Some(loc) = crate::location::absolute_uri(&state.node, req, &path) {
+        if let Some(loc) = crate::location::absolute_uri(&state.config, req, &path) {
             resp.headers_mut().insert(header::LOCATION, loc);
         }
     }
@@ -786,11 +777,14 @@ fn accepts_gzip(req: &Req) -> bool {
 /// `Content-Security-Policy` for a kind of user content (`[csp] <kind>_enable`, on by
 /// default, with `<kind>_header_value`), as CouchDB 3.2+ sends with attachments.
 pub fn csp_header(state: &AppState, kind: &str, default: &str) -> Option<HeaderValue> {
-    if !state.node.get_bool("csp", &format!("{kind}_enable"), true) {
+    if !state
+        .config
+        .get_bool("csp", &format!("{kind}_enable"), true)
+    {
         return None;
     }
     let value = state
-        .node
+        .config
         .get_or("csp", &format!("{kind}_header_value"), default);
     HeaderValue::from_str(&value).ok()
 }

@@ -3,7 +3,6 @@
 use super::attachments::AttRender;
 use super::{allow, await_write, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -12,6 +11,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::{parse_doc, validate_doc_id, DocKind, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc};
+use settee_node::{doc_json_with, DocOpts};
 use std::sync::Arc;
 
 fn error_entry(id: &str, e: ApiError) -> Value {
@@ -169,7 +169,7 @@ pub async fn bulk_get(db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     let opts = DocOpts {
         revs: req.params.is_true("revs"),
         revs_limit: Some(db.props().revs_limit as usize),
-        reader: crate::replicator_read::reader(&db, &req.user),
+        reader: settee_node::replicator_read::reader(&db, &req.user),
         ..Default::default()
     };
     let latest = req.params.is_true("latest");
@@ -360,13 +360,13 @@ pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResu
     settee_metrics::global().purge_requests.inc();
     let body = req.json().await?;
     let asked = id_revs(&body)?;
-    if asked.len() as u64 > state.node.get_u64("purge", "max_document_id_number", 100) {
+    if asked.len() as u64 > state.config.get_u64("purge", "max_document_id_number", 100) {
         return Err(ApiError::bad_request(
             "Exceeded maximum number of documents.",
         ));
     }
     let revs: usize = asked.iter().map(|(_, r)| r.len()).sum();
-    if revs as u64 > state.node.get_u64("purge", "max_revisions_number", 1000) {
+    if revs as u64 > state.config.get_u64("purge", "max_revisions_number", 1000) {
         return Err(ApiError::bad_request(
             "Exceeded maximum number of revisions.",
         ));

@@ -5,7 +5,6 @@ use super::{allow, blocking};
 use crate::design_filter::{self, DesignFilter, ReqInfo};
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::{parse_pos_int, Val};
-use crate::render::{seqs, winner_json_with, with_doc, DocOpts};
 use crate::reply::{delayed, stream, stream_async, JSON};
 use crate::req::Params;
 use crate::{AppState, Req};
@@ -15,6 +14,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use settee_core::{Rev, SeqArg, SeqCodec};
 use settee_db::{Change, Database};
+use settee_node::{seqs, winner_json_with, with_doc, DocOpts};
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -186,7 +186,7 @@ fn selector_passes(
     let mut passed = Vec::new();
     for leaf in c.info.tree.leaves() {
         let doc = db.open_doc(&c.id, Some(&leaf.rev))?;
-        if matches(crate::render::doc_json(&doc, &DocOpts::default()))? {
+        if matches(settee_node::doc_json(&doc, &DocOpts::default()))? {
             passed.push(leaf.rev);
         }
     }
@@ -305,7 +305,7 @@ struct Opts {
     js_limits: settee_views::Limits,
     atts: super::attachments::AttOpts,
     /// Whose credentials `include_docs` hides (`replicator_read`).
-    reader: Option<Arc<crate::replicator_read::Reader>>,
+    reader: Option<Arc<settee_node::replicator_read::Reader>>,
 }
 
 fn millis(p: &Params, k: &str) -> ApiResult<Option<Duration>> {
@@ -728,10 +728,10 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         None
     };
     let changes_timeout =
-        Duration::from_millis(state.node.get_u64("chttpd", "changes_timeout", 60_000));
+        Duration::from_millis(state.config.get_u64("chttpd", "changes_timeout", 60_000));
     let (all, params) = folded(&req.params);
     let mut o = Opts::parse(&all, &params, changes_timeout, seqs(&db))?;
-    o.reader = crate::replicator_read::reader(&db, &req.user);
+    o.reader = settee_node::replicator_read::reader(&db, &req.user);
     // An EventSource reconnecting says where it stopped.
     if params.get("feed") == Some("eventsource") {
         if let Some(id) = req.header("last-event-id") {
@@ -749,11 +749,7 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         Feed::Normal => {
             // chttpd_db: the ETag is the database's info, whatever the query, and a match is
             // a 304.
-            let etag = crate::design_render::make_etag(
-                super::database::db_info_json(&state, &db)
-                    .to_string()
-                    .as_bytes(),
-            );
+            let etag = crate::design_render::make_etag(state.db_info(&db).to_string().as_bytes());
             let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
             if crate::req::etag_matches(&req.headers, &etag) {
                 return Ok(super::doc::not_modified(tag));
@@ -768,7 +764,7 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         }
         Feed::Longpoll | Feed::Continuous | Feed::EventSource => {
             let max_duration = state
-                .node
+                .config
                 .get("fabric", "changes_duration")
                 .and_then(|v| v.trim().parse().ok())
                 .map(Duration::from_millis);
@@ -789,7 +785,7 @@ async fn resolve(
     Ok(match spec {
         FilterSpec::None => Filter::None,
         FilterSpec::DocIds(ids) => {
-            let limit = state.node.get_u64(
+            let limit = state.config.get_u64(
                 "couchdb",
                 "changes_doc_ids_optimization_threshold",
                 DOC_IDS_LOOKUP_LIMIT,

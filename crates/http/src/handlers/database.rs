@@ -4,7 +4,6 @@
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::doc;
-use crate::render::seqs;
 use crate::reply::{json, ok_true};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -12,37 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_db::Database;
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
-
-pub fn db_info_json(state: &AppState, db: &Database) -> Value {
-    let info = db.info();
-    let s = info.stats;
-    let codec = seqs(db);
-    json!({
-        "instance_start_time": "0",
-        "db_name": db.name,
-        "purge_seq": codec.bare_seq(s.purge_seq),
-        "update_seq": codec.update_seq(s.update_seq),
-        "sizes": {"file": info.file_size, "external": s.external, "active": s.active.min(info.file_size.max(s.external))},
-        "props": props_json(db),
-        "doc_del_count": s.doc_del_count,
-        "doc_count": s.doc_count,
-        "disk_format_version": 8,
-        "compact_running": state.tasks.compacting(&db.name),
-        "cluster": {"q": db.props().q, "n": 1, "w": 1, "r": 1},
-    })
-}
-
-/// `props` of the database info: `{"partitioned": true}` for a partitioned database,
-/// `{}` otherwise, as CouchDB shows it.
-fn props_json(db: &Database) -> Value {
-    if db.props().partitioned {
-        json!({"partitioned": true})
-    } else {
-        json!({})
-    }
-}
+use std::sync::Arc;
 
 /// `GET /{db}/_shards` and `/{db}/_shards/{docid}` (`mem3_httpd`): this node holds every
 /// range of the ring the database's `q` cuts.
@@ -105,7 +74,7 @@ fn shards_params(state: &AppState, req: &Req) -> ApiResult<u32> {
     let q = match req.params.get("q") {
         Some(q) => q.parse().unwrap_or(1),
         None => state
-            .node
+            .config
             .get("cluster", "q")
             .and_then(|q| positive(q.trim()))
             .unwrap_or(1),
@@ -135,11 +104,11 @@ fn refuse_partitioned_system_db(state: &AppState, name: &str) -> ApiResult<()> {
         "_users",
     ];
     let suffix = name.rsplit('/').next().unwrap_or(name);
-    let users_suffix = state.node.get("couchdb", "users_db_suffix");
+    let users_suffix = state.config.get("couchdb", "users_db_suffix");
     let system = SYSTEM.contains(&name)
         || ["_replicator", "_users"].contains(&suffix)
         || users_suffix.as_deref() == Some(suffix)
-        || name == crate::access::auth_db(&state.node);
+        || name == crate::access::auth_db(&state.config);
     if system {
         return Err(ApiError::bad_request("Cannot partition a system database"));
     }
@@ -152,7 +121,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let db = state.couch.get(name)?;
             let state2 = state.clone();
             let started = std::time::Instant::now();
-            let v = blocking(move || Ok(db_info_json(&state2, &db))).await?;
+            let v = blocking(move || Ok(state2.db_info(&db))).await?;
             settee_metrics::global()
                 .dbinfo
                 .record(started.elapsed().as_secs_f64() * 1000.0);
@@ -167,9 +136,9 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let couch = state.couch.clone();
             let name2 = name.to_string();
             let security = settee_auth::security::default_for(
-                state.node.get("couchdb", "default_security").as_deref(),
+                state.config.get("couchdb", "default_security").as_deref(),
             );
-            let node = state.node.clone();
+            let node = state.config.clone();
             blocking(move || {
                 let props = settee_db::Props {
                     security,
@@ -189,7 +158,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             .await?;
             let mut resp = ok_true(StatusCode::CREATED);
             let path = format!("/{}", crate::location::url_encode(name));
-            if let Some(loc) = crate::location::absolute_uri(&state.node, &req, &path) {
+            if let Some(loc) = crate::location::absolute_uri(&state.config, &req, &path) {
                 resp.headers_mut().insert("location", loc);
             }
             Ok(resp)
@@ -252,113 +221,10 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
     }
 }
 
-/// Database compactions, as `_active_tasks` shows them.
-#[derive(Default)]
-pub struct Tasks(Mutex<Vec<Task>>);
-
-struct Task {
-    database: String,
-    pid: u64,
-    started_on: u64,
-    updated_on: u64,
-    progress: settee_db::CompactProgress,
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-impl Tasks {
-    pub fn compacting(&self, db: &str) -> bool {
-        self.0.lock().unwrap().iter().any(|t| t.database == db)
-    }
-
-    /// Registers a compaction of `database`; false when one is running already.
-    fn start(&self, database: &str) -> bool {
-        static PIDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let mut tasks = self.0.lock().unwrap();
-        if tasks.iter().any(|t| t.database == database) {
-            return false;
-        }
-        let now = now_secs();
-        tasks.push(Task {
-            database: database.to_string(),
-            pid: PIDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1,
-            started_on: now,
-            updated_on: now,
-            progress: settee_db::CompactProgress {
-                phase: settee_db::CompactPhase::DocumentCopy,
-                done: 0,
-                total: 0,
-            },
-        });
-        true
-    }
-
-    fn update(&self, database: &str, progress: settee_db::CompactProgress) {
-        if let Some(t) = self
-            .0
-            .lock()
-            .unwrap()
-            .iter_mut()
-            .find(|t| t.database == database)
-        {
-            t.progress = progress;
-            t.updated_on = now_secs();
-        }
-    }
-
-    fn finish(&self, database: &str) {
-        self.0.lock().unwrap().retain(|t| t.database != database);
-    }
-
-    /// CouchDB's `database_compaction` entries (`phase` names Settee's steps; `progress`
-    /// is the percentage of the current phase).
-    pub fn list(&self) -> Vec<Value> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|t| {
-                let p = t.progress;
-                let progress = match p.total {
-                    0 => 0,
-                    n => (p.done * 100 / n).min(100),
-                };
-                json!({
-                    "changes_done": p.done,
-                    "database": t.database,
-                    "node": settee_core::node::name(),
-                    "phase": p.phase.as_str(),
-                    "pid": format!("<0.{}.1>", t.pid),
-                    "process_status": "running",
-                    "progress": progress,
-                    "retry": false,
-                    "started_on": t.started_on,
-                    "total_changes": p.total,
-                    "type": "database_compaction",
-                    "updated_on": t.updated_on,
-                })
-            })
-            .collect()
-    }
-}
-
 pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    if state.tasks.start(&db.name) {
-        let state = state.clone();
-        std::thread::spawn(move || {
-            let tasks = &state.tasks;
-            if let Err(e) = db.compact_reporting(&mut |p| tasks.update(&db.name, p)) {
-                tracing::error!(db = %db.name, error = %e, "compaction failed");
-            }
-            tasks.finish(&db.name);
-        });
-    }
+    state.node.compact(db);
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
@@ -418,9 +284,9 @@ pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiR
     if req.method == "PUT" {
         // Only the exact value `false` (the default) protects the authentication
         // database, as CouchDB compares the setting's text.
-        if db.name == crate::access::auth_db(&state.node)
+        if db.name == crate::access::auth_db(&state.config)
             && state
-                .node
+                .config
                 .get_or("couchdb", "users_db_security_editable", "false")
                 == "false"
         {

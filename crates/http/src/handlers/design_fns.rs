@@ -207,7 +207,7 @@ async fn list(
     } else {
         None
     };
-    let reader = crate::replicator_read::reader(&db, &req.user);
+    let reader = settee_node::replicator_read::reader(&db, &req.user);
     let list_name = name.clone();
     let (ddoc, query, req_json) = {
         let (state, db) = (state.clone(), db.clone());
@@ -221,7 +221,7 @@ async fn list(
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
                     let (g, n) = views::load_group(&state, &db, &vname, &view)?;
-                    let mut args = views::ViewArgs::for_view(args, &g, n, &state.node)?;
+                    let mut args = views::ViewArgs::for_view(args, &g, n, &state.config)?;
                     args.reader = reader;
                     let views = state.views.clone();
                     Box::new(move |out| views::run(&views, &db, &g, n, &args, out))

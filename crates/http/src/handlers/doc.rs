@@ -5,7 +5,6 @@ use super::{await_write, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender, MixedPart};
 use crate::location::{absolute_uri, doc_path};
-use crate::render::{doc_json_with, DocOpts};
 use crate::reply::{json, json_bytes};
 use crate::req::{etag_matches, etag_value};
 use crate::router::NotUtf8;
@@ -17,6 +16,7 @@ use serde_json::{json, Value};
 use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc};
 use settee_docs::Followed;
+use settee_node::{doc_json_with, DocOpts};
 use std::sync::Arc;
 
 pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
@@ -123,7 +123,7 @@ fn design_redirect(state: &AppState, req: &Req) -> Option<Response> {
     );
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::MOVED_PERMANENTLY;
-    if let Some(loc) = absolute_uri(&state.node, req, &path) {
+    if let Some(loc) = absolute_uri(&state.config, req, &path) {
         resp.headers_mut().insert(header::LOCATION, loc);
     }
     Some(resp)
@@ -135,9 +135,9 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
             return Ok(redirect);
         }
     }
-    let mut opts = DocOpts::from_params(&req.params)?;
+    let mut opts = crate::req::doc_opts(&req.params);
     opts.revs_limit = Some(db.props().revs_limit as usize);
-    opts.reader = crate::replicator_read::reader(&db, &req.user);
+    opts.reader = settee_node::replicator_read::reader(&db, &req.user);
     let atts = AttOpts::from_params(&req.params)?;
     let users_view = users_reader(state, &db, &req)?;
     if req.params.get("open_revs").is_some() {
@@ -232,7 +232,7 @@ pub(crate) fn users_reader(
     if sec.is_admin(&req.user) {
         return Ok(None);
     }
-    let public = crate::access::public_fields(&state.node).unwrap_or_default();
+    let public = crate::access::public_fields(&state.config).unwrap_or_default();
     Ok(Some((sec, public)))
 }
 
@@ -423,7 +423,7 @@ pub fn accepted(id: &str) -> Response {
 
 /// The `Location` of a document: `/{db}/{docid}` encoded as CouchDB encodes it.
 pub fn doc_location(state: &AppState, req: &Req, db: &str, id: &str) -> Option<HeaderValue> {
-    absolute_uri(&state.node, req, &doc_path(db, id))
+    absolute_uri(&state.config, req, &doc_path(db, id))
 }
 
 /// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.

@@ -5,7 +5,6 @@
 
 use super::{allow, blocking, doc};
 use crate::error::{ApiError, ApiResult};
-use crate::render::{doc_json, winner_json_with, DocOpts};
 use crate::reply::{json, stream, JSON};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -19,6 +18,7 @@ use settee_mango::index::{self, Index, Kind};
 use settee_mango::opts::{FindOpts, IndexOpts};
 use settee_mango::plan::{self, Plan};
 use settee_mango::Error as MangoError;
+use settee_node::{doc_json, winner_json_with, DocOpts};
 use settee_views::{Event, Freshness, ViewQuery};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -69,7 +69,7 @@ pub async fn find(
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     let body = object_body(&mut req).await?;
-    let default_limit = state.node.get_u64("mango", "default_limit", 25);
+    let default_limit = state.config.get_u64("mango", "default_limit", 25);
     let mut opts = FindOpts::parse(&body, default_limit)?;
     if let Some(p) = partition {
         opts.partition = p;
@@ -102,9 +102,9 @@ pub async fn find(
         return Ok(json(StatusCode::OK, &explain_json(&db, &opts, &plan)));
     }
     let threshold = state
-        .node
+        .config
         .get_u64("mango", "index_scan_warning_threshold", 10);
-    let reader = crate::replicator_read::reader(&db, &req.user);
+    let reader = settee_node::replicator_read::reader(&db, &req.user);
     Ok(stream(JSON, move |sink| {
         run(&state, &db, &opts, &plan, threshold, reader, &mut |b| {
             sink.write(b)
@@ -165,7 +165,7 @@ struct Run<'a> {
     last: Option<Bookmark>,
     open: bool,
     /// Whose credentials documents hide (`replicator_read`).
-    reader: Option<Arc<crate::replicator_read::Reader>>,
+    reader: Option<Arc<settee_node::replicator_read::Reader>>,
 }
 
 impl Run<'_> {
@@ -249,7 +249,7 @@ fn run(
     opts: &FindOpts,
     plan: &Plan,
     threshold: u64,
-    reader: Option<Arc<crate::replicator_read::Reader>>,
+    reader: Option<Arc<settee_node::replicator_read::Reader>>,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> ApiResult<()> {
     let started = Instant::now();

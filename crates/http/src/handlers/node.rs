@@ -47,19 +47,19 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
         NodeOp::Config => {
             allow(&req.method, "GET")?;
             check_node(node)?;
-            Ok(json(StatusCode::OK, &json!(state.node.all())))
+            Ok(json(StatusCode::OK, &json!(state.config.all())))
         }
         NodeOp::Reload => {
             allow(&req.method, "POST")?;
             check_node(node)?;
-            state.node.reload()?;
+            state.config.reload()?;
             state.apply_settings();
             Ok(ok_true(StatusCode::OK))
         }
         NodeOp::Section(section) => {
             allow(&req.method, "GET")?;
             check_node(node)?;
-            Ok(json(StatusCode::OK, &json!(state.node.section(&section))))
+            Ok(json(StatusCode::OK, &json!(state.config.section(&section))))
         }
         NodeOp::Key(section, key) => config_key(state, node, &section, &key, req).await,
         NodeOp::Stats(path) => {
@@ -136,7 +136,7 @@ async fn config_key(
 ) -> ApiResult<Response> {
     allow(&req.method, "GET,PUT,DELETE")?;
     check_node(node)?;
-    let cfg = &state.node;
+    let cfg = &state.config;
     let old = match req.method.as_str() {
         "PUT" => {
             check_writable(section)?;
@@ -181,7 +181,7 @@ fn hash_admin_password(state: &AppState, value: &str) -> String {
         return value.to_string();
     }
     let iterations = state
-        .node
+        .config
         .get_u64("chttpd_auth", "iterations", DEFAULT_ITERATIONS.into())
         .clamp(1, u32::MAX.into()) as u32;
     PasswordHash::new(value, iterations).stored()

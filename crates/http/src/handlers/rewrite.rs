@@ -42,7 +42,7 @@ pub async fn rewrite(
     mut req: Req,
 ) -> ApiResult<Response> {
     let limit = state
-        .node
+        .config
         .chttpd("rewrite_limit")
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(100);
@@ -60,7 +60,7 @@ pub async fn rewrite(
     };
     let target = match body.get("rewrites") {
         Some(Value::Array(rules)) => {
-            let secure = state.node.chttpd("secure_rewrites").as_deref() != Some("false");
+            let secure = state.config.chttpd("secure_rewrites").as_deref() != Some("false");
             let method = req.method.as_str();
             rewrite::apply_rules(rules, method, &path, &query_pairs(&req), secure)
                 .map_err(rules_error)?

@@ -3,7 +3,6 @@
 
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::database::db_info_json;
 use crate::reply::json;
 use crate::{AppState, Req};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -24,7 +23,7 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
         "couchdb": "Welcome",
         "version": "3.5.2",
         "git_sha": env!("SETTEE_GIT_SHA"),
-        "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
+        "uuid": state.config.get_or("couchdb", "uuid", &state.http.server_uuid),
         "features": FEATURES,
     });
     add_vendor(state, &mut body);
@@ -36,7 +35,7 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
 pub fn node_local_welcome(state: &AppState) -> Value {
     let mut body = json!({
         "couchdb": "Welcome",
-        "uuid": state.node.get_or("couchdb", "uuid", &state.config.server_uuid),
+        "uuid": state.config.get_or("couchdb", "uuid", &state.http.server_uuid),
         "version": "3.5.2",
     });
     add_vendor(state, &mut body);
@@ -45,7 +44,7 @@ pub fn node_local_welcome(state: &AppState) -> Value {
 
 /// As CouchDB's welcomes: the `[vendor]` section, when it has any keys, last.
 fn add_vendor(state: &AppState, body: &mut Value) {
-    let vendor = state.node.section("vendor");
+    let vendor = state.config.section("vendor");
     if !vendor.is_empty() {
         body["vendor"] = json!(vendor);
     }
@@ -56,7 +55,7 @@ fn add_vendor(state: &AppState, body: &mut Value) {
 pub fn up(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
     Ok(
-        match state.node.get("couchdb", "maintenance_mode").as_deref() {
+        match state.config.get("couchdb", "maintenance_mode").as_deref() {
             Some("true") => json(
                 StatusCode::NOT_FOUND,
                 &json!({"status": "maintenance_mode"}),
@@ -88,8 +87,8 @@ fn erlang_integer(s: &str) -> Option<i128> {
 pub fn uuids(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET")?;
     let max = state
-        .node
-        .get_u64("uuids", "max_count", state.config.max_uuid_count as u64);
+        .config
+        .get_u64("uuids", "max_count", state.http.max_uuid_count as u64);
     let positive = || ApiError::bad_request("count must be a positive integer");
     let count = match req.params.get("count") {
         None => 1,
@@ -231,7 +230,7 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
             Some(_) => return Err(ApiError::bad_request("`keys` member must be an array.")),
         };
         let max = state
-            .node
+            .config
             .get_u64("chttpd", "max_db_number_for_dbs_info_req", 100);
         if keys.len() as u64 > max {
             return Err(ApiError::bad_request("too_many_keys"));
@@ -251,7 +250,7 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
             .map(|key| {
                 let db = key.as_str().and_then(|name| state.couch.get(name).ok());
                 match db {
-                    Some(db) => json!({"key": key, "info": db_info_json(&state, &db)}),
+                    Some(db) => json!({"key": key, "info": state.db_info(&db)}),
                     None => json!({"key": key, "error": "not_found"}),
                 }
             })
@@ -280,12 +279,12 @@ pub async fn session(state: &AppState, mut req: Req) -> ApiResult<Response> {
             let mut info = serde_json::Map::new();
             info.insert(
                 "authentication_handlers".into(),
-                json!(crate::auth::handler_names(&state.node)),
+                json!(crate::auth::handler_names(&state.config)),
             );
             if let Some(handler) = req.authenticated_by {
                 info.insert("authenticated".into(), json!(handler));
             }
-            if let Some(db) = state.node.get("chttpd_auth", "authentication_db") {
+            if let Some(db) = state.config.get("chttpd_auth", "authentication_db") {
                 info.insert("authentication_db".into(), json!(db));
             }
             let user = json!({"name": req.user.name, "roles": req.user.roles});
@@ -296,7 +295,7 @@ pub async fn session(state: &AppState, mut req: Req) -> ApiResult<Response> {
         }
         "POST" => login(state, &mut req).await,
         "DELETE" => {
-            let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.node));
+            let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.config));
             let clear = opts.clear_cookie(crate::auth::now_secs(), false);
             Ok(with_cookie(
                 session_reply(state, &req, "next", json!({"ok": true}))?,
@@ -350,10 +349,10 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
     let user = blocking(move || {
         state2
             .auth
-            .login(&name2, &password, &peer, &state2.node, &state2.couch)
+            .login(&name2, &password, &peer, &state2.config, &state2.couch)
     })
     .await?;
-    let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.node));
+    let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.config));
     let now = crate::auth::now_secs();
     let Some((user, salt)) = user else {
         tracing::warn!(user = %name, peer = %req.peer, "authentication failed");
@@ -376,12 +375,12 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
 
 /// `[chttpd_auth] secret`, created (and persisted) on first use as CouchDB does.
 fn session_secret(state: &AppState) -> ApiResult<String> {
-    let section = crate::auth::auth_section(&state.node);
+    let section = crate::auth::auth_section(&state.config);
     if let Some(s) = section.get("secret").filter(|s| !s.is_empty()) {
         return Ok(s.clone());
     }
     let secret = hex::encode(rand::random::<[u8; 16]>());
-    state.node.set("chttpd_auth", "secret", &secret)?;
+    state.config.set("chttpd_auth", "secret", &secret)?;
     Ok(secret)
 }
 
@@ -395,7 +394,7 @@ fn session_reply(state: &AppState, req: &Req, redirect: &str, body: Value) -> Ap
         return Err(ApiError::bad_request("path must begin with a /."));
     }
     let mut resp = json(StatusCode::FOUND, &body);
-    if let Some(v) = crate::location::absolute_uri(&state.node, req, to) {
+    if let Some(v) = crate::location::absolute_uri(&state.config, req, to) {
         resp.headers_mut().insert(axum::http::header::LOCATION, v);
     }
     Ok(resp)

@@ -27,7 +27,7 @@ const UTILS_CSP: &str = "child-src 'self' data: blob:; default-src 'self'; img-s
 /// else under the source tree Settee was built from (`cargo run` from anywhere); `None`
 /// when that directory holds no `index.html`.
 fn docroot(state: &AppState) -> Option<PathBuf> {
-    let candidates = match state.node.get("chttpd", "docroot") {
+    let candidates = match state.config.get("chttpd", "docroot") {
         Some(dir) => vec![PathBuf::from(dir)],
         None => vec![
             PathBuf::from("ui/fauxton"),

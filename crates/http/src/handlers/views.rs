@@ -6,8 +6,6 @@ use crate::design_render::DesignDoc;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender};
 use crate::mrargs::{GroupLevel, MrArgs, Update, ViewType};
-use crate::node_config::NodeConfig;
-use crate::render::{doc_json, doc_json_with, seqs, with_doc, DocOpts};
 use crate::reply::{json, json_bytes, ok_true, stream, JSON};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -16,6 +14,8 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::Rev;
 use settee_db::Database;
+use settee_node::config::NodeConfig;
+use settee_node::{doc_json, doc_json_with, seqs, with_doc, DocOpts};
 use settee_views::{Event, Freshness, Group, Grouping, ReduceKind, ViewQuery, Views};
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub struct ViewArgs {
     pub update_seq: bool,
     pub fresh: Freshness,
     /// Whose credentials `include_docs` hides (`replicator_read`).
-    pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
+    pub reader: Option<std::sync::Arc<settee_node::replicator_read::Reader>>,
 }
 
 /// CouchDB's `?MAX_VIEW_LIMIT`: the default of `query_limit` and `partition_query_limit`.
@@ -217,8 +217,8 @@ pub async fn view(
         })
         .await?
     };
-    let mut args = ViewArgs::for_view(args, &g, n, &state.node)?;
-    args.reader = crate::replicator_read::reader(&db, &req.user);
+    let mut args = ViewArgs::for_view(args, &g, n, &state.config)?;
+    args.reader = settee_node::replicator_read::reader(&db, &req.user);
     let views = state.views.clone();
     Ok(stream(JSON, move |sink| {
         run(&views, &db, &g, n, &args, &mut |b| sink.write(b))
@@ -255,7 +255,7 @@ pub async fn view_queries(
         .ok_or_else(|| ApiError::bad_request("POST body must include `queries` parameter."))?;
     let base = MrArgs::from_query(&req.params)?;
     let views = state.views.clone();
-    let reader = crate::replicator_read::reader(&db, &req.user);
+    let reader = settee_node::replicator_read::reader(&db, &req.user);
     let out = blocking(move || {
         let (g, n) = load_group(&state, &db, &ddoc, &view)?;
         let args = list
@@ -264,7 +264,7 @@ pub async fn view_queries(
                 let q = q
                     .as_object()
                     .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-                ViewArgs::for_view(base.for_query_object(q)?, &g, n, &state.node).map(|a| {
+                ViewArgs::for_view(base.for_query_object(q)?, &g, n, &state.config).map(|a| {
                     ViewArgs {
                         reader: reader.clone(),
                         ..a

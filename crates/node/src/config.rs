@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
+/// `[chttpd] max_http_request_size` when nothing sets it.
+pub const MAX_HTTP_REQUEST_SIZE: usize = 256 << 20;
+
 pub type Section = BTreeMap<String, String>;
 pub type Sections = BTreeMap<String, Section>;
 
@@ -263,7 +266,7 @@ pub fn builtin_defaults() -> Sections {
         (
             "chttpd",
             "max_http_request_size",
-            crate::HttpConfig::default().max_http_request_size.to_string(),
+            MAX_HTTP_REQUEST_SIZE.to_string(),
         ),
         ("chttpd", "require_valid_user", "false".into()),
         ("chttpd", "admin_only_all_dbs", "true".into()),

@@ -1,7 +1,5 @@
 //! Documents, rows and sequences as CouchDB renders them.
 
-use crate::error::ApiResult;
-use crate::req::Params;
 use serde_json::{json, Value};
 use settee_core::{DocJson, Rev, RevTree, SeqCodec};
 use settee_db::{Database, DocInfo, OpenDoc};
@@ -20,22 +18,6 @@ pub struct DocOpts {
     /// A reader of a replicator database from whom other users' credentials are hidden
     /// (`replicator_read`).
     pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
-}
-
-impl DocOpts {
-    /// CouchDB's `parse_doc_query`: each option is on only for exactly `true`.
-    pub fn from_params(p: &Params) -> ApiResult<DocOpts> {
-        let meta = p.is_true("meta");
-        Ok(DocOpts {
-            revs: p.is_true("revs"),
-            revs_info: p.is_true("revs_info") || meta,
-            conflicts: p.is_true("conflicts") || meta,
-            deleted_conflicts: p.is_true("deleted_conflicts") || meta,
-            local_seq: p.is_true("local_seq"),
-            revs_limit: None,
-            reader: None,
-        })
-    }
 }
 
 impl DocOpts {

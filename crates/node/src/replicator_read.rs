@@ -24,12 +24,12 @@ pub struct Reader {
 
 /// Whether CouchDB treats the database as a replicator database.
 fn is_replicator_db(name: &str) -> bool {
-    name == crate::scheduler::REPLICATOR_DB || name.ends_with("/_replicator")
+    name == crate::REPLICATOR_DB || name.ends_with("/_replicator")
 }
 
 /// The reader to hide others' credentials from, `None` when documents are shown as
 /// stored (another database, or an admin of this one).
-pub(crate) fn reader(db: &Database, user: &UserCtx) -> Option<Arc<Reader>> {
+pub fn reader(db: &Database, user: &UserCtx) -> Option<Arc<Reader>> {
     if !is_replicator_db(&db.name) || user.is_server_admin() {
         return None;
     }
@@ -43,13 +43,13 @@ pub(crate) fn reader(db: &Database, user: &UserCtx) -> Option<Arc<Reader>> {
 
 /// A document as a reader sees it when it differs from the stored one: its stored bytes
 /// and the revision shown.
-pub(crate) struct Shown {
+pub struct Shown {
     pub body: Vec<u8>,
     pub rev: Rev,
 }
 
 /// The document as `reader` sees it, or `None` if it is shown as stored.
-pub(crate) fn after_read(doc: &OpenDoc, reader: &Reader) -> Option<Shown> {
+pub fn after_read(doc: &OpenDoc, reader: &Reader) -> Option<Shown> {
     if doc.id.starts_with("_design/") {
         return None;
     }

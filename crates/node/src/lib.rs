@@ -1,0 +1,145 @@
+//! The node: every operation a client can ask of one Settee node, as typed calls with typed
+//! arguments and results, below HTTP. It is CouchDB's `fabric` over `couch`: `http` reads a
+//! request into these types, makes one call and renders the answer; a cluster coordinator
+//! offers the same operations by fanning them out to shard copies.
+//!
+//! [`Node`] owns the long-lived services: the databases and their views, the query servers
+//! (inside [`settee_views::Views`]), the live configuration, the uuid generator and the
+//! compactions running. Its errors ([`Error`]) name failures as CouchDB names them and
+//! carry no HTTP status: `http`'s one error table maps them.
+//!
+//! Threading: every method that reads or writes storage blocks (RocksDB reads, commits,
+//! JavaScript); async callers run them on a blocking thread. `Node` is `Send + Sync` and
+//! shared behind an `Arc`.
+
+pub mod config;
+mod docjson;
+mod error;
+pub mod replicator_read;
+pub mod settings;
+mod tasks;
+
+pub use config::NodeConfig;
+pub use docjson::{
+    doc_json, doc_json_with, other_leaves, revs_json, seqs, winner_json_with, with_doc, DocOpts,
+};
+pub use error::{Error, Result};
+pub use tasks::Tasks;
+
+use serde_json::{json, Value};
+use settee_db::{Couch, Database};
+use settee_views::Views;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The replicator database CouchDB creates on every node.
+pub const REPLICATOR_DB: &str = "_replicator";
+
+/// One Settee node's services.
+pub struct Node {
+    pub couch: Arc<Couch>,
+    pub views: Arc<Views>,
+    /// The live configuration (`/_node/_local/_config`).
+    pub config: Arc<NodeConfig>,
+    /// Database compactions running now (`_active_tasks`).
+    pub tasks: Tasks,
+    /// The `[uuids]` generator; replaced when the configured algorithm changes.
+    uuids: Mutex<Option<settee_core::uuids::Generator>>,
+    /// Applies `[log] level` to the process's logger (set by the binary, which owns it).
+    log: OnceLock<LogControl>,
+}
+
+/// Sets the log level from a `[log] level` value (`None`: the setting was removed).
+pub type SetLogLevel = Box<dyn Fn(Option<&str>) + Send + Sync>;
+
+struct LogControl {
+    set: SetLogLevel,
+    /// The value last applied, so that only a change is applied.
+    applied: Mutex<Option<String>>,
+}
+
+impl Node {
+    /// A node over `couch` and `views`, with the settings of `config` applied.
+    pub fn new(couch: Arc<Couch>, views: Arc<Views>, config: Arc<NodeConfig>) -> Node {
+        let node = Node {
+            couch,
+            views,
+            config,
+            tasks: Tasks::default(),
+            uuids: Mutex::new(None),
+            log: OnceLock::new(),
+        };
+        node.apply_settings();
+        node
+    }
+
+    /// Hands `[log] level` changes to `set` from now on (the current value counts as
+    /// applied: the binary chose the starting level).
+    pub fn set_log_control(&self, set: SetLogLevel) {
+        let applied = Mutex::new(self.config.get("log", "level"));
+        let _ = self.log.set(LogControl { set, applied });
+    }
+
+    /// `n` ids from `[uuids] algorithm` (`utc_id` takes `utc_id_suffix`). As CouchDB's
+    /// generator, it starts afresh when the setting changes.
+    pub fn uuids(&self, n: usize) -> Result<Vec<String>> {
+        use settee_core::uuids::{Algorithm, Generator};
+        let name = self.config.get_or("uuids", "algorithm", "random");
+        let suffix = self.config.get_or("uuids", "utc_id_suffix", "");
+        let algorithm = Algorithm::parse(&name, &suffix).map_err(Error::UnknownUuidAlgorithm)?;
+        let mut slot = self.uuids.lock().unwrap();
+        if slot.as_ref().map(Generator::algorithm) != Some(&algorithm) {
+            *slot = Some(Generator::new(algorithm));
+        }
+        let generator = slot.as_mut().expect("set above");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        let mut entropy = |buf: &mut [u8]| rand::RngCore::fill_bytes(&mut rand::thread_rng(), buf);
+        Ok((0..n).map(|_| generator.next(&mut entropy, now)).collect())
+    }
+
+    /// One id for a new document. An unknown `[uuids] algorithm` fails the write with the
+    /// error `/_uuids` gives (CouchDB's uuid server has no id to hand out then either).
+    pub fn next_uuid(&self) -> Result<String> {
+        Ok(self.uuids(1)?.pop().expect("one id"))
+    }
+
+    /// The database's info (`GET /{db}`), members in CouchDB's order.
+    pub fn db_info(&self, db: &Database) -> Value {
+        let info = db.info();
+        let s = info.stats;
+        let codec = seqs(db);
+        let props = if db.props().partitioned {
+            json!({"partitioned": true})
+        } else {
+            json!({})
+        };
+        json!({
+            "instance_start_time": "0",
+            "db_name": db.name,
+            "purge_seq": codec.bare_seq(s.purge_seq),
+            "update_seq": codec.update_seq(s.update_seq),
+            "sizes": {"file": info.file_size, "external": s.external, "active": s.active.min(info.file_size.max(s.external))},
+            "props": props,
+            "doc_del_count": s.doc_del_count,
+            "doc_count": s.doc_count,
+            "disk_format_version": 8,
+            "compact_running": self.tasks.compacting(&db.name),
+            "cluster": {"q": db.props().q, "n": 1, "w": 1, "r": 1},
+        })
+    }
+
+    /// Starts compacting `db` on a thread of its own, unless it is being compacted.
+    pub fn compact(self: &Arc<Self>, db: Arc<Database>) {
+        if self.tasks.start(&db.name) {
+            let node = self.clone();
+            std::thread::spawn(move || {
+                let tasks = &node.tasks;
+                if let Err(e) = db.compact_reporting(&mut |p| tasks.update(&db.name, p)) {
+                    tracing::error!(db = %db.name, error = %e, "compaction failed");
+                }
+                tasks.finish(&db.name);
+            });
+        }
+    }
+}
