@@ -10,7 +10,6 @@
 //! through the usual row writer into a bounded channel, and the list function pulls them one
 //! at a time with `getRow()`, its chunks streaming to the client as it sends them.
 
-use crate::design_filter::ReqInfo;
 use crate::error::{ApiError, ApiResult};
 use crate::AppState;
 use axum::body::Body;
@@ -22,6 +21,7 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value};
 use settee_db::{Database, OpenDoc};
 use settee_js::{Limits, ListIo, RenderKind, RenderSource, Renderer};
+use settee_node::design_filter::ReqInfo;
 use settee_node::{doc_json, DocOpts};
 use std::cell::RefCell;
 use std::sync::mpsc;
@@ -57,7 +57,7 @@ impl DesignDoc {
             return Err(ApiError::NotFound(format!("missing json key: {member}")));
         };
         let fns: Value = serde_json::from_str(fns.get()).unwrap_or(Value::Null);
-        crate::design_filter::check_member(&fns, &[name])
+        Ok(settee_node::design_filter::check_member(&fns, &[name])?)
     }
 
     /// The document as functions get it (`this`), with `_id` and `_rev`; only needed to

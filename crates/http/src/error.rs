@@ -42,6 +42,10 @@ impl From<settee_node::Error> for ApiError {
             N::Db(d) => ApiError::Db(d),
             N::Views(v) => v.into(),
             N::Core(c) => ApiError::Core(c),
+            N::Rejected(r) => r.into(),
+            N::Mango(m) => m.into(),
+            N::BadRequest(r) => ApiError::BadRequest(r),
+            N::NotFound(r) => ApiError::NotFound(r),
             N::UnknownUuidAlgorithm(name) => ApiError::Named(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "unknown_uuid_algorithm".into(),

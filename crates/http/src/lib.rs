@@ -5,7 +5,6 @@
 mod access;
 mod auth;
 mod cors;
-mod design_filter;
 mod design_render;
 mod error;
 mod handlers;
@@ -13,6 +12,7 @@ mod jobs;
 mod jsonp;
 mod location;
 mod mango_index;
+mod req_info;
 use settee_wire::mrargs;
 mod replication;
 mod reply;

@@ -9,7 +9,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::AttRender;
-use crate::handlers::{attachments, blocking, bulk, changes, doc};
+use crate::handlers::{attachments, blocking, bulk, doc};
 use crate::jobs::NewJob;
 use crate::reply::json;
 use crate::{AppState, Req};
@@ -22,6 +22,7 @@ use settee_core::{ParsedDoc, Rev, SeqArg, SeqCodec};
 use settee_db::{Database, LocalUpdate};
 use settee_docs::atts::FollowsWriter;
 use settee_docs::Followed;
+use settee_node::changes::ReplicationFilter;
 use settee_node::doc_json_with;
 use settee_node::seqs;
 use settee_replicator::id::{self, EndpointId, FilterId, IdInput};
@@ -184,15 +185,15 @@ impl Endpoint for LocalDb {
         let codec = seqs(&db);
         let since_n = seq_of(&codec, since)?;
         let filter = match filter {
-            Filter::All => changes::ReplicationFilter::All,
+            Filter::All => ReplicationFilter::All,
             Filter::DocIds(ids) => {
-                changes::ReplicationFilter::DocIds(ids.iter().cloned().collect::<HashSet<_>>())
+                ReplicationFilter::DocIds(ids.iter().cloned().collect::<HashSet<_>>())
             }
-            Filter::Selector(s) => changes::ReplicationFilter::Selector(Arc::new(
+            Filter::Selector(s) => ReplicationFilter::Selector(Arc::new(
                 settee_mango::Selector::parse(s)
                     .map_err(|e| RepError::BadRequest(e.to_string()))?,
             )),
-            Filter::Design { name, query_params } => changes::ReplicationFilter::Named {
+            Filter::Design { name, query_params } => ReplicationFilter::Named {
                 name: name.clone(),
                 query_params: query_params.clone(),
                 user: self.user.clone(),
@@ -202,10 +203,10 @@ impl Endpoint for LocalDb {
             Wait::No => None,
             Wait::UpTo(ms) => Some(Duration::from_millis(ms)),
         };
-        let (rows, last) =
-            changes::for_replication(&self.state, db, since_n, limit as u64, filter, wait)
-                .await
-                .map_err(rep_error)?;
+        let (rows, last) = (self.state.node)
+            .changes_for_replication(db, since_n, limit as u64, filter, wait)
+            .await
+            .map_err(|e| rep_error(e.into()))?;
         let rows = rows.iter().filter_map(ChangeRow::from_json).collect();
         let last_seq = if last == since_n {
             since.clone()

@@ -10,9 +10,38 @@ pub enum Error {
     Views(#[from] settee_views::Error),
     #[error(transparent)]
     Core(#[from] settee_core::Error),
+    /// A design function's (or query server's) answer of its own: CouchDB's error table
+    /// gives its status by name.
+    #[error("{0:?}")]
+    Rejected(settee_js::Rejection),
+    #[error(transparent)]
+    Mango(#[from] settee_mango::Error),
+    /// CouchDB's 400 `bad_request`.
+    #[error("{0}")]
+    BadRequest(String),
+    /// CouchDB's 404 `not_found`.
+    #[error("{0}")]
+    NotFound(String),
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<settee_js::Rejection> for Error {
+    fn from(r: settee_js::Rejection) -> Self {
+        Error::Rejected(r)
+    }
+}
+
+impl Error {
+    pub fn bad_request(reason: impl Into<String>) -> Error {
+        Error::BadRequest(reason.into())
+    }
+
+    /// A failure of Settee's own (stored bytes that do not parse, …): CouchDB's 500.
+    pub fn internal(what: impl Into<String>) -> Error {
+        Error::Db(settee_db::Error::Internal(what.into()))
+    }
+}

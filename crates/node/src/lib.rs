@@ -12,7 +12,10 @@
 //! JavaScript); async callers run them on a blocking thread. `Node` is `Send + Sync` and
 //! shared behind an `Arc`.
 
+pub mod atts;
+pub mod changes;
 pub mod config;
+pub mod design_filter;
 mod docjson;
 mod error;
 pub mod replicator_read;
@@ -141,5 +144,32 @@ impl Node {
                 tasks.finish(&db.name);
             });
         }
+    }
+
+    /// The view group of `_design/{ddoc}` and the index of its view `view` (404
+    /// `missing_named_view` when it has none of that name).
+    pub fn view_group(
+        &self,
+        db: &Database,
+        ddoc: &str,
+        view: &str,
+    ) -> Result<(Arc<settee_views::Group>, usize)> {
+        let g = self.ddoc_group(db, ddoc)?;
+        let n = g
+            .def
+            .view(view)
+            .map(|(i, _)| i)
+            .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
+        Ok((g, n))
+    }
+
+    /// The view group of `_design/{ddoc}`.
+    pub fn ddoc_group(&self, db: &Database, ddoc: &str) -> Result<Arc<settee_views::Group>> {
+        let id = format!("_design/{ddoc}");
+        let doc = db.open_doc(&id, None)?;
+        let body: serde_json::Map<String, Value> =
+            serde_json::from_slice(settee_core::split_stored(&doc.body).0)
+                .map_err(|_| Error::internal("stored body"))?;
+        Ok(Arc::new(self.views.group(db, &id, &body)?))
     }
 }

@@ -5,7 +5,6 @@
 //! answer; an update's document goes through the ordinary write path.
 
 use super::{all_docs, allow, blocking, doc, views};
-use crate::design_filter::ReqInfo;
 use crate::design_render::{
     answer_part, apply_headers, doc_answer, function_doc, list_answer, list_response, show_etag,
     DesignDoc, External, ListPump, RowSplitter,
@@ -65,7 +64,7 @@ async fn show(
     mut req: Req,
 ) -> ApiResult<Response> {
     let body = req.bytes().await?;
-    let info = ReqInfo::for_render(&req, &body, doc_id.clone());
+    let info = crate::req_info::for_render(&req, &body, doc_id.clone());
     let accept = req.header("accept").map(str::to_owned);
     let headers = req.headers.clone();
     blocking(move || {
@@ -101,7 +100,7 @@ async fn update(
     mut req: Req,
 ) -> ApiResult<Response> {
     let body = req.bytes().await?;
-    let info = ReqInfo::for_render(&req, &body, doc_id.clone());
+    let info = crate::req_info::for_render(&req, &body, doc_id.clone());
     let user = req.user.clone();
     // Any method but GET (and HEAD, which CouchDB takes for a GET); without `Allow`.
     let refused = matches!(req.method.as_str(), "GET" | "HEAD");
@@ -201,7 +200,7 @@ async fn list(
     } else {
         (MrArgs::from_query(&req.params)?, Default::default())
     };
-    let info = ReqInfo::for_render(&req, &body, None);
+    let info = crate::req_info::for_render(&req, &body, None);
     let all_docs = if view == "_all_docs" {
         Some(all_docs::ListQuery::new(&state, &db, &req, args.clone())?)
     } else {
@@ -220,7 +219,7 @@ async fn list(
                 Some(q) => Box::new(move |out| q.run(&db, out)),
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
-                    let (g, n) = views::load_group(&state, &db, &vname, &view)?;
+                    let (g, n) = state.view_group(&db, &vname, &view)?;
                     let mut args = views::ViewArgs::for_view(args, &g, n, &state.config)?;
                     args.reader = reader;
                     let views = state.views.clone();

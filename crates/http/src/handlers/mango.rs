@@ -235,13 +235,6 @@ impl Run<'_> {
     }
 }
 
-/// A rendered or stored document parsed (stored text is valid JSON; failing that is an
-/// internal error).
-pub(crate) fn parse_doc(text: &[u8]) -> ApiResult<Value> {
-    serde_json::from_slice(text)
-        .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))
-}
-
 /// Executes a planned `_find`, writing its body.
 fn run(
     state: &AppState,
@@ -601,7 +594,7 @@ impl Scan<'_> {
         let (mut doc, rendered) = match &self.needs.members {
             None => {
                 let text = winner_json_with(&row.id, &info(row)?, body, &self.dopts, None);
-                (parse_doc(&text)?, Some(text))
+                (settee_node::changes::parse_doc(&text)?, Some(text))
             }
             Some(members) => {
                 let mut doc = pick(body, members)?;
@@ -669,8 +662,7 @@ fn scan_view(
     r: &mut Run<'_>,
 ) -> ApiResult<()> {
     let ddoc = index.ddoc.as_deref().unwrap_or_default();
-    let (g, view) =
-        super::views::load_group(state, db, ddoc.trim_start_matches("_design/"), &index.name)?;
+    let (g, view) = state.view_group(db, ddoc.trim_start_matches("_design/"), &index.name)?;
     let (start, end) = plan.json_keys(max_key());
     let mut q = ViewQuery {
         start_key: Some(start),
@@ -722,7 +714,7 @@ fn view_row(
     key: &[u8],
 ) -> ApiResult<()> {
     r.read_row(!plan.covering && opts.r <= 1);
-    let key: Value = parse_doc(key)?;
+    let key: Value = settee_node::changes::parse_doc(key)?;
     let (text, doc) = if plan.covering {
         let mut doc = json!({"_id": id});
         if let Value::Array(values) = &key {
@@ -744,7 +736,7 @@ fn view_row(
             ..doc_opts(opts)
         };
         let text = doc_json(&found, &dopts);
-        let doc = parse_doc(&text)?;
+        let doc = settee_node::changes::parse_doc(&text)?;
         (text, doc)
     };
     r.offer(key, id, &text, &doc)

@@ -9,7 +9,6 @@
 //! extension, and the request loop routes it again from the start — authentication, access
 //! checks, and further rewrites, at most `[chttpd] rewrite_limit` (default 100) of them.
 
-use crate::design_filter::ReqInfo;
 use crate::design_render::{rewrite_answer, DesignDoc};
 use crate::error::{ApiError, ApiResult};
 use crate::{AppState, Req};
@@ -93,7 +92,7 @@ async fn by_function(
     mut req: Req,
 ) -> ApiResult<Response> {
     let bytes = req.bytes().await?;
-    let mut obj = ReqInfo::for_render(&req, &bytes, None).render_json(state, &db)?;
+    let mut obj = crate::req_info::for_render(&req, &bytes, None).render_json(state, &db)?;
     if let Some(members) = obj.as_object_mut() {
         for key in ["info", "form", "uuid", "id"] {
             members.shift_remove(key);

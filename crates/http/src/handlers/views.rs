@@ -119,32 +119,6 @@ impl ViewArgs {
     }
 }
 
-/// The view group of `_design/{ddoc}` and the number of view `view` in it.
-pub fn load_group(
-    state: &AppState,
-    db: &Database,
-    ddoc: &str,
-    view: &str,
-) -> ApiResult<(Arc<Group>, usize)> {
-    let g = load_ddoc_group(state, db, ddoc)?;
-    let n = g
-        .def
-        .view(view)
-        .map(|(i, _)| i)
-        .ok_or_else(|| ApiError::NotFound("missing_named_view".into()))?;
-    Ok((g, n))
-}
-
-fn load_ddoc_group(state: &AppState, db: &Database, ddoc: &str) -> ApiResult<Arc<Group>> {
-    let id = format!("_design/{ddoc}");
-    let doc = db.open_doc(&id, None)?;
-    let body: Map<String, Value> =
-        serde_json::from_slice(settee_core::split_stored(&doc.body).0)
-            .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
-    let g = state.views.group(db, &id, &body).map_err(ApiError::from)?;
-    Ok(Arc::new(g))
-}
-
 /// A failed view query. An index whose language has no query server cannot be updated:
 /// CouchDB raises that from its indexer, with a stack (`ref`).
 pub(crate) fn index_error(e: settee_views::Error) -> ApiError {
@@ -212,7 +186,7 @@ pub async fn view(
     let (g, n, db) = {
         let (state, db) = (state.clone(), db.clone());
         blocking(move || {
-            let (g, n) = load_group(&state, &db, &ddoc, &view)?;
+            let (g, n) = state.view_group(&db, &ddoc, &view)?;
             Ok((g, n, db))
         })
         .await?
@@ -257,7 +231,7 @@ pub async fn view_queries(
     let views = state.views.clone();
     let reader = settee_node::replicator_read::reader(&db, &req.user);
     let out = blocking(move || {
-        let (g, n) = load_group(&state, &db, &ddoc, &view)?;
+        let (g, n) = state.view_group(&db, &ddoc, &view)?;
         let args = list
             .iter()
             .map(|q| {
@@ -413,7 +387,7 @@ pub async fn design_info(
 ) -> ApiResult<Response> {
     allow_in_ddoc(&db, &ddoc, &req, "GET").await?;
     let body = blocking(move || {
-        let g = load_ddoc_group(&state, &db, &ddoc)?;
+        let g = state.ddoc_group(&db, &ddoc)?;
         let info = state.views.info(&db, &g).map_err(ApiError::from)?;
         let pending = db.update_seq().saturating_sub(info.update_seq);
         // CouchDB's member order (`couch_mrview:get_info` as chttpd renders it).
@@ -452,7 +426,7 @@ pub async fn compact_design(
     require_json(&req.headers)?;
     let g = {
         let (state, db) = (state.clone(), db.clone());
-        blocking(move || load_ddoc_group(&state, &db, &ddoc)).await?
+        blocking(move || Ok(state.ddoc_group(&db, &ddoc)?)).await?
     };
     state.views.compact_later(db, g);
     Ok(ok_true(StatusCode::ACCEPTED))

@@ -12,21 +12,20 @@
 //! toward `limit`. The function is compiled at the first document it filters, so a source
 //! that does not compile fails a feed only once there is a change to filter.
 
-use crate::error::{ApiError, ApiResult};
-use crate::{AppState, Req};
+use crate::{doc_json, winner_json_with, DocOpts};
+use crate::{Error, Node, Result};
 use serde_json::{Map, Value};
 use settee_auth::UserCtx;
 use settee_core::Rev;
 use settee_db::{Change, Database, OpenDoc};
 use settee_js::{FilterFn, FilterSource, Limits};
-use settee_node::{doc_json, winner_json_with, DocOpts};
 use std::cell::RefCell;
 use std::sync::Arc;
 
 /// A filter function of a design document, ready to run over one feed's changes.
 #[derive(Clone)]
 pub struct DesignFilter {
-    state: AppState,
+    node: Arc<Node>,
     db_name: String,
     /// The design document as read when the feed started, and the function's name.
     source: Arc<FilterSource>,
@@ -54,18 +53,18 @@ impl DesignFilter {
     /// Reads `_design/{ddoc}` and checks it has `filters.{name}`, with CouchDB's 404s (see
     /// [`check_member`]). Runs on a blocking thread.
     pub fn load(
-        state: &AppState,
+        node: &Arc<Node>,
         db: &Database,
         ddoc: &str,
         name: &str,
         req: &ReqInfo,
-    ) -> ApiResult<DesignFilter> {
+    ) -> Result<DesignFilter> {
         let (doc, body) = open_design(db, ddoc)?;
         check_member(&body, &["filters", name])?;
         let ddoc_json: Value = serde_json::from_slice(&doc_json(&doc, &DocOpts::default()))
-            .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))?;
+            .map_err(|e| Error::internal(e.to_string()))?;
         Ok(DesignFilter {
-            state: state.clone(),
+            node: node.clone(),
             db_name: db.name.clone(),
             source: Arc::new(FilterSource {
                 ddoc_id: doc.id.clone(),
@@ -73,7 +72,7 @@ impl DesignFilter {
                 name: name.to_string(),
             }),
             rev: doc.rev.to_string(),
-            limits: state.views.limits(),
+            limits: node.views.limits(),
             req: Arc::new(req.to_json(db)),
             external: match body.get("language").and_then(Value::as_str) {
                 Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
@@ -135,7 +134,7 @@ pub struct Running<'f> {
 
 impl Running<'_> {
     /// The revisions of `c` the function passes: the winner, or with `all_docs` every leaf.
-    pub fn passes(&mut self, db: &Database, c: &Change, all_docs: bool) -> ApiResult<Vec<Rev>> {
+    pub fn passes(&mut self, db: &Database, c: &Change, all_docs: bool) -> Result<Vec<Rev>> {
         let (revs, docs) = if all_docs {
             leaf_docs(db, c)?
         } else {
@@ -171,22 +170,22 @@ impl Running<'_> {
 
     /// Runs the filter in the language's query server: `[true, [pass, ..]]`, each pass
     /// truthy as CouchDB reads it (`true` only).
-    fn external(&self, language: &str, docs: &[Value], req: Value) -> ApiResult<Vec<bool>> {
+    fn external(&self, language: &str, docs: &[Value], req: Value) -> Result<Vec<bool>> {
         let f = self.filter;
         let ddoc = settee_views::queryserver::DdocRef {
             id: &f.source.ddoc_id,
             rev: &f.rev,
             body: &f.source.ddoc,
         };
-        let qs = &f.state.views.query_servers;
+        let qs = &f.node.views.query_servers;
         let answer = qs
             .filter(language, &ddoc, &f.source.name, docs, req)
-            .map_err(|e| ApiError::from(settee_views::Error::QueryServer(e)))?;
+            .map_err(|e| Error::Views(settee_views::Error::QueryServer(e)))?;
         match answer.as_array().map(Vec::as_slice) {
             Some([Value::Bool(true), Value::Array(passes)]) if passes.len() == docs.len() => {
                 Ok(passes.iter().map(|p| *p == Value::Bool(true)).collect())
             }
-            _ => Err(ApiError::from(settee_views::Error::QueryServer(
+            _ => Err(Error::Views(settee_views::Error::QueryServer(
                 settee_views::queryserver::Error::Garbage(format!("filter answer {answer}")),
             ))),
         }
@@ -194,22 +193,22 @@ impl Running<'_> {
 
     /// The request object for one change: this pass's `info`, and a fresh `uuid` (CouchDB
     /// builds the object for every change it filters).
-    fn request(&mut self, db: &Database) -> ApiResult<Value> {
+    fn request(&mut self, db: &Database) -> Result<Value> {
         let req = match &mut self.req {
             Some(req) => req,
             slot => {
                 let mut req = (*self.filter.req).clone();
-                req["info"] = self.filter.state.db_info(db);
+                req["info"] = self.filter.node.db_info(db);
                 slot.insert(req)
             }
         };
-        let uuid = self.filter.state.uuids(1)?.pop().unwrap_or_default();
+        let uuid = self.filter.node.uuids(1)?.pop().unwrap_or_default();
         req["uuid"] = Value::String(uuid);
         Ok(req.clone())
     }
 
     /// The compiled function: this pass's, this thread's cached one, or a new one.
-    fn function(&mut self) -> ApiResult<&mut FilterFn> {
+    fn function(&mut self) -> Result<&mut FilterFn> {
         if self.fun.is_none() {
             let key = self.filter.key();
             let cached = COMPILED.with_borrow_mut(|cache| {
@@ -253,13 +252,12 @@ fn revision_opts(conflicts: bool) -> DocOpts {
     }
 }
 
-fn parse(json: &[u8]) -> ApiResult<Value> {
-    serde_json::from_slice(json)
-        .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))
+fn parse(json: &[u8]) -> Result<Value> {
+    serde_json::from_slice(json).map_err(|e| Error::internal(e.to_string()))
 }
 
 /// The winning revision, with `_conflicts`.
-fn winner_doc(c: &Change) -> ApiResult<(Vec<Rev>, Vec<Value>)> {
+fn winner_doc(c: &Change) -> Result<(Vec<Rev>, Vec<Value>)> {
     let winner = c.info.tree.winner().expect("stored docs have a winner");
     let body = c.body.as_deref().unwrap_or(b"{}");
     let json = winner_json_with(&c.id, &c.info, body, &revision_opts(true), None);
@@ -268,7 +266,7 @@ fn winner_doc(c: &Change) -> ApiResult<(Vec<Rev>, Vec<Value>)> {
 
 /// Every leaf, deleted ones too, in the order the change lists them. A leaf whose body
 /// cannot be read is left out, as CouchDB's `open_revs` leaves out what fails to open.
-fn leaf_docs(db: &Database, c: &Change) -> ApiResult<(Vec<Rev>, Vec<Value>)> {
+fn leaf_docs(db: &Database, c: &Change) -> Result<(Vec<Rev>, Vec<Value>)> {
     let mut revs = Vec::new();
     let mut docs = Vec::new();
     for leaf in c.info.tree.leaves() {
@@ -289,25 +287,25 @@ fn leaf_docs(db: &Database, c: &Change) -> ApiResult<(Vec<Rev>, Vec<Value>)> {
 }
 
 /// `_design/{name}` and its body, with CouchDB's 404s: `missing`, or `deleted`.
-pub fn open_design(db: &Database, name: &str) -> ApiResult<(OpenDoc, Value)> {
+pub fn open_design(db: &Database, name: &str) -> Result<(OpenDoc, Value)> {
     let doc = db.open_doc(&format!("_design/{name}"), None)?;
     let body = serde_json::from_slice(settee_core::split_stored(&doc.body).0)
-        .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
+        .map_err(|_| Error::internal("stored body"))?;
     Ok((doc, body))
 }
 
 /// Checks that a design document's body has the member at `path`, with CouchDB's 404s
 /// (`couch_util:get_nested_json_value`): `missing json key: K` for the first absent key,
 /// `json_mismatch` where a value on the way is not an object.
-pub fn check_member(body: &Value, path: &[&str]) -> ApiResult<()> {
+pub fn check_member(body: &Value, path: &[&str]) -> Result<()> {
     let mut at = body;
     for key in path {
         let Value::Object(members) = at else {
-            return Err(ApiError::NotFound("json_mismatch".into()));
+            return Err(Error::NotFound("json_mismatch".into()));
         };
         at = members
             .get(*key)
-            .ok_or_else(|| ApiError::NotFound(format!("missing json key: {key}")))?;
+            .ok_or_else(|| Error::NotFound(format!("missing json key: {key}")))?;
     }
     Ok(())
 }
@@ -337,86 +335,11 @@ pub struct ReqInfo {
 }
 
 impl ReqInfo {
-    /// The request `_changes` is answering; `body` is a POST's JSON body.
-    pub fn of_request(req: &Req, body: Option<&Value>) -> ReqInfo {
-        let path = req
-            .uri
-            .path()
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                percent_encoding::percent_decode_str(s)
-                    .decode_utf8_lossy()
-                    .into_owned()
-            })
-            .collect();
-        let raw_path = req
-            .uri
-            .path_and_query()
-            .map_or_else(|| req.uri.path().to_string(), |p| p.as_str().to_string());
-        let mut headers: Vec<(String, String)> = Vec::new();
-        for (name, value) in &req.headers {
-            let name = title_case(name.as_str());
-            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-            match headers.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, joined)) => {
-                    joined.push_str(", ");
-                    joined.push_str(&value);
-                }
-                None => headers.push((name, value)),
-            }
-        }
-        let sized = req.headers.contains_key(axum::http::header::CONTENT_LENGTH)
-            || req
-                .headers
-                .contains_key(axum::http::header::TRANSFER_ENCODING);
-        let body = match body {
-            Some(json) => json.clone(),
-            None if sized => Value::String(String::new()),
-            None => Value::String("undefined".into()),
-        };
-        ReqInfo {
-            method: req.method.to_string(),
-            path,
-            raw_path,
-            query: req
-                .params
-                .pairs()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            headers,
-            body,
-            peer: req.peer.clone(),
-            cookie: req.header("cookie").map(parse_cookies).unwrap_or_default(),
-            user: req.user.clone(),
-            id: None,
-            form: Vec::new(),
-        }
-    }
-
-    /// The request a show, list or update function answers (`chttpd_external:json_req_obj`):
-    /// the body as text (`"undefined"` when the request has none), decoded as a form when
-    /// it is one, and the document id the path names.
-    pub fn for_render(req: &Req, body: &[u8], id: Option<String>) -> ReqInfo {
-        let text =
-            (!body.is_empty()).then(|| Value::String(String::from_utf8_lossy(body).into_owned()));
-        let mut info = ReqInfo::of_request(req, text.as_ref());
-        info.id = id;
-        let form = req.header("content-type").is_some_and(|ct| {
-            ct.to_ascii_lowercase()
-                .starts_with("application/x-www-form-urlencoded")
-        });
-        if form && (req.method == "POST" || req.method == "PUT") {
-            info.form = form_urlencoded::parse(body).into_owned().collect();
-        }
-        info
-    }
-
     /// The request object with a fresh `uuid`; `info` is left `null` for the renderer,
     /// which reads it only when a function does (`design_render::with_renderer`).
-    pub fn render_json(&self, state: &AppState, db: &Database) -> ApiResult<Value> {
+    pub fn render_json(&self, node: &Node, db: &Database) -> Result<Value> {
         let mut req = self.to_json(db);
-        req["uuid"] = Value::String(state.next_uuid()?);
+        req["uuid"] = Value::String(node.next_uuid()?);
         Ok(req)
     }
 
@@ -519,41 +442,6 @@ impl ReqInfo {
             "secObj": db.props().security,
         })
     }
-}
-
-/// `content-type` → `Content-Type`.
-fn title_case(name: &str) -> String {
-    name.split('-')
-        .map(|part| {
-            let mut chars = part.chars();
-            match chars.next() {
-                Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("-")
-}
-
-/// A `Cookie` header's pairs (`mochiweb_cookies:parse_cookie`): `;`- or `,`-separated
-/// `name=value`, quoted values unquoted.
-fn parse_cookies(header: &str) -> Vec<(String, String)> {
-    header
-        .split([';', ','])
-        .filter_map(|pair| {
-            let (name, value) = pair.split_once('=')?;
-            let name = name.trim();
-            if name.is_empty() || name.starts_with('$') {
-                return None;
-            }
-            let value = value.trim();
-            let value = value
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(value);
-            Some((name.to_string(), value.to_string()))
-        })
-        .collect()
 }
 
 /// A request method as CouchDB hands it to functions: HEAD is GET (chttpd aliases it, the
