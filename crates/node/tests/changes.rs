@@ -1,0 +1,286 @@
+//! The node's `_changes` seam, run against the local node on a real RocksDB in a temporary
+//! directory with the real JavaScript engine: every filter, where a feed ends (`last_seq`,
+//! `pending`), the replicator's read and a longpoll through a [`FeedOut`]. A cluster
+//! coordinator offering the same operations must pass the same checks.
+
+use serde_json::{json, Value};
+use settee_core::SeqArg;
+use settee_db::Database;
+use settee_node::changes::{
+    self, feed_end, scan, start_seq, ChangesOpts, FeedOut, Filter, FilterSpec, ReplicationFilter,
+};
+use settee_node::config::{builtin_defaults, Sections};
+use settee_node::design_filter::ReqInfo;
+use settee_node::{seqs, Node, NodeConfig};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    node: Arc<Node>,
+    db: Arc<Database>,
+}
+
+fn node() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let couch = settee_db::Couch::open(
+        &dir.path().join("store"),
+        settee_db::Config::default(),
+        &settee_storage::StoreOptions::default(),
+    )
+    .unwrap();
+    let config = NodeConfig::in_memory(Sections::new());
+    config.set_defaults(builtin_defaults());
+    let views = settee_views::Views::new(settee_views::Config::default());
+    let node = Arc::new(Node::new(couch.clone(), views, Arc::new(config)));
+    let db = couch.create("db", json!({})).unwrap();
+    Fixture {
+        _dir: dir,
+        node,
+        db,
+    }
+}
+
+fn write(db: &Arc<Database>, docs: Vec<Value>) {
+    let parsed = docs
+        .into_iter()
+        .map(|d| settee_core::parse_doc(d).unwrap())
+        .collect();
+    let rx = db.update_docs(parsed, true).unwrap();
+    let written = tokio::task::block_in_place(|| rx.blocking_recv());
+    for r in written.unwrap().unwrap() {
+        assert!(matches!(r, settee_db::UpdateResult::Ok { .. }), "{r:?}");
+    }
+}
+
+/// Ten documents `d0`…`d9` (`n` their number, `even` on every other), then a design
+/// document with a view emitting the even ones.
+fn seed(db: &Arc<Database>) {
+    write(
+        db,
+        (0..10)
+            .map(|n| json!({"_id": format!("d{n}"), "n": n, "even": n % 2 == 0}))
+            .collect(),
+    );
+    write(
+        db,
+        vec![json!({
+            "_id": "_design/f",
+            "views": {"even": {"map": "function(doc) { if (doc.even) emit(doc.n, null); }"}},
+            "filters": {"small": "function(doc, req) { return doc.n < +req.query.below; }"}
+        })],
+    );
+}
+
+/// A normal feed: the ids of its rows, its `last_seq` and `pending`.
+fn feed(db: &Database, o: &ChangesOpts) -> (Vec<String>, u64, u64) {
+    let since = start_seq(db, o);
+    let mut ids = Vec::new();
+    let limit = o.limit.unwrap_or(changes::DEFAULT_LIMIT);
+    let scanned = scan(db, o, since, limit, &mut |_, row| {
+        let row: Value = serde_json::from_slice(&row).unwrap();
+        ids.push(row["id"].as_str().unwrap().to_string());
+        true
+    })
+    .unwrap();
+    let (last, pending) = feed_end(db, o, since, scanned).unwrap();
+    (ids, last, pending)
+}
+
+fn ids(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn request() -> ReqInfo {
+    ReqInfo::for_replication(
+        "db",
+        "f/small",
+        &serde_json::Map::from_iter([("below".to_string(), json!(3))]),
+        &json!(0),
+        None,
+        &settee_auth::UserCtx::default(),
+    )
+}
+
+async fn resolved(f: &Fixture, spec: FilterSpec) -> ChangesOpts {
+    let mut o = ChangesOpts::new(seqs(&f.db));
+    o.filter = f
+        .node
+        .changes_filter(&f.db, spec, &mut o, request)
+        .await
+        .unwrap();
+    o
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_change_then_the_end_of_the_feed() {
+    let f = node();
+    seed(&f.db);
+    let mut o = ChangesOpts::new(seqs(&f.db));
+    let (all, last, pending) = feed(&f.db, &o);
+    assert_eq!(all.len(), 11);
+    assert_eq!((last, pending), (11, 0));
+    o.limit = Some(4);
+    assert_eq!(feed(&f.db, &o), (ids(&["d0", "d1", "d2", "d3"]), 4, 7));
+    o.since = SeqArg::Seq(9);
+    assert_eq!(feed(&f.db, &o), (ids(&["d9", "_design/f"]), 11, 0));
+    o.since = SeqArg::Now;
+    assert_eq!(feed(&f.db, &o), (vec![], 11, 0));
+    let mut o = ChangesOpts::new(seqs(&f.db));
+    o.descending = true;
+    o.limit = Some(2);
+    assert_eq!(feed(&f.db, &o), (ids(&["_design/f", "d9"]), 10, 9));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doc_ids_looked_up_or_scanned_agree() {
+    let f = node();
+    seed(&f.db);
+    let wanted: HashSet<String> = ["d7", "d2", "nope"].map(String::from).into();
+    let looked_up = resolved(&f, FilterSpec::DocIds(wanted.clone())).await;
+    assert!(matches!(
+        looked_up.filter,
+        Filter::DocIds { lookup: true, .. }
+    ));
+    f.node
+        .config
+        .set_transient("couchdb", "changes_doc_ids_optimization_threshold", "1");
+    let scanned = resolved(&f, FilterSpec::DocIds(wanted)).await;
+    assert!(matches!(
+        scanned.filter,
+        Filter::DocIds { lookup: false, .. }
+    ));
+    let (rows, last, _) = feed(&f.db, &looked_up);
+    assert_eq!(rows, ids(&["d2", "d7"]));
+    assert_eq!(last, 11);
+    assert_eq!(feed(&f.db, &scanned).0, rows);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn design_selector_view_and_function_filters() {
+    let f = node();
+    seed(&f.db);
+    let design = resolved(&f, FilterSpec::Design).await;
+    assert_eq!(feed(&f.db, &design).0, ids(&["_design/f"]));
+    let selector = resolved(&f, FilterSpec::Selector(json!({"n": {"$gt": 7}}))).await;
+    assert_eq!(feed(&f.db, &selector).0, ids(&["d8", "d9"]));
+    let view = resolved(&f, FilterSpec::View("f".into(), "even".into())).await;
+    assert_eq!(feed(&f.db, &view).0, ids(&["d0", "d2", "d4", "d6", "d8"]));
+    let function = resolved(&f, FilterSpec::Function("f".into(), "small".into())).await;
+    assert_eq!(feed(&f.db, &function).0, ids(&["d0", "d1", "d2"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn filters_name_what_is_missing() {
+    let f = node();
+    seed(&f.db);
+    let mut o = ChangesOpts::new(seqs(&f.db));
+    let missing = f
+        .node
+        .changes_filter(
+            &f.db,
+            FilterSpec::View("f".into(), "odd".into()),
+            &mut o,
+            request,
+        )
+        .await;
+    assert!(
+        matches!(&missing, Err(settee_node::Error::NotFound(r)) if r == "missing json key: odd"),
+        "{missing:?}"
+    );
+    let params = settee_wire::Params::parse(Some("view=justone"));
+    let bad = FilterSpec::parse(Some("_view"), &params, false, None);
+    assert!(matches!(bad, Err(settee_node::Error::BadRequest(_))));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_replicators_read_waits_for_a_first_change() {
+    let f = node();
+    seed(&f.db);
+    let (rows, last) = f
+        .node
+        .changes_for_replication(f.db.clone(), 0, 3, ReplicationFilter::All, None)
+        .await
+        .unwrap();
+    assert_eq!((rows.len(), last), (3, 3));
+    let db = f.db.clone();
+    let writer = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        write(&db, vec![json!({"_id": "late"})]);
+    });
+    let (rows, last) = f
+        .node
+        .changes_for_replication(
+            f.db.clone(),
+            11,
+            10,
+            ReplicationFilter::Named {
+                name: "_doc_ids".into(),
+                query_params: serde_json::Map::from_iter([(
+                    "doc_ids".to_string(),
+                    json!(r#"["late"]"#),
+                )]),
+                user: Default::default(),
+            },
+            Some(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    writer.await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], "late");
+    assert_eq!(last, 12);
+}
+
+/// A [`FeedOut`] that keeps what it is given.
+#[derive(Clone, Default)]
+struct Kept(Arc<Mutex<Vec<String>>>);
+
+impl FeedOut for Kept {
+    fn row(&mut self, _seq: Option<u64>, row: &[u8]) -> bool {
+        let row: Value = serde_json::from_slice(row).unwrap();
+        self.0
+            .lock()
+            .unwrap()
+            .push(row["id"].as_str().unwrap().into());
+        true
+    }
+    fn is_open(&self) -> bool {
+        true
+    }
+    async fn waiting(&mut self) {
+        self.0.lock().unwrap().push("(waiting)".into());
+    }
+    async fn beat(&mut self) {
+        self.0.lock().unwrap().push("(beat)".into());
+    }
+    async fn gone(&self) {
+        std::future::pending().await
+    }
+    async fn end(self, end: settee_node::Result<(u64, u64)>) {
+        let (last, pending) = end.unwrap();
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("(end {last} {pending})"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_longpoll_waits_for_the_next_change() {
+    let f = node();
+    seed(&f.db);
+    let mut o = ChangesOpts::new(seqs(&f.db));
+    o.since = SeqArg::Now;
+    let kept = Kept::default();
+    let feed = tokio::spawn(changes::live(f.db.clone(), o, true, None, kept.clone()));
+    // The write comes once the feed has found nothing and waits.
+    while !kept.0.lock().unwrap().iter().any(|k| k == "(waiting)") {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    write(&f.db, vec![json!({"_id": "new"})]);
+    feed.await.unwrap();
+    let kept = kept.0.lock().unwrap().clone();
+    assert_eq!(kept, ["(waiting)", "(beat)", "new", "(end 12 0)"]);
+}
