@@ -336,7 +336,7 @@ pub struct ReqInfo {
 
 impl ReqInfo {
     /// The request object with a fresh `uuid`; `info` is left `null` for the renderer,
-    /// which reads it only when a function does (`design_render::with_renderer`).
+    /// which reads it only when a function does (`http`'s `design_render::with_renderer`).
     pub fn render_json(&self, node: &Node, db: &Database) -> Result<Value> {
         let mut req = self.to_json(db);
         req["uuid"] = Value::String(node.next_uuid()?);

@@ -6,7 +6,7 @@
 //! since the body changed, a revision made up from it (same position, a new hash).
 //! Design documents are shown as stored.
 //!
-//! The hook is the renderer (`render::doc_json_with`), which every read path uses; the
+//! The hook is the renderer (`docjson::doc_json_with`), which every read path uses; the
 //! reader rides in `DocOpts::reader`, set by [`reader`] where the options are made.
 
 use serde_json::{Map, Value};
