@@ -45,6 +45,9 @@ impl From<settee_node::Error> for ApiError {
             N::Rejected(r) => r.into(),
             N::Mango(m) => m.into(),
             N::BadRequest(r) => ApiError::BadRequest(r),
+            N::NoUsableIndex(r) => {
+                ApiError::Named(StatusCode::BAD_REQUEST, "no_usable_index".into(), r)
+            }
             N::NotFound(r) => ApiError::NotFound(r),
             N::UnknownUuidAlgorithm(name) => ApiError::Named(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -11,7 +11,6 @@ mod handlers;
 mod jobs;
 mod jsonp;
 mod location;
-mod mango_index;
 mod req_info;
 use settee_wire::mrargs;
 mod replication;
@@ -22,9 +21,9 @@ mod scheduler;
 
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
-pub use mango_index::register_query_language;
 pub use replication::LocalDb;
 pub use scheduler::ensure_replicator_db;
+pub use settee_node::query_language::register_query_language;
 pub use settee_node::{config as node_config, NodeConfig, SetLogLevel};
 
 use axum::body::Body;

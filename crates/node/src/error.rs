@@ -16,6 +16,10 @@ pub enum Error {
     Rejected(settee_js::Rejection),
     #[error(transparent)]
     Mango(#[from] settee_mango::Error),
+    /// No index serves a `_find`'s sort (CouchDB's 400 `no_usable_index`), in the words
+    /// of a partitioned database.
+    #[error("{0}")]
+    NoUsableIndex(String),
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

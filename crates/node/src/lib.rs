@@ -18,6 +18,8 @@ pub mod config;
 pub mod design_filter;
 mod docjson;
 mod error;
+pub mod find;
+pub mod query_language;
 pub mod replicator_read;
 pub mod settings;
 mod tasks;
