@@ -45,6 +45,14 @@ impl From<settee_node::Error> for ApiError {
             N::Rejected(r) => r.into(),
             N::Mango(m) => m.into(),
             N::BadRequest(r) => ApiError::BadRequest(r),
+            N::QueryParse(r) => ApiError::QueryParse(r),
+            // The ref CouchDB 3.5.2 reports for a view query of an unknown language.
+            N::UnknownQueryLanguage(language) => ApiError::Crash {
+                error: "unknown_query_language",
+                reason: language,
+                stack_hash: 4180022058,
+            },
+            N::Wire(w) => w.into(),
             N::NoUsableIndex(r) => {
                 ApiError::Named(StatusCode::BAD_REQUEST, "no_usable_index".into(), r)
             }

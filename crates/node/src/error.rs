@@ -20,6 +20,16 @@ pub enum Error {
     /// of a partitioned database.
     #[error("{0}")]
     NoUsableIndex(String),
+    /// CouchDB's 400 `query_parse_error`.
+    #[error("{0}")]
+    QueryParse(String),
+    /// A view whose language no query server speaks, found when its index is updated
+    /// (CouchDB's indexer crashes with `unknown_query_language`).
+    #[error("{0}")]
+    UnknownQueryLanguage(String),
+    /// A request argument the grammar refuses.
+    #[error(transparent)]
+    Wire(#[from] settee_wire::Error),
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

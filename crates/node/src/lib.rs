@@ -23,6 +23,7 @@ pub mod query_language;
 pub mod replicator_read;
 pub mod settings;
 mod tasks;
+pub mod views;
 
 pub use config::NodeConfig;
 pub use docjson::{

@@ -9,50 +9,14 @@ use settee_db::Database;
 use settee_node::changes::{
     self, feed_end, scan, start_seq, ChangesOpts, FeedOut, Filter, FilterSpec, ReplicationFilter,
 };
-use settee_node::config::{builtin_defaults, Sections};
 use settee_node::design_filter::ReqInfo;
-use settee_node::{seqs, Node, NodeConfig};
+use settee_node::seqs;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    node: Arc<Node>,
-    db: Arc<Database>,
-}
-
-fn node() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let couch = settee_db::Couch::open(
-        &dir.path().join("store"),
-        settee_db::Config::default(),
-        &settee_storage::StoreOptions::default(),
-    )
-    .unwrap();
-    let config = NodeConfig::in_memory(Sections::new());
-    config.set_defaults(builtin_defaults());
-    let views = settee_views::Views::new(settee_views::Config::default());
-    let node = Arc::new(Node::new(couch.clone(), views, Arc::new(config)));
-    let db = couch.create("db", json!({})).unwrap();
-    Fixture {
-        _dir: dir,
-        node,
-        db,
-    }
-}
-
-fn write(db: &Arc<Database>, docs: Vec<Value>) {
-    let parsed = docs
-        .into_iter()
-        .map(|d| settee_core::parse_doc(d).unwrap())
-        .collect();
-    let rx = db.update_docs(parsed, true).unwrap();
-    let written = tokio::task::block_in_place(|| rx.blocking_recv());
-    for r in written.unwrap().unwrap() {
-        assert!(matches!(r, settee_db::UpdateResult::Ok { .. }), "{r:?}");
-    }
-}
+mod common;
+use common::{fixture as node, write, Fixture};
 
 /// Ten documents `d0`…`d9` (`n` their number, `even` on every other), then a design
 /// document with a view emitting the even ones.

@@ -4,47 +4,19 @@
 //! language. A cluster coordinator offering the same operations must pass the same checks.
 
 use serde_json::{json, Map, Value};
-use settee_db::Database;
 use settee_mango::opts::{FindOpts, IndexOpts};
-use settee_node::config::{builtin_defaults, Sections};
-use settee_node::{Node, NodeConfig};
-use std::sync::Arc;
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    node: Node,
-    db: Arc<Database>,
-}
+mod common;
+use common::{fixture, write, Fixture};
 
+/// Ten documents `d0`…`d9` (`n` their number, `kind` even or odd).
 fn node() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let couch = settee_db::Couch::open(
-        &dir.path().join("store"),
-        settee_db::Config::default(),
-        &settee_storage::StoreOptions::default(),
-    )
-    .unwrap();
-    let config = NodeConfig::in_memory(Sections::new());
-    config.set_defaults(builtin_defaults());
-    let mut views = settee_views::Config::default();
-    settee_node::query_language::register_query_language(&mut views.native);
-    let node = Node::new(
-        couch.clone(),
-        settee_views::Views::new(views),
-        Arc::new(config),
-    );
-    let db = couch.create("db", json!({})).unwrap();
+    let f = fixture();
     let docs = (0..10)
         .map(|n| json!({"_id": format!("d{n}"), "n": n, "kind": if n % 2 == 0 { "even" } else { "odd" }}))
-        .map(|d| settee_core::parse_doc(d).unwrap())
         .collect();
-    let rx = db.update_docs(docs, true).unwrap();
-    assert!(rx.blocking_recv().unwrap().is_ok());
-    Fixture {
-        _dir: dir,
-        node,
-        db,
-    }
+    write(&f.db, docs);
+    f
 }
 
 fn opts(body: Value) -> FindOpts {

@@ -449,7 +449,7 @@ fn partition_query_limit(state: &AppState) -> u64 {
     state.config.get_u64(
         "query_server_config",
         "partition_query_limit",
-        super::views::MAX_VIEW_LIMIT,
+        settee_node::views::MAX_VIEW_LIMIT,
     )
 }
 

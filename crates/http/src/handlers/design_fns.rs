@@ -220,10 +220,13 @@ async fn list(
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
                     let (g, n) = state.view_group(&db, &vname, &view)?;
-                    let mut args = views::ViewArgs::for_view(args, &g, n, &state.config)?;
+                    let mut args =
+                        settee_node::views::ViewArgs::for_view(args, &g, n, &state.config)?;
                     args.reader = reader;
                     let views = state.views.clone();
-                    Box::new(move |out| views::run(&views, &db, &g, n, &args, out))
+                    Box::new(move |out| {
+                        Ok(settee_node::views::run(&views, &db, &g, n, &args, out)?)
+                    })
                 }
             };
             Ok((list_ddoc, query, info))

@@ -1,0 +1,252 @@
+//! View queries: the arguments checked against the view (`ViewArgs::for_view`), and one
+//! query run with its rows rendered as CouchDB's (`run`): the head, each row (with
+//! `include_docs` as CouchDB picks the document), reductions, the end.
+//!
+//! Threading: `run` blocks (the view's update, RocksDB reads, JavaScript reduces).
+
+use crate::atts::{AttOpts, AttRender};
+use crate::config::NodeConfig;
+use crate::{doc_json, doc_json_with, seqs, with_doc, DocOpts, Error, Result};
+use serde_json::{json, Map, Value};
+use settee_core::Rev;
+use settee_db::Database;
+use settee_views::{Event, Freshness, Group, Grouping, ReduceKind, ViewQuery, Views};
+use settee_wire::mrargs::{GroupLevel, MrArgs, Update, ViewType};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// A parsed view request: the index query plus how its rows are rendered.
+#[derive(Clone, Debug)]
+pub struct ViewArgs {
+    pub query: ViewQuery,
+    pub include_docs: bool,
+    pub conflicts: bool,
+    pub atts: AttOpts,
+    pub update_seq: bool,
+    pub fresh: Freshness,
+    /// Whose credentials `include_docs` hides (`replicator_read`).
+    pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
+}
+
+/// CouchDB's `?MAX_VIEW_LIMIT`: the default of `query_limit` and `partition_query_limit`.
+pub const MAX_VIEW_LIMIT: u64 = 0x1000_0000;
+
+fn parse_error(msg: &str) -> Error {
+    Error::QueryParse(msg.to_owned())
+}
+
+impl ViewArgs {
+    /// Validates the arguments for view number `n` of `g` as CouchDB does (the limit against `[query_server_config] query_limit`, or
+    /// `partition_query_limit` for a partitioned view; then `validate_args`, the partition,
+    /// then the key range).
+    pub fn for_view(mut a: MrArgs, g: &Group, n: usize, node: &NodeConfig) -> Result<ViewArgs> {
+        let limit_key = if g.partitioned {
+            "partition_query_limit"
+        } else {
+            "query_limit"
+        };
+        let max_limit = node.get_u64("query_server_config", limit_key, MAX_VIEW_LIMIT);
+        settee_wire::mrargs::apply_limit(&mut a.limit, max_limit)?;
+        let has_reduce = g.reduces[n] != ReduceKind::None;
+        let view_type = if has_reduce && a.reduce != Some(false) {
+            ViewType::Red
+        } else {
+            ViewType::Map
+        };
+        let level = a.validate(view_type)?;
+        if a.partition.as_deref() == Some("") {
+            return Err(parse_error("Invalid value for `partition`."));
+        }
+        match (g.partitioned, &a.partition) {
+            (true, Some(p)) => settee_core::validate_partition(p)?,
+            (true, None) => {
+                return Err(parse_error(
+                    "`partition` parameter is mandatory for queries to this view.",
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(parse_error(
+                    "`partition` parameter is not supported in this design doc",
+                ))
+            }
+            _ => {}
+        }
+        let query = ViewQuery {
+            keys: a.key_list(),
+            start_key: a.start_key,
+            end_key: a.end_key,
+            start_docid: a.start_key_docid,
+            end_docid: a.end_key_docid,
+            inclusive_end: a.inclusive_end,
+            descending: a.descending,
+            skip: a.skip,
+            limit: a.limit,
+            reduce: view_type == ViewType::Red,
+            grouping: match level {
+                None => Grouping::None,
+                Some(GroupLevel::Exact) => Grouping::Exact,
+                Some(GroupLevel::Level(l)) => {
+                    Grouping::Level(usize::try_from(l).unwrap_or(usize::MAX))
+                }
+            },
+            partition: a.partition,
+        };
+        query.check_range(g.def.raw(n)).map_err(Error::QueryParse)?;
+        Ok(ViewArgs {
+            query,
+            include_docs: a.include_docs,
+            conflicts: a.conflicts.unwrap_or(false),
+            atts: AttOpts {
+                inline: a.attachments,
+                encoding_info: a.att_encoding_info,
+                since_pos: 0,
+            },
+            update_seq: a.update_seq,
+            fresh: match a.update {
+                Update::True => Freshness::Update,
+                Update::False => Freshness::Stale,
+                Update::Lazy => Freshness::UpdateAfter,
+            },
+            reader: None,
+        })
+    }
+}
+
+/// A failed view query. An index whose language has no query server cannot be updated:
+/// CouchDB raises that from its indexer, with a stack (`ref`).
+fn index_error(e: settee_views::Error) -> Error {
+    use settee_views::queryserver::Error as Qs;
+    match e {
+        settee_views::Error::QueryServer(Qs::UnknownLanguage(language)) => {
+            Error::UnknownQueryLanguage(language)
+        }
+        other => other.into(),
+    }
+}
+
+/// Runs one view query, writing the complete response object through `out`: the head,
+/// then each row (with its separator) in one call, then the end.
+pub fn run(
+    views: &Arc<Views>,
+    db: &Arc<Database>,
+    g: &Arc<Group>,
+    view: usize,
+    args: &ViewArgs,
+    out: &mut dyn FnMut(&[u8]) -> bool,
+) -> Result<()> {
+    let mut first = true;
+    let mut head_sent = false;
+    let mut sink = |e: Event<'_>| -> ControlFlow<()> {
+        let bytes = match e {
+            Event::Head {
+                total_rows,
+                offset,
+                update_seq,
+            } => {
+                head_sent = true;
+                let mut head = String::from("{");
+                if let Some(off) = offset {
+                    head.push_str(&format!("\"total_rows\":{total_rows},\"offset\":{off},"));
+                }
+                if args.update_seq {
+                    let packed = Value::String(seqs(db).bare_seq(update_seq));
+                    head.push_str(&format!("\"update_seq\":{packed},"));
+                }
+                head.push_str("\"rows\":[\r\n");
+                head.into_bytes()
+            }
+            Event::Row { id, key, value } => {
+                let mut row = Vec::with_capacity(id.len() + key.len() + value.len() + 32);
+                row.extend_from_slice(if first { b"" } else { b",\r\n" });
+                first = false;
+                row.extend_from_slice(b"{\"id\":");
+                serde_json::to_writer(&mut row, id).expect("json");
+                row.extend_from_slice(b",\"key\":");
+                row.extend_from_slice(key);
+                row.extend_from_slice(b",\"value\":");
+                row.extend_from_slice(value);
+                row.push(b'}');
+                if args.include_docs {
+                    row = with_doc(row, row_doc(db, id, value, args));
+                }
+                row
+            }
+            Event::Reduced { key, value } => {
+                let sep: &[u8] = if first { b"" } else { b",\r\n" };
+                first = false;
+                let mut row = sep.to_vec();
+                serde_json::to_writer(&mut row, &reduce_row(key, value)).expect("json");
+                row
+            }
+        };
+        settee_views::keep_going(out(&bytes))
+    };
+    views
+        .query(db, g, view, &args.query, args.fresh, &mut sink)
+        .map_err(index_error)?;
+    if head_sent {
+        out(b"\r\n]}\n");
+    }
+    Ok(())
+}
+
+/// A reduce row; a reduction that overflowed `reduce_limit` is shown as CouchDB's
+/// coordinator shows it, as an error row with a `null` key.
+fn reduce_row(key: &Value, value: &Value) -> Value {
+    match value.as_object() {
+        Some(m) if m.len() == 1 && m.contains_key("reduce_overflow_error") => json!({
+            "key": null,
+            "error": "reduce_overflow_error",
+            "reason": m["reduce_overflow_error"],
+        }),
+        _ => json!({"key": key, "value": value}),
+    }
+}
+
+/// The document a row's `include_docs` shows (`None` renders `null`), as CouchDB picks it
+/// from the emitted value:
+/// * `{"_id": id}` (and `"_rev"`): that document (revision; a deleted revision shows as
+///   deleted), fetched without the query's document options; `{"_id": null}`: none;
+/// * `{"_rev": rev}` without `_id`: the row's own document at that revision;
+/// * anything else: the row's own document, with `_conflicts` and attachments as asked.
+///
+/// A deleted document, or a revision that is missing or not parseable, shows as `null`.
+fn row_doc(db: &Database, id: &str, value: &[u8], args: &ViewArgs) -> Option<Vec<u8>> {
+    let value: Option<Map<String, Value>> = serde_json::from_slice(value).ok();
+    let member = |k: &str| value.as_ref().and_then(|m| m.get(k));
+    let rev = |r: &Value| r.as_str().and_then(|r| Rev::parse(r).ok());
+    match member("_id") {
+        Some(Value::Null) => None,
+        Some(linked) => {
+            let linked = linked.as_str()?;
+            let doc = match member("_rev") {
+                Some(r) => db.open_doc(linked, Some(&rev(r)?)).ok()?,
+                None => db.open_doc(linked, None).ok()?,
+            };
+            let opts = DocOpts {
+                reader: args.reader.clone(),
+                ..Default::default()
+            };
+            Some(doc_json(&doc, &opts))
+        }
+        None => {
+            let doc = match member("_rev") {
+                Some(r) => db.open_doc(id, Some(&rev(r)?)).ok()?,
+                None => db.open_doc(id, None).ok()?,
+            };
+            if doc.deleted {
+                return None;
+            }
+            let opts = DocOpts {
+                conflicts: args.conflicts && member("_rev").is_none(),
+                reader: args.reader.clone(),
+                ..Default::default()
+            };
+            let atts = args.atts.render(db, &doc.body).unwrap_or_else(|e| {
+                tracing::warn!(id, error = ?e, "reading attachments");
+                None
+            });
+            Some(doc_json_with(&doc, &opts, atts))
+        }
+    }
+}
