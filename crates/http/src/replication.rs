@@ -9,7 +9,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::AttRender;
-use crate::handlers::{attachments, blocking, bulk, doc};
+use crate::handlers::{attachments, blocking, bulk};
 use crate::jobs::NewJob;
 use crate::reply::json;
 use crate::{AppState, Req};
@@ -153,7 +153,8 @@ impl Endpoint for LocalDb {
     async fn get_local(&self, id: &str) -> RepResult<Option<Value>> {
         let db = self.db()?;
         let found = db.local_doc(id).map_err(|e| rep_error(e.into()))?;
-        Ok(found.map(|d| serde_json::from_slice(&doc::local_json(&d)).unwrap_or(Value::Null)))
+        Ok(found
+            .map(|d| serde_json::from_slice(&settee_node::local_json(&d)).unwrap_or(Value::Null)))
     }
 
     async fn put_local(&self, id: &str, mut body: Value) -> RepResult<String> {

@@ -154,3 +154,8 @@ pub fn with_doc(mut row: Vec<u8>, doc: Option<Vec<u8>>) -> Vec<u8> {
 pub fn seqs(db: &Database) -> SeqCodec {
     db.seq_codec(settee_core::node::name())
 }
+
+/// A local document as CouchDB renders it (`_rev` is `0-N`).
+pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
+    DocJson::new(&d.id, Some(&format!("0-{}", d.rev)), &d.body).finish()
+}

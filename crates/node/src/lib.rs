@@ -12,6 +12,7 @@
 //! JavaScript); async callers run them on a blocking thread. `Node` is `Send + Sync` and
 //! shared behind an `Arc`.
 
+pub mod all_docs;
 pub mod atts;
 pub mod changes;
 pub mod config;
@@ -27,7 +28,8 @@ pub mod views;
 
 pub use config::NodeConfig;
 pub use docjson::{
-    doc_json, doc_json_with, other_leaves, revs_json, seqs, winner_json_with, with_doc, DocOpts,
+    doc_json, doc_json_with, local_json, other_leaves, revs_json, seqs, winner_json_with, with_doc,
+    DocOpts,
 };
 pub use error::{Error, Result};
 pub use tasks::Tasks;

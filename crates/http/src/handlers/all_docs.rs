@@ -2,378 +2,22 @@
 
 use super::{allow, blocking, query_results};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::{AttOpts, AttRender};
-use crate::handlers::doc::local_json;
-use crate::mrargs::{MrArgs, ViewType};
+use crate::mrargs::MrArgs;
 use crate::reply::{json_bytes, stream, JSON};
 use crate::req::{decode_param_json, require_json};
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::{json, Value};
-use settee_db::{AllDocsRow, Database};
-use settee_node::{winner_json_with, with_doc, DocOpts};
-use std::ops::ControlFlow;
+use serde_json::Value;
+use settee_db::Database;
+pub use settee_node::all_docs::Namespace;
+use settee_node::all_docs::{run, Query};
+use settee_node::DocOpts;
 use std::sync::Arc;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Namespace {
-    All,
-    Design,
-    Local,
-}
-
-#[derive(Clone, Debug, Default)]
-struct Query {
-    keys: Option<Vec<Value>>,
-    /// Where the range starts and ends, as document ids (`None`: the first or last).
-    start: Option<String>,
-    end: Option<String>,
-    inclusive_end: bool,
-    limit: Option<u64>,
-    skip: u64,
-    descending: bool,
-    include_docs: bool,
-    update_seq: bool,
-    opts: DocOpts,
-    atts: AttOpts,
-    /// For a non-admin listing `_users` (`users_db_public`): the only members included
-    /// documents show.
-    public_only: Option<Vec<String>>,
-    /// `/{db}/_partition/{p}/_all_docs`: only ids `p:…`.
-    partition: Option<String>,
-    /// The range's upper end is a key that is not a string: no id is below it.
-    upper_before_all: bool,
-}
-
-impl Query {
-    /// Checks the arguments as CouchDB does for `_all_docs` (a map view without a key
-    /// range check) and turns them into an id range or a list of ids.
-    fn from_args(a: MrArgs) -> ApiResult<Query> {
-        a.validate(ViewType::Map)?;
-        if a.partition.is_some() {
-            return Err(ApiError::QueryParse(
-                "`partition` parameter is not supported on this db".into(),
-            ));
-        }
-        // A string key bounds the ids; without a key the doc-id bound applies, if given
-        // (CouchDB's `all_docs_key_opts`). A key that is not a string sorts before every
-        // id in the term order CouchDB's cluster compares `_all_docs` rows in: at the
-        // range's lower end it bounds nothing, at its upper end it leaves no row.
-        let bound = |key: &Option<Value>, docid: &Option<String>| match key {
-            Some(Value::String(s)) => Some(Some(s.clone())),
-            Some(_) => None,
-            None => Some(docid.clone()),
-        };
-        let (start, end) = (
-            bound(&a.start_key, &a.start_key_docid),
-            bound(&a.end_key, &a.end_key_docid),
-        );
-        let upper = if a.descending { &start } else { &end };
-        Ok(Query {
-            keys: a.key_list(),
-            upper_before_all: upper.is_none(),
-            start: start.flatten(),
-            end: end.flatten(),
-            inclusive_end: a.inclusive_end,
-            limit: a.limit,
-            skip: a.skip,
-            descending: a.descending,
-            include_docs: a.include_docs,
-            update_seq: a.update_seq,
-            opts: DocOpts {
-                conflicts: a.conflicts.unwrap_or(false),
-                ..Default::default()
-            },
-            atts: AttOpts {
-                inline: a.attachments,
-                encoding_info: a.att_encoding_info,
-                since_pos: 0,
-            },
-            public_only: None,
-            partition: None,
-        })
-    }
-
-    /// A query within one partition (`couch_mrview_util:validate_all_docs_args` with a
-    /// partition): the limit defaults to, and may not exceed, `partition_query_limit`;
-    /// the range is clamped to the partition's ids.
-    fn for_partition(mut a: MrArgs, partition: &str, max_limit: u64) -> ApiResult<Query> {
-        a.partition = None;
-        let mut q = Query::from_args(a)?;
-        crate::mrargs::apply_limit(&mut q.limit, max_limit)?;
-        q.partition = Some(partition.to_string());
-        Ok(q)
-    }
-
-    /// `[first, end)` of the ids the query may see: its namespace, or its partition
-    /// (`partition:` up to `partition;`, `;` being the byte after `:`).
-    fn scope(&self, ns: Namespace) -> (String, Option<String>) {
-        if let Some(p) = &self.partition {
-            let (first, end) = settee_core::partition_id_range(p);
-            return (first, Some(end));
-        }
-        match ns {
-            Namespace::All => (String::new(), None),
-            Namespace::Design => ("_design/".into(), Some("_design0".into())),
-            Namespace::Local => ("_local/".into(), Some("_local0".into())),
-        }
-    }
-
-    fn in_scope(&self, id: &str) -> bool {
-        self.partition
-            .as_deref()
-            .is_none_or(|p| settee_core::partition_of(id) == Some(p))
-    }
-
-    /// `[lower, upper)` over ids (`None`: no upper bound), clamped to the namespace as
-    /// CouchDB clamps `_design_docs`; it may be empty.
-    fn id_range(&self, ns: Namespace) -> (String, Option<String>) {
-        let after = |s: &str| format!("{s}\0");
-        let (lo, hi) = if self.descending {
-            let lo = match &self.end {
-                None => String::new(),
-                Some(e) if self.inclusive_end => e.clone(),
-                Some(e) => after(e),
-            };
-            (lo, self.start.as_deref().map(after))
-        } else {
-            let hi = self.end.as_deref().map(|e| {
-                if self.inclusive_end {
-                    after(e)
-                } else {
-                    e.to_owned()
-                }
-            });
-            (self.start.clone().unwrap_or_default(), hi)
-        };
-        let hi = if self.upper_before_all {
-            Some(String::new())
-        } else {
-            hi
-        };
-        let (ns_lo, ns_hi) = self.scope(ns);
-        let lo = if lo < ns_lo { ns_lo } else { lo };
-        let hi = match (hi, ns_hi) {
-            (Some(h), Some(n)) if h > n => Some(n),
-            (None, Some(n)) => Some(n),
-            (h, _) => h,
-        };
-        (lo, hi)
-    }
-}
-
-fn row_value(info: &settee_db::DocInfo, deleted: bool) -> Value {
-    let w = info.tree.winner().expect("stored docs have a winner");
-    if deleted {
-        json!({"rev": w.rev.to_string(), "deleted": true})
-    } else {
-        json!({"rev": w.rev.to_string()})
-    }
-}
-
-fn render_row(db: &Database, row: &AllDocsRow, q: &Query) -> Vec<u8> {
-    let Some(info) = &row.info else {
-        return serde_json::to_vec(&json!({"key": row.id, "error": "not_found"})).expect("json");
-    };
-    let deleted = info.is_deleted();
-    let mut out = serde_json::to_vec(
-        &json!({"id": row.id, "key": row.id, "value": row_value(info, deleted)}),
-    )
-    .expect("json");
-    if q.include_docs {
-        let doc = row.body.as_deref().filter(|_| !deleted).map(|b| {
-            let atts = q.atts.render(db, b).unwrap_or_else(|e| {
-                tracing::warn!(id = %row.id, error = ?e, "reading attachments");
-                None
-            });
-            let doc = winner_json_with(&row.id, info, b, &q.opts, atts);
-            match &q.public_only {
-                Some(fields) => public_part(&doc, fields),
-                None => doc,
-            }
-        });
-        out = with_doc(out, doc);
-    }
-    out
-}
-
-/// A document reduced to `fields`. CouchDB's listing strips the rendered document, so even
-/// `_id` and `_rev` stay only if listed in `public_fields` (single reads strip the body and
-/// keep them).
-fn public_part(doc: &[u8], fields: &[String]) -> Vec<u8> {
-    let Ok(members) = serde_json::from_slice::<serde_json::Map<String, Value>>(doc) else {
-        return doc.to_vec();
-    };
-    let kept: serde_json::Map<String, Value> = members
-        .into_iter()
-        .filter(|(k, _)| fields.contains(k))
-        .collect();
-    serde_json::to_vec(&kept).expect("json")
-}
 
 /// The public-fields filter for this reader (`Query::public_only`).
 fn public_only(state: &AppState, db: &Database, req: &Req) -> ApiResult<Option<Vec<String>>> {
     Ok(super::doc::users_reader(state, db, req)?.map(|(_, fields)| fields))
-}
-
-/// Runs one query, writing the complete response object through `out`.
-fn run(
-    db: &Database,
-    q: &Query,
-    ns: Namespace,
-    out: &mut dyn FnMut(&[u8]) -> bool,
-) -> ApiResult<()> {
-    let total: Value = match ns {
-        // A partition's `_all_docs` reports the whole shard, as CouchDB's does.
-        Namespace::All => json!(db.stats().doc_count),
-        Namespace::Design => {
-            let mut n = 0u64;
-            db.scan_docs(b"_design/", Some(b"_design0"), false, false, |_| {
-                n += 1;
-                ControlFlow::Continue(())
-            })?;
-            json!(n)
-        }
-        Namespace::Local => Value::Null,
-    };
-    let mut skip = q.skip;
-    let mut left = q.limit.unwrap_or(u64::MAX);
-    let mut first = true;
-    let mut emit = |row: &[u8], out: &mut dyn FnMut(&[u8]) -> bool| -> ControlFlow<()> {
-        if skip > 0 {
-            skip -= 1;
-            return ControlFlow::Continue(());
-        }
-        if left == 0 {
-            return ControlFlow::Break(());
-        }
-        left -= 1;
-        let sep: &[u8] = if first { b"" } else { b",\r\n" };
-        first = false;
-        if out(sep) && out(row) {
-            ControlFlow::Continue(())
-        } else {
-            ControlFlow::Break(())
-        }
-    };
-    let (lo, hi) = q.id_range(ns);
-    let offset: Value = match (&q.keys, ns, &total) {
-        (Some(_), _, _) | (_, Namespace::Local, _) => Value::Null,
-        // As CouchDB's coordinator reports it: documents before the start, plus `skip`,
-        // at most the total.
-        (None, _, total) => {
-            let before = count_before(db, q, &lo, hi.as_deref())?;
-            let total = total.as_u64().unwrap_or(u64::MAX);
-            json!(before.saturating_add(q.skip).min(total))
-        }
-    };
-    let mut head = format!("{{\"total_rows\":{total},\"offset\":{offset}");
-    if q.update_seq {
-        // With `keys`, CouchDB's coordinator has no sequence to show.
-        let update_seq = match q.keys {
-            Some(_) => Value::Null,
-            None => Value::String(settee_node::seqs(db).bare_seq(db.update_seq())),
-        };
-        head.push_str(&format!(",\"update_seq\":{update_seq}"));
-    }
-    head.push_str(",\"rows\":[\r\n");
-    if !out(head.as_bytes()) {
-        return Ok(());
-    }
-    if let Some(keys) = &q.keys {
-        let mut ids: Vec<String> = keys
-            .iter()
-            .map(|k| {
-                k.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| k.to_string())
-            })
-            .collect();
-        if q.descending {
-            ids.reverse();
-        }
-        if ns == Namespace::Local {
-            for id in ids {
-                let row = match db.local_doc(&id)? {
-                    Some(d) => local_row(&d, q),
-                    None => {
-                        serde_json::to_vec(&json!({"key": id, "error": "not_found"})).expect("json")
-                    }
-                };
-                if emit(&row, out).is_break() {
-                    break;
-                }
-            }
-        } else {
-            for mut row in db.lookup_docs(&ids, q.include_docs)? {
-                if !q.in_scope(&row.id) {
-                    row.info = None;
-                }
-                if emit(&render_row(db, &row, q), out).is_break() {
-                    break;
-                }
-            }
-        }
-    } else if hi.as_deref().is_none_or(|h| h > lo.as_str()) {
-        if ns == Namespace::Local {
-            db.scan_local(
-                lo.as_bytes(),
-                hi.as_ref().map(|h| h.as_bytes()),
-                q.descending,
-                |d| emit(&local_row(&d, q), out),
-            )?;
-        } else {
-            db.scan_docs(
-                lo.as_bytes(),
-                hi.as_ref().map(|h| h.as_bytes()),
-                q.descending,
-                q.include_docs,
-                |row| emit(&render_row(db, &row, q), out),
-            )?;
-        }
-    }
-    out(b"\r\n]}\n");
-    Ok(())
-}
-
-fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
-    let rev = format!("0-{}", d.rev);
-    let mut out =
-        serde_json::to_vec(&json!({"id": d.id, "key": d.id, "value": {"rev": rev}})).expect("json");
-    if q.include_docs {
-        out = with_doc(out, Some(local_json(d)));
-    }
-    out
-}
-
-/// Documents before where the range starts, in its direction: CouchDB folds over every
-/// document id (for `_design_docs` too), or over the partition's, and counts those it
-/// passes.
-fn count_before(db: &Database, q: &Query, lo: &str, hi: Option<&str>) -> ApiResult<u64> {
-    // A partition's rows sit in one shard, and CouchDB counts the rows of that whole shard
-    // before the range: other partitions' and design documents too.
-    use settee_core::shards::range_of;
-    let ring = db.props().q;
-    let shard = q
-        .partition
-        .as_ref()
-        .map(|p| range_of(ring, &format!("{p}:"), true));
-    let mut n = 0u64;
-    let count = |row: AllDocsRow| {
-        if shard.is_none_or(|s| range_of(ring, &row.id, true) == s) {
-            n += 1;
-        }
-        ControlFlow::Continue(())
-    };
-    if q.descending {
-        if let Some(h) = hi {
-            db.scan_docs(h.as_bytes(), None, false, false, count)?;
-        }
-    } else if !lo.is_empty() {
-        db.scan_docs(b"", Some(lo.as_bytes()), false, false, count)?;
-    }
-    Ok(n)
 }
 
 pub async fn all_docs(
@@ -442,7 +86,10 @@ async fn all_docs_in(
     };
     q.public_only = public_only(state, &db, &req)?;
     q.opts.reader = settee_node::replicator_read::reader(&db, &req.user);
-    Ok(stream(JSON, move |sink| run(&db, &q, ns, &mut |b| sink.write(b))).await)
+    Ok(stream(JSON, move |sink| {
+        Ok(run(&db, &q, ns, &mut |b| sink.write(b))?)
+    })
+    .await)
 }
 
 fn partition_query_limit(state: &AppState) -> u64 {
@@ -466,7 +113,7 @@ impl ListQuery {
 
     /// Writes the response: the head, each separator and each row in calls of their own.
     pub(crate) fn run(&self, db: &Database, out: &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> {
-        run(db, &self.0, Namespace::All, out)
+        Ok(run(db, &self.0, Namespace::All, out)?)
     }
 }
 
@@ -526,16 +173,17 @@ async fn queries_in(
             let q = match partition {
                 Some(p) => Query::for_partition(args, p, partition_query_limit(state)),
                 None => Query::from_args(args),
-            };
-            q.map(|mut q| {
-                q.opts.reader = reader.clone();
-                Query {
-                    public_only: public.clone(),
-                    ..q
-                }
+            }?;
+            Ok(Query {
+                opts: DocOpts {
+                    reader: reader.clone(),
+                    ..q.opts
+                },
+                public_only: public.clone(),
+                ..q
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    let out = blocking(move || query_results(&qs, |q, out| run(&db, q, ns, out))).await?;
+    let out = blocking(move || query_results(&qs, |q, out| Ok(run(&db, q, ns, out)?))).await?;
     Ok(json_bytes(StatusCode::OK, out))
 }

@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
-use settee_core::{parse_doc, validate_doc_id, DocJson, ParsedDoc, Rev};
+use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc};
 use settee_docs::Followed;
 use settee_node::{doc_json_with, DocOpts};
@@ -660,10 +660,6 @@ fn parse_local_rev(s: &str) -> ApiResult<u64> {
         .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
 }
 
-pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
-    DocJson::new(&d.id, Some(&format!("0-{}", d.rev)), &d.body).finish()
-}
-
 /// A local document's `ETag`. CouchDB hashes the Erlang term of its revision and body
 /// (`couch_httpd:doc_etag`), so the value is opaque but changes with either; this is the
 /// same shape (a quoted base-36 MD5) over the revision and stored body.
@@ -701,7 +697,7 @@ async fn local(
             if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
                 return Ok(not_modified(tag));
             }
-            let mut json = local_json(&d);
+            let mut json = settee_node::local_json(&d);
             // `revs=true` is the one read option CouchDB applies to a local document.
             if req.params.is_true("revs") {
                 json.pop();

@@ -1,5 +1,6 @@
 //! What the seam suites share: a local node over a real RocksDB in a temporary directory,
 //! with the real JavaScript engine and Mango's `query` language, and one database.
+#![allow(dead_code)] // each suite uses part of it
 
 use serde_json::{json, Value};
 use settee_db::Database;
