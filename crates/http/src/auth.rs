@@ -242,7 +242,7 @@ impl Authenticator {
         if !rules.needs_upgrade(&doc.body) {
             return;
         }
-        let Ok(db) = couch.get(&crate::access::auth_db(node)) else {
+        let Ok(db) = couch.get(&settee_node::settings::auth_db(node)) else {
             return;
         };
         if !self.upgrading.lock().unwrap().insert(name.to_string()) {
@@ -391,7 +391,7 @@ pub fn lookup(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<Kno
 
 /// The user's document in the authentication database, if it exists and is not deleted.
 fn user_doc(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<UserDoc>, ApiError> {
-    let Ok(db) = couch.get(&crate::access::auth_db(node)) else {
+    let Ok(db) = couch.get(&settee_node::settings::auth_db(node)) else {
         return Ok(None);
     };
     let id = format!("{}{name}", users::PREFIX);
@@ -465,7 +465,7 @@ fn rehash(
 /// its `_design/_auth` (created, or its validate function restored), as CouchDB's auth
 /// cache does when it starts watching the database. A concurrent write wins.
 pub fn ensure_auth_ddoc(couch: &Couch, node: &NodeConfig) -> Result<(), String> {
-    let Ok(db) = couch.get(&crate::access::auth_db(node)) else {
+    let Ok(db) = couch.get(&settee_node::settings::auth_db(node)) else {
         return Ok(());
     };
     let (revs, mut body, stubs) = match db.open_doc(users::AUTH_DDOC_ID, None) {

@@ -45,6 +45,9 @@ impl From<settee_node::Error> for ApiError {
             N::Rejected(r) => r.into(),
             N::Mango(m) => m.into(),
             N::BadRequest(r) => ApiError::BadRequest(r),
+            N::Unauthorized(r) => ApiError::Unauthorized(r),
+            N::Forbidden(r) => ApiError::Forbidden(r),
+            N::Denied(d) => d.into(),
             N::QueryParse(r) => ApiError::QueryParse(r),
             // The ref CouchDB 3.5.2 reports for a view query of an unknown language.
             N::UnknownQueryLanguage(language) => ApiError::Crash {

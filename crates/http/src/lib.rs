@@ -2,7 +2,6 @@
 //! handlers live by resource under `handlers/`, stay thin (parse → one store call → render),
 //! and return [`ApiError`], which `error.rs` maps to CouchDB's status and body in one place.
 
-mod access;
 mod auth;
 mod cors;
 mod design_render;
@@ -391,7 +390,7 @@ async fn route(
             limit: state.max_http_request_size(),
             body_time: body_time.clone(),
         };
-        access::authorize(&state, &endpoint, &req)?;
+        settee_node::access::authorize(&state.node, &endpoint, req.method.as_str(), &req.user)?;
         let node_local = router::is_node_local(&endpoint);
         let own_refusals = router::own_refusals(&endpoint);
         let resp = match router::dispatch(state.clone(), endpoint, req).await {

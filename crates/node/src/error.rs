@@ -30,6 +30,15 @@ pub enum Error {
     /// A request argument the grammar refuses.
     #[error(transparent)]
     Wire(#[from] settee_wire::Error),
+    /// CouchDB's 401 `unauthorized`.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// CouchDB's 403 `forbidden`.
+    #[error("{0}")]
+    Forbidden(String),
+    /// A security object's refusal.
+    #[error(transparent)]
+    Denied(#[from] settee_auth::Denied),
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

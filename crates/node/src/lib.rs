@@ -12,6 +12,7 @@
 //! JavaScript); async callers run them on a blocking thread. `Node` is `Send + Sync` and
 //! shared behind an `Arc`.
 
+pub mod access;
 pub mod all_docs;
 pub mod atts;
 pub mod changes;

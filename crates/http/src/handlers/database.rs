@@ -108,7 +108,7 @@ fn refuse_partitioned_system_db(state: &AppState, name: &str) -> ApiResult<()> {
     let system = SYSTEM.contains(&name)
         || ["_replicator", "_users"].contains(&suffix)
         || users_suffix.as_deref() == Some(suffix)
-        || name == crate::access::auth_db(&state.config);
+        || name == settee_node::settings::auth_db(&state.config);
     if system {
         return Err(ApiError::bad_request("Cannot partition a system database"));
     }
@@ -147,7 +147,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                     ..Default::default()
                 };
                 couch.create_with(&name2, props)?;
-                if name2 == crate::access::auth_db(&node) {
+                if name2 == settee_node::settings::auth_db(&node) {
                     // Born with `_design/_auth`, as CouchDB's auth cache gives it.
                     if let Err(e) = crate::auth::ensure_auth_ddoc(&couch, &node) {
                         tracing::warn!(error = %e, "writing _design/_auth");
@@ -284,7 +284,7 @@ pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiR
     if req.method == "PUT" {
         // Only the exact value `false` (the default) protects the authentication
         // database, as CouchDB compares the setting's text.
-        if db.name == crate::access::auth_db(&state.config)
+        if db.name == settee_node::settings::auth_db(&state.config)
             && state
                 .config
                 .get_or("couchdb", "users_db_security_editable", "false")

@@ -225,14 +225,14 @@ pub(crate) fn users_reader(
     db: &Database,
     req: &Req,
 ) -> ApiResult<Option<(settee_auth::security::SecurityObject, Vec<String>)>> {
-    if !crate::access::is_system_db(&db.name) {
+    if !settee_node::access::is_system_db(&db.name) {
         return Ok(None);
     }
     let sec = settee_auth::security::SecurityObject::from_json(&db.props().security);
     if sec.is_admin(&req.user) {
         return Ok(None);
     }
-    let public = crate::access::public_fields(&state.config).unwrap_or_default();
+    let public = settee_node::access::public_fields(&state.config).unwrap_or_default();
     Ok(Some((sec, public)))
 }
 

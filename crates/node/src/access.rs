@@ -4,13 +4,15 @@
 //! administrative operations, a database admin. Per-document rules (design documents need
 //! a database admin, the `_users` rules, `validate_doc_update`) are applied to each
 //! document by the write path (`settee_docs`).
+//!
+//! Operations are named by the request grammar's [`Endpoint`] (`settee_wire`), which every
+//! caller (HTTP, a cluster coordinator) reads its requests into.
 
-use crate::error::{ApiError, ApiResult};
-use crate::router::{DbOp, Endpoint, NotUtf8};
-use crate::{AppState, Req};
+use crate::{Error, Node, Result};
 use settee_auth::security::{denied, SecurityObject};
 use settee_auth::users::USERS_DB;
-pub use settee_node::settings::auth_db;
+use settee_auth::UserCtx;
+use settee_wire::path::{DbOp, Endpoint, NotUtf8};
 
 /// What an endpoint requires of the requester.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +29,7 @@ enum Need {
     MemberListing,
 }
 
-fn need(endpoint: &Endpoint, method: &str, node: &settee_node::NodeConfig) -> Need {
+fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
     use Need::*;
     let read = matches!(method, "GET" | "HEAD");
     match endpoint {
@@ -89,21 +91,20 @@ fn need(endpoint: &Endpoint, method: &str, node: &settee_node::NodeConfig) -> Ne
 /// Refuses the request unless its user may call the endpoint. Database endpoints of a
 /// database that does not exist fall through to the handler's 404 only for those allowed
 /// to create it (server admins); others get the same 404 from here.
-pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<()> {
-    let user = &req.user;
-    if state.config.get_bool("chttpd", "require_valid_user", false)
+pub fn authorize(node: &Node, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
+    if node.config.get_bool("chttpd", "require_valid_user", false)
         && user.name.is_none()
-        && !(matches!(endpoint, Endpoint::Session) && req.method == "POST")
+        && !(matches!(endpoint, Endpoint::Session) && method == "POST")
     {
-        return Err(ApiError::unauthorized("Authentication required."));
+        return Err(Error::Unauthorized("Authentication required.".into()));
     }
-    let need = need(endpoint, req.method.as_str(), &state.config);
+    let need = need(endpoint, method, &node.config);
     match need {
         Need::Anyone => Ok(()),
         Need::ServerAdmin if user.is_server_admin() => Ok(()),
         // `verify_is_server_admin` throws `unauthorized` whoever asks: a 401 even for a
         // logged-in user.
-        Need::ServerAdmin => Err(ApiError::unauthorized("You are not a server admin.")),
+        Need::ServerAdmin => Err(Error::Unauthorized("You are not a server admin.".into())),
         Need::Member | Need::DbAdmin | Need::DbAdminOr401 | Need::MemberListing => {
             let Some(db) = endpoint_db(endpoint) else {
                 return Ok(());
@@ -111,7 +112,7 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
             if user.is_server_admin() {
                 return Ok(());
             }
-            let sec = security_of(state, db)?;
+            let sec = security_of(node, db)?;
             match need {
                 // chttpd_auth_request checks membership first for every database path
                 // but the few `require_*admin` ones.
@@ -121,9 +122,9 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
                 }
                 Need::DbAdminOr401 => sec
                     .check_admin(user)
-                    .map_err(|_| ApiError::unauthorized("You are not a server or db admin."))?,
+                    .map_err(|_| Error::Unauthorized("You are not a server or db admin.".into()))?,
                 Need::MemberListing
-                    if is_system_db(db) && users_listing_public(endpoint, state) =>
+                    if is_system_db(db) && users_listing_public(endpoint, &node.config) =>
                 {
                     sec.check_member(user)?
                 }
@@ -131,13 +132,13 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
                 // `_replicator`) are for server admins (401 even for a named user or a
                 // database admin) ...
                 Need::MemberListing
-                    if (is_system_db(db) || db == crate::scheduler::REPLICATOR_DB)
+                    if (is_system_db(db) || db == crate::REPLICATOR_DB)
                         && matches!(
                             endpoint,
                             Endpoint::DbOp(_, DbOp::AllDocs | DbOp::AllDocsQueries | DbOp::Changes)
                         ) =>
                 {
-                    return Err(ApiError::unauthorized("You are not a server admin."));
+                    return Err(Error::Unauthorized("You are not a server admin.".into()));
                 }
                 // ... and its design documents, so its views, for database admins
                 // (couch_users_db:after_doc_read).
@@ -149,7 +150,7 @@ pub fn authorize(state: &AppState, endpoint: &Endpoint, req: &Req) -> ApiResult<
                         ) =>
                 {
                     sec.check_admin(user).map_err(|_| {
-                        ApiError::Forbidden(
+                        Error::Forbidden(
                             "Only administrators can view design docs in the users database."
                                 .into(),
                         )
@@ -186,14 +187,14 @@ pub fn is_system_db(name: &str) -> bool {
 }
 
 /// A `[chttpd_auth]` setting, or CouchDB 2's `[couch_httpd_auth]` one.
-fn auth_setting(node: &settee_node::NodeConfig, key: &str) -> Option<String> {
+fn auth_setting(node: &crate::NodeConfig, key: &str) -> Option<String> {
     node.get("chttpd_auth", key)
         .or_else(|| node.get("couch_httpd_auth", key))
 }
 
 /// The user-document fields anyone may read (`public_fields`, comma-separated), and
 /// whether the setting exists at all.
-pub fn public_fields(node: &settee_node::NodeConfig) -> Option<Vec<String>> {
+pub fn public_fields(node: &crate::NodeConfig) -> Option<Vec<String>> {
     let fields = auth_setting(node, "public_fields")?;
     Some(
         fields
@@ -207,7 +208,7 @@ pub fn public_fields(node: &settee_node::NodeConfig) -> Option<Vec<String>> {
 /// Whether members who are not admins may list `_users` through `_all_docs` (and
 /// `_design_docs`): CouchDB allows it when `users_db_public = true` and `public_fields`
 /// is set, and then shows each document's public fields only.
-fn users_listing_public(endpoint: &Endpoint, state: &AppState) -> bool {
+fn users_listing_public(endpoint: &Endpoint, config: &crate::NodeConfig) -> bool {
     let listing = matches!(
         endpoint,
         Endpoint::DbOp(
@@ -216,15 +217,15 @@ fn users_listing_public(endpoint: &Endpoint, state: &AppState) -> bool {
         )
     );
     listing
-        && auth_setting(&state.config, "users_db_public")
+        && auth_setting(config, "users_db_public")
             .as_deref()
             .map(str::trim)
             == Some("true")
-        && public_fields(&state.config).is_some()
+        && public_fields(config).is_some()
 }
 
 /// The security object of an existing database (404 `not_found` if it does not exist).
-pub fn security_of(state: &AppState, db: &str) -> ApiResult<SecurityObject> {
-    let db = state.couch.get(db)?;
+pub fn security_of(node: &Node, db: &str) -> Result<SecurityObject> {
+    let db = node.couch.get(db)?;
     Ok(SecurityObject::from_json(&db.props().security))
 }
