@@ -540,8 +540,8 @@ pub async fn blocking<T: Send + 'static>(
 impl Node {
     /// The filter `spec` names, with its design document read (a view's or a filter
     /// function's; `req` describes the request to a filter function). A view filter sets
-    /// the JavaScript limits in `o`.
-    pub async fn changes_filter(
+    /// the JavaScript limits in `o`. Blocks for a view or a filter function.
+    pub fn resolve_filter(
         self: &Arc<Self>,
         db: &Arc<Database>,
         spec: FilterSpec,
@@ -561,20 +561,41 @@ impl Node {
             }
             FilterSpec::Design => Filter::Design,
             FilterSpec::View(ddoc, view) => {
-                let (node, d) = (self.clone(), db.clone());
-                let f = blocking(move || ViewFilter::load(&node, &d, &ddoc, &view)).await?;
+                let f = ViewFilter::load(self, db, &ddoc, &view)?;
                 o.js_limits = self.views.limits();
                 Filter::View(f)
             }
             FilterSpec::Function(ddoc, name) => {
-                let (node, d, req) = (self.clone(), db.clone(), req());
-                let f = blocking(move || DesignFilter::load(&node, &d, &ddoc, &name, &req)).await?;
-                Filter::Function(f)
+                Filter::Function(DesignFilter::load(self, db, &ddoc, &name, &req())?)
             }
             FilterSpec::Selector(sel) => {
                 Filter::Selector(Arc::new(settee_mango::Selector::parse(&sel)?))
             }
         })
+    }
+
+    /// [`Node::resolve_filter`] for async callers: design documents are read on a
+    /// blocking thread.
+    pub async fn changes_filter(
+        self: &Arc<Self>,
+        db: &Arc<Database>,
+        spec: FilterSpec,
+        o: &mut ChangesOpts,
+        req: impl FnOnce() -> ReqInfo,
+    ) -> Result<Filter> {
+        match spec {
+            FilterSpec::View(..) | FilterSpec::Function(..) => {
+                let (node, d, req, mut opts) = (self.clone(), db.clone(), req(), o.clone());
+                let (filter, opts) = blocking(move || {
+                    let filter = node.resolve_filter(&d, spec, &mut opts, || req)?;
+                    Ok((filter, opts))
+                })
+                .await?;
+                *o = opts;
+                Ok(filter)
+            }
+            spec => self.resolve_filter(db, spec, o, req),
+        }
     }
 
     /// The replicator's read of a local database: up to `limit` changes after `since` as

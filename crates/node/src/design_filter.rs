@@ -312,6 +312,7 @@ pub fn check_member(body: &Value, path: &[&str]) -> Result<()> {
 
 /// What CouchDB's request object (`chttpd_external:json_req_obj`) tells a filter about the
 /// request it runs for; the database's parts are added by [`ReqInfo::to_json`].
+#[derive(Clone)]
 pub struct ReqInfo {
     pub method: String,
     /// The path's segments, decoded (`requested_path` and `path`).

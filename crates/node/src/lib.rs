@@ -20,6 +20,7 @@ pub mod config;
 pub mod design_filter;
 mod docjson;
 mod error;
+pub mod fabric;
 pub mod find;
 pub mod query_language;
 pub mod replicator_read;
@@ -33,6 +34,7 @@ pub use docjson::{
     DocOpts,
 };
 pub use error::{Error, Result};
+pub use fabric::Fabric;
 pub use tasks::Tasks;
 
 use serde_json::{json, Value};

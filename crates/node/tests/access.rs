@@ -4,7 +4,6 @@
 
 use serde_json::json;
 use settee_auth::UserCtx;
-use settee_node::access::authorize;
 use settee_node::Error;
 use settee_wire::path::{DbOp, Endpoint};
 
@@ -35,21 +34,21 @@ fn members_admins_and_everyone_else() {
     let bob = user("bob", &[]);
     let boss = user("eve", &["boss"]);
     let anonymous = UserCtx::default();
-    assert!(authorize(&f.node, &doc, "GET", &bob).is_ok());
-    assert!(authorize(&f.node, &doc, "GET", &admin).is_ok());
+    assert!(f.fabric().authorize(&doc, "GET", &bob).is_ok());
+    assert!(f.fabric().authorize(&doc, "GET", &admin).is_ok());
     assert!(matches!(
-        authorize(&f.node, &doc, "GET", &anonymous),
+        f.fabric().authorize(&doc, "GET", &anonymous),
         Err(Error::Denied(settee_auth::Denied::Unauthorized(_)))
     ));
     // `_compact` is for database admins, and answers others 401.
-    assert!(authorize(&f.node, &compact, "POST", &boss).is_ok());
+    assert!(f.fabric().authorize(&compact, "POST", &boss).is_ok());
     assert!(matches!(
-        authorize(&f.node, &compact, "POST", &bob),
+        f.fabric().authorize(&compact, "POST", &bob),
         Err(Error::Unauthorized(r)) if r == "You are not a server or db admin."
     ));
     // Server-wide operations need a server admin, whoever asks.
     assert!(matches!(
-        authorize(&f.node, &Endpoint::ActiveTasks, "GET", &bob),
+        f.fabric().authorize(&Endpoint::ActiveTasks, "GET", &bob),
         Err(Error::Unauthorized(_))
     ));
 }
@@ -57,14 +56,20 @@ fn members_admins_and_everyone_else() {
 #[test]
 fn require_valid_user_keeps_out_anonymous_requests() {
     let f = fixture();
-    assert!(authorize(&f.node, &Endpoint::Root, "GET", &UserCtx::default()).is_ok());
+    assert!(f
+        .fabric()
+        .authorize(&Endpoint::Root, "GET", &UserCtx::default())
+        .is_ok());
     f.node
         .config
         .set_transient("chttpd", "require_valid_user", "true");
     assert!(matches!(
-        authorize(&f.node, &Endpoint::Root, "GET", &UserCtx::default()),
+        f.fabric().authorize(&Endpoint::Root, "GET", &UserCtx::default()),
         Err(Error::Unauthorized(r)) if r == "Authentication required."
     ));
     // But one may still log in.
-    assert!(authorize(&f.node, &Endpoint::Session, "POST", &UserCtx::default()).is_ok());
+    assert!(f
+        .fabric()
+        .authorize(&Endpoint::Session, "POST", &UserCtx::default())
+        .is_ok());
 }

@@ -4,7 +4,8 @@
 //! coordinator offering the same operations must pass the same checks.
 
 use serde_json::{json, Value};
-use settee_node::all_docs::{run, Namespace, Query};
+use settee_auth::UserCtx;
+use settee_node::all_docs::{Namespace, Query};
 use settee_wire::mrargs::MrArgs;
 use settee_wire::Params;
 
@@ -39,11 +40,12 @@ fn list(f: &Fixture, ns: Namespace, query: &str) -> Value {
     let args = MrArgs::from_query(&Params::parse(Some(query))).unwrap();
     let q = Query::from_args(args).unwrap();
     let mut body = Vec::new();
-    run(&f.db, &q, ns, &mut |b| {
-        body.extend_from_slice(b);
-        true
-    })
-    .unwrap();
+    f.fabric()
+        .all_docs("db", &UserCtx::default(), &q, ns, &mut |b| {
+            body.extend_from_slice(b);
+            true
+        })
+        .unwrap();
     serde_json::from_slice(&body).unwrap()
 }
 
@@ -61,6 +63,15 @@ fn ranges_skip_limit_and_the_offset() {
     let f = node();
     let all = list(&f, Namespace::All, "");
     assert_eq!(all["total_rows"], 6);
+    let info = f.fabric().db_info("db").unwrap();
+    assert_eq!(
+        (info["doc_count"].clone(), info["doc_del_count"].clone()),
+        (json!(6), json!(1))
+    );
+    assert!(matches!(
+        f.fabric().db_info("nope"),
+        Err(settee_node::Error::Db(settee_db::Error::DbNotFound))
+    ));
     assert_eq!(ids(&all), ["_design/x", "a", "b", "c", "d", "e"]);
     let page = list(&f, Namespace::All, "startkey=\"b\"&skip=1&limit=2");
     assert_eq!(

@@ -4,6 +4,7 @@
 //! coordinator offering the same operations must pass the same checks.
 
 use serde_json::{json, Value};
+use settee_auth::UserCtx;
 use settee_core::SeqArg;
 use settee_db::Database;
 use settee_node::changes::{
@@ -52,6 +53,27 @@ fn feed(db: &Database, o: &ChangesOpts) -> (Vec<String>, u64, u64) {
     (ids, last, pending)
 }
 
+/// A normal feed through the operations trait, with the filter `spec` names.
+fn through(f: &Fixture, o: &ChangesOpts, spec: FilterSpec) -> (Vec<String>, u64, u64) {
+    let mut ids = Vec::new();
+    let end = f
+        .fabric()
+        .changes(
+            "db",
+            &UserCtx::default(),
+            o.clone(),
+            spec,
+            &request(),
+            &mut |_, row| {
+                let row: Value = serde_json::from_slice(row).unwrap();
+                ids.push(row["id"].as_str().unwrap().to_string());
+                true
+            },
+        )
+        .unwrap();
+    (ids, end.last_seq, end.pending)
+}
+
 fn ids(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
@@ -81,20 +103,21 @@ async fn resolved(f: &Fixture, spec: FilterSpec) -> ChangesOpts {
 async fn every_change_then_the_end_of_the_feed() {
     let f = node();
     seed(&f.db);
+    let all = |o: &ChangesOpts| through(&f, o, FilterSpec::None);
     let mut o = ChangesOpts::new(seqs(&f.db));
-    let (all, last, pending) = feed(&f.db, &o);
-    assert_eq!(all.len(), 11);
+    let (every, last, pending) = all(&o);
+    assert_eq!(every.len(), 11);
     assert_eq!((last, pending), (11, 0));
     o.limit = Some(4);
-    assert_eq!(feed(&f.db, &o), (ids(&["d0", "d1", "d2", "d3"]), 4, 7));
+    assert_eq!(all(&o), (ids(&["d0", "d1", "d2", "d3"]), 4, 7));
     o.since = SeqArg::Seq(9);
-    assert_eq!(feed(&f.db, &o), (ids(&["d9", "_design/f"]), 11, 0));
+    assert_eq!(all(&o), (ids(&["d9", "_design/f"]), 11, 0));
     o.since = SeqArg::Now;
-    assert_eq!(feed(&f.db, &o), (vec![], 11, 0));
+    assert_eq!(all(&o), (vec![], 11, 0));
     let mut o = ChangesOpts::new(seqs(&f.db));
     o.descending = true;
     o.limit = Some(2);
-    assert_eq!(feed(&f.db, &o), (ids(&["_design/f", "d9"]), 10, 9));
+    assert_eq!(all(&o), (ids(&["_design/f", "d9"]), 10, 9));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -125,14 +148,16 @@ async fn doc_ids_looked_up_or_scanned_agree() {
 async fn design_selector_view_and_function_filters() {
     let f = node();
     seed(&f.db);
-    let design = resolved(&f, FilterSpec::Design).await;
-    assert_eq!(feed(&f.db, &design).0, ids(&["_design/f"]));
-    let selector = resolved(&f, FilterSpec::Selector(json!({"n": {"$gt": 7}}))).await;
-    assert_eq!(feed(&f.db, &selector).0, ids(&["d8", "d9"]));
-    let view = resolved(&f, FilterSpec::View("f".into(), "even".into())).await;
-    assert_eq!(feed(&f.db, &view).0, ids(&["d0", "d2", "d4", "d6", "d8"]));
-    let function = resolved(&f, FilterSpec::Function("f".into(), "small".into())).await;
-    assert_eq!(feed(&f.db, &function).0, ids(&["d0", "d1", "d2"]));
+    let o = ChangesOpts::new(seqs(&f.db));
+    let rows = |spec| through(&f, &o, spec).0;
+    assert_eq!(rows(FilterSpec::Design), ids(&["_design/f"]));
+    let selector = FilterSpec::Selector(json!({"n": {"$gt": 7}}));
+    assert_eq!(rows(selector), ids(&["d8", "d9"]));
+    let view = FilterSpec::View("f".into(), "even".into());
+    assert_eq!(rows(view), ids(&["d0", "d2", "d4", "d6", "d8"]));
+    // The function reads `req.query.below` (3) from the request it is told about.
+    let function = FilterSpec::Function("f".into(), "small".into());
+    assert_eq!(rows(function), ids(&["d0", "d1", "d2"]));
 }
 
 #[tokio::test(flavor = "multi_thread")]

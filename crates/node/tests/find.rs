@@ -4,6 +4,7 @@
 //! language. A cluster coordinator offering the same operations must pass the same checks.
 
 use serde_json::{json, Map, Value};
+use settee_auth::UserCtx;
 use settee_mango::opts::{FindOpts, IndexOpts};
 
 mod common;
@@ -28,10 +29,9 @@ fn opts(body: Value) -> FindOpts {
 
 /// A `_find`'s answer, parsed.
 fn find(f: &Fixture, o: &FindOpts) -> Value {
-    let plan = f.node.plan_find(&f.db, o, false).unwrap();
     let mut body = Vec::new();
-    f.node
-        .find(&f.db, o, &plan, None, &mut |b| {
+    f.fabric()
+        .find("db", &UserCtx::default(), o, &mut |b| {
             body.extend_from_slice(b);
             true
         })

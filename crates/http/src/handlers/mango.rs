@@ -15,7 +15,7 @@ use settee_core::split_stored;
 use settee_db::Database;
 use settee_mango::index::{self, Index};
 use settee_mango::opts::{FindOpts, IndexOpts};
-use settee_node::find;
+use settee_node::{find, Fabric};
 use std::sync::Arc;
 
 /// The body of a Mango POST: JSON content, a JSON object.
@@ -43,15 +43,19 @@ pub async fn find(
     if let Some(p) = partition {
         opts.partition = p;
     }
-    let opts = Arc::new(opts);
-    let (node, d, o) = (state.node.clone(), db.clone(), opts.clone());
-    let plan = blocking(move || Ok(node.plan_find(&d, &o, explain)?)).await?;
     if explain {
-        return Ok(json(StatusCode::OK, &find::explain(&db, &opts, &plan)));
+        let (node, d) = (state.node.clone(), db.clone());
+        let explained = blocking(move || {
+            let plan = node.plan_find(&d, &opts, true)?;
+            Ok(find::explain(&d, &opts, &plan))
+        })
+        .await?;
+        return Ok(json(StatusCode::OK, &explained));
     }
-    let reader = settee_node::replicator_read::reader(&db, &req.user);
+    let (node, user) = (state.node.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
-        Ok(state.find(&db, &opts, &plan, reader, &mut |b| sink.write(b))?)
+        let out = &mut |b: &[u8]| sink.write(b);
+        Ok(Fabric::find(&node, &db.name, &user, &opts, out)?)
     })
     .await)
 }

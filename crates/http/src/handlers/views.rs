@@ -13,6 +13,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_db::Database;
 use settee_node::views::{run, ViewArgs};
+use settee_node::Fabric;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -65,19 +66,12 @@ pub async fn view(
     } else {
         MrArgs::from_query(&req.params)?
     };
-    let (g, n, db) = {
-        let (state, db) = (state.clone(), db.clone());
-        blocking(move || {
-            let (g, n) = state.view_group(&db, &ddoc, &view)?;
-            Ok((g, n, db))
-        })
-        .await?
-    };
-    let mut args = ViewArgs::for_view(args, &g, n, &state.config)?;
-    args.reader = settee_node::replicator_read::reader(&db, &req.user);
-    let views = state.views.clone();
+    let (node, user) = (state.node.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
-        Ok(run(&views, &db, &g, n, &args, &mut |b| sink.write(b))?)
+        let out = &mut |b: &[u8]| sink.write(b);
+        Ok(Fabric::query_view(
+            &node, &db.name, &user, &ddoc, &view, args, out,
+        )?)
     })
     .await)
 }

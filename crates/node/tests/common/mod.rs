@@ -14,6 +14,13 @@ pub struct Fixture {
     pub db: Arc<Database>,
 }
 
+impl Fixture {
+    /// The node as the suites call it: through the operations trait.
+    pub fn fabric(&self) -> &dyn settee_node::Fabric {
+        &self.node
+    }
+}
+
 /// A fresh node with the built-in defaults and an empty database `db`.
 pub fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,148 @@
+//! The operations a request can ask of a node, by database name, as one trait: the local
+//! [`Node`] implements it (behind its `Arc`), and a cluster coordinator is to implement it
+//! too, fanning each call out to shard copies and merging their answers (CouchDB's
+//! `fabric`). The conformance suites in `tests/` run through it.
+//!
+//! Threading contract: every method blocks (storage reads, index updates, JavaScript), so
+//! async callers run them on a blocking thread. Rows leave through `out` as CouchDB's
+//! JSON; `out` returns false when the reader has gone, and the call then stops early and
+//! returns `Ok`. Implementations are `Send + Sync`.
+//!
+//! Still one node's shape (issue 25 goes on): sequences are this node's integers, not the
+//! opaque vectors a cluster resumes from, and writes, attachments, local documents, design
+//! functions and replication are not here yet. `http` still calls the concrete functions
+//! this trait is built from.
+
+use crate::all_docs::{self, Namespace};
+use crate::changes::{self, ChangesOpts, FilterSpec};
+use crate::design_filter::ReqInfo;
+use crate::{Node, Result};
+use serde_json::Value;
+use settee_auth::UserCtx;
+use settee_mango::opts::FindOpts;
+use settee_wire::mrargs::MrArgs;
+use settee_wire::path::Endpoint;
+use std::sync::Arc;
+
+/// Where a call's rows go; false: stop, the reader has gone.
+pub type Out<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
+/// Where a normal `_changes` feed ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeedEnd {
+    pub last_seq: u64,
+    pub pending: u64,
+}
+
+/// The operations of a node, by database name, for `user`.
+pub trait Fabric: Send + Sync {
+    /// Whether `user` may call `endpoint` with `method` (see [`crate::access`]).
+    fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()>;
+
+    /// The database's info (`GET /{db}`).
+    fn db_info(&self, db: &str) -> Result<Value>;
+
+    /// `_all_docs` (`_design_docs`, `_local_docs`): the whole response object.
+    fn all_docs(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        q: &all_docs::Query,
+        ns: Namespace,
+        out: Out<'_>,
+    ) -> Result<()>;
+
+    /// A view query of `_design/{ddoc}`: the whole response object.
+    fn query_view(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        args: MrArgs,
+        out: Out<'_>,
+    ) -> Result<()>;
+
+    /// A Mango `_find`: the whole response object.
+    fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()>;
+
+    /// A normal `_changes` feed through the filter `spec` names (`req`: the request a
+    /// filter function is told about): each row with the seq it shows, then where the
+    /// feed ends.
+    fn changes(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        opts: ChangesOpts,
+        spec: FilterSpec,
+        req: &ReqInfo,
+        row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
+    ) -> Result<FeedEnd>;
+}
+
+impl Fabric for Arc<Node> {
+    fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
+        crate::access::authorize(self, endpoint, method, user)
+    }
+
+    fn db_info(&self, db: &str) -> Result<Value> {
+        let db = self.couch.get(db)?;
+        Ok(Node::db_info(self, &db))
+    }
+
+    fn all_docs(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        q: &all_docs::Query,
+        ns: Namespace,
+        out: Out<'_>,
+    ) -> Result<()> {
+        let db = self.couch.get(db)?;
+        let mut q = q.clone();
+        q.opts.reader = crate::replicator_read::reader(&db, user);
+        all_docs::run(&db, &q, ns, out)
+    }
+
+    fn query_view(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        args: MrArgs,
+        out: Out<'_>,
+    ) -> Result<()> {
+        let db = self.couch.get(db)?;
+        let (g, n) = self.view_group(&db, ddoc, view)?;
+        let mut args = crate::views::ViewArgs::for_view(args, &g, n, &self.config)?;
+        args.reader = crate::replicator_read::reader(&db, user);
+        crate::views::run(&self.views, &db, &g, n, &args, out)
+    }
+
+    fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()> {
+        let db = self.couch.get(db)?;
+        let plan = self.plan_find(&db, opts, false)?;
+        let reader = crate::replicator_read::reader(&db, user);
+        Node::find(self, &db, opts, &plan, reader, out)
+    }
+
+    fn changes(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        mut opts: ChangesOpts,
+        spec: FilterSpec,
+        req: &ReqInfo,
+        row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
+    ) -> Result<FeedEnd> {
+        let db = self.couch.get(db)?;
+        opts.filter = self.resolve_filter(&db, spec, &mut opts, || req.clone())?;
+        opts.reader = crate::replicator_read::reader(&db, user);
+        let since = changes::start_seq(&db, &opts);
+        let limit = opts.limit.unwrap_or(changes::DEFAULT_LIMIT);
+        let scanned = changes::scan(&db, &opts, since, limit, &mut |seq, r| row(seq, &r))?;
+        let (last_seq, pending) = changes::feed_end(&db, &opts, since, scanned)?;
+        Ok(FeedEnd { last_seq, pending })
+    }
+}
