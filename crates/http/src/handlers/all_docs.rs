@@ -12,7 +12,7 @@ use serde_json::Value;
 use settee_db::Database;
 pub use settee_node::all_docs::Namespace;
 use settee_node::all_docs::{run, Query};
-use settee_node::DocOpts;
+use settee_node::{DocOpts, Fabric};
 use std::sync::Arc;
 
 /// The public-fields filter for this reader (`Query::public_only`).
@@ -85,9 +85,10 @@ async fn all_docs_in(
         None => Query::from_args(args)?,
     };
     q.public_only = public_only(state, &db, &req)?;
-    q.opts.reader = settee_node::replicator_read::reader(&db, &req.user);
+    let (node, user) = (state.node.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
-        Ok(run(&db, &q, ns, &mut |b| sink.write(b))?)
+        let out = &mut |b: &[u8]| sink.write(b);
+        Ok(Fabric::all_docs(&node, &db.name, &user, &q, ns, out)?)
     })
     .await)
 }
