@@ -45,6 +45,11 @@ impl From<settee_node::Error> for ApiError {
             N::Rejected(r) => r.into(),
             N::Mango(m) => m.into(),
             N::BadRequest(r) => ApiError::BadRequest(r),
+            N::ExternalResponse(what) => ApiError::Named(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "external_response_error".into(),
+                format!("Invalid data from external server: {what}"),
+            ),
             N::Unauthorized(r) => ApiError::Unauthorized(r),
             N::Forbidden(r) => ApiError::Forbidden(r),
             N::Denied(d) => d.into(),

@@ -39,6 +39,10 @@ pub enum Error {
     /// A security object's refusal.
     #[error(transparent)]
     Denied(#[from] settee_auth::Denied),
+    /// A design function's or query server's answer that is not what the protocol
+    /// allows (CouchDB's 500 `external_response_error`).
+    #[error("Invalid data from external server: {0}")]
+    ExternalResponse(String),
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

@@ -23,6 +23,7 @@ mod error;
 pub mod fabric;
 pub mod find;
 pub mod query_language;
+pub mod render;
 pub mod replicator_read;
 pub mod settings;
 mod tasks;

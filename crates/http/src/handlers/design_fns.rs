@@ -43,7 +43,7 @@ pub async fn design_fn(
         } => list(state, db, ddoc, name, view_ddoc, view, req).await,
         DesignFn::Update { name, doc } => update(state, db, ddoc, name, doc, req).await,
         DesignFn::BadPath(error, reason) => {
-            blocking(move || DesignDoc::open(&db, &ddoc).map(drop)).await?;
+            blocking(move || Ok(DesignDoc::open(&db, &ddoc).map(drop)?)).await?;
             Err(ApiError::Named(
                 StatusCode::NOT_FOUND,
                 error.into(),
@@ -80,7 +80,7 @@ async fn show(
             return Ok(doc::not_modified(tag));
         }
         let req = info.render_json(&state, &db)?;
-        let answer = doc_answer(&state, &db, &ddoc, RenderKind::Show, &name, &doc, &req)?;
+        let answer = doc_answer(&state.node, &db, &ddoc, RenderKind::Show, &name, &doc, &req)?;
         let mut resp = answer_part(&answer, "resp", 1)?.clone();
         apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
         External::parse(&resp, 200)?.into_response(&state)
@@ -123,7 +123,15 @@ async fn update(
             None => Value::Null,
         };
         let req = info.render_json(&state, &db)?;
-        let answer = doc_answer(&state, &db, &ddoc, RenderKind::Update, &name, &doc, &req)?;
+        let answer = doc_answer(
+            &state.node,
+            &db,
+            &ddoc,
+            RenderKind::Update,
+            &name,
+            &doc,
+            &req,
+        )?;
         let resp = answer_part(&answer, "up", 2)?.clone();
         let new_doc = answer_part(&answer, "up", 1)?;
         if !new_doc.is_object() {
@@ -213,7 +221,7 @@ async fn list(
         blocking(move || {
             let list_ddoc = DesignDoc::open(&db, &ddoc)?;
             list_ddoc.require_function("lists", &list_name)?;
-            crate::design_render::require_runner(&state, &list_ddoc)?;
+            crate::design_render::require_runner(&state.node, &list_ddoc)?;
             // No ETag: 3.5.2's clustered list path sends none (nor a 304).
             let query: RowQuery = match all_docs {
                 Some(q) => Box::new(move |out| q.run(&db, out)),
@@ -244,7 +252,15 @@ async fn list(
         let mut pump = ListPump::new(&state, feed_rx, http_tx);
         let ran = pump.head().and_then(|head| {
             let req = req_json.render_json(&state, &db)?;
-            list_answer(&state, &db, &ddoc, &name, &head, &req, &mut pump)
+            Ok(list_answer(
+                &state.node,
+                &db,
+                &ddoc,
+                &name,
+                &head,
+                &req,
+                &mut pump,
+            )?)
         });
         match ran {
             Ok(end) => {

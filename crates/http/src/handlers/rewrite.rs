@@ -100,7 +100,8 @@ async fn by_function(
     }
     let answer = {
         let (state, db) = (state.clone(), db.clone());
-        super::blocking(move || rewrite_answer(&state, &db, &design, &ddoc_body, &obj)).await?
+        super::blocking(move || Ok(rewrite_answer(&state.node, &db, &design, &ddoc_body, &obj)?))
+            .await?
     };
     let rewrite = match answer {
         Value::Array(a) if a.len() == 1 && a[0] == "no_dispatch_rule" => return Err(invalid_path()),

@@ -45,7 +45,7 @@ pub async fn allow_in_ddoc(
     let refused = allow(&req.method, methods);
     if refused.is_err() {
         let (db, ddoc) = (db.clone(), ddoc.to_string());
-        blocking(move || DesignDoc::open(&db, &ddoc).map(drop)).await?;
+        blocking(move || Ok(DesignDoc::open(&db, &ddoc).map(drop)?)).await?;
     }
     refused
 }

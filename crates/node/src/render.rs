@@ -1,0 +1,341 @@
+//! Design functions run for a request: shows, lists, updates and rewrites, in process
+//! (the QuickJS [`Renderer`], cached per thread by design document revision) or in the
+//! language's query server, with CouchDB's request object and its answers in the
+//! query-server protocol's shapes. Reading those answers into an HTTP response is
+//! `http`'s.
+//!
+//! Threading: everything here blocks (JavaScript, query-server round trips).
+
+use crate::design_filter::ReqInfo;
+use crate::{doc_json, DocOpts, Error, Node, Result};
+use serde_json::{Map, Value};
+use settee_db::{Database, OpenDoc};
+use settee_js::{Limits, ListIo, RenderKind, RenderSource, Renderer};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// A design document whose render functions are called.
+pub struct DesignDoc {
+    pub id: String,
+    pub rev: String,
+    doc: OpenDoc,
+}
+
+impl DesignDoc {
+    /// Reads `_design/{name}` with CouchDB's 404s (`missing`, `deleted`).
+    pub fn open(db: &Database, name: &str) -> Result<DesignDoc> {
+        let doc = db.open_doc(&format!("_design/{name}"), None)?;
+        Ok(DesignDoc {
+            id: doc.id.clone(),
+            rev: doc.rev.to_string(),
+            doc,
+        })
+    }
+
+    /// CouchDB's lookup of `{member}.{name}` before it runs the function (404 `missing
+    /// json key: shows` without the member, `missing json key: {name}` without the
+    /// function).
+    pub fn require_function(&self, member: &str, name: &str) -> Result<()> {
+        use serde_json::value::RawValue;
+        let members: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_slice(settee_core::split_stored(&self.doc.body).0).unwrap_or_default();
+        let Some(fns) = members.get(member) else {
+            return Err(Error::NotFound(format!("missing json key: {member}")));
+        };
+        let fns: Value = serde_json::from_str(fns.get()).unwrap_or(Value::Null);
+        crate::design_filter::check_member(&fns, &[name])
+    }
+
+    /// The document as functions get it (`this`), with `_id` and `_rev`; only needed to
+    /// build a render environment or teach a query server.
+    pub fn body(&self) -> Result<Value> {
+        serde_json::from_slice(&doc_json(&self.doc, &DocOpts::default()))
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+}
+
+/// What identifies a compiled design document on a thread.
+#[derive(Clone, PartialEq)]
+struct Key {
+    db: String,
+    ddoc_id: String,
+    rev: String,
+    limits: Limits,
+}
+
+/// Design documents' render environments cached per (blocking) thread, most recently used
+/// last.
+const CACHED_RENDERERS: usize = 4;
+
+thread_local! {
+    /// Render environments built on this thread, by database, design document and revision.
+    /// One in use is taken out and put back when its call succeeded; one whose call failed
+    /// is dropped, as CouchDB stops a query server whose prompt failed.
+    static RENDERERS: RefCell<Vec<(Key, Renderer)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with the design document's render environment (this thread's, or a new one),
+/// `req.info` being the database's information, read only if a function reads it.
+pub fn with_renderer<T>(
+    node: &Arc<Node>,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    f: impl FnOnce(&mut Renderer) -> Result<T, settee_js::Rejection>,
+) -> Result<T> {
+    let key = Key {
+        db: db.name.clone(),
+        ddoc_id: ddoc.id.clone(),
+        rev: ddoc.rev.clone(),
+        limits: node.views.limits(),
+    };
+    let cached = RENDERERS.with_borrow_mut(|cache| {
+        let at = cache.iter().position(|(k, _)| *k == key)?;
+        Some(cache.remove(at).1)
+    });
+    let mut renderer = match cached {
+        Some(r) => r,
+        None => {
+            let source = RenderSource {
+                ddoc_id: ddoc.id.clone(),
+                ddoc: ddoc.body()?,
+            };
+            Renderer::new(&source, key.limits).map_err(settee_js::Rejection::from)?
+        }
+    };
+    let (node2, db2) = (node.clone(), db.clone());
+    renderer.set_info_source(Some(Box::new(move || node2.db_info(&db2))));
+    let out = f(&mut renderer);
+    // A cached environment holds no database.
+    renderer.set_info_source(None);
+    let out = out?;
+    RENDERERS.with_borrow_mut(|cache| {
+        if cache.len() == CACHED_RENDERERS {
+            cache.remove(0);
+        }
+        cache.push((key, renderer));
+    });
+    Ok(out)
+}
+
+/// What runs a design document's render functions, chosen by its `language`: the
+/// in-process [`Renderer`] (JavaScript and CoffeeScript, in any case), or that language's
+/// external query server (an unknown language is the query servers'
+/// `unknown_query_language`).
+enum Runner {
+    InProcess,
+    /// The language and the design document's body, as the server is taught it.
+    External(String, Value),
+}
+
+impl Runner {
+    fn of(ddoc: &DesignDoc) -> Result<Runner> {
+        use serde_json::value::RawValue;
+        // Only the `language` member is read in full.
+        let members: std::collections::HashMap<String, &RawValue> =
+            serde_json::from_slice(&ddoc.doc.body).unwrap_or_default();
+        let language = members
+            .get("language")
+            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+        match language.as_ref().and_then(Value::as_str) {
+            Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
+                Ok(Runner::External(language.to_owned(), ddoc.body()?))
+            }
+            _ => Ok(Runner::InProcess),
+        }
+    }
+}
+
+/// Fails as running a function of `ddoc` would when nothing runs its language (a list
+/// checks this before its view's query starts, as CouchDB gets the list's process first).
+pub fn require_runner(node: &Node, ddoc: &DesignDoc) -> Result<()> {
+    match Runner::of(ddoc)? {
+        Runner::External(language, _) if !node.views.query_servers.knows(&language) => Err(
+            qs_error(settee_views::queryserver::Error::UnknownLanguage(language)),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// An external server's request object: unlike the renderer, which reads `info` only
+/// when a function does, a server gets it filled in, as CouchDB sends it.
+fn external_req(node: &Node, db: &Arc<Database>, req: &Value) -> Value {
+    let mut req = req.clone();
+    if let Value::Object(members) = &mut req {
+        members.insert("info".into(), node.db_info(db));
+    }
+    req
+}
+
+fn qs_error(e: settee_views::queryserver::Error) -> Error {
+    Error::Views(settee_views::Error::QueryServer(e))
+}
+
+fn ddoc_ref<'a>(ddoc: &'a DesignDoc, body: &'a Value) -> settee_views::queryserver::DdocRef<'a> {
+    settee_views::queryserver::DdocRef {
+        id: &ddoc.id,
+        rev: &ddoc.rev,
+        body,
+    }
+}
+
+/// Runs the show or update function `name` (`kind` is [`RenderKind::Show`] or
+/// [`RenderKind::Update`]) on `doc` (`null` for none), in the design document's language:
+/// the protocol's `["resp", resp]` for a show, `["up", doc or null, resp]` for an update.
+pub fn doc_answer(
+    node: &Arc<Node>,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    kind: RenderKind,
+    name: &str,
+    doc: &Value,
+    req: &Value,
+) -> Result<Value> {
+    match Runner::of(ddoc)? {
+        Runner::InProcess => with_renderer(node, db, ddoc, |r| match kind {
+            RenderKind::Update => r.update(name, doc, req),
+            _ => r.show(name, doc, req),
+        }),
+        Runner::External(language, body) => node
+            .views
+            .query_servers
+            .ddoc_call(
+                &language,
+                &ddoc_ref(ddoc, &body),
+                &[kind.member(), name],
+                serde_json::json!([doc, external_req(node, db, req)]),
+            )
+            .map_err(qs_error),
+    }
+}
+
+/// Runs the list `name` over `io`'s rows, in the design document's language, as
+/// [`Renderer::list`] does: the intermediate answers (`["start", ..]`, `["chunks", ..]`)
+/// go to `io.send`, the last (`["end", ..]`) is returned. An external list holds its
+/// server's process until it ends, prompting `list_row` for each row and `list_end` after
+/// the last (the list may end itself earlier by answering a row with `end`).
+pub fn list_answer(
+    node: &Arc<Node>,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    name: &str,
+    head: &Value,
+    req: &Value,
+    io: &mut dyn ListIo,
+) -> Result<Value> {
+    let (language, body) = match Runner::of(ddoc)? {
+        Runner::InProcess => return with_renderer(node, db, ddoc, |r| r.list(name, head, req, io)),
+        Runner::External(language, body) => (language, body),
+    };
+    let qs = &node.views.query_servers;
+    let req = external_req(node, db, req);
+    let (start, mut session) = qs
+        .list(&language, &ddoc_ref(ddoc, &body), name, head.clone(), req)
+        .map_err(qs_error)?;
+    expect_answer(&start, &["start"])?;
+    io.send(start);
+    while let Some(row) = io.next_row() {
+        let answer = session.row(&row).map_err(qs_error)?;
+        if expect_answer(&answer, &["chunks", "end"])? == "end" {
+            return Ok(answer);
+        }
+        io.send(answer);
+    }
+    let end = session.end().map_err(qs_error)?;
+    expect_answer(&end, &["end"])?;
+    Ok(end)
+}
+
+/// The tag of a list's answer, one of `tags`, with its chunks (a list) after it; anything
+/// else is CouchDB's failed match, an `external_response_error`.
+fn expect_answer<'a>(answer: &'a Value, tags: &[&str]) -> Result<&'a str> {
+    let tag = answer
+        .as_array()
+        .filter(|a| matches!(a.get(1), Some(Value::Array(_))))
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .filter(|t| tags.contains(t));
+    tag.ok_or_else(|| Error::ExternalResponse(format!("answer {answer}")))
+}
+
+/// Runs the design document's rewrite function (its `rewrites`, in `body`) on `req`, in
+/// process for JavaScript, else in its language's query server: the protocol's answer.
+pub fn rewrite_answer(
+    node: &Arc<Node>,
+    db: &Arc<Database>,
+    ddoc: &DesignDoc,
+    body: &Value,
+    req: &Value,
+) -> Result<Value> {
+    let language = match body.get("language").and_then(Value::as_str) {
+        Some(language) if settee_js::Dialect::of(Some(language)).is_none() => language,
+        _ => return with_renderer(node, db, ddoc, |r| r.rewrite(req)),
+    };
+    let qs = &node.views.query_servers;
+    qs.rewrite(language, &ddoc_ref(ddoc, body), req.clone())
+        .map_err(qs_error)
+}
+
+/// A document as CouchDB hands it to a function (`couch_query_servers:json_doc`): the
+/// current revision with `_revisions` and `_conflicts`; `null` when there is none (missing
+/// or deleted).
+pub fn function_doc(db: &Database, id: &str) -> Result<Value> {
+    let doc = match db.open_doc(id, None) {
+        Ok(doc) => doc,
+        Err(settee_db::Error::NotFound(_)) => return Ok(Value::Null),
+        Err(e) => return Err(e.into()),
+    };
+    let opts = DocOpts {
+        revs: true,
+        conflicts: true,
+        ..DocOpts::default()
+    };
+    serde_json::from_slice(&doc_json(&doc, &opts)).map_err(|e| Error::internal(e.to_string()))
+}
+
+/// A show's ETag (`couch_mrview_show:show_etag`): it changes with the design document's
+/// revision, the document's, the `Accept` header and who asks.
+pub fn show_etag(ddoc: &DesignDoc, doc: &Value, accept: Option<&str>, req: &ReqInfo) -> String {
+    let parts = serde_json::json!([
+        ddoc.rev,
+        doc.get("_rev"),
+        accept,
+        req.user.name,
+        req.user.roles,
+    ]);
+    make_etag(parts.to_string().as_bytes())
+}
+
+/// `chttpd:make_etag`: the MD5 of the parts, in base 36, quoted.
+pub fn make_etag(bytes: &[u8]) -> String {
+    use md5::Digest;
+    let digest = md5::Md5::digest(bytes);
+    let mut n = u128::from_be_bytes(digest.into());
+    let mut digits = Vec::new();
+    while n > 0 {
+        let d = (n % 36) as u8;
+        digits.push(if d < 10 { b'0' + d } else { b'A' + d - 10 });
+        n /= 36;
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    digits.reverse();
+    format!("\"{}\"", String::from_utf8(digits).expect("ASCII"))
+}
+
+/// Sets response headers over what the function gave (`apply_headers`: same-named ones are
+/// replaced).
+pub fn apply_headers(resp: &mut Value, headers: &[(&str, &str)]) {
+    let Value::Object(members) = resp else {
+        return;
+    };
+    let entry = members
+        .entry("headers")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(h) = entry {
+        for (name, value) in headers {
+            h.shift_remove(*name);
+            h.insert(name.to_string(), Value::String(value.to_string()));
+        }
+    }
+}
