@@ -408,7 +408,7 @@ impl IntoResponse for ApiError {
             body["ref"] = stack_hash.into();
         }
         let body = serde_json::to_vec(&body).expect("json");
-        let mut resp = crate::reply::json_bytes(status, body);
+        let mut resp = crate::response::json_bytes(status, body);
         match self {
             ApiError::MethodNotAllowed(allow) => {
                 resp.headers_mut()

@@ -15,6 +15,7 @@ use settee_wire::mrargs;
 mod replication;
 mod reply;
 mod req;
+mod response;
 mod router;
 mod scheduler;
 

@@ -135,7 +135,7 @@ fn selector_passes(
     c: &Change,
     all_leaves: bool,
 ) -> Result<Vec<Rev>> {
-    let matches = |json: Vec<u8>| -> Result<bool> { Ok(sel.matches(&parse_doc(&json)?)) };
+    let matches = |json: Vec<u8>| -> Result<bool> { Ok(sel.matches(&crate::parse_json(&json)?)) };
     let winner = c.info.tree.winner().expect("stored docs have a winner");
     if !all_leaves {
         let body = c.body.as_deref().unwrap_or(b"{}");
@@ -520,12 +520,6 @@ pub fn feed_end(
     }
     let last = scanned.last.min(top);
     Ok((last, db.count_changes_after(last)?))
-}
-
-/// A rendered or stored document parsed (stored text is valid JSON; failing that is an
-/// internal error).
-pub fn parse_doc(text: &[u8]) -> Result<Value> {
-    serde_json::from_slice(text).map_err(|_| Error::internal("stored body"))
 }
 
 /// Runs blocking store work off the async runtime.

@@ -159,3 +159,9 @@ pub fn seqs(db: &Database) -> SeqCodec {
 pub fn local_json(d: &settee_db::LocalDoc) -> Vec<u8> {
     DocJson::new(&d.id, Some(&format!("0-{}", d.rev)), &d.body).finish()
 }
+
+/// A rendered or stored document parsed (stored text is valid JSON; failing that is an
+/// internal error).
+pub fn parse_json(text: &[u8]) -> crate::Result<Value> {
+    serde_json::from_slice(text).map_err(|_| crate::Error::internal("stored body"))
+}

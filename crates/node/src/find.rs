@@ -6,7 +6,6 @@
 //! Threading: everything here blocks (RocksDB reads, the view's update); `run` may use
 //! a second thread for a large `_all_docs` scan.
 
-use crate::changes::parse_doc;
 use crate::{doc_json, winner_json_with, DocOpts, Error, Node, Result};
 use serde_json::{json, Map, Value};
 use settee_core::split_stored;
@@ -568,7 +567,7 @@ impl Scan<'_> {
         let (mut doc, rendered) = match &self.needs.members {
             None => {
                 let text = winner_json_with(&row.id, &info(row)?, body, &self.dopts, None);
-                (parse_doc(&text)?, Some(text))
+                (crate::parse_json(&text)?, Some(text))
             }
             Some(members) => {
                 let mut doc = pick(body, members)?;
@@ -685,7 +684,7 @@ fn view_row(
     key: &[u8],
 ) -> Result<()> {
     r.read_row(!plan.covering && opts.r <= 1);
-    let key: Value = parse_doc(key)?;
+    let key: Value = crate::parse_json(key)?;
     let (text, doc) = if plan.covering {
         let mut doc = json!({"_id": id});
         if let Value::Array(values) = &key {
@@ -707,7 +706,7 @@ fn view_row(
             ..doc_opts(opts)
         };
         let text = doc_json(&found, &dopts);
-        let doc = parse_doc(&text)?;
+        let doc = crate::parse_json(&text)?;
         (text, doc)
     };
     r.offer(key, id, &text, &doc)

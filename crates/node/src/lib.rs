@@ -31,8 +31,8 @@ pub mod views;
 
 pub use config::NodeConfig;
 pub use docjson::{
-    doc_json, doc_json_with, local_json, other_leaves, revs_json, seqs, winner_json_with, with_doc,
-    DocOpts,
+    doc_json, doc_json_with, local_json, other_leaves, parse_json, revs_json, seqs,
+    winner_json_with, with_doc, DocOpts,
 };
 pub use error::{Error, Result};
 pub use fabric::Fabric;
