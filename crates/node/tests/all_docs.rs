@@ -10,7 +10,7 @@ use settee_wire::mrargs::MrArgs;
 use settee_wire::Params;
 
 mod common;
-use common::{fixture, write, Fixture};
+use common::{answer, fixture, write, Fixture};
 
 /// `a`…`e`, `_design/x`, a deleted `gone` and a local document.
 fn node() -> Fixture {
@@ -39,14 +39,7 @@ fn node() -> Fixture {
 fn list(f: &Fixture, ns: Namespace, query: &str) -> Value {
     let args = MrArgs::from_query(&Params::parse(Some(query))).unwrap();
     let q = Query::from_args(args).unwrap();
-    let mut body = Vec::new();
-    f.fabric()
-        .all_docs("db", &UserCtx::default(), &q, ns, &mut |b| {
-            body.extend_from_slice(b);
-            true
-        })
-        .unwrap();
-    serde_json::from_slice(&body).unwrap()
+    answer(|out| f.fabric().all_docs("db", &UserCtx::default(), &q, ns, out)).unwrap()
 }
 
 fn ids(answer: &Value) -> Vec<&str> {

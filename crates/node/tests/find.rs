@@ -8,7 +8,7 @@ use settee_auth::UserCtx;
 use settee_mango::opts::{FindOpts, IndexOpts};
 
 mod common;
-use common::{fixture, write, Fixture};
+use common::{answer, fixture, write, Fixture};
 
 /// Ten documents `d0`…`d9` (`n` their number, `kind` even or odd).
 fn node() -> Fixture {
@@ -29,14 +29,7 @@ fn opts(body: Value) -> FindOpts {
 
 /// A `_find`'s answer, parsed.
 fn find(f: &Fixture, o: &FindOpts) -> Value {
-    let mut body = Vec::new();
-    f.fabric()
-        .find("db", &UserCtx::default(), o, &mut |b| {
-            body.extend_from_slice(b);
-            true
-        })
-        .unwrap();
-    serde_json::from_slice(&body).unwrap()
+    answer(|out| f.fabric().find("db", &UserCtx::default(), o, out)).unwrap()
 }
 
 fn ids(answer: &Value) -> Vec<&str> {

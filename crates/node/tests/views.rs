@@ -9,7 +9,7 @@ use settee_wire::mrargs::MrArgs;
 use settee_wire::Params;
 
 mod common;
-use common::{fixture, write, Fixture};
+use common::{answer, fixture, write, Fixture};
 
 /// Six documents `d0`…`d5` tagged `low` or `high`, and `_design/v` with a view emitting
 /// `[tag, n]` reduced with `_sum`.
@@ -32,13 +32,10 @@ fn node() -> Fixture {
 /// A query of `_design/v/_view/by_tag`, its answer parsed.
 fn try_query(f: &Fixture, view: &str, q: &str) -> settee_node::Result<Value> {
     let args = MrArgs::from_query(&Params::parse(Some(q)))?;
-    let mut body = Vec::new();
-    f.fabric()
-        .query_view("db", &UserCtx::default(), "v", view, args, &mut |b| {
-            body.extend_from_slice(b);
-            true
-        })?;
-    Ok(serde_json::from_slice(&body).unwrap())
+    answer(|out| {
+        f.fabric()
+            .query_view("db", &UserCtx::default(), "v", view, args, out)
+    })
 }
 
 fn query(f: &Fixture, q: &str) -> Value {

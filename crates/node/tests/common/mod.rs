@@ -60,3 +60,15 @@ pub fn write(db: &Arc<Database>, docs: Vec<Value>) {
         assert!(matches!(r, settee_db::UpdateResult::Ok { .. }), "{r:?}");
     }
 }
+
+/// A call's whole answer (everything it writes to its `out`), parsed.
+pub fn answer(
+    call: impl FnOnce(settee_node::fabric::Out<'_>) -> settee_node::Result<()>,
+) -> settee_node::Result<Value> {
+    let mut body = Vec::new();
+    call(&mut |b| {
+        body.extend_from_slice(b);
+        true
+    })?;
+    Ok(serde_json::from_slice(&body).expect("a JSON answer"))
+}
