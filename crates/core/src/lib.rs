@@ -10,6 +10,7 @@ mod error;
 pub mod etf;
 mod names;
 pub mod node;
+pub mod recent;
 pub mod reduce;
 mod rev;
 mod revtree;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use settee_auth::security::SecurityObject;
 use settee_auth::users::{self, UserWrite, UsersError};
 use settee_auth::UserCtx;
+use settee_core::recent::Recent;
 use settee_core::{ParsedDoc, Rev};
 use settee_db::Database;
 use settee_js::{Rejection, ValidateSource, Validator};
@@ -61,7 +62,8 @@ thread_local! {
     /// the database's design documents and the limits are unchanged (compiling them took
     /// ~0.5 ms a write request). A validator in use is taken out, and put back when its
     /// request's `Admission` is dropped; one whose call failed is not put back.
-    static VALIDATORS: RefCell<Vec<(String, Loaded)>> = const { RefCell::new(Vec::new()) };
+    static VALIDATORS: RefCell<Recent<String, Loaded>> =
+        const { RefCell::new(Recent::new(CACHED_VALIDATORS)) };
 }
 
 impl Drop for Admission {
@@ -70,13 +72,7 @@ impl Drop for Admission {
             return;
         };
         let name = std::mem::take(&mut self.db_name);
-        VALIDATORS.with_borrow_mut(|cache| {
-            cache.retain(|(n, _)| *n != name);
-            if cache.len() == CACHED_VALIDATORS {
-                cache.remove(0);
-            }
-            cache.push((name, loaded));
-        });
+        VALIDATORS.with_borrow_mut(|cache| cache.put(name, loaded));
     }
 }
 
@@ -348,10 +344,7 @@ fn load_validator(db: &Database, settings: &Settings, users_db: bool) -> Result<
     let limits = settings.limits;
     let fingerprint = fingerprint(db, limits, users_db)?;
     let cached = VALIDATORS.with_borrow_mut(|cache| {
-        let at = cache
-            .iter()
-            .position(|(n, l)| *n == db.name && l.fingerprint == fingerprint)?;
-        Some(cache.remove(at).1)
+        cache.take_where(|n, l| *n == db.name && l.fingerprint == fingerprint)
     });
     if let Some(loaded) = cached {
         return Ok(loaded);

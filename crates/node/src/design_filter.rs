@@ -16,6 +16,7 @@ use crate::{doc_json, winner_json_with, DocOpts};
 use crate::{Error, Node, Result};
 use serde_json::{Map, Value};
 use settee_auth::UserCtx;
+use settee_core::recent::Recent;
 use settee_core::Rev;
 use settee_db::{Change, Database, OpenDoc};
 use settee_js::{FilterFn, FilterSource, Limits};
@@ -121,7 +122,8 @@ thread_local! {
     /// naming the same function of the same design document revision) reuse them.
     /// One in use is taken out and put back when its [`Running`] ends; one whose call
     /// failed is dropped, as CouchDB stops a query server process whose prompt failed.
-    static COMPILED: RefCell<Vec<(Key, FilterFn)>> = const { RefCell::new(Vec::new()) };
+    static COMPILED: RefCell<Recent<Key, FilterFn>> =
+        const { RefCell::new(Recent::new(CACHED_FILTERS)) };
 }
 
 /// One pass of a [`DesignFilter`] over changes, on one thread.
@@ -211,10 +213,7 @@ impl Running<'_> {
     fn function(&mut self) -> Result<&mut FilterFn> {
         if self.fun.is_none() {
             let key = self.filter.key();
-            let cached = COMPILED.with_borrow_mut(|cache| {
-                let at = cache.iter().position(|(k, _)| *k == key)?;
-                Some(cache.remove(at).1)
-            });
+            let cached = COMPILED.with_borrow_mut(|cache| cache.take(&key));
             let fun = match cached {
                 Some(fun) => fun,
                 None => FilterFn::new(&self.filter.source, self.filter.limits)?,
@@ -231,13 +230,7 @@ impl Drop for Running<'_> {
             return;
         };
         let key = self.filter.key();
-        COMPILED.with_borrow_mut(|cache| {
-            cache.retain(|(k, _)| *k != key);
-            if cache.len() == CACHED_FILTERS {
-                cache.remove(0);
-            }
-            cache.push((key, fun));
-        });
+        COMPILED.with_borrow_mut(|cache| cache.put(key, fun));
     }
 }
 

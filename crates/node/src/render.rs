@@ -9,6 +9,7 @@
 use crate::design_filter::ReqInfo;
 use crate::{doc_json, DocOpts, Error, Node, Result};
 use serde_json::{Map, Value};
+use settee_core::recent::Recent;
 use settee_db::{Database, OpenDoc};
 use settee_js::{Limits, ListIo, RenderKind, RenderSource, Renderer};
 use std::cell::RefCell;
@@ -71,7 +72,8 @@ thread_local! {
     /// Render environments built on this thread, by database, design document and revision.
     /// One in use is taken out and put back when its call succeeded; one whose call failed
     /// is dropped, as CouchDB stops a query server whose prompt failed.
-    static RENDERERS: RefCell<Vec<(Key, Renderer)>> = const { RefCell::new(Vec::new()) };
+    static RENDERERS: RefCell<Recent<Key, Renderer>> =
+        const { RefCell::new(Recent::new(CACHED_RENDERERS)) };
 }
 
 /// Runs `f` with the design document's render environment (this thread's, or a new one),
@@ -88,10 +90,7 @@ pub fn with_renderer<T>(
         rev: ddoc.rev.clone(),
         limits: node.views.limits(),
     };
-    let cached = RENDERERS.with_borrow_mut(|cache| {
-        let at = cache.iter().position(|(k, _)| *k == key)?;
-        Some(cache.remove(at).1)
-    });
+    let cached = RENDERERS.with_borrow_mut(|cache| cache.take(&key));
     let mut renderer = match cached {
         Some(r) => r,
         None => {
@@ -108,12 +107,7 @@ pub fn with_renderer<T>(
     // A cached environment holds no database.
     renderer.set_info_source(None);
     let out = out?;
-    RENDERERS.with_borrow_mut(|cache| {
-        if cache.len() == CACHED_RENDERERS {
-            cache.remove(0);
-        }
-        cache.push((key, renderer));
-    });
+    RENDERERS.with_borrow_mut(|cache| cache.put(key, renderer));
     Ok(out)
 }
 
