@@ -4,12 +4,12 @@
 //! request asks for arrives parsed ([`ChangesOpts`], [`FilterSpec`]); rows leave as
 //! CouchDB's JSON, one per change, through a callback or a [`FeedOut`].
 //!
-//! Threading: [`scan`] and [`feed_end`] block (RocksDB reads, filter functions); the
-//! async functions run them on blocking threads.
+//! Threading: [`normal`] and [`Node::resolve_filter`] block (RocksDB reads, filter
+//! functions); the async functions run their blocking parts on blocking threads.
 
 use crate::atts::{AttOpts, AttRender};
 use crate::design_filter::{self, DesignFilter, ReqInfo};
-use crate::{winner_json_with, with_doc, DocOpts, Error, Node, Result};
+use crate::{blocking, winner_json_with, with_doc, DocOpts, Error, Node, Result};
 use serde_json::{json, Value};
 use settee_core::{Rev, SeqArg, SeqCodec};
 use settee_db::{Change, Database};
@@ -259,7 +259,7 @@ fn design_member(db: &Database, ddoc: &str, path: &[&str]) -> Result<()> {
 
 /// `limit`'s value when none is given: CouchDB's `#changes_args.limit` default, which
 /// `seq_interval` counts down from.
-pub const DEFAULT_LIMIT: u64 = 1_000_000_000_000_000;
+const DEFAULT_LIMIT: u64 = 1_000_000_000_000_000;
 
 /// What a feed sends, parsed from its request (but for the filter, resolved with
 /// [`Node::changes_filter`]).
@@ -372,19 +372,19 @@ fn render_change(
 
 /// What a [`scan`] went through.
 #[derive(Clone, Copy, Debug)]
-pub struct Scanned {
+struct Scanned {
     /// The last sequence visited (`since` when none was).
-    pub last: u64,
+    last: u64,
     /// The sequence of the last row sent.
-    pub last_sent: Option<u64>,
-    pub sent: u64,
+    last_sent: Option<u64>,
+    sent: u64,
 }
 
 /// Reads matching changes after `since`, calling `row` for each until it breaks or `limit`
 /// is reached. Returns what it went through. `row` gets the
 /// seq the row shows: with `seq_interval=N` only rows sent while the remaining limit is a
 /// multiple of N show theirs (others `null`), as CouchDB's fabric counts them.
-pub fn scan(
+fn scan(
     db: &Database,
     o: &ChangesOpts,
     since: u64,
@@ -473,7 +473,7 @@ pub fn scan(
 
 /// Where a feed starts: `since`, the database's sequence for `now`, the top when
 /// descending.
-pub fn start_seq(db: &Database, o: &ChangesOpts) -> u64 {
+fn start_seq(db: &Database, o: &ChangesOpts) -> u64 {
     match o.since {
         SeqArg::Now => db.update_seq(),
         SeqArg::Seq(_) if o.descending => u64::MAX - 1,
@@ -484,17 +484,24 @@ pub fn start_seq(db: &Database, o: &ChangesOpts) -> u64 {
 /// CouchDB's default `changes_doc_ids_optimization_threshold`.
 pub const DOC_IDS_LOOKUP_LIMIT: u64 = 1000;
 
+/// A normal feed: from where `o` starts, each row through `row` (with the seq it shows),
+/// then its `last_seq` and `pending`.
+pub fn normal(
+    db: &Database,
+    o: &ChangesOpts,
+    row: &mut dyn FnMut(Option<u64>, Vec<u8>) -> bool,
+) -> Result<(u64, u64)> {
+    let since = start_seq(db, o);
+    let scanned = scan(db, o, since, o.limit.unwrap_or(DEFAULT_LIMIT), row)?;
+    feed_end(db, o, since, scanned)
+}
+
 /// A feed's `last_seq` and `pending`, as fabric_rpc counts them: `pending` starts at the
 /// changes ahead of the start (descending: all of them) and loses one per change visited. A
 /// `_doc_ids` or `_design` feed visits only the documents it sends (couch_changes reads them
 /// by id), and a descending one ends at the last of them. `since` is where the feed started ([`start_seq`]); `scanned` what it went
 /// through, rounds of a live feed added up.
-pub fn feed_end(
-    db: &Database,
-    o: &ChangesOpts,
-    since: u64,
-    scanned: Scanned,
-) -> Result<(u64, u64)> {
+fn feed_end(db: &Database, o: &ChangesOpts, since: u64, scanned: Scanned) -> Result<(u64, u64)> {
     let top = db.update_seq();
     let total = db.count_changes();
     if let Filter::DocIds { lookup: true, .. } | Filter::Design = o.filter {
@@ -520,15 +527,6 @@ pub fn feed_end(
     }
     let last = scanned.last.min(top);
     Ok((last, db.count_changes_after(last)?))
-}
-
-/// Runs blocking store work off the async runtime.
-pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::internal(format!("blocking task failed: {e}")))?
 }
 
 impl Node {
@@ -580,7 +578,7 @@ impl Node {
         match spec {
             FilterSpec::View(..) | FilterSpec::Function(..) => {
                 let (node, d, req, mut opts) = (self.clone(), db.clone(), req(), o.clone());
-                let (filter, opts) = blocking(move || {
+                let (filter, opts) = blocking::<_, Error>(move || {
                     let filter = node.resolve_filter(&d, spec, &mut opts, || req)?;
                     Ok((filter, opts))
                 })
@@ -635,7 +633,7 @@ impl Node {
         loop {
             let seen = db.update_seq();
             let (d, opts) = (db.clone(), o.clone());
-            let (rows, last) = blocking(move || {
+            let (rows, last) = blocking::<_, Error>(move || {
                 let mut rows = Vec::new();
                 let scanned = scan(&d, &opts, since, limit, &mut |_, row| {
                     rows.push(row);

@@ -47,7 +47,7 @@ pub trait Fabric: Send + Sync {
         &self,
         db: &str,
         user: &UserCtx,
-        q: &all_docs::Query,
+        q: all_docs::Query,
         ns: Namespace,
         out: Out<'_>,
     ) -> Result<()>;
@@ -94,12 +94,11 @@ impl Fabric for Arc<Node> {
         &self,
         db: &str,
         user: &UserCtx,
-        q: &all_docs::Query,
+        mut q: all_docs::Query,
         ns: Namespace,
         out: Out<'_>,
     ) -> Result<()> {
         let db = self.couch.get(db)?;
-        let mut q = q.clone();
         q.opts.reader = crate::replicator_read::reader(&db, user);
         all_docs::run(&db, &q, ns, out)
     }
@@ -139,10 +138,7 @@ impl Fabric for Arc<Node> {
         let db = self.couch.get(db)?;
         opts.filter = self.resolve_filter(&db, spec, &mut opts, || req.clone())?;
         opts.reader = crate::replicator_read::reader(&db, user);
-        let since = changes::start_seq(&db, &opts);
-        let limit = opts.limit.unwrap_or(changes::DEFAULT_LIMIT);
-        let scanned = changes::scan(&db, &opts, since, limit, &mut |seq, r| row(seq, &r))?;
-        let (last_seq, pending) = changes::feed_end(&db, &opts, since, scanned)?;
+        let (last_seq, pending) = changes::normal(&db, &opts, &mut |seq, r| row(seq, &r))?;
         Ok(FeedEnd { last_seq, pending })
     }
 }

@@ -182,3 +182,13 @@ impl Node {
         Ok(Arc::new(self.views.group(db, &id, &body)?))
     }
 }
+
+/// Runs blocking store work off the async runtime, in the caller's error type (a task that
+/// panicked is an internal error).
+pub async fn blocking<T: Send + 'static, E: From<Error> + Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, E> + Send + 'static,
+) -> std::result::Result<T, E> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("blocking task failed: {e}")))?
+}

@@ -39,7 +39,7 @@ fn node() -> Fixture {
 fn list(f: &Fixture, ns: Namespace, query: &str) -> Value {
     let args = MrArgs::from_query(&Params::parse(Some(query))).unwrap();
     let q = Query::from_args(args).unwrap();
-    answer(|out| f.fabric().all_docs("db", &UserCtx::default(), &q, ns, out)).unwrap()
+    answer(|out| f.fabric().all_docs("db", &UserCtx::default(), q, ns, out)).unwrap()
 }
 
 fn ids(answer: &Value) -> Vec<&str> {

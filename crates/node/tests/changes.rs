@@ -7,9 +7,7 @@ use serde_json::{json, Value};
 use settee_auth::UserCtx;
 use settee_core::SeqArg;
 use settee_db::Database;
-use settee_node::changes::{
-    self, feed_end, scan, start_seq, ChangesOpts, FeedOut, Filter, FilterSpec, ReplicationFilter,
-};
+use settee_node::changes::{self, ChangesOpts, FeedOut, Filter, FilterSpec, ReplicationFilter};
 use settee_node::design_filter::ReqInfo;
 use settee_node::seqs;
 use std::collections::HashSet;
@@ -40,16 +38,13 @@ fn seed(db: &Arc<Database>) {
 
 /// A normal feed: the ids of its rows, its `last_seq` and `pending`.
 fn feed(db: &Database, o: &ChangesOpts) -> (Vec<String>, u64, u64) {
-    let since = start_seq(db, o);
     let mut ids = Vec::new();
-    let limit = o.limit.unwrap_or(changes::DEFAULT_LIMIT);
-    let scanned = scan(db, o, since, limit, &mut |_, row| {
+    let (last, pending) = changes::normal(db, o, &mut |_, row| {
         let row: Value = serde_json::from_slice(&row).unwrap();
         ids.push(row["id"].as_str().unwrap().to_string());
         true
     })
     .unwrap();
-    let (last, pending) = feed_end(db, o, since, scanned).unwrap();
     (ids, last, pending)
 }
 

@@ -88,7 +88,7 @@ async fn all_docs_in(
     let (node, user) = (state.node.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
         let out = &mut |b: &[u8]| sink.write(b);
-        Ok(Fabric::all_docs(&node, &db.name, &user, &q, ns, out)?)
+        Ok(Fabric::all_docs(&node, &db.name, &user, q, ns, out)?)
     })
     .await)
 }

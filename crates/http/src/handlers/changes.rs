@@ -13,9 +13,7 @@ use serde_json::{json, Value};
 use settee_core::{SeqArg, SeqCodec};
 use settee_db::Database;
 use settee_node::atts::AttOpts;
-use settee_node::changes::{
-    self, feed_end, scan, start_seq, wait_past, ChangesOpts, FeedOut, FilterSpec, DEFAULT_LIMIT,
-};
+use settee_node::changes::{self, wait_past, ChangesOpts, FeedOut, FilterSpec};
 use settee_node::seqs;
 use std::sync::Arc;
 use std::time::Duration;
@@ -165,32 +163,26 @@ fn parse_opts(
     Ok(o)
 }
 
-/// A whole normal response body from `since`.
+/// The end of a `{"results":[…` body (normal and longpoll feeds).
+fn results_end(seqs: &SeqCodec, last: u64, pending: u64) -> String {
+    let last_seq = Value::String(seqs.changes_seq(last));
+    format!("\n],\n\"last_seq\":{last_seq},\"pending\":{pending}}}\n")
+}
+
+/// A whole normal response body.
 fn normal_body(
     db: &Database,
     o: &ChangesOpts,
-    since: u64,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> ApiResult<()> {
     out(b"{\"results\":[\n");
     let mut first = true;
-    let scanned = scan(
-        db,
-        o,
-        since,
-        o.limit.unwrap_or(DEFAULT_LIMIT),
-        &mut |_, row| {
-            let ok = out(if first { b"" } else { ROW_SEPARATOR }) && out(&row);
-            first = false;
-            ok
-        },
-    )?;
-    let (last, pending) = feed_end(db, o, since, scanned)?;
-    let tail = format!(
-        "\n],\n\"last_seq\":{},\"pending\":{pending}}}\n",
-        Value::String(o.seqs.changes_seq(last))
-    );
-    out(tail.as_bytes());
+    let (last, pending) = changes::normal(db, o, &mut |_, row| {
+        let ok = out(if first { b"" } else { ROW_SEPARATOR }) && out(&row);
+        first = false;
+        ok
+    })?;
+    out(results_end(&o.seqs, last, pending).as_bytes());
     Ok(())
 }
 
@@ -271,9 +263,8 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
             if crate::req::etag_matches(&req.headers, &etag) {
                 return Ok(super::doc::not_modified(tag));
             }
-            let since = start_seq(&db, &o);
             let mut resp = stream(JSON, move |sink| {
-                normal_body(&db, &o, since, &mut |b| sink.write(b))
+                normal_body(&db, &o, &mut |b| sink.write(b))
             })
             .await;
             resp.headers_mut().insert(header::ETAG, tag);
@@ -327,6 +318,17 @@ impl LiveOut {
         }
     }
 
+    async fn send(&mut self, extra: &[u8]) {
+        let mut chunk = std::mem::take(&mut self.buf);
+        chunk.extend_from_slice(extra);
+        self.rows_buffered = false;
+        if self.open && !chunk.is_empty() {
+            self.open = self.tx.send(Ok(Bytes::from(chunk))).await.is_ok();
+        }
+    }
+}
+
+impl FeedOut for LiveOut {
     /// Adds a row (from a blocking thread), sending the buffer once it is large.
     fn row(&mut self, seq_shown: Option<u64>, row: &[u8]) -> bool {
         match self.feed {
@@ -357,32 +359,6 @@ impl LiveOut {
             self.open = self.tx.blocking_send(Ok(chunk)).is_ok();
         }
         self.open
-    }
-
-    async fn send(&mut self, extra: &[u8]) {
-        let mut chunk = std::mem::take(&mut self.buf);
-        chunk.extend_from_slice(extra);
-        self.rows_buffered = false;
-        if self.open && !chunk.is_empty() {
-            self.open = self.tx.send(Ok(Bytes::from(chunk))).await.is_ok();
-        }
-    }
-
-    async fn stop(&mut self, last_seq: Value, pending: u64) {
-        let tail = match self.feed {
-            Feed::Longpoll => format!("\n],\n\"last_seq\":{last_seq},\"pending\":{pending}}}\n"),
-            Feed::Continuous | Feed::Normal => {
-                format!("{{\"last_seq\":{last_seq},\"pending\":{pending}}}\n")
-            }
-            Feed::EventSource => String::new(),
-        };
-        self.send(tail.as_bytes()).await;
-    }
-}
-
-impl FeedOut for LiveOut {
-    fn row(&mut self, seq_shown: Option<u64>, row: &[u8]) -> bool {
-        LiveOut::row(self, seq_shown, row)
     }
 
     fn is_open(&self) -> bool {
@@ -418,8 +394,15 @@ impl FeedOut for LiveOut {
     async fn end(mut self, end: settee_node::Result<(u64, u64)>) {
         match end {
             Ok((last, pending)) => {
-                let last = Value::String(self.seqs.changes_seq(last));
-                self.stop(last, pending).await
+                let tail = match self.feed {
+                    Feed::Longpoll => results_end(&self.seqs, last, pending),
+                    Feed::Continuous | Feed::Normal => {
+                        let last_seq = Value::String(self.seqs.changes_seq(last));
+                        format!("{{\"last_seq\":{last_seq},\"pending\":{pending}}}\n")
+                    }
+                    Feed::EventSource => String::new(),
+                };
+                self.send(tail.as_bytes()).await
             }
             Err(e) => {
                 let _ = self.tx.send(Err(e.into())).await;

@@ -43,15 +43,12 @@ pub async fn await_write<T>(
         .map_err(Into::into)
 }
 
-/// Runs blocking store work off the async runtime.
+/// Runs blocking store work off the async runtime ([`settee_node::blocking`] in the
+/// handlers' error type).
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
-        ApiError::Db(settee_db::Error::Internal(format!(
-            "blocking task failed: {e}"
-        )))
-    })?
+    settee_node::blocking(f).await
 }
 
 /// The `{"results":[…]}` body of a multi-query request: `run` writes each query's whole
