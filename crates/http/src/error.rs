@@ -41,6 +41,7 @@ impl From<settee_node::Error> for ApiError {
         match e {
             N::Db(d) => ApiError::Db(d),
             N::Views(v) => v.into(),
+            N::Docs(d) => d.into(),
             N::Core(c) => ApiError::Core(c),
             N::Rejected(r) => r.into(),
             N::Mango(m) => m.into(),

@@ -9,7 +9,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::AttRender;
-use crate::handlers::{attachments, blocking, bulk};
+use crate::handlers::{attachments, blocking};
 use crate::jobs::NewJob;
 use crate::reply::json;
 use crate::{AppState, Req};
@@ -170,8 +170,10 @@ impl Endpoint for LocalDb {
             deleted: false,
             body: parsed.body,
         };
-        let rx = db.update_local(update).map_err(|e| rep_error(e.into()))?;
-        let n = crate::handlers::await_write(rx).await.map_err(rep_error)?;
+        let n = settee_node::write::put_local(&db, update, false)
+            .await
+            .map_err(|e| rep_error(e.into()))?
+            .unwrap_or_default();
         Ok(format!("0-{n}"))
     }
 
@@ -438,18 +440,13 @@ fn read_revisions(
     stored: bool,
 ) -> ApiResult<Vec<Doc>> {
     let revs_limit = db.props().revs_limit as usize;
-    let opts = settee_node::DocOpts {
-        revs: true,
-        revs_limit: Some(revs_limit),
-        reader: settee_node::replicator_read::reader(db, user),
-        ..Default::default()
-    };
+    let opts = settee_node::write::revision_reader(db, user, true);
     let stored = stored && opts.reader.is_none();
     let mut out = Vec::with_capacity(wanted.len());
     for (id, rev) in wanted {
         let Ok(d) = Rev::parse(&rev)
             .map_err(drop)
-            .and_then(|r| bulk::open_latest(db, &id, &r).map_err(drop))
+            .and_then(|r| settee_node::write::open_latest(db, &id, &r).map_err(drop))
         else {
             continue;
         };

@@ -80,7 +80,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                     all_docs::queries(&state, handle, req, all_docs::Namespace::Local).await
                 }
                 DbOp::BulkDocs => bulk::bulk_docs(&state, handle, req).await,
-                DbOp::BulkGet => bulk::bulk_get(handle, req).await,
+                DbOp::BulkGet => bulk::bulk_get(&state, handle, req).await,
                 DbOp::Changes => changes::changes(state, handle, req).await,
                 DbOp::Compact => database::compact(&state, handle, &req),
                 DbOp::EnsureFullCommit => database::ensure_full_commit(&state, &req),
@@ -89,8 +89,8 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                     database::revs_limit(handle, req, database::Limit::PurgedInfos).await
                 }
                 DbOp::Purge => bulk::purge(&state, handle, req).await,
-                DbOp::RevsDiff => bulk::revs_diff(handle, req, false).await,
-                DbOp::MissingRevs => bulk::revs_diff(handle, req, true).await,
+                DbOp::RevsDiff => bulk::revs_diff(&state, handle, req, false).await,
+                DbOp::MissingRevs => bulk::revs_diff(&state, handle, req, true).await,
                 DbOp::Security => database::security(&state, handle, req).await,
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
                 DbOp::TempView => views::temp_view(req).await,

@@ -8,6 +8,9 @@ pub enum Error {
     Db(#[from] settee_db::Error),
     #[error(transparent)]
     Views(#[from] settee_views::Error),
+    /// A document write's failure (admission, validation, attachments).
+    #[error(transparent)]
+    Docs(#[from] settee_docs::Error),
     #[error(transparent)]
     Core(#[from] settee_core::Error),
     /// A design function's (or query server's) answer of its own: CouchDB's error table

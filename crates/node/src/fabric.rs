@@ -3,22 +3,27 @@
 //! too, fanning each call out to shard copies and merging their answers (CouchDB's
 //! `fabric`). The conformance suites in `tests/` run through it.
 //!
-//! Threading contract: every method blocks (storage reads, index updates, JavaScript), so
-//! async callers run them on a blocking thread. Rows leave through `out` as CouchDB's
-//! JSON; `out` returns false when the reader has gone, and the call then stops early and
-//! returns `Ok`. Implementations are `Send + Sync`.
+//! Threading contract: reads block (storage reads, index updates, JavaScript), so async
+//! callers run them on a blocking thread. Writes return a [`Fut`]: they wait for a
+//! database writer's group commit, which holds no thread. Rows leave through `out` as
+//! CouchDB's JSON; `out` returns false when the reader has gone, and the call then stops
+//! early and returns `Ok`. Implementations are `Send + Sync`.
 //!
 //! Still one node's shape (issue 25 goes on): sequences are this node's integers, not the
-//! opaque vectors a cluster resumes from, and writes, attachments, local documents, design
-//! functions and replication are not here yet. `http` still calls the concrete functions
-//! this trait is built from.
+//! opaque vectors a cluster resumes from, and attachments, design functions and
+//! replication are not here yet. `http` still calls some of the concrete functions this
+//! trait is built from.
 
 use crate::all_docs::{self, Namespace};
 use crate::changes::{self, ChangesOpts, FilterSpec};
 use crate::design_filter::ReqInfo;
+use crate::write::{self, BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
 use crate::{Node, Result};
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 use settee_auth::UserCtx;
+use settee_core::{ParsedDoc, Rev};
+use settee_db::{LocalDoc, LocalUpdate, RevsDiff};
 use settee_mango::opts::FindOpts;
 use settee_wire::mrargs::MrArgs;
 use settee_wire::path::Endpoint;
@@ -26,6 +31,9 @@ use std::sync::Arc;
 
 /// Where a call's rows go; false: stop, the reader has gone.
 pub type Out<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
+/// A write's answer, once committed.
+pub type Fut<'a, T> = BoxFuture<'a, Result<T>>;
 
 /// Where a normal `_changes` feed ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +86,55 @@ pub trait Fabric: Send + Sync {
         req: &ReqInfo,
         row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
     ) -> Result<FeedEnd>;
+
+    /// Writes one document: its new revision, or `None` when acknowledged early
+    /// (`opts.batch`) or when a replicated revision needs none.
+    fn update_doc<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+    ) -> Fut<'a, Option<Rev>>;
+
+    /// `_bulk_docs`.
+    fn bulk_docs<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        req: BulkDocs,
+    ) -> Fut<'a, BulkAnswer>;
+
+    /// Writes a local document: its new `N` of `0-N`, `None` when acknowledged early.
+    fn put_local<'a>(
+        &'a self,
+        db: &'a str,
+        update: LocalUpdate,
+        batch: bool,
+    ) -> Fut<'a, Option<u64>>;
+
+    /// `_purge`: each id asked for, in order, with the revisions purged.
+    fn purge<'a>(
+        &'a self,
+        db: &'a str,
+        asked: Vec<(String, Vec<Rev>)>,
+    ) -> Fut<'a, Vec<(String, Vec<Rev>)>>;
+
+    /// A local document (404 `missing` when there is none).
+    fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc>;
+
+    /// `_bulk_get`: each of `items` (`{"id","rev"}`) answered in order.
+    fn bulk_get(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        items: &[Value],
+        opts: BulkGetOpts,
+        out: &mut dyn FnMut(BulkGetItem) -> bool,
+    ) -> Result<()>;
+
+    /// `_revs_diff`: for each id, the revisions missing and their possible ancestors.
+    fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff>;
 }
 
 impl Fabric for Arc<Node> {
@@ -140,5 +197,76 @@ impl Fabric for Arc<Node> {
         opts.reader = crate::replicator_read::reader(&db, user);
         let (last_seq, pending) = changes::normal(&db, &opts, &mut |seq, r| row(seq, &r))?;
         Ok(FeedEnd { last_seq, pending })
+    }
+
+    fn update_doc<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+    ) -> Fut<'a, Option<Rev>> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            Node::update_doc_with(self, db, user, doc, opts, Default::default()).await
+        })
+    }
+
+    fn bulk_docs<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        req: BulkDocs,
+    ) -> Fut<'a, BulkAnswer> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            Node::write_bulk(self, &db, user, req).await
+        })
+    }
+
+    fn put_local<'a>(
+        &'a self,
+        db: &'a str,
+        update: LocalUpdate,
+        batch: bool,
+    ) -> Fut<'a, Option<u64>> {
+        Box::pin(async move { write::put_local(&self.couch.get(db)?, update, batch).await })
+    }
+
+    fn purge<'a>(
+        &'a self,
+        db: &'a str,
+        asked: Vec<(String, Vec<Rev>)>,
+    ) -> Fut<'a, Vec<(String, Vec<Rev>)>> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            Node::purge_revs(self, &db, asked).await
+        })
+    }
+
+    fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc> {
+        write::open_local(&*self.couch.get(db)?, id)
+    }
+
+    fn bulk_get(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        items: &[Value],
+        opts: BulkGetOpts,
+        out: &mut dyn FnMut(BulkGetItem) -> bool,
+    ) -> Result<()> {
+        let db = self.couch.get(db)?;
+        let doc = write::revision_reader(&db, user, opts.revs);
+        for item in items {
+            if !out(write::bulk_get_one(&db, item, &doc, &opts)?) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff> {
+        Ok(self.couch.get(db)?.revs_diff(asked)?)
     }
 }

@@ -28,6 +28,7 @@ pub mod replicator_read;
 pub mod settings;
 mod tasks;
 pub mod views;
+pub mod write;
 
 pub use config::NodeConfig;
 pub use docjson::{

@@ -1,7 +1,7 @@
 //! Document endpoints: `GET/HEAD/PUT/DELETE/COPY /{db}/{docid}`, including `_design/` and
 //! `_local/` documents.
 
-use super::{await_write, blocking};
+use super::blocking;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender, MixedPart};
 use crate::location::{absolute_uri, doc_path};
@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc};
 use settee_docs::Followed;
-use settee_node::{doc_json_with, DocOpts};
+use settee_node::write::WriteOpts;
+use settee_node::{doc_json_with, DocOpts, Fabric};
 use std::sync::Arc;
 
 pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
@@ -359,11 +360,12 @@ pub async fn write_one(
     new_edits: bool,
     batch: bool,
 ) -> ApiResult<Option<Rev>> {
-    write_one_with(state, db, req, doc, new_edits, batch, Followed::new()).await
+    let opts = WriteOpts { new_edits, batch };
+    Ok(Fabric::update_doc(&state.node, &db.name, &req.user, doc, opts).await?)
 }
 
 /// [`write_one`] for a document whose `follows` attachments were stored already (the
-/// parts of a `multipart/related` upload).
+/// parts of a `multipart/related` upload), in this node's store.
 pub async fn write_one_with(
     state: &AppState,
     db: Arc<Database>,
@@ -373,28 +375,11 @@ pub async fn write_one_with(
     batch: bool,
     followed: Followed,
 ) -> ApiResult<Option<Rev>> {
-    let settings = state.write_settings();
-    if batch {
-        // As CouchDB's `batch=ok`: answered at once; the checks (validation functions
-        // included) and the write happen afterwards, and their failures are only logged.
-        let user = req.user.clone();
-        tokio::spawn(async move {
-            let written =
-                settee_docs::write(&settings, &db, &user, vec![doc], new_edits, followed).await;
-            match written.map(|mut r| r.pop()) {
-                Err(e) => tracing::warn!(error = %e, "batch=ok write failed"),
-                Ok(Some(Err(e))) => tracing::warn!(error = %e, "batch=ok write failed"),
-                Ok(_) => {}
-            }
-        });
-        return Ok(None);
-    }
-    let given = doc.rev();
-    let written = settee_docs::write(&settings, &db, &req.user, vec![doc], new_edits, followed)
-        .await?
-        .pop()
-        .expect("one result per document")?;
-    Ok(written.or(given))
+    let opts = WriteOpts { new_edits, batch };
+    Ok(state
+        .node
+        .update_doc_with(db, &req.user, doc, opts, followed)
+        .await?)
 }
 
 /// `{"ok":true,"id","rev"}` with an `ETag` (the quoted revision, or `etag` as given when
@@ -470,7 +455,7 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
         }
     }
     if !new_edits && doc.revs.is_none() {
-        return Err(needs_revs());
+        return Err(settee_node::write::needs_revs().into());
     }
     let deleted = doc.deleted;
     let rev = write_one_with(state, db.clone(), &req, doc, new_edits, batch, followed).await?;
@@ -492,13 +477,6 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
         Some(etag(&rev)),
         location,
     ))
-}
-
-/// CouchDB's answer to a replicated write (`new_edits=false`) without a revision.
-pub fn needs_revs() -> ApiError {
-    ApiError::bad_request(
-        "When `new_edits: false`, the document needs `_rev` or `_revisions` specified",
-    )
 }
 
 /// `DELETE /{db}/{docid}`: the document must exist (404 `missing` or `deleted`
@@ -618,9 +596,11 @@ async fn copy_to(
             id: dest_id.clone(),
             rev,
             deleted: false,
-            body: body.clone(),
+            body,
         };
-        let n = await_write(db.update_local(update)?).await?;
+        let n = Fabric::put_local(&state.node, &db.name, update, false)
+            .await?
+            .unwrap_or_default();
         let rev = format!("0-{n}");
         // A copy answers with its revision as the ETag, local destinations too.
         return Ok(write_response(
@@ -688,11 +668,8 @@ async fn local(
                 // are not: every one asked for is missing.
                 return open_revs(db, id, req, DocOpts::default(), AttOpts::default()).await;
             }
-            let d = blocking(move || {
-                db.local_doc(&id)?
-                    .ok_or(ApiError::NotFound("missing".into()))
-            })
-            .await?;
+            let node = state.node.clone();
+            let d = blocking(move || Ok(node.open_local(&db.name, &id)?)).await?;
             let tag = local_etag(d.rev, &d.body);
             if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
                 return Ok(not_modified(tag));
@@ -716,12 +693,8 @@ async fn local(
             put_local(state, db, id, body, &req, batch).await
         }
         "DELETE" => {
-            let (db2, id2) = (db.clone(), id.clone());
-            blocking(move || {
-                db2.local_doc(&id2)?
-                    .ok_or(ApiError::NotFound("missing".into()))
-            })
-            .await?;
+            let (node, db2, id2) = (state.node.clone(), db.name.clone(), id.clone());
+            blocking(move || Ok(node.open_local(&db2, &id2).map(drop)?)).await?;
             let rev = local_rev(&req, None)?;
             let update = LocalUpdate {
                 id: id.clone(),
@@ -729,7 +702,7 @@ async fn local(
                 deleted: true,
                 body: b"{}".to_vec(),
             };
-            await_write(db.update_local(update)?).await?;
+            Fabric::put_local(&state.node, &db.name, update, false).await?;
             Ok(write_response(
                 StatusCode::OK,
                 &id,
@@ -742,12 +715,8 @@ async fn local(
         "COPY" => {
             let (dest_id, dest_rev) = copy_destination(&req)?;
             validate_doc_id(&dest_id)?;
-            let (db2, id2) = (db.clone(), id.clone());
-            let source = blocking(move || {
-                db2.local_doc(&id2)?
-                    .ok_or(ApiError::NotFound("missing".into()))
-            })
-            .await?;
+            let (node, db2, id2) = (state.node.clone(), db.name.clone(), id.clone());
+            let source = blocking(move || Ok(node.open_local(&db2, &id2)?)).await?;
             copy_to(state, db, &req, source.body, dest_id, dest_rev).await
         }
         _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
@@ -791,36 +760,17 @@ pub async fn put_local(
     state: &AppState,
     db: Arc<Database>,
     id: String,
-    mut body: Value,
+    body: Value,
     req: &Req,
     batch: bool,
 ) -> ApiResult<Response> {
-    validate_doc_id(&id)?;
-    let body_rev = body.as_object_mut().and_then(|o| o.shift_remove("_rev"));
-    // A local document keeps its body only: attachments given inline are dropped.
-    if let Some(o) = body.as_object_mut() {
-        o.shift_remove("_attachments");
-    }
-    let doc = parse_doc(body)?;
-    let rev = local_rev(req, body_rev.as_ref())?;
-    let update = LocalUpdate {
-        id: id.clone(),
-        rev,
-        deleted: doc.deleted,
-        body: doc.body,
-    };
-    let etag_body = update.body.clone();
-    let rx = db.update_local(update)?;
-    if batch {
-        tokio::spawn(async move {
-            if let Ok(Err(e)) = rx.await {
-                tracing::warn!(error = %e, "batch=ok write failed");
-            }
-        });
+    let (mut update, body_rev) = settee_node::write::local_update(&id, body)?;
+    update.rev = local_rev(req, body_rev.as_ref())?;
+    let (deleted, etag_body) = (update.deleted, update.body.clone());
+    let Some(n) = Fabric::put_local(&state.node, &db.name, update, batch).await? else {
         return Ok(accepted(&id));
-    }
-    let n = await_write(rx).await?;
-    let status = if doc.deleted {
+    };
+    let status = if deleted {
         StatusCode::OK
     } else {
         StatusCode::CREATED

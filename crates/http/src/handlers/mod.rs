@@ -30,19 +30,6 @@ pub fn allow(method: &Method, allowed: &'static str) -> ApiResult<()> {
     }
 }
 
-/// Awaits a writer reply.
-pub async fn await_write<T>(
-    rx: tokio::sync::oneshot::Receiver<settee_db::Result<T>>,
-) -> ApiResult<T> {
-    rx.await
-        .map_err(|_| {
-            ApiError::Db(settee_db::Error::Internal(
-                "writer dropped the request".into(),
-            ))
-        })?
-        .map_err(Into::into)
-}
-
 /// Runs blocking store work off the async runtime ([`settee_node::blocking`] in the
 /// handlers' error type).
 pub async fn blocking<T: Send + 'static>(
