@@ -62,6 +62,7 @@ impl From<settee_node::Error> for ApiError {
                 stack_hash: 4180022058,
             },
             N::Wire(w) => w.into(),
+            N::Replication(r) => ApiError::from(&*r),
             N::NoUsableIndex(r) => {
                 ApiError::Named(StatusCode::BAD_REQUEST, "no_usable_index".into(), r)
             }

@@ -7,23 +7,19 @@ mod cors;
 mod design_render;
 mod error;
 mod handlers;
-mod jobs;
 mod jsonp;
 mod location;
 mod req_info;
 use settee_wire::mrargs;
-mod replication;
 mod reply;
 mod req;
 mod response;
 mod router;
-mod scheduler;
 
 pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
-pub use replication::LocalDb;
-pub use scheduler::ensure_replicator_db;
 pub use settee_node::query_language::register_query_language;
+pub use settee_node::replication::ensure_replicator_db;
 pub use settee_node::{config as node_config, NodeConfig, SetLogLevel};
 
 use axum::body::Body;
@@ -31,6 +27,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::Response;
 use axum::Router;
+use settee_node::replication::Replicator;
 use settee_node::Node;
 use std::sync::{Arc, Mutex};
 
@@ -55,13 +52,10 @@ impl Default for HttpConfig {
 /// What handlers share: the node they ask, and what HTTP keeps of its own.
 pub struct Inner {
     pub node: Arc<Node>,
-    pub auth: auth::Authenticator,
+    pub auth: Arc<auth::Authenticator>,
     pub http: HttpConfig,
-    replications: jobs::Replications,
-    scheduler_docs: scheduler::Docs,
-    /// The address the server listens on, once bound (replication endpoints naming it are
-    /// this server's own databases).
-    local_addr: replication::LocalAddr,
+    /// The node's replication manager: jobs, `_replicator` documents, local endpoints.
+    pub replicator: Arc<Replicator>,
 }
 
 /// The node's services (`state.couch`, `state.views`, `state.config`) read through.
@@ -84,28 +78,29 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     pub fn new(node: Arc<Node>, http: HttpConfig) -> AppState {
+        let auth = Arc::new(auth::Authenticator::default());
+        let hooks = Arc::new(handlers::replicate::HttpHooks { auth: auth.clone() });
+        let replicator = Replicator::new(node.clone(), hooks, http.server_uuid.clone());
         AppState(Arc::new(Inner {
             node,
-            auth: auth::Authenticator::default(),
+            auth,
             http,
-            replications: Default::default(),
-            scheduler_docs: Default::default(),
-            local_addr: Default::default(),
+            replicator,
         }))
     }
 
     /// Starts the replication scheduler (`_replicator`); needs the Tokio runtime.
     pub fn start_scheduler(&self) {
-        scheduler::start(self);
+        self.replicator.start();
     }
 
     /// Records the address the server listens on.
     pub fn set_local_addr(&self, addr: std::net::SocketAddr) {
-        let _ = self.local_addr.set(addr);
+        self.replicator.set_local_addr(addr);
     }
 
     pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
-        self.local_addr.get().copied()
+        self.replicator.local_addr()
     }
 
     /// `[chttpd] max_http_request_size`, read live (the startup value is the default).

@@ -4,20 +4,9 @@
 
 use crate::Req;
 use axum::http::HeaderValue;
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use settee_node::config::NodeConfig;
 
-/// Bytes `couch_util:url_encode` escapes: all but ASCII letters, digits and `_ . - :`.
-const COUCH_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'-')
-    .remove(b':');
-
-/// `couch_util:url_encode`: every other byte of the UTF-8 text as `%XX` (uppercase).
-pub fn url_encode(s: &str) -> String {
-    utf8_percent_encode(s, COUCH_ESCAPED).to_string()
-}
+pub use settee_wire::url_encode;
 
 /// A `[chttpd]` setting, falling back to `[httpd]` (`chttpd_util:get_chttpd_config`).
 fn chttpd_config(node: &NodeConfig, key: &str, default: &str) -> String {

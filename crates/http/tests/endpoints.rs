@@ -10,7 +10,8 @@ use serde_json::{json, Map, Value};
 use settee_auth::password::PasswordHash;
 use settee_auth::UserCtx;
 use settee_http::node_config::{builtin_defaults, Sections};
-use settee_http::{app, AppState, HttpConfig, LocalDb, NodeConfig};
+use settee_http::{app, AppState, HttpConfig, NodeConfig};
+use settee_node::replication::LocalDb;
 use settee_replicator::remote::{Remote, RemoteSpec};
 use settee_replicator::{Doc, Endpoint, Error, Fetch, Filter, Follows, Wait};
 use std::sync::Arc;
@@ -381,7 +382,7 @@ async fn content(c: settee_replicator::Content) -> Vec<u8> {
 async fn local_and_remote_endpoints_conform_alike() {
     let dir = tempfile::tempdir().unwrap();
     let (state, addr) = server(dir.path()).await;
-    let local = LocalDb::new(&state, "local", admin(), "local".into());
+    let local = state.replicator.local_db("local", admin(), "local".into());
     let over_http = remote(addr, "remote");
     let a = suite(&local).await;
     let b = suite(&over_http).await;
@@ -434,7 +435,9 @@ async fn contents(db: &LocalDb) -> (Vec<Doc>, Vec<Value>) {
 async fn stored_revisions_move_between_local_databases_as_json_would() {
     let dir = tempfile::tempdir().unwrap();
     let (state, _) = server(dir.path()).await;
-    let source = LocalDb::new(&state, "source", admin(), "source".into());
+    let source = state
+        .replicator
+        .local_db("source", admin(), "source".into());
     suite(&source).await;
     assert!(source.takes_stored());
     let stored = source.bulk_get(wanted(), STORED).await.unwrap();
@@ -449,8 +452,12 @@ async fn stored_revisions_move_between_local_databases_as_json_would() {
         assert_eq!(s.clone().into_json(), j.clone().into_json());
     }
     let (by_stored, by_json) = (
-        LocalDb::new(&state, "by-stored", admin(), "by-stored".into()),
-        LocalDb::new(&state, "by-json", admin(), "by-json".into()),
+        state
+            .replicator
+            .local_db("by-stored", admin(), "by-stored".into()),
+        state
+            .replicator
+            .local_db("by-json", admin(), "by-json".into()),
     );
     for (target, docs) in [(&by_stored, stored), (&by_json, json)] {
         target.create(&Map::new()).await.unwrap();
@@ -465,11 +472,15 @@ async fn stored_revisions_move_between_local_databases_as_json_would() {
 async fn endpoints_refuse_non_members_alike() {
     let dir = tempfile::tempdir().unwrap();
     let (state, addr) = server(dir.path()).await;
-    LocalDb::new(&state, "private", admin(), "private".into())
+    state
+        .replicator
+        .local_db("private", admin(), "private".into())
         .create(&Map::new())
         .await
         .unwrap();
-    let anonymous = LocalDb::new(&state, "private", UserCtx::default(), "private".into());
+    let anonymous = state
+        .replicator
+        .local_db("private", UserCtx::default(), "private".into());
     let over_http = Remote::new(&RemoteSpec {
         url: format!("http://{addr}/private"),
         headers: Map::new(),

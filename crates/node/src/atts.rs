@@ -157,3 +157,17 @@ pub struct Part {
     pub digest: [u8; 16],
     pub gzip: bool,
 }
+
+/// The stored content of attachment `name` of a revision (`stored`: its stored bytes),
+/// in chunks: gzip-encoded content as stored.
+pub fn stored_content(db: &Database, stored: &[u8], name: &str) -> Result<settee_db::AttChunks> {
+    let atts = StoredAtts::of(stored);
+    let stub = atts
+        .stubs
+        .get(name)
+        .ok_or(settee_db::Error::NotFound("Document is missing attachment"))?;
+    let digest =
+        parse_digest(stub.get("digest")).ok_or_else(|| Error::internal("attachment stub"))?;
+    db.attachment_chunks(&digest, 0..u64::MAX)?
+        .ok_or_else(|| Error::internal("attachment content"))
+}

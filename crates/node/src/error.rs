@@ -46,6 +46,10 @@ pub enum Error {
     /// allows (CouchDB's 500 `external_response_error`).
     #[error("Invalid data from external server: {0}")]
     ExternalResponse(String),
+    /// A replication's failure (its request, an endpoint, or the job's end), shared by
+    /// every caller waiting for the job.
+    #[error("{0}")]
+    Replication(std::sync::Arc<settee_replicator::Error>),
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),
@@ -62,6 +66,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl From<settee_js::Rejection> for Error {
     fn from(r: settee_js::Rejection) -> Self {
         Error::Rejected(r)
+    }
+}
+
+impl From<settee_replicator::Error> for Error {
+    fn from(e: settee_replicator::Error) -> Self {
+        Error::Replication(std::sync::Arc::new(e))
     }
 }
 

@@ -24,6 +24,7 @@ pub mod fabric;
 pub mod find;
 pub mod query_language;
 pub mod render;
+pub mod replication;
 pub mod replicator_read;
 pub mod settings;
 mod tasks;

@@ -21,5 +21,5 @@ pub use atts::AttOpts;
 pub use error::{Error, Result};
 pub use multipart::{accepts, boundary_of, read_related, FollowsSink};
 pub use params::{decode_param_json, parse_json, Params};
-pub use path::{check_url_encoding, design_fn, DbOp, DesignFn, Endpoint, NodeOp};
+pub use path::{check_url_encoding, design_fn, url_encode, DbOp, DesignFn, Endpoint, NodeOp};
 pub use ranges::{byte_ranges, MAX_RANGES};

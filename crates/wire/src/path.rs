@@ -5,6 +5,19 @@
 use crate::error::{Error, Result};
 use percent_encoding::percent_decode_str;
 
+/// Bytes `couch_util:url_encode` escapes: all but ASCII letters, digits and `_ . - :`.
+const COUCH_ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b':');
+
+/// `couch_util:url_encode`: every other byte of the UTF-8 text as `%XX` (uppercase), as
+/// CouchDB encodes a path part it writes (a `Location`, a replication endpoint's URL).
+pub fn url_encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, COUCH_ESCAPED).to_string()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Root,

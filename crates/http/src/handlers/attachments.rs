@@ -144,17 +144,6 @@ impl settee_wire::FollowsSink for Store<'_> {
     }
 }
 
-/// The stored content of attachment `name` of a revision (`stored`: its stored bytes),
-/// in chunks: gzip-encoded content as stored.
-pub fn stored_content(db: &Database, stored: &[u8], name: &str) -> ApiResult<settee_db::AttChunks> {
-    let atts = StoredAtts::of(stored);
-    let stub = atts.stubs.get(name).ok_or_else(missing_attachment)?;
-    let digest = parse_digest(stub.get("digest"))
-        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment stub".into())))?;
-    db.attachment_chunks(&digest, 0..u64::MAX)?
-        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))
-}
-
 /// Streams the request body into the attachment store (compressed when its type is
 /// compressible); checks `Content-MD5` against the content as sent.
 async fn upload(

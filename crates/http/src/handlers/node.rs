@@ -202,7 +202,7 @@ fn live(state: &AppState) -> settee_metrics::Live {
     settee_metrics::Live {
         open_databases: state.couch.open_databases() as u64,
         open_os_files: settee_metrics::process::open_fds(),
-        replicator_jobs: state.replications.counts(state),
+        replicator_jobs: state.replicator.counts(),
     }
 }
 

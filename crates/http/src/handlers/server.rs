@@ -264,7 +264,7 @@ pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
     let mut tasks = state.tasks.list();
     tasks.extend(state.views.tasks.list());
-    tasks.extend(state.replications.tasks());
+    tasks.extend(state.replicator.tasks());
     Ok(json(StatusCode::OK, &Value::Array(tasks)))
 }
 

@@ -11,8 +11,7 @@
 //! [`Replications::exited`], which ignores the end of a run the scheduler had already
 //! stopped.
 
-use crate::replication::{run_pair, Origin, Prepared};
-use crate::AppState;
+use super::{run_pair, Origin, Prepared, Replicator};
 use serde_json::{json, Value};
 use settee_replicator::job::{Outcome, Progress};
 use settee_replicator::schedule::{self, Event, EventKind, JobView, Limits, Micros};
@@ -105,7 +104,7 @@ fn iso(micros: Micros) -> String {
 /// The scheduler's settings, read live from `[replicator]` (CouchDB's names and defaults;
 /// `retry_base`, the first crash's backoff in seconds, is Settee's: CouchDB fixes it at
 /// 30 s).
-pub(crate) fn limits(state: &AppState) -> Limits {
+pub(crate) fn limits(state: &Arc<Replicator>) -> Limits {
     let get = |k: &str, d: u64| state.config.get_u64("replicator", k, d);
     Limits {
         max_jobs: get("max_jobs", 500) as usize,
@@ -115,12 +114,12 @@ pub(crate) fn limits(state: &AppState) -> Limits {
     }
 }
 
-fn max_history(state: &AppState) -> usize {
+fn max_history(state: &Arc<Replicator>) -> usize {
     state.config.get_u64("replicator", "max_history", 20).max(1) as usize
 }
 
 /// `[replicator] interval`: the time between reschedulings.
-pub(crate) fn interval(state: &AppState) -> Duration {
+pub(crate) fn interval(state: &Arc<Replicator>) -> Duration {
     Duration::from_millis(
         state
             .config
@@ -137,7 +136,7 @@ impl Replications {
     /// `max_jobs`; otherwise it waits for a rescheduling.
     pub(crate) fn add(
         &self,
-        state: &AppState,
+        state: &Arc<Replicator>,
         new: NewJob,
         waiter: Option<oneshot::Sender<Finished>>,
     ) {
@@ -185,7 +184,7 @@ impl Replications {
     /// Removes a job (cancelled, or its document deleted or changed), stopping it if it
     /// runs. Its waiters get the stopped run's result (or, if it did not run,
     /// [`RepError::Cancelled`]). `false` if there was no such job.
-    pub(crate) fn remove(&self, state: &AppState, id: &str) -> bool {
+    pub(crate) fn remove(&self, state: &Arc<Replicator>, id: &str) -> bool {
         let mut table = self.jobs.lock().unwrap();
         let Some(mut job) = table.jobs.remove(id) else {
             return false;
@@ -217,7 +216,7 @@ impl Replications {
     }
 
     /// One rescheduling (every `[replicator] interval`).
-    pub(crate) fn reschedule(&self, state: &AppState) {
+    pub(crate) fn reschedule(&self, state: &Arc<Replicator>) {
         let now = now_micros();
         let limits = limits(state);
         let history = max_history(state);
@@ -243,7 +242,7 @@ impl Replications {
     /// `_replicate` that failed leaves it too (CouchDB does not retry those); a job from
     /// a document that failed is crashed: it waits out a backoff before it runs again,
     /// and waiting jobs may take its slot at once.
-    pub(crate) fn exited(&self, state: &AppState, id: &str, pid: u64, result: Finished) {
+    pub(crate) fn exited(&self, state: &Arc<Replicator>, id: &str, pid: u64, result: Finished) {
         let now = now_micros();
         let mut table = self.jobs.lock().unwrap();
         if let Some((_, drain)) = table.draining.remove(&pid) {
@@ -292,7 +291,7 @@ impl Replications {
     }
 
     /// Starts a waiting job's task.
-    fn start(&self, state: &AppState, table: &mut Table, id: &str, now: Micros) {
+    fn start(&self, state: &Arc<Replicator>, table: &mut Table, id: &str, now: Micros) {
         // A stopped run of the same replication may still be writing its last
         // checkpoint: the new one starts after it.
         let previous: Vec<watch::Receiver<bool>> = table
@@ -340,7 +339,7 @@ impl Replications {
             if let (Ok(outcome), Some(origin), false, false) =
                 (&result, &origin, continuous, stopped)
             {
-                crate::scheduler::completed(&st, origin, outcome, start_time).await;
+                super::docs::completed(&st, origin, outcome, start_time).await;
             }
             st.replications
                 .exited(&st, &id, pid, result.map_err(Arc::new));
@@ -370,7 +369,7 @@ impl Replications {
 
     /// A scheduled job's row for `_scheduler/docs` (`None` if it is gone: a one-shot job
     /// that just finished).
-    pub(crate) fn summary(&self, state: &AppState, id: &str) -> Option<Summary> {
+    pub(crate) fn summary(&self, state: &Arc<Replicator>, id: &str) -> Option<Summary> {
         let threshold = limits(state).health_threshold;
         let table = self.jobs.lock().unwrap();
         let job = table.jobs.get(id)?;
@@ -392,7 +391,7 @@ impl Replications {
     }
 
     /// The jobs by state, for the statistics (`crashed`: crashing, waiting out a backoff).
-    pub(crate) fn counts(&self, state: &AppState) -> settee_metrics::ReplicatorJobs {
+    pub(crate) fn counts(&self, state: &Arc<Replicator>) -> settee_metrics::ReplicatorJobs {
         let threshold = limits(state).health_threshold;
         let table = self.jobs.lock().unwrap();
         let mut c = settee_metrics::ReplicatorJobs {
@@ -426,7 +425,9 @@ impl Replications {
     /// `_active_tasks` entries of the running jobs: CouchDB's fields, in its
     /// (alphabetical) order.
     pub fn tasks(&self) -> Vec<Value> {
-        let now = crate::auth::now_secs();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let table = self.jobs.lock().unwrap();
         let mut out: Vec<(&String, Value)> = table
             .jobs

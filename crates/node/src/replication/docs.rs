@@ -6,14 +6,9 @@
 //! `[replicator] interval` (read live). `_scheduler/jobs` and `_scheduler/docs` show the
 //! jobs and documents with CouchDB's rows.
 
-use crate::error::{ApiError, ApiResult};
-use crate::handlers::{allow, blocking};
-use crate::jobs::NewJob;
-use crate::replication::{prepare, Caller, Origin};
-use crate::reply::json;
-use crate::{AppState, Req};
-use axum::http::StatusCode;
-use axum::response::Response;
+use super::jobs::NewJob;
+use super::{prepare, Caller, Origin, Replicator};
+use crate::{blocking, Error, Result};
 use serde_json::{json, Map, Value};
 use settee_auth::UserCtx;
 use settee_db::Database;
@@ -64,13 +59,19 @@ struct DocState {
 #[derive(Default)]
 pub struct Docs(Mutex<BTreeMap<String, DocState>>);
 
+impl Docs {
+    pub(super) fn ids(&self) -> Vec<String> {
+        self.0.lock().unwrap().keys().cloned().collect()
+    }
+}
+
 fn now_iso() -> String {
     iso8601(SystemTime::now())
 }
 
 /// Starts the document processor (following `_replicator`'s changes) and the
 /// rescheduling timer.
-pub fn start(state: &AppState) {
+pub fn start(state: &Arc<Replicator>) {
     let st = state.clone();
     tokio::spawn(async move {
         if let Err(e) = run(st).await {
@@ -84,7 +85,7 @@ pub fn start(state: &AppState) {
         let mut last = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if last.elapsed() >= crate::jobs::interval(&st) {
+            if last.elapsed() >= super::jobs::interval(&st) {
                 st.replications.reschedule(&st);
                 last = Instant::now();
             }
@@ -120,15 +121,15 @@ const VALIDATE_JS: &str = r#"function (newDoc, oldDoc, userCtx) {
   if (newDoc.query_params !== undefined && !isObject(newDoc.query_params)) refuse("The `query_params' field must be an object.");
 }"#;
 
-fn replicator_db(state: &AppState) -> ApiResult<Arc<Database>> {
+fn replicator_db(state: &Replicator) -> Result<Arc<Database>> {
     ensure_replicator_db(&state.couch, &state.config)
 }
 
 /// Opens `_replicator`, creating it (with `_design/_replicator`) if it does not exist.
 pub fn ensure_replicator_db(
     couch: &settee_db::Couch,
-    node: &settee_node::NodeConfig,
-) -> ApiResult<Arc<Database>> {
+    node: &crate::NodeConfig,
+) -> Result<Arc<Database>> {
     if let Ok(db) = couch.get(REPLICATOR_DB) {
         return Ok(db);
     }
@@ -138,18 +139,18 @@ pub fn ensure_replicator_db(
     let ddoc = json!({"_id": "_design/_replicator", "language": "javascript", "validate_doc_update": VALIDATE_JS});
     let rx = db.update_docs(vec![settee_core::parse_doc(ddoc)?], true)?;
     rx.blocking_recv()
-        .map_err(|e| ApiError::Db(settee_db::Error::Internal(e.to_string())))??;
+        .map_err(|e| Error::internal(e.to_string()))??;
     Ok(db)
 }
 
-async fn run(state: AppState) -> ApiResult<()> {
+async fn run(state: Arc<Replicator>) -> Result<()> {
     let st = state.clone();
-    let db = blocking(move || replicator_db(&st)).await?;
+    let db = blocking::<_, Error>(move || replicator_db(&st)).await?;
     let mut seen = db.watch_seq();
     let mut since = 0;
     loop {
         let d = db.clone();
-        let (docs, last) = blocking(move || {
+        let (docs, last) = blocking::<_, Error>(move || {
             let mut docs = Vec::new();
             let mut last = since;
             d.changes(since, false, true, |c| {
@@ -167,7 +168,7 @@ async fn run(state: AppState) -> ApiResult<()> {
             let body = match (&c.body, winner.deleted) {
                 (Some(b), false) => {
                     let text =
-                        settee_node::winner_json_with(&c.id, &c.info, b, &Default::default(), None);
+                        crate::winner_json_with(&c.id, &c.info, b, &Default::default(), None);
                     serde_json::from_slice::<Map<String, Value>>(&text).ok()
                 }
                 _ => None,
@@ -182,13 +183,13 @@ async fn run(state: AppState) -> ApiResult<()> {
     }
 }
 
-fn previous(state: &AppState, doc_id: &str) -> Option<DocState> {
+fn previous(state: &Arc<Replicator>, doc_id: &str) -> Option<DocState> {
     state.scheduler_docs.0.lock().unwrap().get(doc_id).cloned()
 }
 
 /// Reacts to a new revision (or the deletion, `body: None`) of a replication document.
 async fn handle(
-    state: &AppState,
+    state: &Arc<Replicator>,
     db: &Arc<Database>,
     doc_id: &str,
     rev: &str,
@@ -256,7 +257,7 @@ async fn handle(
     let prepared = match prepare(state, &caller, &request).await {
         Ok(p) => p,
         Err(e) => {
-            let (_, error, reason) = e.parts();
+            let (_, error, reason) = state.hooks.describe(e);
             if error == "error" || error == "bad_request" {
                 return fail(state, db, doc_id, base, &reason).await;
             }
@@ -356,7 +357,7 @@ fn from_document(base: DocState, state: &str, body: &Map<String, Value>) -> DocS
     }
 }
 
-fn set(state: &AppState, doc_id: &str, s: DocState) {
+fn set(state: &Arc<Replicator>, doc_id: &str, s: DocState) {
     state
         .scheduler_docs
         .0
@@ -367,9 +368,9 @@ fn set(state: &AppState, doc_id: &str, s: DocState) {
 
 /// A document that cannot become a job for now: `error`, tried again after a backoff
 /// doubling from `[replicator] retry_base` seconds.
-fn errored(state: &AppState, doc_id: &str, s: DocState, reason: &str) {
+fn errored(state: &Arc<Replicator>, doc_id: &str, s: DocState, reason: &str) {
     let error_count = s.error_count + 1;
-    let base = crate::jobs::limits(state).backoff_base;
+    let base = super::jobs::limits(state).backoff_base;
     let wait = settee_replicator::schedule::backoff(error_count as u32, base);
     set(
         state,
@@ -386,7 +387,7 @@ fn errored(state: &AppState, doc_id: &str, s: DocState, reason: &str) {
 }
 
 /// Documents in `error` whose wait is over: processed again.
-async fn retry_due(state: &AppState, db: &Arc<Database>) {
+async fn retry_due(state: &Arc<Replicator>, db: &Arc<Database>) {
     let due: Vec<String> = state
         .scheduler_docs
         .0
@@ -399,10 +400,10 @@ async fn retry_due(state: &AppState, db: &Arc<Database>) {
     for doc_id in due {
         let d = db.clone();
         let id = doc_id.clone();
-        let Ok(doc) = blocking(move || Ok(d.open_doc(&id, None)?)).await else {
+        let Ok(doc) = blocking::<_, Error>(move || Ok(d.open_doc(&id, None)?)).await else {
             continue;
         };
-        let body = serde_json::from_slice::<Map<String, Value>>(&settee_node::doc_json(
+        let body = serde_json::from_slice::<Map<String, Value>>(&crate::doc_json(
             &doc,
             &Default::default(),
         ))
@@ -426,13 +427,12 @@ async fn write_state(
 ) {
     let d = db.clone();
     let id = doc_id.to_string();
-    let Ok(doc) = blocking(move || Ok(d.open_doc(&id, None)?)).await else {
+    let Ok(doc) = blocking::<_, Error>(move || Ok(d.open_doc(&id, None)?)).await else {
         return;
     };
-    let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(&settee_node::doc_json(
-        &doc,
-        &Default::default(),
-    )) else {
+    let Ok(mut body) =
+        serde_json::from_slice::<Map<String, Value>>(&crate::doc_json(&doc, &Default::default()))
+    else {
         return;
     };
     for r in remove {
@@ -450,7 +450,13 @@ async fn write_state(
 }
 
 /// A document that cannot be run: `failed`, written into it.
-async fn fail(state: &AppState, db: &Arc<Database>, doc_id: &str, s: DocState, reason: &str) {
+async fn fail(
+    state: &Arc<Replicator>,
+    db: &Arc<Database>,
+    doc_id: &str,
+    s: DocState,
+    reason: &str,
+) {
     let now = now_iso();
     set(
         state,
@@ -480,7 +486,7 @@ async fn fail(state: &AppState, db: &Arc<Database>, doc_id: &str, s: DocState, r
 /// A document's one-shot job finished: `completed`, with its statistics and start time,
 /// written into the document (before the job leaves the scheduler).
 pub(crate) async fn completed(
-    state: &AppState,
+    state: &Arc<Replicator>,
     origin: &Origin,
     outcome: &Outcome,
     start_time: u64,
@@ -543,140 +549,10 @@ fn shown_endpoint(v: &Value) -> String {
     shown
 }
 
-/// `limit` or `skip` of `_scheduler/jobs` (CouchDB's `parse_int_param`: an integer from 0).
-fn int_param(req: &Req, name: &str, default: u64) -> ApiResult<usize> {
-    let Some(v) = req.params.get(name) else {
-        return Ok(default as usize);
-    };
-    let n: i64 = v
-        .parse()
-        .map_err(|_| ApiError::QueryParse(format!("{name} must be an integer")))?;
-    usize::try_from(n)
-        .map_err(|_| ApiError::QueryParse(format!("{name} not in range of [0,infinity]")))
-}
-
-const STATES: &[&str] = &[
-    "initializing",
-    "error",
-    "running",
-    "pending",
-    "crashing",
-    "completed",
-    "failed",
-];
-
-/// `?states=a,b` (CouchDB's `parse_replication_state_filter`; `None`: every state).
-fn states_filter(req: &Req) -> ApiResult<Option<Vec<String>>> {
-    let Some(raw) = req.params.get("states") else {
-        return Ok(None);
-    };
-    let states: Vec<String> = raw
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    if states.iter().any(|s| !STATES.contains(&s.as_str())) {
-        return Err(ApiError::QueryParse(format!(
-            "States must be one or more of [{}]",
-            STATES.join(",")
-        )));
-    }
-    Ok(Some(states))
-}
-
-/// `/_scheduler/jobs[/{id}]`, `/_scheduler/docs[/_replicator[/{docid}]]`.
-pub fn scheduler(state: &AppState, req: &Req, rest: &[String]) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD")?;
-    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-    match rest.as_slice() {
-        ["jobs"] => {
-            let limit = int_param(req, "limit", 100)?;
-            let skip = int_param(req, "skip", 0)?;
-            let jobs = state.replications.jobs_json();
-            let total = jobs.len();
-            let page: Vec<Value> = jobs.into_iter().skip(skip).take(limit).collect();
-            Ok(json(
-                StatusCode::OK,
-                &json!({"total_rows": total, "offset": skip.min(total), "jobs": page}),
-            ))
-        }
-        ["jobs", id] => {
-            let id = id.replace(' ', "+");
-            let job = state
-                .replications
-                .job_json(&id)
-                .ok_or_else(|| ApiError::NotFound("missing".into()))?;
-            Ok(json(StatusCode::OK, &job))
-        }
-        ["docs"] | ["docs", REPLICATOR_DB] => docs(state, req),
-        ["docs", REPLICATOR_DB, doc_id] => doc_row(state, doc_id)
-            .map(|d| json(StatusCode::OK, &d))
-            .ok_or_else(|| ApiError::NotFound("missing".into())),
-        ["docs", path @ ..] => {
-            // Other replicator databases (`a/_replicator`, unencoded slashes allowed) have
-            // no documents here; other paths are malformed.
-            let at = path.iter().position(|p| p.ends_with("_replicator"));
-            if !matches!(at, Some(i) if path.len() - i <= 2) {
-                return Err(ApiError::BadRequest(String::new()));
-            }
-            if path.len() - at.unwrap_or(0) == 1 {
-                return Ok(json(
-                    StatusCode::OK,
-                    &json!({"total_rows": 0, "offset": 0, "docs": []}),
-                ));
-            }
-            Err(ApiError::NotFound("missing".into()))
-        }
-        _ => Ok(json(StatusCode::NOT_FOUND, &json!({"error": "not found"}))),
-    }
-}
-
-/// `_scheduler/docs`: a row per replication document, in document id order, after the
-/// `states` filter, `skip` and `limit` (parsed as `_all_docs` parses them). As in
-/// CouchDB, `total_rows` is the database's document count less `_design/_replicator`, and
-/// `offset` is `skip` (at most that count).
-fn docs(state: &AppState, req: &Req) -> ApiResult<Response> {
-    let args = crate::mrargs::MrArgs::from_query(&req.params)?;
-    let states = states_filter(req)?;
-    let count = state
-        .couch
-        .get(REPLICATOR_DB)
-        .map_or(0, |db| db.stats().doc_count);
-    let ids: Vec<String> = state
-        .scheduler_docs
-        .0
-        .lock()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
-    let rows: Vec<Value> = ids
-        .iter()
-        .filter_map(|id| doc_row(state, id))
-        .filter(|d| {
-            states.as_ref().is_none_or(|s| {
-                d["state"]
-                    .as_str()
-                    .is_some_and(|x| s.iter().any(|y| y == x))
-            })
-        })
-        .skip(args.skip as usize)
-        .take(args.limit.map_or(usize::MAX, |l| l as usize))
-        .collect();
-    Ok(json(
-        StatusCode::OK,
-        &json!({
-            "total_rows": count.saturating_sub(1),
-            "offset": args.skip.min(count),
-            "docs": rows,
-        }),
-    ))
-}
-
 /// A document's `_scheduler/docs` row, with CouchDB's fields in its order for each kind
 /// of document (`database` first). `None` for an unknown document, or one whose job just
 /// ended.
-fn doc_row(state: &AppState, doc_id: &str) -> Option<Value> {
+pub(super) fn doc_row(state: &Arc<Replicator>, doc_id: &str) -> Option<Value> {
     let s = previous(state, doc_id)?;
     let row = match s.phase {
         Phase::Scheduled => {
