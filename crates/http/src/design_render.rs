@@ -24,8 +24,8 @@ use std::sync::mpsc;
 use tokio::sync::mpsc as tokio_mpsc;
 
 pub use settee_node::render::{
-    apply_headers, doc_answer, function_doc, list_answer, make_etag, require_runner,
-    rewrite_answer, show_etag, DesignDoc,
+    apply_headers, doc_answer, function_doc, list_answer, require_runner, rewrite_answer,
+    show_etag, DesignDoc,
 };
 
 /// A function's response object, read as `chttpd_external:parse_external_response` reads
@@ -125,7 +125,7 @@ impl External {
 /// `chttpd_util:maybe_add_csp_header("showlist", …, "sandbox")`: shows and lists get a
 /// `Content-Security-Policy` unless `[csp] showlist_enable` is false.
 fn showlist_csp(state: &AppState) -> Option<(String, String)> {
-    let value = crate::handlers::attachments::csp_header(state, "showlist", "sandbox")?;
+    let value = crate::reply::csp_header(&state.config, "showlist", "sandbox")?;
     let value = value.to_str().ok()?.to_string();
     Some(("Content-Security-Policy".into(), value))
 }

@@ -33,6 +33,11 @@ pub fn doc_path(db: &str, id: &str) -> String {
     format!("/{}/{}", url_encode(db), url_encode(id))
 }
 
+/// The `Location` of a document: `/{db}/{docid}` encoded as CouchDB encodes it.
+pub fn doc_location(config: &NodeConfig, req: &Req, db: &str, id: &str) -> Option<HeaderValue> {
+    absolute_uri(config, req, &doc_path(db, id))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

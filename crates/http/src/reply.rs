@@ -2,11 +2,12 @@
 
 use crate::error::{ApiError, ApiResult};
 use axum::body::Body;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use serde_json::Value;
+use serde_json::{json, Value};
+use settee_node::NodeConfig;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -112,4 +113,52 @@ pub struct NodeLocal;
 
 pub fn err_to_response(e: ApiError) -> Response {
     axum::response::IntoResponse::into_response(e)
+}
+
+/// The quoted revision, a document's `ETag`.
+pub fn rev_etag(rev: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII")
+}
+
+/// CouchDB's 304 (`etag_respond`): the ETag and no body (nor content type, nor
+/// `Cache-Control`, which couch_httpd adds to JSON bodies only).
+pub fn not_modified(tag: HeaderValue) -> Response {
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::NOT_MODIFIED;
+    resp.headers_mut().insert(header::ETAG, tag);
+    resp
+}
+
+/// `{"ok":true,"id","rev"}` with an `ETag` (the quoted revision, or `etag` as given when
+/// it is `Some`) and a `Location`, as CouchDB answers a write; `None`s leave them out.
+pub fn write_response(
+    status: StatusCode,
+    id: &str,
+    rev: &str,
+    etag_value: Option<HeaderValue>,
+    location: Option<HeaderValue>,
+) -> Response {
+    let mut resp = json(status, &json!({"ok": true, "id": id, "rev": rev}));
+    if let Some(tag) = etag_value {
+        resp.headers_mut().insert(header::ETAG, tag);
+    }
+    if let Some(loc) = location {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    resp
+}
+
+/// 202 `{"ok":true,"id"}`: a `batch=ok` write acknowledged before its commit.
+pub fn accepted(id: &str) -> Response {
+    json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}))
+}
+
+/// `Content-Security-Policy` for a kind of user content (`[csp] <kind>_enable`, on by
+/// default, with `<kind>_header_value`), as CouchDB 3.2+ sends with attachments.
+pub fn csp_header(config: &NodeConfig, kind: &str, default: &str) -> Option<HeaderValue> {
+    if !config.get_bool("csp", &format!("{kind}_enable"), true) {
+        return None;
+    }
+    let value = config.get_or("csp", &format!("{kind}_header_value"), default);
+    HeaderValue::from_str(&value).ok()
 }

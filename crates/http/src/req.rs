@@ -2,10 +2,12 @@
 //! `settee_wire`'s.
 
 use crate::error::{ApiError, ApiResult};
+use crate::Req;
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use serde_json::Value;
+use settee_core::Rev;
 
 pub use settee_wire::{decode_param_json, Params};
 
@@ -105,4 +107,44 @@ pub fn etag_matches(headers: &HeaderMap, etag: &str) -> bool {
             .filter(|t| !t.is_empty())
             .any(|t| t.strip_prefix("W/").unwrap_or(t) == etag)
     })
+}
+
+/// `?rev=`.
+pub fn parse_rev_param(req: &Req) -> ApiResult<Option<Rev>> {
+    Ok(req.params.get("rev").map(Rev::parse).transpose()?)
+}
+
+/// `batch=ok`: acknowledge with 202 before the commit. CouchDB takes any other value
+/// for an ordinary write.
+pub fn batch_ok(req: &Req) -> ApiResult<bool> {
+    Ok(req.params.get("batch") == Some("ok"))
+}
+
+/// `new_edits=false` (a replicated revision); CouchDB takes any other value as `true`.
+pub fn new_edits(req: &Req) -> bool {
+    req.params.get("new_edits") != Some("false")
+}
+
+/// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.
+pub fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
+    let query = parse_rev_param(req)?;
+    let if_match = etag_value(&req.headers, header::IF_MATCH)
+        .map(|s| Rev::parse(&s))
+        .transpose()?;
+    if let (Some(q), Some(b)) = (&query, &body_rev) {
+        if q != b {
+            return Err(ApiError::bad_request(
+                "Document rev from request body and query string have different values",
+            ));
+        }
+    }
+    let explicit = body_rev.or(query);
+    if let (Some(m), Some(e)) = (&if_match, &explicit) {
+        if m != e {
+            return Err(ApiError::bad_request(
+                "Document rev and etag have different values",
+            ));
+        }
+    }
+    Ok(explicit.or(if_match))
 }

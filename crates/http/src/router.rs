@@ -9,9 +9,7 @@ use crate::handlers::{
 };
 use crate::{AppState, Req};
 use axum::response::Response;
-pub use settee_wire::path::{
-    check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp, NotUtf8,
-};
+pub use settee_wire::path::{check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp};
 
 /// Whether CouchDB answers the endpoint from its node-local `couch_httpd` rather than
 /// chttpd (see [`crate::reply::NodeLocal`]).

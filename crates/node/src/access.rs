@@ -186,6 +186,23 @@ pub fn is_system_db(name: &str) -> bool {
     name == USERS_DB
 }
 
+/// For a reader of `_users` who is not its admin: the security object and the public
+/// fields (`[chttpd_auth] public_fields`) that `users::filter_read` needs.
+pub fn users_reader(
+    config: &crate::NodeConfig,
+    db: &settee_db::Database,
+    user: &UserCtx,
+) -> Option<(SecurityObject, Vec<String>)> {
+    if !is_system_db(&db.name) {
+        return None;
+    }
+    let sec = SecurityObject::from_json(&db.props().security);
+    if sec.is_admin(user) {
+        return None;
+    }
+    Some((sec, public_fields(config).unwrap_or_default()))
+}
+
 /// A `[chttpd_auth]` setting, or CouchDB 2's `[couch_httpd_auth]` one.
 fn auth_setting(node: &crate::NodeConfig, key: &str) -> Option<String> {
     node.get("chttpd_auth", key)

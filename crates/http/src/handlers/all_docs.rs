@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// The public-fields filter for this reader (`Query::public_only`).
 fn public_only(state: &AppState, db: &Database, req: &Req) -> ApiResult<Option<Vec<String>>> {
-    Ok(super::doc::users_reader(state, db, req)?.map(|(_, fields)| fields))
+    Ok(settee_node::access::users_reader(&state.config, db, &req.user).map(|(_, fields)| fields))
 }
 
 pub async fn all_docs(

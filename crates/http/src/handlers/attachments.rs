@@ -19,6 +19,8 @@ use settee_core::{join_stored, split_stored, ParsedDoc, Rev};
 use settee_db::Database;
 use settee_docs::atts::{content_type_of, parse_digest, ContentWriter, FollowsWriter, StoredAtts};
 use settee_docs::{Followed, Written};
+use settee_node::write::WriteOpts;
+use settee_node::Fabric;
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
@@ -260,7 +262,7 @@ async fn write_atts(
         atts: None,
         body_term: None,
     };
-    super::doc::write_one(state, db, req, doc, true, false)
+    Fabric::update_doc(&state.node, &db.name, &req.user, doc, WriteOpts::default())
         .await?
         .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("no revision written".into())))
 }
@@ -332,7 +334,7 @@ async fn put(
 ) -> ApiResult<Response> {
     check_name(&name)?;
     let gzipped = upload_encoding(&req)?;
-    let rev = super::doc::reconcile_rev(&req, None)?;
+    let rev = crate::req::reconcile_rev(&req, None)?;
     if rev.is_none() {
         settee_core::validate_doc_id(&id)?;
     }
@@ -360,7 +362,7 @@ async fn delete(
     req: Req,
 ) -> ApiResult<Response> {
     check_name(&name)?;
-    let Some(rev) = super::doc::reconcile_rev(&req, None)? else {
+    let Some(rev) = crate::req::reconcile_rev(&req, None)? else {
         // CouchDB looks for the document and the attachment, then its write (a new
         // document) conflicts.
         let (db, id) = (db.clone(), id.clone());
@@ -426,7 +428,7 @@ pub async fn form(
         Some(text) => {
             let mut doc = settee_core::parse_doc(crate::req::parse_json(text.as_bytes())?)?;
             doc.id = Some(id.clone());
-            if let Some(rev) = super::doc::reconcile_rev(&req, doc.rev())? {
+            if let Some(rev) = crate::req::reconcile_rev(&req, doc.rev())? {
                 doc.revs.get_or_insert((rev.pos, vec![rev.id]));
             }
             let mut followed = Followed::new();
@@ -443,7 +445,8 @@ pub async fn form(
                 atts.entry(name).or_insert(att);
             }
             doc.atts = (!atts.is_empty()).then_some(atts);
-            super::doc::write_one_with(state, db, &req, doc, true, false, followed)
+            (state.node)
+                .update_doc_with(db, &req.user, doc, WriteOpts::default(), followed)
                 .await?
                 .ok_or_else(|| {
                     ApiError::Db(settee_db::Error::Internal("no revision written".into()))
@@ -602,7 +605,7 @@ async fn get(
     if send_gzip {
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
-    if let Some(csp) = csp_header(state, "attachments", "sandbox") {
+    if let Some(csp) = crate::reply::csp_header(&state.config, "attachments", "sandbox") {
         h.insert("content-security-policy", csp);
     }
     if range.is_some() {
@@ -630,21 +633,6 @@ fn accepts_gzip(req: &Req) -> bool {
             .unwrap_or(1.0);
         (coding == "gzip" || coding == "*") && q > 0.0
     })
-}
-
-/// `Content-Security-Policy` for a kind of user content (`[csp] <kind>_enable`, on by
-/// default, with `<kind>_header_value`), as CouchDB 3.2+ sends with attachments.
-pub fn csp_header(state: &AppState, kind: &str, default: &str) -> Option<HeaderValue> {
-    if !state
-        .config
-        .get_bool("csp", &format!("{kind}_enable"), true)
-    {
-        return None;
-    }
-    let value = state
-        .config
-        .get_or("csp", &format!("{kind}_header_value"), default);
-    HeaderValue::from_str(&value).ok()
 }
 
 /// 206 with a `multipart/byteranges` body: per range a part with its `Content-Type` and

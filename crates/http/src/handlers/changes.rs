@@ -258,10 +258,10 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         Feed::Normal => {
             // chttpd_db: the ETag is the database's info, whatever the query, and a match is
             // a 304.
-            let etag = crate::design_render::make_etag(state.db_info(&db).to_string().as_bytes());
+            let etag = settee_node::render::make_etag(state.db_info(&db).to_string().as_bytes());
             let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
             if crate::req::etag_matches(&req.headers, &etag) {
-                return Ok(super::doc::not_modified(tag));
+                return Ok(crate::reply::not_modified(tag));
             }
             let mut resp = stream(JSON, move |sink| {
                 normal_body(&db, &o, &mut |b| sink.write(b))

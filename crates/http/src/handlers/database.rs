@@ -3,7 +3,6 @@
 
 use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::doc;
 use crate::reply::{json, ok_true};
 use crate::req::require_json;
 use crate::{AppState, Req};
@@ -11,6 +10,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_db::Database;
+use settee_node::write::WriteOpts;
+use settee_node::Fabric;
 use std::sync::Arc;
 
 /// `GET /{db}/_shards` and `/{db}/_shards/{docid}` (`mem3_httpd`): this node holds every
@@ -178,14 +179,14 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let db = state.couch.get(name)?;
             require_json(&req.headers)?;
             let body = req.json().await?;
-            let batch = doc::batch_ok(&req)?;
+            let batch = crate::req::batch_ok(&req)?;
             if let Some(local) = body
                 .get("_id")
                 .and_then(Value::as_str)
                 .filter(|i| i.starts_with("_local/"))
             {
                 let local = local.to_string();
-                return doc::put_local(state, db, local, body, &req, batch).await;
+                return super::doc::put_local(state, db, local, body, &req, batch).await;
             }
             let mut parsed = settee_core::parse_doc(body)?;
             let id = match parsed.id.take() {
@@ -198,14 +199,18 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             };
             settee_core::validate_doc_id(&id)?;
             parsed.id = Some(id.clone());
-            let rev = doc::write_one(state, db.clone(), &req, parsed, true, batch).await?;
+            let opts = WriteOpts {
+                new_edits: true,
+                batch,
+            };
+            let rev = Fabric::update_doc(&state.node, name, &req.user, parsed, opts).await?;
             if batch {
-                return Ok(doc::accepted(&id));
+                return Ok(crate::reply::accepted(&id));
             }
             let rev = rev.map(|r| r.to_string()).unwrap_or_default();
             // CouchDB's answer to a POST has a Location but no ETag.
-            let location = doc::doc_location(state, &req, name, &id);
-            Ok(doc::write_response(
+            let location = crate::location::doc_location(&state.config, &req, name, &id);
+            Ok(crate::reply::write_response(
                 StatusCode::CREATED,
                 &id,
                 &rev,

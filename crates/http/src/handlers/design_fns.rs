@@ -4,7 +4,7 @@
 //! JavaScript, else in the design document's language's query server) and renders its
 //! answer; an update's document goes through the ordinary write path.
 
-use super::{all_docs, allow, blocking, doc, views};
+use super::{all_docs, allow, blocking, views};
 use crate::design_render::{
     answer_part, apply_headers, doc_answer, function_doc, list_answer, list_response, show_etag,
     DesignDoc, External, ListPump, RowSplitter,
@@ -77,7 +77,7 @@ async fn show(
         let etag = show_etag(&ddoc, &doc, accept.as_deref(), &info);
         if etag_matches(&headers, &etag) {
             let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
-            return Ok(doc::not_modified(tag));
+            return Ok(crate::reply::not_modified(tag));
         }
         let req = info.render_json(&state, &db)?;
         let answer = doc_answer(&state.node, &db, &ddoc, RenderKind::Show, &name, &doc, &req)?;

@@ -4,10 +4,9 @@
 use super::blocking;
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::attachments::{AttOpts, AttRender, MixedPart};
-use crate::location::{absolute_uri, doc_path};
-use crate::reply::{json, json_bytes};
-use crate::req::{etag_matches, etag_value};
-use crate::router::NotUtf8;
+use crate::location::{absolute_uri, doc_location};
+use crate::reply::{accepted, json_bytes, not_modified, rev_etag, write_response};
+use crate::req::{batch_ok, etag_matches, etag_value, new_edits, parse_rev_param, reconcile_rev};
 use crate::{AppState, Req};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -18,6 +17,7 @@ use settee_db::{Database, LocalUpdate, OpenDoc};
 use settee_docs::Followed;
 use settee_node::write::WriteOpts;
 use settee_node::{doc_json_with, DocOpts, Fabric};
+use settee_wire::path::NotUtf8;
 use std::sync::Arc;
 
 pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
@@ -75,19 +75,6 @@ pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<R
 /// The methods CouchDB lists in a document's 405.
 const DOC_METHODS: &str = "DELETE,GET,HEAD,POST,PUT,COPY";
 
-fn etag(rev: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII")
-}
-
-/// CouchDB's 304 (`etag_respond`): the ETag and no body (nor content type, nor
-/// `Cache-Control`, which couch_httpd adds to JSON bodies only).
-pub(crate) fn not_modified(tag: HeaderValue) -> Response {
-    let mut resp = Response::new(Body::empty());
-    *resp.status_mut() = StatusCode::NOT_MODIFIED;
-    resp.headers_mut().insert(header::ETAG, tag);
-    resp
-}
-
 /// Latest leaves descending from `rev` (itself if it is a leaf).
 fn latest_leaves(info: &settee_db::DocInfo, rev: &Rev) -> Vec<Rev> {
     info.tree
@@ -99,10 +86,6 @@ fn latest_leaves(info: &settee_db::DocInfo, rev: &Rev) -> Vec<Rev> {
                 && info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id)
         })
         .collect()
-}
-
-fn parse_rev_param(req: &Req) -> ApiResult<Option<Rev>> {
-    Ok(req.params.get("rev").map(Rev::parse).transpose()?)
 }
 
 /// How a document read renders its attachments: JSON (with `_attachments` replaced when
@@ -140,7 +123,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     opts.revs_limit = Some(db.props().revs_limit as usize);
     opts.reader = settee_node::replicator_read::reader(&db, &req.user);
     let atts = AttOpts::from_params(&req.params)?;
-    let users_view = users_reader(state, &db, &req)?;
+    let users_view = settee_node::access::users_reader(&state.config, &db, &req.user);
     if req.params.get("open_revs").is_some() {
         if users_view.is_some() {
             return Err(ApiError::Forbidden(
@@ -195,7 +178,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let tag = doc.rev.to_string();
     if !opts.has_meta() && etag_matches(&req.headers, &format!("\"{tag}\"")) {
-        return Ok(not_modified(etag(&tag)));
+        return Ok(not_modified(rev_etag(&tag)));
     }
     // Users reading others' `_users` documents see no attachments at all.
     let inline = match rendered {
@@ -204,7 +187,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
             let json = doc_json_with(&doc, &opts, Some(stubs));
             let mut resp = super::attachments::multipart_response(db_for_parts, json, parts).await;
             if resp.status() == StatusCode::OK && !opts.has_meta() {
-                resp.headers_mut().insert(header::ETAG, etag(&tag));
+                resp.headers_mut().insert(header::ETAG, rev_etag(&tag));
             }
             return Ok(resp);
         }
@@ -214,27 +197,9 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     // As CouchDB: a body carrying meta fields (conflicts, revs_info, local_seq) has no ETag,
     // since those change without the revision changing.
     if !opts.has_meta() {
-        resp.headers_mut().insert(header::ETAG, etag(&tag));
+        resp.headers_mut().insert(header::ETAG, rev_etag(&tag));
     }
     Ok(resp)
-}
-
-/// For a reader of `_users` who is not its admin: the security object and the public
-/// fields (`[chttpd_auth] public_fields`) that `users::filter_read` needs.
-pub(crate) fn users_reader(
-    state: &AppState,
-    db: &Database,
-    req: &Req,
-) -> ApiResult<Option<(settee_auth::security::SecurityObject, Vec<String>)>> {
-    if !settee_node::access::is_system_db(&db.name) {
-        return Ok(None);
-    }
-    let sec = settee_auth::security::SecurityObject::from_json(&db.props().security);
-    if sec.is_admin(&req.user) {
-        return Ok(None);
-    }
-    let public = settee_node::access::public_fields(&state.config).unwrap_or_default();
-    Ok(Some((sec, public)))
 }
 
 async fn open_revs(
@@ -339,102 +304,6 @@ async fn open_revs(
     Ok(json_bytes(StatusCode::OK, out))
 }
 
-/// `batch=ok`: acknowledge with 202 before the commit. CouchDB takes any other value
-/// for an ordinary write.
-pub fn batch_ok(req: &Req) -> ApiResult<bool> {
-    Ok(req.params.get("batch") == Some("ok"))
-}
-
-/// `new_edits=false` (a replicated revision); CouchDB takes any other value as `true`.
-fn new_edits(req: &Req) -> bool {
-    req.params.get("new_edits") != Some("false")
-}
-
-/// Writes one document; `Ok(None)` when acknowledged early (`batch=ok`) or when a
-/// replicated revision needs no new rev.
-pub async fn write_one(
-    state: &AppState,
-    db: Arc<Database>,
-    req: &Req,
-    doc: ParsedDoc,
-    new_edits: bool,
-    batch: bool,
-) -> ApiResult<Option<Rev>> {
-    let opts = WriteOpts { new_edits, batch };
-    Ok(Fabric::update_doc(&state.node, &db.name, &req.user, doc, opts).await?)
-}
-
-/// [`write_one`] for a document whose `follows` attachments were stored already (the
-/// parts of a `multipart/related` upload), in this node's store.
-pub async fn write_one_with(
-    state: &AppState,
-    db: Arc<Database>,
-    req: &Req,
-    doc: ParsedDoc,
-    new_edits: bool,
-    batch: bool,
-    followed: Followed,
-) -> ApiResult<Option<Rev>> {
-    let opts = WriteOpts { new_edits, batch };
-    Ok(state
-        .node
-        .update_doc_with(db, &req.user, doc, opts, followed)
-        .await?)
-}
-
-/// `{"ok":true,"id","rev"}` with an `ETag` (the quoted revision, or `etag` as given when
-/// it is `Some`) and a `Location`, as CouchDB answers a write; `None`s leave them out.
-pub fn write_response(
-    status: StatusCode,
-    id: &str,
-    rev: &str,
-    etag_value: Option<HeaderValue>,
-    location: Option<HeaderValue>,
-) -> Response {
-    let mut resp = json(status, &json!({"ok": true, "id": id, "rev": rev}));
-    if let Some(tag) = etag_value {
-        resp.headers_mut().insert(header::ETAG, tag);
-    }
-    if let Some(loc) = location {
-        resp.headers_mut().insert(header::LOCATION, loc);
-    }
-    resp
-}
-
-/// 202 `{"ok":true,"id"}`: a `batch=ok` write acknowledged before its commit.
-pub fn accepted(id: &str) -> Response {
-    json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}))
-}
-
-/// The `Location` of a document: `/{db}/{docid}` encoded as CouchDB encodes it.
-pub fn doc_location(state: &AppState, req: &Req, db: &str, id: &str) -> Option<HeaderValue> {
-    absolute_uri(&state.config, req, &doc_path(db, id))
-}
-
-/// The revision a write names through `?rev=`, `If-Match` and the body, which must agree.
-pub(crate) fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>> {
-    let query = parse_rev_param(req)?;
-    let if_match = etag_value(&req.headers, header::IF_MATCH)
-        .map(|s| Rev::parse(&s))
-        .transpose()?;
-    if let (Some(q), Some(b)) = (&query, &body_rev) {
-        if q != b {
-            return Err(ApiError::bad_request(
-                "Document rev from request body and query string have different values",
-            ));
-        }
-    }
-    let explicit = body_rev.or(query);
-    if let (Some(m), Some(e)) = (&if_match, &explicit) {
-        if m != e {
-            return Err(ApiError::bad_request(
-                "Document rev and etag have different values",
-            ));
-        }
-    }
-    Ok(explicit.or(if_match))
-}
-
 async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
     validate_doc_id(&id)?;
     let new_edits = new_edits(&req);
@@ -458,7 +327,10 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
         return Err(settee_node::write::needs_revs().into());
     }
     let deleted = doc.deleted;
-    let rev = write_one_with(state, db.clone(), &req, doc, new_edits, batch, followed).await?;
+    let opts = WriteOpts { new_edits, batch };
+    let rev = (state.node)
+        .update_doc_with(db.clone(), &req.user, doc, opts, followed)
+        .await?;
     if batch {
         return Ok(accepted(&id));
     }
@@ -469,12 +341,12 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
     } else {
         StatusCode::CREATED
     };
-    let location = doc_location(state, &req, &db.name, &id);
+    let location = doc_location(&state.config, &req, &db.name, &id);
     Ok(write_response(
         status,
         &id,
         &rev,
-        Some(etag(&rev)),
+        Some(rev_etag(&rev)),
         location,
     ))
 }
@@ -493,13 +365,14 @@ async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> Ap
         atts: None,
         body_term: None,
     };
-    let rev = write_one(state, db, &req, doc, true, false).await?;
+    let rev =
+        Fabric::update_doc(&state.node, &db.name, &req.user, doc, WriteOpts::default()).await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
     Ok(write_response(
         StatusCode::OK,
         &id,
         &rev,
-        Some(etag(&rev)),
+        Some(rev_etag(&rev)),
         None,
     ))
 }
@@ -576,7 +449,7 @@ async fn copy_to(
     dest_id: String,
     dest_rev: Option<Rev>,
 ) -> ApiResult<Response> {
-    let location = doc_location(state, req, &db.name, &dest_id);
+    let location = doc_location(&state.config, req, &db.name, &dest_id);
     if dest_id.starts_with("_local/") {
         // CouchDB's local-document write throws a bare `{error, …}` for any other
         // generation than 0: a 500 named `error`.
@@ -607,7 +480,7 @@ async fn copy_to(
             StatusCode::CREATED,
             &dest_id,
             &rev,
-            Some(etag(&rev)),
+            Some(rev_etag(&rev)),
             location,
         ));
     }
@@ -619,13 +492,14 @@ async fn copy_to(
         atts: None,
         body_term: None,
     };
-    let rev = write_one(state, db, req, doc, true, false).await?;
+    let rev =
+        Fabric::update_doc(&state.node, &db.name, &req.user, doc, WriteOpts::default()).await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
     Ok(write_response(
         StatusCode::CREATED,
         &dest_id,
         &rev,
-        Some(etag(&rev)),
+        Some(rev_etag(&rev)),
         location,
     ))
 }
@@ -644,7 +518,7 @@ fn parse_local_rev(s: &str) -> ApiResult<u64> {
 /// (`couch_httpd:doc_etag`), so the value is opaque but changes with either; this is the
 /// same shape (a quoted base-36 MD5) over the revision and stored body.
 fn local_etag(rev: u64, body: &[u8]) -> HeaderValue {
-    let tag = crate::design_render::make_etag(&[&rev.to_be_bytes()[..], body].concat());
+    let tag = settee_node::render::make_etag(&[&rev.to_be_bytes()[..], body].concat());
     HeaderValue::from_str(&tag).expect("etags are ASCII")
 }
 
@@ -775,7 +649,7 @@ pub async fn put_local(
     } else {
         StatusCode::CREATED
     };
-    let location = doc_location(state, req, &db.name, &id);
+    let location = doc_location(&state.config, req, &db.name, &id);
     Ok(write_response(
         status,
         &id,

@@ -3,7 +3,7 @@
 //! `settee_mango`'s; this module reads the rows the plan names (from `_all_docs` or a json
 //! index's view) and renders CouchDB's answers.
 
-use super::{allow, blocking, doc};
+use super::{allow, blocking};
 use crate::error::{ApiError, ApiResult};
 use crate::reply::{json, stream, JSON};
 use crate::req::require_json;
@@ -176,9 +176,10 @@ async fn save_ddoc(
         .collect();
     }
     let parsed = settee_core::parse_doc(Value::Object(doc))?;
-    match doc::write_one(state, db.clone(), req, parsed, true, false).await {
+    match Fabric::update_doc(&state.node, &db.name, &req.user, parsed, Default::default()).await {
         Ok(_) => Ok(()),
         Err(e) => {
+            let e = ApiError::from(e);
             let (status, error, _) = e.parts();
             match (status.as_u16(), error.as_ref()) {
                 (401 | 403, _) => Err(e),

@@ -206,10 +206,10 @@ pub fn all_dbs(state: &AppState, req: &Req, extra: bool) -> ApiResult<Response> 
     let names = select_names(req, state.couch.names())?;
     // As chttpd_misc: an ETag of the list, and a 304 when it still matches.
     let body = serde_json::to_vec(&names).expect("json");
-    let etag = crate::design_render::make_etag(&body);
+    let etag = settee_node::render::make_etag(&body);
     let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
     if crate::req::etag_matches(&req.headers, &etag) {
-        return Ok(super::doc::not_modified(tag));
+        return Ok(crate::reply::not_modified(tag));
     }
     let mut resp = crate::reply::json_bytes(StatusCode::OK, body);
     resp.headers_mut().insert(header::ETAG, tag);

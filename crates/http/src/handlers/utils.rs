@@ -64,7 +64,7 @@ pub async fn utils(state: &AppState, req: Req, file: bool) -> ApiResult<Response
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, must-revalidate"),
     );
-    if let Some(csp) = super::attachments::csp_header(state, "utils", UTILS_CSP) {
+    if let Some(csp) = crate::reply::csp_header(&state.config, "utils", UTILS_CSP) {
         h.insert(header::CONTENT_SECURITY_POLICY, csp);
     }
     Ok(resp)
