@@ -22,6 +22,7 @@ mod docjson;
 mod error;
 pub mod fabric;
 pub mod find;
+pub mod list;
 pub mod query_language;
 pub mod render;
 pub mod replication;

@@ -113,8 +113,12 @@ impl ListQuery {
     }
 
     /// Writes the response: the head, each separator and each row in calls of their own.
-    pub(crate) fn run(&self, db: &Database, out: &mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> {
-        Ok(run(db, &self.0, Namespace::All, out)?)
+    pub(crate) fn run(
+        &self,
+        db: &Database,
+        out: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> settee_node::Result<()> {
+        run(db, &self.0, Namespace::All, out)
     }
 }
 

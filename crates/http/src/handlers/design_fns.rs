@@ -5,10 +5,7 @@
 //! answer; an update's document goes through the ordinary write path.
 
 use super::{all_docs, allow, blocking, views};
-use crate::design_render::{
-    answer_part, apply_headers, doc_answer, function_doc, list_answer, list_response, show_etag,
-    DesignDoc, External, ListPump, RowSplitter,
-};
+use crate::design_render::{external_response, list_response, showlist_csp};
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::MrArgs;
 use crate::req::{etag_matches, require_json};
@@ -20,6 +17,8 @@ use settee_core::{parse_doc, validate_doc_id};
 use settee_db::Database;
 use settee_docs::Followed;
 use settee_js::RenderKind;
+use settee_node::list::{answer_part, External, RowQuery};
+use settee_node::render::{apply_headers, doc_answer, function_doc, show_etag, DesignDoc};
 use std::sync::Arc;
 
 /// What a path below `_design/{ddoc}/` asks of a render function.
@@ -83,7 +82,7 @@ async fn show(
         let answer = doc_answer(&state.node, &db, &ddoc, RenderKind::Show, &name, &doc, &req)?;
         let mut resp = answer_part(&answer, "resp", 1)?.clone();
         apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
-        External::parse(&resp, 200)?.into_response(&state)
+        external_response(External::parse(&resp, 200)?, &state)
     })
     .await
 }
@@ -165,7 +164,7 @@ async fn update(
         }
         None => 200,
     };
-    External::parse(&resp, code)?.into_response(&state)
+    external_response(External::parse(&resp, code)?, &state)
 }
 
 /// `couch_util:url_encode`: letters, digits and `_.-:` as they are, space as `+`.
@@ -182,9 +181,6 @@ fn url_encode(s: &str) -> String {
     }
     out
 }
-
-/// Where a list's rows come from: a query writing the view's (or `_all_docs`') response.
-type RowQuery = Box<dyn FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> ApiResult<()> + Send>;
 
 /// `_list/{func}/{view}` and `_list/{func}/{ddoc}/{view}` (GET, or POST with `keys`): the
 /// view's query parameters as for the view itself; the function's chunks stream.
@@ -221,7 +217,7 @@ async fn list(
         blocking(move || {
             let list_ddoc = DesignDoc::open(&db, &ddoc)?;
             list_ddoc.require_function("lists", &list_name)?;
-            crate::design_render::require_runner(&state.node, &list_ddoc)?;
+            settee_node::render::require_runner(&state.node, &list_ddoc)?;
             // No ETag: 3.5.2's clustered list path sends none (nor a 304).
             let query: RowQuery = match all_docs {
                 Some(q) => Box::new(move |out| q.run(&db, out)),
@@ -232,46 +228,14 @@ async fn list(
                         settee_node::views::ViewArgs::for_view(args, &g, n, &state.config)?;
                     args.reader = reader;
                     let views = state.views.clone();
-                    Box::new(move |out| {
-                        Ok(settee_node::views::run(&views, &db, &g, n, &args, out)?)
-                    })
+                    Box::new(move |out| settee_node::views::run(&views, &db, &g, n, &args, out))
                 }
             };
             Ok((list_ddoc, query, info))
         })
         .await?
     };
-    let (feed_tx, feed_rx) = std::sync::mpsc::sync_channel(16);
-    let (http_tx, http_rx) = tokio::sync::mpsc::channel(8);
-    tokio::task::spawn_blocking(move || {
-        let mut split = RowSplitter::new(feed_tx);
-        let result = query(&mut |piece| split.write(piece));
-        split.finish(result);
-    });
-    tokio::task::spawn_blocking(move || {
-        let mut pump = ListPump::new(&state, feed_rx, http_tx);
-        let ran = pump.head().and_then(|head| {
-            let req = req_json.render_json(&state, &db)?;
-            Ok(list_answer(
-                &state.node,
-                &db,
-                &ddoc,
-                &name,
-                &head,
-                &req,
-                &mut pump,
-            )?)
-        });
-        match ran {
-            Ok(end) => {
-                pump.answer(&end);
-                if let Some(e) = pump.failed.take() {
-                    pump.fail(e);
-                }
-            }
-            Err(e) => pump.fail(e),
-        }
-        pump.finish();
-    });
-    Ok(list_response(http_rx).await)
+    let csp = showlist_csp(&state);
+    let pieces = (state.node).run_list(db, ddoc, name, query, req_json, csp);
+    Ok(list_response(pieces).await)
 }

@@ -9,7 +9,6 @@
 //! extension, and the request loop routes it again from the start — authentication, access
 //! checks, and further rewrites, at most `[chttpd] rewrite_limit` (default 100) of them.
 
-use crate::design_render::{rewrite_answer, DesignDoc};
 use crate::error::{ApiError, ApiResult};
 use crate::{AppState, Req};
 use axum::body::Body;
@@ -20,6 +19,7 @@ use serde_json::Value;
 use settee_core::reduce::reason_text;
 use settee_core::rewrite::{self, RewriteError};
 use settee_db::Database;
+use settee_node::render::{rewrite_answer, DesignDoc};
 use std::sync::{Arc, Mutex};
 
 /// The request a rewrite turned this one into, for the request loop to route.

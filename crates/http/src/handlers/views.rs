@@ -2,7 +2,6 @@
 //! `_compact/{ddoc}`, `_view_cleanup` and `_temp_view`. Rows stream.
 
 use super::{allow, blocking, query_results};
-use crate::design_render::DesignDoc;
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::MrArgs;
 use crate::reply::{json, json_bytes, ok_true, stream, JSON};
@@ -12,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_db::Database;
+use settee_node::render::DesignDoc;
 use settee_node::views::{run, ViewArgs};
 use settee_node::Fabric;
 use std::ops::ControlFlow;
