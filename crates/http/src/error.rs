@@ -67,6 +67,16 @@ impl From<settee_node::Error> for ApiError {
                 ApiError::Named(StatusCode::BAD_REQUEST, "no_usable_index".into(), r)
             }
             N::NotFound(r) => ApiError::NotFound(r),
+            N::MissingRev => ApiError::Named(
+                StatusCode::CONFLICT,
+                "not_found".into(),
+                "missing_rev".into(),
+            ),
+            N::ContentMd5Mismatch => ApiError::Named(
+                StatusCode::BAD_REQUEST,
+                "content_md5_mismatch".into(),
+                "Possible message corruption.".into(),
+            ),
             N::UnknownUuidAlgorithm(name) => ApiError::Named(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "unknown_uuid_algorithm".into(),

@@ -50,6 +50,14 @@ pub enum Error {
     /// every caller waiting for the job.
     #[error("{0}")]
     Replication(std::sync::Arc<settee_replicator::Error>),
+    /// An attachment change names a revision the document does not have (CouchDB's 409
+    /// `not_found`/`missing_rev` for `{{not_found, missing}, Rev}`).
+    #[error("missing_rev")]
+    MissingRev,
+    /// An upload's `Content-MD5` does not match its content (CouchDB's 400
+    /// `content_md5_mismatch`).
+    #[error("Possible message corruption.")]
+    ContentMd5Mismatch,
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

@@ -15,12 +15,12 @@ use axum::response::Response;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
-use settee_core::{join_stored, split_stored, ParsedDoc, Rev};
+use settee_core::Rev;
 use settee_db::Database;
-use settee_docs::atts::{content_type_of, parse_digest, ContentWriter, FollowsWriter, StoredAtts};
+use settee_docs::atts::{content_type_of, parse_digest, StoredAtts};
 use settee_docs::{Followed, Written};
+use settee_node::att_write::{edited, written as written_rev};
 use settee_node::write::WriteOpts;
-use settee_node::Fabric;
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
@@ -104,50 +104,14 @@ pub async fn read_multipart(
 ) -> ApiResult<(Value, Followed)> {
     let ct = req.header("content-type").unwrap_or("").to_string();
     let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
-    let settings = state.write_settings();
-    let mut store = Store {
-        db,
-        settings: &settings,
-        followed: Followed::new(),
-    };
+    let mut store = state.node.follows_store(db);
     let body = req.take_body().into_data_stream();
     let doc = settee_wire::read_related(body, boundary, &mut store).await?;
     Ok((doc, store.followed))
 }
 
-/// Attachment parts of a `multipart/related` upload, into the attachment store.
-struct Store<'a> {
-    db: &'a Database,
-    settings: &'a settee_docs::Settings,
-    followed: Followed,
-}
-
-impl settee_wire::FollowsSink for Store<'_> {
-    type Part = FollowsWriter;
-    type Error = ApiError;
-
-    fn open(&mut self, _: &str, att: &Map<String, Value>) -> ApiResult<FollowsWriter> {
-        let s = self.settings;
-        Ok(FollowsWriter::new(
-            self.db,
-            att,
-            &s.compression,
-            s.att_limit,
-        ))
-    }
-
-    fn write(&mut self, w: &mut FollowsWriter, chunk: &[u8]) -> ApiResult<()> {
-        Ok(w.write(chunk)?)
-    }
-
-    fn finish(&mut self, name: &str, w: FollowsWriter) -> ApiResult<()> {
-        self.followed.insert(name.to_string(), w.finish()?);
-        Ok(())
-    }
-}
-
-/// Streams the request body into the attachment store (compressed when its type is
-/// compressible); checks `Content-MD5` against the content as sent.
+/// Streams the request body into the attachment store; checks `Content-MD5` against the
+/// content as sent.
 async fn upload(
     state: &AppState,
     db: &Database,
@@ -156,115 +120,16 @@ async fn upload(
     gzipped: bool,
 ) -> ApiResult<Written> {
     use futures_util::StreamExt;
-    // Content sent gzip-encoded is stored as sent; its `length` is then the encoded one,
-    // as CouchDB does not know the identity length either.
-    let settings = state.write_settings();
-    let level = if gzipped {
-        None
-    } else {
-        settings.compression.level_for(content_type)
-    };
-    let mut w = ContentWriter::new(db, settings.att_limit, level);
-    let mut md5 = md5::Md5::default();
+    let mut upload = state.node.upload(db, content_type, gzipped);
     let mut body = req.take_body().into_data_stream();
     while let Some(frame) = body.next().await {
         let Ok(bytes) = frame else {
-            // An interrupted upload leaves no revision; its chunks are removed now.
-            w.discard();
+            upload.discard();
             return Err(ApiError::bad_request("Incomplete request body"));
         };
-        md5::Digest::update(&mut md5, &bytes);
-        w.write(&bytes)?;
+        upload.write(&bytes)?;
     }
-    let mut written = w.finish()?;
-    if gzipped {
-        written.sent_gzipped(None);
-    }
-    if let Some(sent) = req.header("content-md5") {
-        let got: [u8; 16] = md5::Digest::finalize(md5).into();
-        if STANDARD.decode(sent.trim()).ok().as_deref() != Some(&got[..]) {
-            return Err(ApiError::Named(
-                StatusCode::BAD_REQUEST,
-                "content_md5_mismatch".into(),
-                "Possible message corruption.".into(),
-            ));
-        }
-    }
-    Ok(written)
-}
-
-/// The revision an attachment change edits, opened as CouchDB opens it.
-struct Edited {
-    rev: Option<Rev>,
-    /// Its stored body and attachment stubs (`{}` for a new document).
-    stored: Vec<u8>,
-    /// A deleted revision stays deleted when its attachments are edited, as in CouchDB,
-    /// which edits the revision it opened whatever it is.
-    deleted: bool,
-}
-
-/// 409 `not_found`/`missing_rev`: an attachment change names a revision the document
-/// does not have (CouchDB's answer for `{{not_found, missing}, Rev}`).
-fn missing_rev() -> ApiError {
-    ApiError::Named(
-        StatusCode::CONFLICT,
-        "not_found".into(),
-        "missing_rev".into(),
-    )
-}
-
-fn missing_attachment() -> ApiError {
-    ApiError::Db(settee_db::Error::NotFound("Document is missing attachment"))
-}
-
-/// With `rev`, that revision of the document (409 `missing_rev` if it has none such);
-/// without, a new document, which conflicts with an existing live one (checked before
-/// the upload is stored).
-async fn edited(db: &Arc<Database>, id: &str, rev: Option<Rev>) -> ApiResult<Edited> {
-    let (db, id) = (db.clone(), id.to_string());
-    blocking(move || match rev {
-        Some(rev) => match db.open_doc(&id, Some(&rev)) {
-            Ok(d) => Ok(Edited {
-                rev: Some(rev),
-                stored: d.body,
-                deleted: d.deleted,
-            }),
-            Err(settee_db::Error::NotFound(_)) => Err(missing_rev()),
-            Err(e) => Err(e.into()),
-        },
-        None => match db.open_doc(&id, None) {
-            Ok(_) => Err(ApiError::Db(settee_db::Error::Conflict)),
-            Err(settee_db::Error::NotFound(_)) => Ok(Edited {
-                rev: None,
-                stored: b"{}".to_vec(),
-                deleted: false,
-            }),
-            Err(e) => Err(e.into()),
-        },
-    })
-    .await
-}
-
-/// Writes the edited revision with `atts` instead of its attachments; the new revision.
-async fn write_atts(
-    state: &AppState,
-    db: Arc<Database>,
-    req: &Req,
-    id: &str,
-    edit: Edited,
-    atts: &StoredAtts,
-) -> ApiResult<Rev> {
-    let doc = ParsedDoc {
-        id: Some(id.to_string()),
-        revs: edit.rev.map(|r| (r.pos, vec![r.id])),
-        deleted: edit.deleted,
-        body: join_stored(split_stored(&edit.stored).0, atts.section().as_deref()),
-        atts: None,
-        body_term: None,
-    };
-    Fabric::update_doc(&state.node, &db.name, &req.user, doc, WriteOpts::default())
-        .await?
-        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("no revision written".into())))
+    Ok(upload.finish(req.header("content-md5"))?)
 }
 
 /// CouchDB's answer to an attachment change: `{"ok","id","rev"}`, no `ETag`; a `PUT`
@@ -347,10 +212,17 @@ async fn put(
         .to_string();
     let base = edited(&db, &id, rev).await?;
     let written = upload(state, &db, &mut req, &content_type, gzipped).await?;
-    let mut atts = StoredAtts::of(&base.stored);
-    let revpos = base.rev.as_ref().map_or(1, |r| r.pos + 1);
-    atts.put_first(name.clone(), &content_type, revpos, &written);
-    let rev = write_atts(state, db, &req, &id, base, &atts).await?;
+    let rev = (state.node)
+        .put_attachment(
+            db,
+            &req.user,
+            &id,
+            base,
+            name.clone(),
+            &content_type,
+            &written,
+        )
+        .await?;
     Ok(changed(state, &req, &id, &name, &rev, StatusCode::CREATED))
 }
 
@@ -362,22 +234,10 @@ async fn delete(
     req: Req,
 ) -> ApiResult<Response> {
     check_name(&name)?;
-    let Some(rev) = crate::req::reconcile_rev(&req, None)? else {
-        // CouchDB looks for the document and the attachment, then its write (a new
-        // document) conflicts.
-        let (db, id) = (db.clone(), id.clone());
-        let doc = blocking(move || Ok(db.open_doc(&id, None)?)).await?;
-        if !StoredAtts::of(&doc.body).stubs.contains_key(&name) {
-            return Err(missing_attachment());
-        }
-        return Err(ApiError::Db(settee_db::Error::Conflict));
-    };
-    let base = edited(&db, &id, Some(rev)).await?;
-    let mut atts = StoredAtts::of(&base.stored);
-    if atts.remove(&name).is_none() {
-        return Err(missing_attachment());
-    }
-    let rev = write_atts(state, db, &req, &id, base, &atts).await?;
+    let rev = crate::req::reconcile_rev(&req, None)?;
+    let rev = (state.node)
+        .delete_attachment(db, &req.user, &id, rev, &name)
+        .await?;
     Ok(changed(state, &req, &id, &name, &rev, StatusCode::OK))
 }
 
@@ -402,7 +262,6 @@ pub async fn form(
     }
     let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
     let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
-    let settings = state.write_settings();
     let (mut doc_field, mut rev_field, mut files) = (None, None, Vec::new());
     while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
         match (field.name(), field.file_name()) {
@@ -412,12 +271,11 @@ pub async fn form(
                 let content_type = field
                     .content_type()
                     .map_or_else(|| "application/octet-stream".to_string(), |m| m.to_string());
-                let level = settings.compression.level_for(&content_type);
-                let mut w = ContentWriter::new(&db, settings.att_limit, level);
+                let mut upload = state.node.upload(&db, &content_type, false);
                 while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-                    w.write(&chunk)?;
+                    upload.write(&chunk)?;
                 }
-                files.push((name, content_type, w.finish()?));
+                files.push((name, content_type, upload.finish(None)?));
             }
             (Some("_doc"), _) => doc_field = Some(field.text().await.map_err(multipart_error)?),
             (Some("_rev"), _) => rev_field = Some(field.text().await.map_err(multipart_error)?),
@@ -445,22 +303,23 @@ pub async fn form(
                 atts.entry(name).or_insert(att);
             }
             doc.atts = (!atts.is_empty()).then_some(atts);
-            (state.node)
-                .update_doc_with(db, &req.user, doc, WriteOpts::default(), followed)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::Db(settee_db::Error::Internal("no revision written".into()))
-                })?
+            written_rev(
+                (state.node)
+                    .update_doc_with(db, &req.user, doc, WriteOpts::default(), followed)
+                    .await?,
+            )?
         }
         None => {
             let rev = Rev::parse(rev_field.as_deref().unwrap_or(""))?;
             let revpos = rev.pos + 1;
             let base = edited(&db, &id, Some(rev)).await?;
-            let mut atts = StoredAtts::of(&base.stored);
+            let mut atts = base.atts();
             for (name, content_type, written) in files.into_iter().rev() {
                 atts.put_first(name, &content_type, revpos, &written);
             }
-            write_atts(state, db, &req, &id, base, &atts).await?
+            (state.node)
+                .write_atts(db, &req.user, &id, base, &atts)
+                .await?
         }
     };
     let rev = rev.to_string();
