@@ -15,6 +15,13 @@ use settee_docs::atts::{ContentWriter, FollowsWriter, StoredAtts};
 use settee_docs::{Followed, Written};
 use std::sync::Arc;
 
+/// An attachment to put into a revision, its content stored already.
+pub struct NewAttachment<'a> {
+    pub name: String,
+    pub content_type: &'a str,
+    pub content: &'a Written,
+}
+
 /// One attachment's content being stored (compressed when its type is compressible;
 /// content sent gzip-encoded is stored as sent, its `length` then the encoded one, as
 /// CouchDB does not know the identity length either).
@@ -72,21 +79,19 @@ impl Node {
         )
     }
 
-    /// Puts attachment `name` (stored already: `content`) into the revision `edit`, first
-    /// among its attachments, as `user`: the new revision.
+    /// Puts `att` (its content stored already) into the revision `edit`, first among its
+    /// attachments, as `user`: the new revision.
     pub async fn put_attachment(
         &self,
         db: Arc<Database>,
         user: &UserCtx,
         id: &str,
         edit: Edited,
-        name: String,
-        content_type: &str,
-        content: &Written,
+        att: NewAttachment<'_>,
     ) -> Result<Rev> {
         let mut atts = StoredAtts::of(&edit.stored);
         let revpos = edit.rev.as_ref().map_or(1, |r| r.pos + 1);
-        atts.put_first(name, content_type, revpos, content);
+        atts.put_first(att.name, att.content_type, revpos, att.content);
         self.write_atts(db, user, id, edit, &atts).await
     }
 

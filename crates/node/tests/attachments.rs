@@ -5,13 +5,21 @@
 
 use base64::Engine;
 use settee_auth::UserCtx;
-use settee_node::att_write::edited;
+use settee_node::att_write::{edited, NewAttachment};
 use settee_node::Error;
 
 mod common;
 use common::fixture;
 
 const TYPE: &str = "application/octet-stream";
+
+fn att<'a>(name: &str, content: &'a settee_docs::Written) -> NewAttachment<'a> {
+    NewAttachment {
+        name: name.into(),
+        content_type: TYPE,
+        content,
+    }
+}
 
 fn md5_of(data: &[u8]) -> String {
     let digest: [u8; 16] = md5::Digest::finalize({
@@ -39,15 +47,7 @@ async fn uploads_are_stored_checked_and_edited_into_revisions() {
     let written = up.finish(Some(&md5_of(b"hello world"))).unwrap();
     let base = edited(&f.db, "d", None).await.unwrap();
     let r1 = (f.node)
-        .put_attachment(
-            f.db.clone(),
-            &user,
-            "d",
-            base,
-            "a.bin".into(),
-            TYPE,
-            &written,
-        )
+        .put_attachment(f.db.clone(), &user, "d", base, att("a.bin", &written))
         .await
         .unwrap();
     assert_eq!(r1.pos, 1);
@@ -59,15 +59,7 @@ async fn uploads_are_stored_checked_and_edited_into_revisions() {
     let written = up.finish(None).unwrap();
     let base = edited(&f.db, "d", Some(r1.clone())).await.unwrap();
     let r2 = (f.node)
-        .put_attachment(
-            f.db.clone(),
-            &user,
-            "d",
-            base,
-            "b.bin".into(),
-            TYPE,
-            &written,
-        )
+        .put_attachment(f.db.clone(), &user, "d", base, att("b.bin", &written))
         .await
         .unwrap();
     assert_eq!(r2.pos, 2);
@@ -100,7 +92,7 @@ async fn attachment_changes_fail_as_couchdb_fails_them() {
     let written = up.finish(None).unwrap();
     let base = edited(&f.db, "d", None).await.unwrap();
     let r1 = (f.node)
-        .put_attachment(f.db.clone(), &user, "d", base, "a".into(), TYPE, &written)
+        .put_attachment(f.db.clone(), &user, "d", base, att("a", &written))
         .await
         .unwrap();
     // A revision the document does not have: 409 missing_rev.

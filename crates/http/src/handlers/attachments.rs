@@ -19,7 +19,7 @@ use settee_core::Rev;
 use settee_db::Database;
 use settee_docs::atts::{content_type_of, parse_digest, StoredAtts};
 use settee_docs::{Followed, Written};
-use settee_node::att_write::{edited, written as written_rev};
+use settee_node::att_write::{edited, written as written_rev, NewAttachment};
 use settee_node::write::WriteOpts;
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
@@ -212,16 +212,13 @@ async fn put(
         .to_string();
     let base = edited(&db, &id, rev).await?;
     let written = upload(state, &db, &mut req, &content_type, gzipped).await?;
+    let att = NewAttachment {
+        name: name.clone(),
+        content_type: &content_type,
+        content: &written,
+    };
     let rev = (state.node)
-        .put_attachment(
-            db,
-            &req.user,
-            &id,
-            base,
-            name.clone(),
-            &content_type,
-            &written,
-        )
+        .put_attachment(db, &req.user, &id, base, att)
         .await?;
     Ok(changed(state, &req, &id, &name, &rev, StatusCode::CREATED))
 }
