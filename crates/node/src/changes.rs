@@ -13,6 +13,7 @@ use crate::{blocking, winner_json_with, with_doc, DocOpts, Error, Node, Result};
 use serde_json::{json, Value};
 use settee_core::{Rev, SeqArg, SeqCodec};
 use settee_db::{Change, Database};
+use settee_wire::mrargs::{parse_pos_int, Val};
 use settee_wire::Params;
 use std::collections::HashSet;
 use std::future::Future;
@@ -255,6 +256,133 @@ fn doc_ids(v: &Value) -> Result<HashSet<String>> {
 fn design_member(db: &Database, ddoc: &str, path: &[&str]) -> Result<()> {
     let (_, body) = design_filter::open_design(db, ddoc)?;
     design_filter::check_member(&body, path)
+}
+
+/// A positive integer as Erlang's `list_to_integer/1` reads it (`None`: not an integer;
+/// `Some(None)`: zero or negative).
+fn positive(v: &str) -> Option<Option<u64>> {
+    let digits = v.strip_prefix('+').unwrap_or(v);
+    if let Some(neg) = digits.strip_prefix('-') {
+        return (!neg.is_empty() && neg.bytes().all(|b| b.is_ascii_digit())).then_some(None);
+    }
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Digits only: an overflow is a very large positive number.
+    Some(Some(digits.parse::<u64>().unwrap_or(u64::MAX)).filter(|n| *n > 0))
+}
+
+/// What the query string sets, checked in the order given as CouchDB's
+/// `parse_changes_query` does (the first bad parameter is the error).
+struct Timing {
+    heartbeat: Option<Duration>,
+    timeout: Duration,
+    seq_interval: Option<u64>,
+}
+
+fn parse_timing(p: &Params, changes_timeout: Duration, seqs: &SeqCodec) -> Result<Timing> {
+    let mut t = Timing {
+        heartbeat: None,
+        timeout: changes_timeout,
+        seq_interval: None,
+    };
+    for (k, v) in p.pairs() {
+        match k {
+            "heartbeat" if v == "true" => t.heartbeat = Some(changes_timeout),
+            "heartbeat" => match positive(v) {
+                Some(Some(ms)) => t.heartbeat = Some(Duration::from_millis(ms).min(changes_timeout)),
+                Some(None) => return Err(Error::bad_request(
+                    "The heartbeat value should be a positive integer (in milliseconds).",
+                )),
+                None => return Err(Error::bad_request(
+                    "Invalid heartbeat value. Expecting a positive integer value (in milliseconds).",
+                )),
+            },
+            "seq_interval" => match positive(v) {
+                Some(Some(n)) => t.seq_interval = Some(n),
+                _ => return Err(Error::bad_request("invalid_seq_interval")),
+            },
+            "timeout" => {
+                t.timeout = Duration::from_millis(parse_pos_int(Val::Text(v))?).min(changes_timeout)
+            }
+            "limit" => {
+                parse_pos_int(Val::Text(v))?;
+            }
+            "since" => {
+                seqs.since(v)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+impl ChangesOpts {
+    /// A feed's query string read as CouchDB's `parse_changes_query` reads it, everything but
+    /// the filter (see [`FilterSpec`] and [`Node::changes_filter`]): `all` is every parameter
+    /// in order, `p` the folded values (see [`fold_params`]); `changes_timeout` is
+    /// `[chttpd] changes_timeout`, the longest `timeout` and `heartbeat`.
+    pub fn parse(
+        all: &Params,
+        p: &Params,
+        changes_timeout: Duration,
+        seqs: SeqCodec,
+    ) -> Result<ChangesOpts> {
+        let timing = parse_timing(all, changes_timeout, &seqs)?;
+        let style = p.get("style").unwrap_or("main_only");
+        if !["main_only", "all_docs"].contains(&style) {
+            return Err(Error::bad_request(
+                "Invalid `style` parameter: use main_only or all_docs",
+            ));
+        }
+        let mut o = ChangesOpts::new(seqs);
+        if let Some(s) = p.get("since") {
+            o.since = o.seqs.since(s)?;
+        }
+        o.limit = p.uint("limit")?;
+        // CouchDB's `parse_changes_query`: on only for exactly `true`.
+        o.descending = p.is_true("descending");
+        o.include_docs = p.is_true("include_docs");
+        o.all_docs_style = style == "all_docs";
+        o.conflicts = p.is_true("conflicts");
+        o.heartbeat = timing.heartbeat;
+        o.timeout = timing.timeout;
+        o.seq_interval = timing.seq_interval;
+        o.atts = AttOpts::from_params(p)?;
+        Ok(o)
+    }
+}
+
+/// The query string as CouchDB's `parse_changes_query` folds it: names lowercased, a later
+/// value replacing an earlier one (`last-event-id` is another name for `since`), and the
+/// options only `true` switches on staying on once on. Every pair stays, in order, for the
+/// checks that stop at the first bad value; `get` sees the folded value.
+pub fn fold_params(p: &Params) -> (Params, Params) {
+    const SWITCHES: [&str; 5] = [
+        "descending",
+        "include_docs",
+        "conflicts",
+        "attachments",
+        "att_encoding_info",
+    ];
+    let all: Params = p
+        .pairs()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    let mut last: Vec<(String, String)> = Vec::new();
+    for (k, v) in all.pairs() {
+        let k = if k == "last-event-id" { "since" } else { k };
+        match last.iter_mut().find(|(n, _)| n == k) {
+            Some(slot) if SWITCHES.contains(&k) => {
+                if v == "true" {
+                    slot.1 = v.to_string();
+                }
+            }
+            Some(slot) => slot.1 = v.to_string(),
+            None => last.push((k.to_string(), v.to_string())),
+        }
+    }
+    (all, last.into_iter().collect())
 }
 
 /// `limit`'s value when none is given: CouchDB's `#changes_args.limit` default, which

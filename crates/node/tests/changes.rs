@@ -268,3 +268,42 @@ async fn a_longpoll_waits_for_the_next_change() {
     let kept = kept.0.lock().unwrap().clone();
     assert_eq!(kept, ["(waiting)", "(beat)", "new", "(end 12 0)"]);
 }
+
+/// The query string as CouchDB reads it: names folded and later values winning, the
+/// switches only `true` turns on, timing capped by `changes_timeout`, and the first bad
+/// parameter as the error.
+#[test]
+fn query_strings_are_folded_and_checked_in_order() {
+    let f = node();
+    let params = |q: &str| settee_wire::Params::parse(Some(q));
+    let parse = |q: &str| {
+        let (all, folded) = changes::fold_params(&params(q));
+        ChangesOpts::parse(&all, &folded, Duration::from_secs(30), seqs(&f.db))
+    };
+    let o =
+        parse("LIMIT=5&limit=2&descending=true&descending=false&heartbeat=true&timeout=99999999")
+            .unwrap();
+    assert_eq!(o.limit, Some(2), "a later value replaces an earlier one");
+    assert!(o.descending, "a switch stays on once on");
+    assert_eq!(o.heartbeat, Some(Duration::from_secs(30)));
+    assert_eq!(
+        o.timeout,
+        Duration::from_secs(30),
+        "capped by changes_timeout"
+    );
+    let (_, folded) = changes::fold_params(&params("last-event-id=3"));
+    assert_eq!(folded.get("since"), Some("3"));
+    let reason = |q: &str| match parse(q).unwrap_err() {
+        settee_node::Error::BadRequest(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        reason("heartbeat=-1&style=nope"),
+        "The heartbeat value should be a positive integer (in milliseconds)."
+    );
+    assert_eq!(
+        reason("style=nope"),
+        "Invalid `style` parameter: use main_only or all_docs"
+    );
+    assert_eq!(reason("seq_interval=0"), "invalid_seq_interval");
+}
