@@ -149,6 +149,7 @@ fn io_error(e: std::io::Error) -> Error {
 
 /// One attachment sent as a part of a `multipart/related` response, as stored (gzip
 /// content stays gzip, with `Content-Encoding: gzip`).
+#[derive(Clone, Debug)]
 pub struct Part {
     pub name: String,
     pub content_type: String,

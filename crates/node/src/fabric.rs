@@ -17,6 +17,7 @@
 use crate::all_docs::{self, Namespace};
 use crate::changes::{self, ChangesOpts, FilterSpec};
 use crate::design_filter::ReqInfo;
+use crate::read::{Read, ReadOpts, Revision};
 use crate::write::{self, BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
 use crate::{Node, Result};
 use futures_util::future::BoxFuture;
@@ -119,6 +120,19 @@ pub trait Fabric: Send + Sync {
         db: &'a str,
         asked: Vec<(String, Vec<Rev>)>,
     ) -> Fut<'a, Vec<(String, Vec<Rev>)>>;
+
+    /// A document (`GET /{db}/{docid}`).
+    fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read>;
+
+    /// A document's revisions (`open_revs`: `all` or a JSON list).
+    fn open_revs(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        id: &str,
+        wanted: &str,
+        opts: &ReadOpts,
+    ) -> Result<Vec<Revision>>;
 
     /// A local document (404 `missing` when there is none).
     fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc>;
@@ -242,6 +256,21 @@ impl Fabric for Arc<Node> {
             let db = self.couch.get(db)?;
             Node::purge_revs(self, &db, asked).await
         })
+    }
+
+    fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read> {
+        self.read_doc(&*self.couch.get(db)?, user, id, opts)
+    }
+
+    fn open_revs(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        id: &str,
+        wanted: &str,
+        opts: &ReadOpts,
+    ) -> Result<Vec<Revision>> {
+        Node::open_revs(self, &*self.couch.get(db)?, user, id, wanted, opts)
     }
 
     fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc> {

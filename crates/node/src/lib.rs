@@ -25,6 +25,7 @@ pub mod fabric;
 pub mod find;
 pub mod list;
 pub mod query_language;
+pub mod read;
 pub mod render;
 pub mod replication;
 pub mod replicator_read;

@@ -352,3 +352,82 @@ async fn revs_diff_and_purge() {
         matches!(refused, Error::BadRequest(r) if r == "Exceeded maximum number of documents.")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn documents_and_their_revisions_are_read() {
+    use settee_node::read::{ReadOpts, Rendered, Revision};
+    let f = fixture();
+    let fabric = f.fabric();
+    let first = entries(
+        fabric
+            .bulk_docs("db", &user(), bulk(json!({"docs": [{"_id": "a", "v": 1}]})))
+            .await
+            .unwrap(),
+    );
+    let (_, a1) = written(&first[0]);
+    // A conflicting branch, as a replicator would bring it.
+    fabric
+        .bulk_docs(
+            "db",
+            &user(),
+            bulk(json!({"new_edits": false, "docs": [{"_id": "a", "_rev": "1-ffff", "v": 9}]})),
+        )
+        .await
+        .unwrap();
+    let winner = a1.clone().max(Rev::parse("1-ffff").unwrap());
+    let json = |r: settee_node::read::Read| match r.body {
+        Rendered::Json(b) => json_of(&b),
+        other => panic!("{other:?}"),
+    };
+    let read = fabric
+        .open_doc("db", &user(), "a", &ReadOpts::default())
+        .unwrap();
+    assert_eq!((read.rev.clone(), read.has_meta), (winner.clone(), false));
+    assert_eq!(json(read)["_rev"], winner.to_string());
+    let opts = ReadOpts {
+        rev: Some(a1.clone()),
+        ..Default::default()
+    };
+    let doc = json(fabric.open_doc("db", &user(), "a", &opts).unwrap());
+    assert_eq!(doc["_rev"], a1.to_string(), "the revision asked for");
+    let mut opts = ReadOpts::default();
+    opts.doc.conflicts = true;
+    let read = fabric.open_doc("db", &user(), "a", &opts).unwrap();
+    assert!(
+        read.has_meta,
+        "conflicts change without the revision: no ETag"
+    );
+    assert_eq!(json(read)["_conflicts"].as_array().unwrap().len(), 1);
+    assert!(matches!(
+        fabric.open_doc("db", &user(), "nope", &ReadOpts::default()),
+        Err(Error::Db(settee_db::Error::NotFound(_)))
+    ));
+    // open_revs: every leaf, or those named (a missing one as `missing`).
+    let all = fabric
+        .open_revs("db", &user(), "a", "all", &ReadOpts::default())
+        .unwrap();
+    assert_eq!(all.len(), 2);
+    let named = fabric
+        .open_revs(
+            "db",
+            &user(),
+            "a",
+            r#"["1-ffff","2-0000"]"#,
+            &ReadOpts::default(),
+        )
+        .unwrap();
+    match &named[..] {
+        [Revision::Json { ok: true, body }, Revision::Json {
+            ok: false,
+            body: missing,
+        }] => {
+            assert_eq!(json_of(body)["v"], 9);
+            assert_eq!(json_of(missing), json!({"missing": "2-0000"}));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        fabric.open_revs("db", &user(), "a", "[1]", &ReadOpts::default()),
+        Err(Error::BadRequest(r)) if r == "Invalid rev format"
+    ));
+}

@@ -20,11 +20,12 @@ use settee_db::Database;
 use settee_docs::atts::{content_type_of, parse_digest, StoredAtts};
 use settee_docs::{Followed, Written};
 use settee_node::att_write::{edited, written as written_rev, NewAttachment};
+use settee_node::read::Revision;
 use settee_node::write::WriteOpts;
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
-pub use settee_node::atts::{AttOpts, AttRender, Part};
+pub use settee_node::atts::Part;
 
 /// The framing of a `multipart/byteranges` body: the part headers before each range's
 /// bytes, the separators, and the body's total length.
@@ -591,23 +592,15 @@ pub async fn multipart_response(
     with_boundary(resp, "multipart/related", &boundary)
 }
 
-/// One revision in an `open_revs` `multipart/mixed` response.
-pub enum MixedPart {
-    /// A document (`ok`) or a `{"missing": rev}` error, as JSON.
-    Json { ok: bool, body: Vec<u8> },
-    /// A document with attachments sent as parts: a nested `multipart/related` part.
-    Related { doc: Vec<u8>, parts: Vec<Part> },
-}
-
 /// `open_revs` for clients that accept `multipart/mixed` (CouchDB's replicator): one part
 /// per revision, nested `multipart/related` for those whose attachments are sent; streamed.
-pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<MixedPart>) -> Response {
+pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<Revision>) -> Response {
     let boundary = new_boundary();
     let b = boundary.clone();
     let mut resp = stream("multipart/mixed", move |out| {
         for part in revs {
             match part {
-                MixedPart::Json { ok, body } => {
+                Revision::Json { ok, body } => {
                     let ct = if ok {
                         "application/json"
                     } else {
@@ -617,7 +610,7 @@ pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<MixedPart>) -> Respons
                     out.write(&body);
                     out.write(b"\r\n");
                 }
-                MixedPart::Related { doc, parts } => {
+                Revision::Related { doc, parts } => {
                     let inner = new_boundary();
                     out.write(
                         format!("--{b}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n")

@@ -3,7 +3,6 @@
 
 use super::blocking;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::attachments::{AttOpts, AttRender, MixedPart};
 use crate::location::{absolute_uri, doc_location};
 use crate::reply::{accepted, json_bytes, not_modified, rev_etag, write_response};
 use crate::req::{batch_ok, etag_matches, etag_value, new_edits, parse_rev_param, reconcile_rev};
@@ -11,12 +10,14 @@ use crate::{AppState, Req};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use serde_json::{json, Value};
+use serde_json::Value;
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc};
 use settee_docs::Followed;
+use settee_node::atts::AttOpts;
+use settee_node::read::{ReadOpts, Rendered, Revision};
 use settee_node::write::WriteOpts;
-use settee_node::{doc_json_with, DocOpts, Fabric};
+use settee_node::Fabric;
 use settee_wire::path::NotUtf8;
 use std::sync::Arc;
 
@@ -75,26 +76,6 @@ pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<R
 /// The methods CouchDB lists in a document's 405.
 const DOC_METHODS: &str = "DELETE,GET,HEAD,POST,PUT,COPY";
 
-/// Latest leaves descending from `rev` (itself if it is a leaf).
-fn latest_leaves(info: &settee_db::DocInfo, rev: &Rev) -> Vec<Rev> {
-    info.tree
-        .leaves()
-        .into_iter()
-        .map(|l| l.rev)
-        .filter(|l| {
-            l.pos >= rev.pos
-                && info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id)
-        })
-        .collect()
-}
-
-/// How a document read renders its attachments: JSON (with `_attachments` replaced when
-/// content is inlined), or `multipart/related` (the stubs, and the parts to stream).
-enum Rendered {
-    Json(Option<Vec<u8>>),
-    Multipart(Vec<u8>, Vec<super::attachments::Part>),
-}
-
 /// CouchDB answers a `GET` of `/{db}/_design%2F{name}` with a redirect to the unescaped
 /// path (`chttpd_db:db_req`).
 fn design_redirect(state: &AppState, req: &Req) -> Option<Response> {
@@ -119,176 +100,59 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
             return Ok(redirect);
         }
     }
-    let mut opts = crate::req::doc_opts(&req.params);
-    opts.revs_limit = Some(db.props().revs_limit as usize);
-    opts.reader = settee_node::replicator_read::reader(&db, &req.user);
-    let atts = AttOpts::from_params(&req.params)?;
-    let users_view = settee_node::access::users_reader(&state.config, &db, &req.user);
-    if req.params.get("open_revs").is_some() {
-        if users_view.is_some() {
-            return Err(ApiError::Forbidden(
-                "Only admins can read revisions of other users' documents.".into(),
-            ));
-        }
-        return open_revs(db, id, req, opts, atts).await;
-    }
-    let rev = parse_rev_param(&req)?;
-    // With `latest=true` CouchDB opens the winning revision whatever `rev` names
-    // (`chttpd_db:db_doc_req`, since apache/couchdb#3362).
-    let rev = if req.params.is_true("latest") {
-        None
-    } else {
-        rev
+    let mut opts = ReadOpts {
+        doc: crate::req::doc_opts(&req.params),
+        atts: AttOpts::from_params(&req.params)?,
+        latest: req.params.is_true("latest"),
+        ..Default::default()
     };
+    if let Some(wanted) = req.params.get("open_revs") {
+        // As chttpd_db: multipart for any client whose Accept admits it.
+        opts.multipart = settee_wire::accepts(req.header("accept"), "multipart/mixed");
+        return open_revs(state, db, id, wanted.to_string(), req.user, opts).await;
+    }
+    opts.rev = parse_rev_param(&req)?;
     // As chttpd_db's send_doc_efficiently: multipart for any client whose Accept admits it
     // (no Accept header does), JSON otherwise.
-    let wants_multipart = settee_wire::accepts(req.header("accept"), "multipart/related");
-    let db_for_parts = db.clone();
-    let (mut doc, rendered) = blocking(move || {
-        let doc = db.open_doc(&id, rev.as_ref())?;
-        // Attachment content is read here only for JSON; multipart parts are streamed later.
-        let rendered = match wants_multipart
-            .then(|| atts.multipart_stubs(&doc.body))
-            .flatten()
-        {
-            Some((stubs, parts)) => Rendered::Multipart(stubs, parts),
-            None => Rendered::Json(atts.render(&db, &doc.body)?),
-        };
-        Ok((doc, rendered))
-    })
-    .await?;
-    let restricted = users_view.is_some();
-    if let Some((sec, public)) = users_view {
-        let (body, atts) = settee_core::split_stored(&doc.body);
-        let atts = atts.map(<[u8]>::to_vec);
-        let body: serde_json::Map<String, Value> = serde_json::from_slice(body).unwrap_or_default();
-        let whole = body.len();
-        let public: Vec<&str> = public.iter().map(String::as_str).collect();
-        let kept = settee_auth::users::filter_read(&doc.id, body, &req.user, &sec, &public)
-            .map_err(|e| match e {
-                settee_auth::users::UsersError::NotFound => {
-                    ApiError::Db(settee_db::Error::NotFound("missing"))
-                }
-                settee_auth::users::UsersError::Denied(d) => d.into(),
-            })?;
-        // Only a reader who sees the whole document sees its attachments.
-        let atts = atts.filter(|_| kept.len() == whole);
-        doc.body =
-            settee_core::join_stored(&serde_json::to_vec(&kept).expect("json"), atts.as_deref());
-    }
-    let tag = doc.rev.to_string();
-    if !opts.has_meta() && etag_matches(&req.headers, &format!("\"{tag}\"")) {
+    opts.multipart = settee_wire::accepts(req.header("accept"), "multipart/related");
+    let (node, name, user) = (state.node.clone(), db.name.clone(), req.user.clone());
+    let read = blocking(move || Ok(node.open_doc(&name, &user, &id, &opts)?)).await?;
+    let tag = read.rev.to_string();
+    if !read.has_meta && etag_matches(&req.headers, &format!("\"{tag}\"")) {
         return Ok(not_modified(rev_etag(&tag)));
     }
-    // Users reading others' `_users` documents see no attachments at all.
-    let inline = match rendered {
-        _ if restricted => None,
-        Rendered::Multipart(stubs, parts) => {
-            let json = doc_json_with(&doc, &opts, Some(stubs));
-            let mut resp = super::attachments::multipart_response(db_for_parts, json, parts).await;
-            if resp.status() == StatusCode::OK && !opts.has_meta() {
-                resp.headers_mut().insert(header::ETAG, rev_etag(&tag));
-            }
-            return Ok(resp);
+    let mut resp = match read.body {
+        Rendered::Multipart { doc, parts } => {
+            super::attachments::multipart_response(db, doc, parts).await
         }
-        Rendered::Json(inline) => inline,
+        Rendered::Json(doc) => json_bytes(StatusCode::OK, doc),
     };
-    let mut resp = json_bytes(StatusCode::OK, doc_json_with(&doc, &opts, inline));
     // As CouchDB: a body carrying meta fields (conflicts, revs_info, local_seq) has no ETag,
     // since those change without the revision changing.
-    if !opts.has_meta() {
+    if resp.status() == StatusCode::OK && !read.has_meta {
         resp.headers_mut().insert(header::ETAG, rev_etag(&tag));
     }
     Ok(resp)
 }
 
 async fn open_revs(
+    state: &AppState,
     db: Arc<Database>,
     id: String,
-    req: Req,
-    opts: DocOpts,
-    atts: AttOpts,
+    wanted: String,
+    user: settee_auth::UserCtx,
+    opts: ReadOpts,
 ) -> ApiResult<Response> {
-    let raw = req.params.get("open_revs").unwrap_or_default();
-    let wanted: Option<Vec<Rev>> = if raw == "all" {
-        None
-    } else {
-        let v: Value =
-            serde_json::from_str(raw).map_err(|_| ApiError::bad_request("invalid UTF-8 JSON"))?;
-        let list = v
-            .as_array()
-            .ok_or_else(|| ApiError::bad_request("Invalid rev format"))?;
-        Some(
-            list.iter()
-                .map(|r| {
-                    r.as_str()
-                        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
-                        .and_then(|s| Ok(Rev::parse(s)?))
-                })
-                .collect::<ApiResult<_>>()?,
-        )
-    };
-    let latest = req.params.is_true("latest");
-    // As chttpd_db: multipart for any client whose Accept admits it, every revision with
-    // its attachments (`attachments` is implied; `atts_since` still applies).
-    let wants_multipart = settee_wire::accepts(req.header("accept"), "multipart/mixed");
-    let mut atts = atts;
-    atts.inline |= wants_multipart;
-    let db_for_parts = db.clone();
-    let parts = blocking(move || {
-        let wanted = match (wanted, latest) {
-            (Some(revs), true) => match db.doc_info(&id)? {
-                Some(info) => {
-                    let mut out: Vec<Rev> = Vec::new();
-                    for r in revs {
-                        let leaves = latest_leaves(&info, &r);
-                        if leaves.is_empty() {
-                            out.push(r);
-                        }
-                        out.extend(
-                            leaves
-                                .into_iter()
-                                .filter(|l| !out.contains(l))
-                                .collect::<Vec<_>>(),
-                        );
-                    }
-                    Some(out)
-                }
-                None => Some(revs),
-            },
-            (w, _) => w,
-        };
-        let found = db.open_revs(&id, wanted.as_deref())?;
-        found
-            .iter()
-            .map(|(rev, doc)| match doc {
-                Some(d) => match wants_multipart
-                    .then(|| atts.multipart_stubs(&d.body))
-                    .flatten()
-                {
-                    Some((stubs, parts)) => Ok(MixedPart::Related {
-                        doc: doc_json_with(d, &opts, Some(stubs)),
-                        parts,
-                    }),
-                    None => Ok(MixedPart::Json {
-                        ok: true,
-                        body: doc_json_with(d, &opts, atts.render(&db, &d.body)?),
-                    }),
-                },
-                None => Ok(MixedPart::Json {
-                    ok: false,
-                    body: serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),
-                }),
-            })
-            .collect::<ApiResult<Vec<MixedPart>>>()
-    })
-    .await?;
-    if wants_multipart {
-        return Ok(super::attachments::multipart_mixed(db_for_parts, parts).await);
+    let multipart = opts.multipart;
+    let (node, name) = (state.node.clone(), db.name.clone());
+    let revs =
+        blocking(move || Ok(Fabric::open_revs(&node, &name, &user, &id, &wanted, &opts)?)).await?;
+    if multipart {
+        return Ok(super::attachments::multipart_mixed(db, revs).await);
     }
     let mut out = b"[".to_vec();
-    for (i, part) in parts.iter().enumerate() {
-        let MixedPart::Json { ok, body } = part else {
+    for (i, rev) in revs.iter().enumerate() {
+        let Revision::Json { ok, body } = rev else {
             unreachable!("documents are sent as related parts only to multipart clients")
         };
         if i > 0 {
@@ -537,10 +401,15 @@ async fn local(
                 parse_rev_param(&req)?;
                 return Err(ApiError::NotFound("missing".into()));
             }
-            if req.params.get("open_revs").is_some() {
+            if let Some(wanted) = req.params.get("open_revs") {
                 // Revisions are looked up in the document tree, where local documents
                 // are not: every one asked for is missing.
-                return open_revs(db, id, req, DocOpts::default(), AttOpts::default()).await;
+                let opts = ReadOpts {
+                    multipart: settee_wire::accepts(req.header("accept"), "multipart/mixed"),
+                    ..Default::default()
+                };
+                let wanted = wanted.to_string();
+                return open_revs(state, db, id, wanted, req.user, opts).await;
             }
             let node = state.node.clone();
             let d = blocking(move || Ok(node.open_local(&db.name, &id)?)).await?;
