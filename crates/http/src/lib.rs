@@ -9,6 +9,7 @@ mod error;
 mod handlers;
 mod jsonp;
 mod location;
+mod multipart;
 mod req_info;
 use settee_wire::mrargs;
 mod reply;

@@ -6,8 +6,9 @@ use crate::Req;
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use settee_core::Rev;
+use settee_wire::mrargs::MrArgs;
 
 pub use settee_wire::{decode_param_json, Params};
 
@@ -147,4 +148,62 @@ pub fn reconcile_rev(req: &Req, body_rev: Option<Rev>) -> ApiResult<Option<Rev>>
         }
     }
     Ok(explicit.or(if_match))
+}
+
+/// Whether the request carries a body at all (`Content-Length` or chunked).
+pub fn has_body(req: &Req) -> bool {
+    req.header("content-length").is_some() || req.header("transfer-encoding").is_some()
+}
+
+/// CouchDB's `validate_referer`: the `Referer` must name this host (the request's
+/// `X-Forwarded-Host`, else `Host`).
+pub fn check_referer(req: &Req) -> ApiResult<()> {
+    let referer = req
+        .header("referer")
+        .ok_or_else(|| ApiError::bad_request("Referer header required."))?;
+    let host = req
+        .header("x-forwarded-host")
+        .or_else(|| req.header("host"))
+        .unwrap_or("");
+    let netloc = referer
+        .split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or("");
+    if netloc != host {
+        return Err(ApiError::bad_request("Referer header must match host."));
+    }
+    Ok(())
+}
+
+/// A POST body as CouchDB's `json_body_obj` takes it.
+pub fn body_object(body: Value) -> ApiResult<Map<String, Value>> {
+    match body {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::bad_request("Request body must be a JSON object")),
+    }
+}
+
+/// `queries` of a body, if any (CouchDB's `get_view_queries`).
+pub fn queries_member(body: &Map<String, Value>) -> ApiResult<Option<Vec<Value>>> {
+    match body.get("queries") {
+        None => Ok(None),
+        Some(Value::Array(q)) => Ok(Some(q.clone())),
+        Some(_) => Err(ApiError::bad_request("`queries` member must be an array.")),
+    }
+}
+
+/// A view query's arguments from a POST body (and the query string).
+pub fn args_of_body(req: &Req, body: &[u8]) -> ApiResult<MrArgs> {
+    let body = body_object(crate::req::parse_json(body)?)?;
+    if queries_member(&body)?.is_some() {
+        return Err(ApiError::bad_request(
+            "The `queries` parameter is no longer supported at this endpoint",
+        ));
+    }
+    if body.get("keys").is_some_and(|k| !k.is_array()) {
+        return Err(ApiError::bad_request("`keys` member must be an array."));
+    }
+    Ok(MrArgs::from_body_and_query(&body, &req.params, true)?)
 }

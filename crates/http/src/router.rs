@@ -9,7 +9,9 @@ use crate::handlers::{
 };
 use crate::{AppState, Req};
 use axum::response::Response;
+use settee_db::Database;
 pub use settee_wire::path::{check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp};
+use std::sync::Arc;
 
 /// Whether CouchDB answers the endpoint from its node-local `couch_httpd` rather than
 /// chttpd (see [`crate::reply::NodeLocal`]).
@@ -92,7 +94,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Security => database::security(&state, handle, req).await,
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
                 DbOp::TempView => views::temp_view(req).await,
-                DbOp::Partition(segs) => partition::partition(&state, handle, segs, req).await,
+                DbOp::Partition(segs) => partition(&state, handle, segs, req).await,
                 DbOp::Shards(id) => database::shards(&handle, id.as_deref(), &req),
                 DbOp::SyncShards => database::sync_shards(&req),
                 DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
@@ -109,6 +111,10 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 }
                 DbOp::DesignFn(ddoc, f) => design_fns::design_fn(state, handle, ddoc, f, req).await,
             }
+        }
+        // A form upload (`multipart/form-data`), local documents' too.
+        Endpoint::Doc(db, id) if req.method == "POST" => {
+            attachments::form(&state, state.couch.get(&db)?, id, req).await
         }
         Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
         Endpoint::NotUtf8(name) => doc::not_utf8(&state, name, &req).await,
@@ -133,5 +139,100 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::NouveauAnalyze => unavailable::nouveau_analyze(&req),
         Endpoint::ReloadQueryServers => unavailable::reload_query_servers(&state, &req),
         Endpoint::UnknownServer(segs) => unavailable::unknown(&req, &segs),
+    }
+}
+
+// ---- /{db}/_partition/{partition}/… ---------------------------------------------------
+
+fn not_partitioned() -> ApiError {
+    ApiError::bad_request("database is not partitioned")
+}
+
+async fn partition(
+    state: &AppState,
+    db: Arc<Database>,
+    segs: Vec<String>,
+    req: Req,
+) -> crate::error::ApiResult<Response> {
+    let partitioned = db.props().partitioned;
+    match segs.as_slice() {
+        [] => Err(ApiError::bad_request("invalid_partition_req")),
+        [p] if matches!(req.method.as_str(), "GET" | "HEAD") => {
+            settee_core::validate_partition(p)?;
+            if !partitioned {
+                return Err(not_partitioned());
+            }
+            partition::info(db, p.clone()).await
+        }
+        [p] if req.method == "POST" && p.starts_with('_') => {
+            Err(settee_core::Error::IllegalPartition(
+                "Partition must not start with an underscore".into(),
+            )
+            .into())
+        }
+        [_] => Err(ApiError::MethodNotAllowed("GET")),
+        [p, rest @ ..] => {
+            if !partitioned {
+                return Err(not_partitioned());
+            }
+            settee_core::validate_partition(p)?;
+            if req.params.get("partition").is_some_and(|q| q != p) {
+                return Err(ApiError::bad_request(
+                    "Conflicting value for `partition` in query string",
+                ));
+            }
+            match rest {
+                [op] if op == "_all_docs" => {
+                    settee_metrics::global().partition_all_docs_requests.inc();
+                    all_docs::partition_all_docs(state, db, req, p).await
+                }
+                [op, q] if op == "_all_docs" && q == "queries" => {
+                    all_docs::partition_queries(state, db, req, p).await
+                }
+                [op] if op == "_find" || op == "_explain" => {
+                    let explain = op == "_explain";
+                    mango::find(state.clone(), db, req, explain, Some(p.clone())).await
+                }
+                [op, index @ ..] if op == "_index" => {
+                    mango::index(state.clone(), db, index.to_vec(), req).await
+                }
+                [d, ddoc, f, fun @ ..] if d == "_design" => {
+                    design(state, db, p, ddoc.clone(), f, fun, req).await
+                }
+                _ => Err(ApiError::NotFound("missing".into())),
+            }
+        }
+    }
+}
+
+/// `_partition/{p}/_design/{ddoc}/…`: views and lists read the partition; shows, updates
+/// and `_info` are the design document's own (`chttpd_db:handle_partition_req` passes the
+/// partition only to view queries).
+async fn design(
+    state: &AppState,
+    db: Arc<Database>,
+    partition: &str,
+    ddoc: String,
+    f: &str,
+    fun: &[String],
+    mut req: Req,
+) -> crate::error::ApiResult<Response> {
+    let fun_path: Vec<&str> = fun.iter().map(String::as_str).collect();
+    match (f, fun_path.as_slice()) {
+        ("_view", [view]) => {
+            req.params.set("partition", partition);
+            views::view(state.clone(), db, ddoc, view.to_string(), req).await
+        }
+        ("_list", _) => {
+            req.params.set("partition", partition);
+            let f = design_fn(f, &fun_path);
+            design_fns::design_fn(state.clone(), db, ddoc, f, req).await
+        }
+        ("_show" | "_update", _) => {
+            let f = design_fn(f, &fun_path);
+            design_fns::design_fn(state.clone(), db, ddoc, f, req).await
+        }
+        ("_info", []) => views::design_info(state.clone(), db, ddoc, req).await,
+        _ => Err(ApiError::NotFound("missing".into())),
     }
 }

@@ -7,6 +7,7 @@
 use crate::atts::{AttOpts, AttRender};
 use crate::{winner_json_with, with_doc, DocOpts, Error, Result};
 use serde_json::{json, Value};
+use settee_auth::UserCtx;
 use settee_db::{AllDocsRow, Database};
 use settee_wire::mrargs::{MrArgs, ViewType};
 use std::ops::ControlFlow;
@@ -45,6 +46,19 @@ pub struct Query {
 impl Query {
     /// Checks the arguments as CouchDB does for `_all_docs` (a map view without a key
     /// range check) and turns them into an id range or a list of ids.
+    /// The query as `user` may run it on `db`: `_users` documents showing their public
+    /// fields only to those who are not its admins, `_replicator` credentials hidden.
+    pub fn for_reader(
+        mut self,
+        config: &crate::NodeConfig,
+        db: &Database,
+        user: &UserCtx,
+    ) -> Query {
+        self.public_only = crate::access::users_reader(config, db, user).map(|(_, fields)| fields);
+        self.opts.reader = crate::replicator_read::reader(db, user);
+        self
+    }
+
     pub fn from_args(a: MrArgs) -> Result<Query> {
         a.validate(ViewType::Map)?;
         if a.partition.is_some() {

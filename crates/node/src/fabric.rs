@@ -165,12 +165,12 @@ impl Fabric for Arc<Node> {
         &self,
         db: &str,
         user: &UserCtx,
-        mut q: all_docs::Query,
+        q: all_docs::Query,
         ns: Namespace,
         out: Out<'_>,
     ) -> Result<()> {
         let db = self.couch.get(db)?;
-        q.opts.reader = crate::replicator_read::reader(&db, user);
+        let q = q.for_reader(&self.config, &db, user);
         all_docs::run(&db, &q, ns, out)
     }
 

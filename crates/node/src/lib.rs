@@ -96,6 +96,14 @@ impl Node {
         let _ = self.log.set(LogControl { set, applied });
     }
 
+    /// As CouchDB's welcomes: the `[vendor]` section, when it has any keys, last.
+    pub fn add_vendor(&self, body: &mut Value) {
+        let vendor = self.config.section("vendor");
+        if !vendor.is_empty() {
+            body["vendor"] = serde_json::json!(vendor);
+        }
+    }
+
     /// `n` ids from `[uuids] algorithm` (`utc_id` takes `utc_id_suffix`). As CouchDB's
     /// generator, it starts afresh when the setting changes.
     pub fn uuids(&self, n: usize) -> Result<Vec<String>> {

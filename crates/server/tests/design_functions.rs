@@ -556,12 +556,13 @@ fn lists_codes_provides_and_errors() {
     let (status, error, reason) = err(&r);
     assert_eq!((status, error.as_str()), (500, "render_error"));
     assert!(reason.contains("list boom"));
-    // After the response started, the error is the last chunk.
+    // After the response started, the error is the last chunk, with its status, on a
+    // line of its own (`chttpd:send_chunked_error`).
     let r = s.get("/db/_design/app/_list/throws_late/by_n");
     assert_eq!(r.status, 200);
     assert_eq!(
         r.text,
-        "before{\"error\":\"late\",\"reason\":\"after rows\"}\n"
+        "before\n{\"code\":500,\"error\":\"late\",\"reason\":\"after rows\"}\n"
     );
     let r = s.get("/db/_design/app/_list/nope/by_n");
     assert_eq!(

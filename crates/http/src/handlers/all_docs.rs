@@ -12,13 +12,8 @@ use serde_json::Value;
 use settee_db::Database;
 pub use settee_node::all_docs::Namespace;
 use settee_node::all_docs::{run, Query};
-use settee_node::{DocOpts, Fabric};
+use settee_node::Fabric;
 use std::sync::Arc;
-
-/// The public-fields filter for this reader (`Query::public_only`).
-fn public_only(state: &AppState, db: &Database, req: &Req) -> ApiResult<Option<Vec<String>>> {
-    Ok(settee_node::access::users_reader(&state.config, db, &req.user).map(|(_, fields)| fields))
-}
 
 pub async fn all_docs(
     state: &AppState,
@@ -80,11 +75,10 @@ async fn all_docs_in(
         }
         (p, _) => p.map(str::to_string),
     };
-    let mut q = match &partition {
+    let q = match &partition {
         Some(p) => Query::for_partition(args, p, partition_query_limit(state))?,
         None => Query::from_args(args)?,
     };
-    q.public_only = public_only(state, &db, &req)?;
     let (node, user) = (state.node.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
         let out = &mut |b: &[u8]| sink.write(b);
@@ -99,27 +93,6 @@ fn partition_query_limit(state: &AppState) -> u64 {
         "partition_query_limit",
         settee_node::views::MAX_VIEW_LIMIT,
     )
-}
-
-/// `_all_docs` as a list function reads it: the query for one reader.
-pub(crate) struct ListQuery(Query);
-
-impl ListQuery {
-    pub(crate) fn new(state: &AppState, db: &Database, req: &Req, args: MrArgs) -> ApiResult<Self> {
-        let mut q = Query::from_args(args)?;
-        q.public_only = public_only(state, db, req)?;
-        q.opts.reader = settee_node::replicator_read::reader(db, &req.user);
-        Ok(ListQuery(q))
-    }
-
-    /// Writes the response: the head, each separator and each row in calls of their own.
-    pub(crate) fn run(
-        &self,
-        db: &Database,
-        out: &mut dyn FnMut(&[u8]) -> bool,
-    ) -> settee_node::Result<()> {
-        run(db, &self.0, Namespace::All, out)
-    }
 }
 
 /// `POST /{db}/_all_docs/queries` (CouchDB does not check this request's content type).
@@ -166,8 +139,6 @@ async fn queries_in(
         Some(_) => return Err(ApiError::bad_request("`queries` member must be an array.")),
     };
     let base = MrArgs::from_query(&req.params)?;
-    let public = public_only(state, &db, &req)?;
-    let reader = settee_node::replicator_read::reader(&db, &req.user);
     let qs = list
         .iter()
         .map(|b| {
@@ -179,14 +150,7 @@ async fn queries_in(
                 Some(p) => Query::for_partition(args, p, partition_query_limit(state)),
                 None => Query::from_args(args),
             }?;
-            Ok(Query {
-                opts: DocOpts {
-                    reader: reader.clone(),
-                    ..q.opts
-                },
-                public_only: public.clone(),
-                ..q
-            })
+            Ok(q.for_reader(&state.config, &db, &req.user))
         })
         .collect::<ApiResult<Vec<_>>>()?;
     let out = blocking(move || query_results(&qs, |q, out| Ok(run(&db, q, ns, out)?))).await?;

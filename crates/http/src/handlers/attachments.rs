@@ -20,50 +20,11 @@ use settee_db::Database;
 use settee_docs::atts::{content_type_of, parse_digest, StoredAtts};
 use settee_docs::{Followed, Written};
 use settee_node::att_write::{edited, written as written_rev, NewAttachment};
-use settee_node::read::Revision;
 use settee_node::write::WriteOpts;
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
-pub use settee_node::atts::Part;
-
-/// The framing of a `multipart/byteranges` body: the part headers before each range's
-/// bytes, the separators, and the body's total length.
-struct ByteRanges {
-    boundary: String,
-    heads: Vec<String>,
-    len: u64,
-}
-
-impl ByteRanges {
-    fn new(ranges: &[(u64, u64)], content_type: &str, total: u64) -> ByteRanges {
-        let boundary = hex::encode(rand::random::<[u8; 16]>());
-        let heads: Vec<String> = ranges
-            .iter()
-            .map(|(from, to)| {
-                format!(
-                    "\r\nContent-Type: {content_type}\r\nContent-Range: bytes {from}-{to}/{total}\r\n\r\n"
-                )
-            })
-            .collect();
-        // "--B", then per range its head, its bytes and "\r\n--B", then "--".
-        let framing = 2 + boundary.len() + 2;
-        let per_range: u64 = ranges
-            .iter()
-            .zip(&heads)
-            .map(|((from, to), head)| (head.len() + 4 + boundary.len()) as u64 + (to - from + 1))
-            .sum();
-        ByteRanges {
-            len: framing as u64 + per_range,
-            boundary,
-            heads,
-        }
-    }
-
-    fn content_type(&self) -> String {
-        format!("multipart/byteranges; boundary=\"{}\"", self.boundary)
-    }
-}
+use crate::multipart::ByteRanges;
 
 /// `/{db}/{docid}/{attname}`: `GET`/`HEAD` read, `PUT` uploads (streamed), `DELETE`.
 pub async fn attachment(
@@ -93,22 +54,6 @@ fn bad(reason: String) -> ApiError {
 
 fn multipart_error(e: multer::Error) -> ApiError {
     bad(format!("Invalid multipart body: {e}"))
-}
-
-/// Reads a `multipart/related` document upload (`settee_wire::read_related` frames it):
-/// parts are streamed into the attachment store; parts of attachments with
-/// `"encoding": "gzip"` are stored as sent.
-pub async fn read_multipart(
-    state: &AppState,
-    db: &Database,
-    req: &mut Req,
-) -> ApiResult<(Value, Followed)> {
-    let ct = req.header("content-type").unwrap_or("").to_string();
-    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
-    let mut store = state.node.follows_store(db);
-    let body = req.take_body().into_data_stream();
-    let doc = settee_wire::read_related(body, boundary, &mut store).await?;
-    Ok((doc, store.followed))
 }
 
 /// Streams the request body into the attachment store; checks `Content-MD5` against the
@@ -250,7 +195,7 @@ pub async fn form(
     id: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    check_referer(&req)?;
+    crate::req::check_referer(&req)?;
     settee_core::validate_doc_id(&id)?;
     let ct = req.header("content-type").unwrap_or("").to_string();
     if !ct.to_ascii_lowercase().starts_with("multipart/form-data") {
@@ -328,28 +273,6 @@ pub async fn form(
     let etag = HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII");
     resp.headers_mut().insert(header::ETAG, etag);
     Ok(resp)
-}
-
-/// CouchDB's `validate_referer`: the `Referer` must name this host (the request's
-/// `X-Forwarded-Host`, else `Host`).
-pub(crate) fn check_referer(req: &Req) -> ApiResult<()> {
-    let referer = req
-        .header("referer")
-        .ok_or_else(|| ApiError::bad_request("Referer header required."))?;
-    let host = req
-        .header("x-forwarded-host")
-        .or_else(|| req.header("host"))
-        .unwrap_or("");
-    let netloc = referer
-        .split_once("://")
-        .map_or("", |(_, rest)| rest)
-        .split(['/', '?', '#'])
-        .next()
-        .unwrap_or("");
-    if netloc != host {
-        return Err(ApiError::bad_request("Referer header must match host."));
-    }
-    Ok(())
 }
 
 async fn get(
@@ -555,143 +478,6 @@ fn content_headers<'r>(
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     h
-}
-
-/// A `multipart/related` response: the document's JSON, then each attachment's content
-/// (as CouchDB sends documents to clients that accept it), streamed with a
-/// `Content-Length` known in advance, as `couch_doc:len_doc_to_multi_part_stream` gives it.
-/// With no parts to send it is the JSON alone (`application/json`, no final newline).
-pub async fn multipart_response(
-    db: Arc<Database>,
-    doc_json: Vec<u8>,
-    parts: Vec<Part>,
-) -> Response {
-    if parts.is_empty() {
-        let len = doc_json.len();
-        let mut resp = Response::new(axum::body::Body::from(doc_json));
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-        return resp;
-    }
-    let boundary = new_boundary();
-    let len = related_length(&boundary, &doc_json, &parts);
-    let b = boundary.clone();
-    let mut resp = stream("multipart/related", move |out| {
-        write_related(out, &db, &b, &doc_json, parts)
-    })
-    .await;
-    if resp.status() == StatusCode::OK {
-        let h = resp.headers_mut();
-        h.remove(header::CACHE_CONTROL);
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    }
-    with_boundary(resp, "multipart/related", &boundary)
-}
-
-/// `open_revs` for clients that accept `multipart/mixed` (CouchDB's replicator): one part
-/// per revision, nested `multipart/related` for those whose attachments are sent; streamed.
-pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<Revision>) -> Response {
-    let boundary = new_boundary();
-    let b = boundary.clone();
-    let mut resp = stream("multipart/mixed", move |out| {
-        for part in revs {
-            match part {
-                Revision::Json { ok, body } => {
-                    let ct = if ok {
-                        "application/json"
-                    } else {
-                        "application/json; error=\"true\""
-                    };
-                    out.write(format!("--{b}\r\nContent-Type: {ct}\r\n\r\n").as_bytes());
-                    out.write(&body);
-                    out.write(b"\r\n");
-                }
-                Revision::Related { doc, parts } => {
-                    let inner = new_boundary();
-                    out.write(
-                        format!("--{b}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n")
-                            .as_bytes(),
-                    );
-                    write_related(out, &db, &inner, &doc, parts)?;
-                    out.write(b"\r\n");
-                }
-            }
-        }
-        out.write(format!("--{b}--").as_bytes());
-        Ok(())
-    })
-    .await;
-    // No Cache-Control, as chttpd_db's send_docs_multipart starts it.
-    resp.headers_mut().remove(header::CACHE_CONTROL);
-    with_boundary(resp, "multipart/mixed", &boundary)
-}
-
-fn new_boundary() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
-}
-
-fn with_boundary(mut resp: Response, kind: &str, boundary: &str) -> Response {
-    if let Ok(v) = HeaderValue::from_str(&format!("{kind}; boundary=\"{boundary}\"")) {
-        resp.headers_mut().insert(header::CONTENT_TYPE, v);
-    }
-    resp
-}
-
-/// The head of a `multipart/related` document, before its JSON.
-fn related_head(boundary: &str) -> String {
-    format!("--{boundary}\r\nContent-Type: application/json\r\n\r\n")
-}
-
-/// The headers of an attachment part, with the delimiter before them.
-fn part_head(boundary: &str, p: &Part) -> String {
-    format!(
-        "\r\n--{boundary}\r\nContent-Disposition: attachment; filename={}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n",
-        serde_json::to_string(&p.name).expect("json"),
-        p.content_type,
-        p.length,
-        if p.gzip { "Content-Encoding: gzip\r\n" } else { "" },
-    )
-}
-
-fn related_tail(boundary: &str) -> String {
-    format!("\r\n--{boundary}--")
-}
-
-/// The length of what [`write_related`] writes.
-fn related_length(boundary: &str, doc_json: &[u8], parts: &[Part]) -> u64 {
-    let heads: u64 = parts
-        .iter()
-        .map(|p| part_head(boundary, p).len() as u64 + p.length)
-        .sum();
-    (related_head(boundary).len() + doc_json.len() + related_tail(boundary).len()) as u64 + heads
-}
-
-/// The body of a `multipart/related` document: its JSON, then each attachment part as
-/// stored.
-fn write_related(
-    out: &mut crate::reply::Chunks,
-    db: &Database,
-    boundary: &str,
-    doc_json: &[u8],
-    parts: Vec<Part>,
-) -> ApiResult<()> {
-    out.write(related_head(boundary).as_bytes());
-    out.write(doc_json);
-    for p in parts {
-        out.write(part_head(boundary, &p).as_bytes());
-        let chunks = db
-            .attachment_chunks(&p.digest, 0..p.length)?
-            .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))?;
-        for c in chunks {
-            out.write(&c?);
-        }
-    }
-    out.write(related_tail(boundary).as_bytes());
-    Ok(())
 }
 
 /// Decompresses stored gzip chunks as they are read and sends `count` bytes from `skip`.

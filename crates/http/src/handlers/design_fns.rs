@@ -4,7 +4,7 @@
 //! JavaScript, else in the design document's language's query server) and renders its
 //! answer; an update's document goes through the ordinary write path.
 
-use super::{all_docs, allow, blocking, views};
+use super::{allow, blocking};
 use crate::design_render::{external_response, list_response, showlist_csp};
 use crate::error::{ApiError, ApiResult};
 use crate::mrargs::MrArgs;
@@ -200,13 +200,14 @@ async fn list(
     let (args, body) = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.bytes().await?;
-        (views::args_of_body(&req, &body)?, body)
+        (crate::req::args_of_body(&req, &body)?, body)
     } else {
         (MrArgs::from_query(&req.params)?, Default::default())
     };
     let info = crate::req_info::for_render(&req, &body, None);
     let all_docs = if view == "_all_docs" {
-        Some(all_docs::ListQuery::new(&state, &db, &req, args.clone())?)
+        let q = settee_node::all_docs::Query::from_args(args.clone())?;
+        Some(q.for_reader(&state.config, &db, &req.user))
     } else {
         None
     };
@@ -220,7 +221,9 @@ async fn list(
             settee_node::render::require_runner(&state.node, &list_ddoc)?;
             // No ETag: 3.5.2's clustered list path sends none (nor a 304).
             let query: RowQuery = match all_docs {
-                Some(q) => Box::new(move |out| q.run(&db, out)),
+                Some(q) => Box::new(move |out| {
+                    settee_node::all_docs::run(&db, &q, settee_node::all_docs::Namespace::All, out)
+                }),
                 None => {
                     let vname = view_ddoc.unwrap_or(ddoc);
                     let (g, n) = state.view_group(&db, &vname, &view)?;

@@ -30,7 +30,6 @@ pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> A
         "PUT" => put(state, db, id, req).await,
         "DELETE" => delete(state, db, id, req).await,
         "COPY" => copy(state, db, id, req).await,
-        "POST" => super::attachments::form(state, db, id, req).await,
         _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
     }
 }
@@ -48,7 +47,7 @@ pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<R
                 "GET" | "HEAD" | "DELETE" | "COPY" => missing("missing"),
                 "PUT" => Err(bad_id().into()),
                 "POST" => {
-                    super::attachments::check_referer(req)?;
+                    crate::req::check_referer(req)?;
                     Err(bad_id().into())
                 }
                 _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
@@ -123,7 +122,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let mut resp = match read.body {
         Rendered::Multipart { doc, parts } => {
-            super::attachments::multipart_response(db, doc, parts).await
+            crate::multipart::multipart_response(db, doc, parts).await
         }
         Rendered::Json(doc) => json_bytes(StatusCode::OK, doc),
     };
@@ -148,7 +147,7 @@ async fn open_revs(
     let revs =
         blocking(move || Ok(Fabric::open_revs(&node, &name, &user, &id, &wanted, &opts)?)).await?;
     if multipart {
-        return Ok(super::attachments::multipart_mixed(db, revs).await);
+        return Ok(crate::multipart::multipart_mixed(db, revs).await);
     }
     let mut out = b"[".to_vec();
     for (i, rev) in revs.iter().enumerate() {
@@ -176,7 +175,7 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
         .header("content-type")
         .is_some_and(|c| c.to_ascii_lowercase().starts_with("multipart/related"));
     let (body, followed) = if multipart {
-        super::attachments::read_multipart(state, &db, &mut req).await?
+        crate::multipart::read_multipart(state, &db, &mut req).await?
     } else {
         (req.json().await?, Followed::new())
     };
@@ -454,7 +453,6 @@ async fn local(
                 None,
             ))
         }
-        "POST" => super::attachments::form(state, db, id, req).await,
         "COPY" => {
             let (dest_id, dest_rev) = copy_destination(&req)?;
             validate_doc_id(&dest_id)?;

@@ -39,10 +39,7 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
         NodeOp::Info => {
             check_node(node)?;
             allow(&req.method, "GET,HEAD")?;
-            Ok(json(
-                StatusCode::OK,
-                &super::server::node_local_welcome(state),
-            ))
+            Ok(json(StatusCode::OK, &node_local_welcome(state)))
         }
         NodeOp::Config => {
             allow(&req.method, "GET")?;
@@ -412,6 +409,18 @@ fn versions() -> Value {
             "version": QUICKJS_VERSION,
         },
     })
+}
+
+/// The welcome of CouchDB's node-local interface (`/_node/{its name}`): the root's
+/// without `git_sha` and `features`, `vendor` last.
+fn node_local_welcome(state: &AppState) -> Value {
+    let mut body = json!({
+        "couchdb": "Welcome",
+        "uuid": state.config.get_or("couchdb", "uuid", &state.http.server_uuid),
+        "version": "3.5.2",
+    });
+    state.add_vendor(&mut body);
+    body
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// `POST /_replicate` (see [`settee_node::replication::Replicator::replicate`]).
 pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
     // CouchDB reads the body as a JSON object before it looks at the method.
-    if !super::unavailable::has_body(&req) {
+    if !crate::req::has_body(&req) {
         return Err(ApiError::bad_request("Missing request body"));
     }
     let body = match req.json().await? {

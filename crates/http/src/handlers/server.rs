@@ -26,28 +26,8 @@ pub fn root(state: &AppState, req: &Req) -> ApiResult<Response> {
         "uuid": state.config.get_or("couchdb", "uuid", &state.http.server_uuid),
         "features": FEATURES,
     });
-    add_vendor(state, &mut body);
+    state.add_vendor(&mut body);
     Ok(json(StatusCode::OK, &body))
-}
-
-/// The welcome of CouchDB's node-local interface (`/_node/{its name}`): the root's
-/// without `git_sha` and `features`, `vendor` last.
-pub fn node_local_welcome(state: &AppState) -> Value {
-    let mut body = json!({
-        "couchdb": "Welcome",
-        "uuid": state.config.get_or("couchdb", "uuid", &state.http.server_uuid),
-        "version": "3.5.2",
-    });
-    add_vendor(state, &mut body);
-    body
-}
-
-/// As CouchDB's welcomes: the `[vendor]` section, when it has any keys, last.
-fn add_vendor(state: &AppState, body: &mut Value) {
-    let vendor = state.config.section("vendor");
-    if !vendor.is_empty() {
-        body["vendor"] = json!(vendor);
-    }
 }
 
 /// `GET /_up`: `404` with the mode while `[couchdb] maintenance_mode` is `true` or

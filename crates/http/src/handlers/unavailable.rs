@@ -18,17 +18,12 @@ fn absent(what: &str) -> ApiError {
     ApiError::NotImplemented(format!("{what} is not supported by this Settee version"))
 }
 
-/// Whether the request carries a body at all (`Content-Length` or chunked).
-pub(crate) fn has_body(req: &Req) -> bool {
-    req.header("content-length").is_some() || req.header("transfer-encoding").is_some()
-}
-
 /// `POST /_replicate`. CouchDB reads the body of `/_replicate` as a JSON object before
 /// anything else (its "possibly_hack" of local endpoints), so a request without one fails
 /// that way whatever its method.
 pub async fn replicate(mut req: Req, extra: bool) -> ApiResult<Response> {
     if !extra {
-        if !has_body(&req) {
+        if !crate::req::has_body(&req) {
             return Err(ApiError::bad_request("Missing request body"));
         }
         if !req.json().await?.is_object() {

@@ -17,23 +17,6 @@ use settee_node::Fabric;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-/// A POST body as CouchDB's `json_body_obj` takes it.
-fn body_object(body: Value) -> ApiResult<Map<String, Value>> {
-    match body {
-        Value::Object(m) => Ok(m),
-        _ => Err(ApiError::bad_request("Request body must be a JSON object")),
-    }
-}
-
-/// `queries` of a body, if any (CouchDB's `get_view_queries`).
-fn queries_member(body: &Map<String, Value>) -> ApiResult<Option<Vec<Value>>> {
-    match body.get("queries") {
-        None => Ok(None),
-        Some(Value::Array(q)) => Ok(Some(q.clone())),
-        Some(_) => Err(ApiError::bad_request("`queries` member must be an array.")),
-    }
-}
-
 /// The method check of a path below `_design/{ddoc}/`: CouchDB opens the design document
 /// first, so a missing one is a 404 whatever the method.
 pub async fn allow_in_ddoc(
@@ -62,7 +45,7 @@ pub async fn view(
     let args = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.bytes().await?;
-        args_of_body(&req, &body)?
+        crate::req::args_of_body(&req, &body)?
     } else {
         MrArgs::from_query(&req.params)?
     };
@@ -76,20 +59,6 @@ pub async fn view(
     .await)
 }
 
-/// A view query's arguments from a POST body (and the query string).
-pub(crate) fn args_of_body(req: &Req, body: &[u8]) -> ApiResult<MrArgs> {
-    let body = body_object(crate::req::parse_json(body)?)?;
-    if queries_member(&body)?.is_some() {
-        return Err(ApiError::bad_request(
-            "The `queries` parameter is no longer supported at this endpoint",
-        ));
-    }
-    if body.get("keys").is_some_and(|k| !k.is_array()) {
-        return Err(ApiError::bad_request("`keys` member must be an array."));
-    }
-    Ok(MrArgs::from_body_and_query(&body, &req.params, true)?)
-}
-
 pub async fn view_queries(
     state: AppState,
     db: Arc<Database>,
@@ -100,8 +69,8 @@ pub async fn view_queries(
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     settee_metrics::global().view_reads.inc();
-    let body = body_object(req.json().await?)?;
-    let list = queries_member(&body)?
+    let body = crate::req::body_object(req.json().await?)?;
+    let list = crate::req::queries_member(&body)?
         .ok_or_else(|| ApiError::bad_request("POST body must include `queries` parameter."))?;
     let base = MrArgs::from_query(&req.params)?;
     let views = state.views.clone();
