@@ -461,55 +461,6 @@ fn rehash(
     }
 }
 
-/// Gives the authentication database (`[chttpd_auth] authentication_db`), if it exists,
-/// its `_design/_auth` (created, or its validate function restored), as CouchDB's auth
-/// cache does when it starts watching the database. A concurrent write wins.
-pub fn ensure_auth_ddoc(couch: &Couch, node: &NodeConfig) -> Result<(), String> {
-    let Ok(db) = couch.get(&settee_node::settings::auth_db(node)) else {
-        return Ok(());
-    };
-    let (revs, mut body, stubs) = match db.open_doc(users::AUTH_DDOC_ID, None) {
-        Ok(d) => {
-            let (json, stubs) = settee_core::split_stored(&d.body);
-            let body: Map<String, Value> =
-                serde_json::from_slice(json).map_err(|e| e.to_string())?;
-            let current = body.get("validate_doc_update").and_then(Value::as_str);
-            if current == Some(users::AUTH_VALIDATE_JS) {
-                return Ok(());
-            }
-            let stubs = stubs.map(<[u8]>::to_vec);
-            (Some((d.rev.pos, vec![d.rev.id])), body, stubs)
-        }
-        Err(settee_db::Error::NotFound(_)) => (None, Map::new(), None),
-        Err(e) => return Err(e.to_string()),
-    };
-    if body.is_empty() {
-        if let Value::Object(fresh) = users::auth_ddoc_body() {
-            body = fresh;
-        }
-    } else {
-        body.insert(
-            "validate_doc_update".into(),
-            Value::String(users::AUTH_VALIDATE_JS.into()),
-        );
-    }
-    let json = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-    let doc = settee_core::ParsedDoc {
-        id: Some(users::AUTH_DDOC_ID.to_string()),
-        revs,
-        deleted: false,
-        body: settee_core::join_stored(&json, stubs.as_deref()),
-        atts: None,
-        body_term: None,
-    };
-    let rx = db.update_docs(vec![doc], true).map_err(|e| e.to_string())?;
-    match rx.blocking_recv() {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// `[chttpd_auth] min_iterations` and `max_iterations`: a user document hashed with fewer
 /// or more PBKDF2 iterations cannot log in (403), as CouchDB's `verify_iterations`.
 fn check_iterations(hash: &PasswordHash, node: &NodeConfig) -> Result<(), ApiError> {

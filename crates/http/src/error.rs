@@ -67,6 +67,9 @@ impl From<settee_node::Error> for ApiError {
                 ApiError::Named(StatusCode::BAD_REQUEST, "no_usable_index".into(), r)
             }
             N::NotFound(r) => ApiError::NotFound(r),
+            N::InvalidSecurity(reason) => {
+                ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), reason)
+            }
             N::MissingRev => ApiError::Named(
                 StatusCode::CONFLICT,
                 "not_found".into(),

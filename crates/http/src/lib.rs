@@ -17,8 +17,8 @@ mod req;
 mod response;
 mod router;
 
-pub use auth::ensure_auth_ddoc;
 pub use error::{ApiError, ApiResult};
+pub use settee_node::dbs::ensure_auth_ddoc;
 pub use settee_node::query_language::register_query_language;
 pub use settee_node::replication::ensure_replicator_db;
 pub use settee_node::{config as node_config, NodeConfig, SetLogLevel};

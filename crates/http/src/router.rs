@@ -84,9 +84,11 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::Changes => changes::changes(state, handle, req).await,
                 DbOp::Compact => database::compact(&state, handle, &req),
                 DbOp::EnsureFullCommit => database::ensure_full_commit(&state, &req),
-                DbOp::RevsLimit => database::revs_limit(handle, req, database::Limit::Revs).await,
+                DbOp::RevsLimit => {
+                    database::revs_limit(&state, handle, req, database::Limit::Revs).await
+                }
                 DbOp::PurgedInfosLimit => {
-                    database::revs_limit(handle, req, database::Limit::PurgedInfos).await
+                    database::revs_limit(&state, handle, req, database::Limit::PurgedInfos).await
                 }
                 DbOp::Purge => bulk::purge(&state, handle, req).await,
                 DbOp::RevsDiff => bulk::revs_diff(&state, handle, req, false).await,

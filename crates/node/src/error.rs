@@ -58,6 +58,10 @@ pub enum Error {
     /// `content_md5_mismatch`).
     #[error("Possible message corruption.")]
     ContentMd5Mismatch,
+    /// A security object its shards refuse: CouchDB's coordinator answers `{error,
+    /// Reason}`, a 500 with the reason (`chttpd_security_tests`).
+    #[error("{0}")]
+    InvalidSecurity(String),
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

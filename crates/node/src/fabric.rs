@@ -16,6 +16,7 @@
 
 use crate::all_docs::{self, Namespace};
 use crate::changes::{self, ChangesOpts, FilterSpec};
+use crate::dbs::CreateDb;
 use crate::design_filter::ReqInfo;
 use crate::read::{Read, ReadOpts, Revision};
 use crate::write::{self, BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
@@ -47,6 +48,18 @@ pub struct FeedEnd {
 pub trait Fabric: Send + Sync {
     /// Whether `user` may call `endpoint` with `method` (see [`crate::access`]).
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()>;
+
+    /// Creates database `name`.
+    fn create_db(&self, name: &str, opts: CreateDb) -> Result<()>;
+
+    /// Deletes database `name`.
+    fn delete_db(&self, name: &str) -> Result<()>;
+
+    /// The database's security object.
+    fn get_security(&self, db: &str) -> Result<Value>;
+
+    /// Sets the database's security object.
+    fn set_security(&self, db: &str, security: Value) -> Result<()>;
 
     /// The database's info (`GET /{db}`).
     fn db_info(&self, db: &str) -> Result<Value>;
@@ -154,6 +167,22 @@ pub trait Fabric: Send + Sync {
 impl Fabric for Arc<Node> {
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
         crate::access::authorize(self, endpoint, method, user)
+    }
+
+    fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {
+        Node::create_db(self, name, opts)
+    }
+
+    fn delete_db(&self, name: &str) -> Result<()> {
+        Node::delete_db(self, name)
+    }
+
+    fn get_security(&self, db: &str) -> Result<Value> {
+        Ok(self.couch.get(db)?.props().security.clone())
+    }
+
+    fn set_security(&self, db: &str, security: Value) -> Result<()> {
+        Node::set_security(self, &*self.couch.get(db)?, security)
     }
 
     fn db_info(&self, db: &str) -> Result<Value> {

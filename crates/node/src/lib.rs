@@ -18,6 +18,7 @@ pub mod att_write;
 pub mod atts;
 pub mod changes;
 pub mod config;
+pub mod dbs;
 pub mod design_filter;
 mod docjson;
 mod error;

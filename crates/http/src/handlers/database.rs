@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_db::Database;
+use settee_node::dbs::CreateDb;
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ pub fn sync_shards(req: &Req) -> ApiResult<Response> {
 /// `?n=`, `?q=` and `?placement=` on creation, checked in CouchDB's order
 /// (`chttpd_db:parse_shards_opt`); the `q` to keep. One node holds one copy in one zone, so
 /// `n` and a well-formed `placement` change nothing, as on a single CouchDB node.
-fn shards_params(state: &AppState, req: &Req) -> ApiResult<u32> {
+fn shards_params(req: &Req) -> ApiResult<Option<u32>> {
     let positive = |v: &str| v.parse::<u32>().ok().filter(|n| *n > 0);
     for k in ["n", "q"] {
         if let Some(v) = req.params.get(k) {
@@ -72,15 +73,7 @@ fn shards_params(state: &AppState, req: &Req) -> ApiResult<u32> {
             ));
         }
     }
-    let q = match req.params.get("q") {
-        Some(q) => q.parse().unwrap_or(1),
-        None => state
-            .config
-            .get("cluster", "q")
-            .and_then(|q| positive(q.trim()))
-            .unwrap_or(1),
-    };
-    Ok(q)
+    Ok(req.params.get("q").map(|q| q.parse().unwrap_or(1)))
 }
 
 /// `?partitioned=` on creation (`chttpd_db:parse_partitioned_opt`).
@@ -90,30 +83,6 @@ fn partitioned_param(req: &Req) -> ApiResult<bool> {
         Some("true") => Ok(true),
         Some(_) => Err(ApiError::bad_request("Invalid `partitioned` parameter")),
     }
-}
-
-/// System databases cannot be partitioned (`couch_partition:validate_dbname`): CouchDB's
-/// own databases by name, and any database whose last path segment names `_users`,
-/// `_replicator` or the configured users database suffix.
-fn refuse_partitioned_system_db(state: &AppState, name: &str) -> ApiResult<()> {
-    const SYSTEM: &[&str] = &[
-        "_dbs",
-        "_global_changes",
-        "_metadata",
-        "_nodes",
-        "_replicator",
-        "_users",
-    ];
-    let suffix = name.rsplit('/').next().unwrap_or(name);
-    let users_suffix = state.config.get("couchdb", "users_db_suffix");
-    let system = SYSTEM.contains(&name)
-        || ["_replicator", "_users"].contains(&suffix)
-        || users_suffix.as_deref() == Some(suffix)
-        || name == settee_node::settings::auth_db(&state.config);
-    if system {
-        return Err(ApiError::bad_request("Cannot partition a system database"));
-    }
-    Ok(())
 }
 
 pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Response> {
@@ -129,34 +98,12 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
-            let q = shards_params(state, &req)?;
-            let partitioned = partitioned_param(&req)?;
-            if partitioned {
-                refuse_partitioned_system_db(state, name)?;
-            }
-            let couch = state.couch.clone();
-            let name2 = name.to_string();
-            let security = settee_auth::security::default_for(
-                state.config.get("couchdb", "default_security").as_deref(),
-            );
-            let node = state.config.clone();
-            blocking(move || {
-                let props = settee_db::Props {
-                    security,
-                    partitioned,
-                    q,
-                    ..Default::default()
-                };
-                couch.create_with(&name2, props)?;
-                if name2 == settee_node::settings::auth_db(&node) {
-                    // Born with `_design/_auth`, as CouchDB's auth cache gives it.
-                    if let Err(e) = crate::auth::ensure_auth_ddoc(&couch, &node) {
-                        tracing::warn!(error = %e, "writing _design/_auth");
-                    }
-                }
-                Ok(())
-            })
-            .await?;
+            let opts = CreateDb {
+                q: shards_params(&req)?,
+                partitioned: partitioned_param(&req)?,
+            };
+            let (node, name2) = (state.node.clone(), name.to_string());
+            blocking(move || Ok(Fabric::create_db(&node, &name2, opts)?)).await?;
             let mut resp = ok_true(StatusCode::CREATED);
             let path = format!("/{}", crate::location::url_encode(name));
             if let Some(loc) = crate::location::absolute_uri(&state.config, &req, &path) {
@@ -170,9 +117,8 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                     "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a document instead?",
                 ));
             }
-            let couch = state.couch.clone();
-            let name2 = name.to_string();
-            blocking(move || Ok(couch.delete(&name2)?)).await?;
+            let (node, name2) = (state.node.clone(), name.to_string());
+            blocking(move || Ok(Fabric::delete_db(&node, &name2)?)).await?;
             Ok(ok_true(StatusCode::OK))
         }
         "POST" => {
@@ -243,13 +189,14 @@ pub fn ensure_full_commit(state: &AppState, req: &Req) -> ApiResult<Response> {
     ))
 }
 
-#[derive(Clone, Copy)]
-pub enum Limit {
-    Revs,
-    PurgedInfos,
-}
+pub use settee_node::dbs::Limit;
 
-pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiResult<Response> {
+pub async fn revs_limit(
+    state: &AppState,
+    db: Arc<Database>,
+    mut req: Req,
+    which: Limit,
+) -> ApiResult<Response> {
     allow(&req.method, "PUT,GET")?;
     if req.method == "PUT" {
         let v = req.json().await?;
@@ -265,13 +212,8 @@ pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiRes
                 ApiError::bad_request("`purged_infos_limit` must be positive integer")
             }
         })?;
-        blocking(move || {
-            Ok(db.set_props(|p| match which {
-                Limit::Revs => p.revs_limit = n,
-                Limit::PurgedInfos => p.purged_infos_limit = n,
-            })?)
-        })
-        .await?;
+        let node = state.node.clone();
+        blocking(move || Ok(node.set_limit(&db, which, n)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }
     let p = db.props();
@@ -287,27 +229,12 @@ pub async fn revs_limit(db: Arc<Database>, mut req: Req, which: Limit) -> ApiRes
 pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "PUT,GET")?;
     if req.method == "PUT" {
-        // Only the exact value `false` (the default) protects the authentication
-        // database, as CouchDB compares the setting's text.
-        if db.name == settee_node::settings::auth_db(&state.config)
-            && state
-                .config
-                .get_or("couchdb", "users_db_security_editable", "false")
-                == "false"
-        {
-            return Err(ApiError::Forbidden(
-                "You can't edit the security object of the user database.".into(),
-            ));
-        }
         let v = req.json().await?;
-        // CouchDB's shards refuse the object and its coordinator answers `{error,
-        // Reason}`: 500 with the reason (chttpd_security_tests; `bad_request` for what is
-        // not an object, as couch_db:set_security/2 throws).
-        settee_auth::security::validate(&v).map_err(|reason| {
-            ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), reason)
-        })?;
-        blocking(move || Ok(db.set_props(|p| p.security = v)?)).await?;
+        let (node, name) = (state.node.clone(), db.name.clone());
+        blocking(move || Ok(Fabric::set_security(&node, &name, v)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }
-    Ok(json(StatusCode::OK, &db.props().security))
+    let node = state.node.clone();
+    let security = blocking(move || Ok(node.get_security(&db.name)?)).await?;
+    Ok(json(StatusCode::OK, &security))
 }
