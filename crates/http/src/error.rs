@@ -70,6 +70,11 @@ impl From<settee_node::Error> for ApiError {
             N::InvalidSecurity(reason) => {
                 ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), reason)
             }
+            N::UpdateByGet => ApiError::Named(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed".into(),
+                "Update functions do not allow GET".into(),
+            ),
             N::MissingRev => ApiError::Named(
                 StatusCode::CONFLICT,
                 "not_found".into(),

@@ -62,6 +62,9 @@ pub enum Error {
     /// Reason}`, a 500 with the reason (`chttpd_security_tests`).
     #[error("{0}")]
     InvalidSecurity(String),
+    /// An update function asked for with GET (CouchDB's 405, without `Allow`).
+    #[error("Update functions do not allow GET")]
+    UpdateByGet,
     /// CouchDB's 400 `bad_request`.
     #[error("{0}")]
     BadRequest(String),

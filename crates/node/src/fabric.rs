@@ -19,6 +19,7 @@ use crate::changes::{self, ChangesOpts, FilterSpec};
 use crate::dbs::CreateDb;
 use crate::design_filter::ReqInfo;
 use crate::read::{Read, ReadOpts, Revision};
+use crate::render::{FnCall, Shown, Updated};
 use crate::write::{self, BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
 use crate::{Node, Result};
 use futures_util::future::BoxFuture;
@@ -146,6 +147,26 @@ pub trait Fabric: Send + Sync {
         wanted: &str,
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>>;
+
+    /// A show function's answer (`matches`: whether the client's `If-None-Match` names an
+    /// ETag).
+    fn show(
+        &self,
+        db: &str,
+        call: &FnCall,
+        accept: Option<&str>,
+        matches: &dyn Fn(&str) -> bool,
+    ) -> Result<Shown>;
+
+    /// An update function's answer, its document written as `user` (`refused`: asked for
+    /// with GET).
+    fn update<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        call: FnCall,
+        refused: bool,
+    ) -> Fut<'a, Updated>;
 
     /// A local document (404 `missing` when there is none).
     fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc>;
@@ -300,6 +321,29 @@ impl Fabric for Arc<Node> {
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>> {
         Node::open_revs(self, &*self.couch.get(db)?, user, id, wanted, opts)
+    }
+
+    fn show(
+        &self,
+        db: &str,
+        call: &FnCall,
+        accept: Option<&str>,
+        matches: &dyn Fn(&str) -> bool,
+    ) -> Result<Shown> {
+        Node::show(self, &self.couch.get(db)?, call, accept, matches)
+    }
+
+    fn update<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        call: FnCall,
+        refused: bool,
+    ) -> Fut<'a, Updated> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            Node::update(self, db, user, call, refused).await
+        })
     }
 
     fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc> {

@@ -21,6 +21,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 /// A function's response object, read as `chttpd_external:parse_external_response` reads
 /// it: `code`, `headers`, and a body from `body` (HTML by default), `base64` (binary) or
 /// `json`; the default type is JSON. Anything else is an `external_response_error`.
+#[derive(Debug)]
 pub struct External {
     pub code: u16,
     pub headers: Vec<(String, String)>,

@@ -9,6 +9,7 @@
 use crate::design_filter::ReqInfo;
 use crate::{doc_json, DocOpts, Error, Node, Result};
 use serde_json::{Map, Value};
+use settee_auth::UserCtx;
 use settee_core::recent::Recent;
 use settee_db::{Database, OpenDoc};
 use settee_js::{Limits, ListIo, RenderKind, RenderSource, Renderer};
@@ -332,4 +333,155 @@ pub fn apply_headers(resp: &mut Value, headers: &[(&str, &str)]) {
             h.insert(name.to_string(), Value::String(value.to_string()));
         }
     }
+}
+
+/// A call of a show or update function: `{name}` of `_design/{ddoc}` about document
+/// `doc_id` (if any), for request `req`.
+#[derive(Clone)]
+pub struct FnCall {
+    pub ddoc: String,
+    pub name: String,
+    pub doc_id: Option<String>,
+    pub req: ReqInfo,
+}
+
+/// What a show answers.
+#[derive(Debug)]
+pub enum Shown {
+    /// The client's copy is current (`If-None-Match` matched the show's ETag).
+    NotModified(String),
+    Answer(crate::list::External),
+}
+
+/// An update function's answer: its response and, when it returned a document, the id
+/// written and its new revision (`None` when acknowledged without one).
+#[derive(Debug)]
+pub struct Updated {
+    pub response: crate::list::External,
+    pub written: Option<(String, Option<settee_core::Rev>)>,
+}
+
+impl Node {
+    /// A show (`call`): its answer with its `ETag`
+    /// and `Vary: Accept`, unless `matches` (the client's `If-None-Match`) names the ETag.
+    /// A missing document is `null` to the function.
+    pub fn show(
+        self: &Arc<Self>,
+        db: &Arc<Database>,
+        call: &FnCall,
+        accept: Option<&str>,
+        matches: &dyn Fn(&str) -> bool,
+    ) -> Result<Shown> {
+        let (name, req) = (call.name.as_str(), &call.req);
+        let ddoc = DesignDoc::open(db, &call.ddoc)?;
+        ddoc.require_function("shows", name)?;
+        let doc = match &call.doc_id {
+            Some(id) => function_doc(db, id)?,
+            None => Value::Null,
+        };
+        let etag = show_etag(&ddoc, &doc, accept, req);
+        if matches(&etag) {
+            return Ok(Shown::NotModified(etag));
+        }
+        let req = req.render_json(self, db)?;
+        let answer = doc_answer(self, db, &ddoc, RenderKind::Show, name, &doc, &req)?;
+        let mut resp = crate::list::answer_part(&answer, "resp", 1)?.clone();
+        apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
+        Ok(Shown::Answer(crate::list::External::parse(&resp, 200)?))
+    }
+
+    /// An update (`call`) as `user`: the function's document,
+    /// if it returns one, is written as the requester would write it (201,
+    /// `X-Couch-Update-NewRev`, `X-Couch-Id`); else 200. The function's `code` overrides
+    /// either. `refused`: the method is GET (or HEAD), which CouchDB refuses once it has
+    /// found the function.
+    pub async fn update(
+        self: &Arc<Self>,
+        db: Arc<Database>,
+        user: &UserCtx,
+        call: FnCall,
+        refused: bool,
+    ) -> Result<Updated> {
+        let (node, user2) = (self.clone(), user.clone());
+        let FnCall {
+            ddoc,
+            name,
+            doc_id,
+            req,
+        } = call;
+        // One blocking pass runs the function and hands its document to the writer.
+        let (resp, pending) = crate::blocking::<_, Error>(move || {
+            let ddoc = DesignDoc::open(&db, &ddoc)?;
+            // chttpd_show looks the function up first; the refusal is the query server's.
+            ddoc.require_function("updates", &name)?;
+            if refused {
+                return Err(Error::UpdateByGet);
+            }
+            let doc = match &doc_id {
+                Some(id) => function_doc(&db, id)?,
+                None => Value::Null,
+            };
+            let req = req.render_json(&node, &db)?;
+            let answer = doc_answer(&node, &db, &ddoc, RenderKind::Update, &name, &doc, &req)?;
+            let resp = crate::list::answer_part(&answer, "up", 2)?.clone();
+            let new_doc = crate::list::answer_part(&answer, "up", 1)?;
+            if !new_doc.is_object() {
+                return Ok((resp, None));
+            }
+            let parsed = settee_core::parse_doc(new_doc.clone())?;
+            let id = parsed.id.clone().unwrap_or_default();
+            settee_core::validate_doc_id(&id)?;
+            let settings = node.write_settings();
+            let pending = settee_docs::submit(
+                &settings,
+                &db,
+                &user2,
+                vec![parsed],
+                true,
+                settee_docs::Followed::new(),
+            )?;
+            Ok((resp, Some((id, pending))))
+        })
+        .await?;
+        let mut resp = resp;
+        let (code, written) = match pending {
+            Some((id, pending)) => {
+                let rev = pending
+                    .wait()
+                    .await?
+                    .pop()
+                    .expect("one result per document")?;
+                let shown = rev.as_ref().map(|r| r.to_string()).unwrap_or_default();
+                apply_headers(
+                    &mut resp,
+                    &[
+                        ("X-Couch-Update-NewRev", &shown),
+                        ("X-Couch-Id", &url_encode_plus(&id)),
+                    ],
+                );
+                (201, Some((id, rev)))
+            }
+            None => (200, None),
+        };
+        Ok(Updated {
+            response: crate::list::External::parse(&resp, code)?,
+            written,
+        })
+    }
+}
+
+/// `X-Couch-Id` as CouchDB writes it: letters, digits and `_.-:` as they are, space as
+/// `+`, any other byte as `%XX`.
+fn url_encode_plus(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b':' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }

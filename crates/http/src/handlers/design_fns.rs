@@ -12,13 +12,10 @@ use crate::req::{etag_matches, require_json};
 use crate::{AppState, Req};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
-use serde_json::Value;
-use settee_core::{parse_doc, validate_doc_id};
 use settee_db::Database;
-use settee_docs::Followed;
-use settee_js::RenderKind;
-use settee_node::list::{answer_part, External, RowQuery};
-use settee_node::render::{apply_headers, doc_answer, function_doc, show_etag, DesignDoc};
+use settee_node::list::RowQuery;
+use settee_node::render::{DesignDoc, FnCall, Shown};
+use settee_node::Fabric;
 use std::sync::Arc;
 
 /// What a path below `_design/{ddoc}/` asks of a render function.
@@ -53,7 +50,7 @@ pub async fn design_fn(
 }
 
 /// `_show/{func}[/{docid}]`, any method: the show's answer, with an ETag (304 when it
-/// matches `If-None-Match`). A missing document is `null` to the function.
+/// matches `If-None-Match`).
 async fn show(
     state: AppState,
     db: Arc<Database>,
@@ -63,33 +60,36 @@ async fn show(
     mut req: Req,
 ) -> ApiResult<Response> {
     let body = req.bytes().await?;
-    let info = crate::req_info::for_render(&req, &body, doc_id.clone());
+    let call = FnCall {
+        req: crate::req_info::for_render(&req, &body, doc_id.clone()),
+        ddoc,
+        name,
+        doc_id,
+    };
     let accept = req.header("accept").map(str::to_owned);
     let headers = req.headers.clone();
-    blocking(move || {
-        let ddoc = DesignDoc::open(&db, &ddoc)?;
-        ddoc.require_function("shows", &name)?;
-        let doc = match &doc_id {
-            Some(id) => function_doc(&db, id)?,
-            None => Value::Null,
-        };
-        let etag = show_etag(&ddoc, &doc, accept.as_deref(), &info);
-        if etag_matches(&headers, &etag) {
-            let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
-            return Ok(crate::reply::not_modified(tag));
-        }
-        let req = info.render_json(&state, &db)?;
-        let answer = doc_answer(&state.node, &db, &ddoc, RenderKind::Show, &name, &doc, &req)?;
-        let mut resp = answer_part(&answer, "resp", 1)?.clone();
-        apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
-        external_response(External::parse(&resp, 200)?, &state)
+    let node = state.node.clone();
+    let shown = blocking(move || {
+        let matches = |etag: &str| etag_matches(&headers, etag);
+        Ok(Fabric::show(
+            &node,
+            &db.name,
+            &call,
+            accept.as_deref(),
+            &matches,
+        )?)
     })
-    .await
+    .await?;
+    match shown {
+        Shown::NotModified(etag) => {
+            let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
+            Ok(crate::reply::not_modified(tag))
+        }
+        Shown::Answer(ext) => external_response(ext, &state),
+    }
 }
 
-/// `_update/{func}[/{docid}]`: the function's document, if it returns one, is written as
-/// the requester would write it (201, `X-Couch-Update-NewRev`, `X-Couch-Id`); else 200.
-/// The function's `code` overrides either.
+/// `_update/{func}[/{docid}]` (see [`settee_node::Node::update`]).
 async fn update(
     state: AppState,
     db: Arc<Database>,
@@ -99,87 +99,16 @@ async fn update(
     mut req: Req,
 ) -> ApiResult<Response> {
     let body = req.bytes().await?;
-    let info = crate::req_info::for_render(&req, &body, doc_id.clone());
-    let user = req.user.clone();
+    let call = FnCall {
+        req: crate::req_info::for_render(&req, &body, doc_id.clone()),
+        ddoc,
+        name,
+        doc_id,
+    };
     // Any method but GET (and HEAD, which CouchDB takes for a GET); without `Allow`.
     let refused = matches!(req.method.as_str(), "GET" | "HEAD");
-    // One blocking pass runs the function and hands its document to the writer.
-    let state2 = state.clone();
-    let (mut resp, written) = blocking(move || {
-        let state = state2;
-        let ddoc = DesignDoc::open(&db, &ddoc)?;
-        // chttpd_show looks the function up first; the refusal is the query server's.
-        ddoc.require_function("updates", &name)?;
-        if refused {
-            return Err(ApiError::Named(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed".into(),
-                "Update functions do not allow GET".into(),
-            ));
-        }
-        let doc = match &doc_id {
-            Some(id) => function_doc(&db, id)?,
-            None => Value::Null,
-        };
-        let req = info.render_json(&state, &db)?;
-        let answer = doc_answer(
-            &state.node,
-            &db,
-            &ddoc,
-            RenderKind::Update,
-            &name,
-            &doc,
-            &req,
-        )?;
-        let resp = answer_part(&answer, "up", 2)?.clone();
-        let new_doc = answer_part(&answer, "up", 1)?;
-        if !new_doc.is_object() {
-            return Ok((resp, None));
-        }
-        let parsed = parse_doc(new_doc.clone())?;
-        let id = parsed.id.clone().unwrap_or_default();
-        validate_doc_id(&id)?;
-        let settings = state.write_settings();
-        let pending =
-            settee_docs::submit(&settings, &db, &user, vec![parsed], true, Followed::new())?;
-        Ok((resp, Some((id, pending))))
-    })
-    .await?;
-    let code = match written {
-        Some((id, pending)) => {
-            let rev = pending
-                .wait()
-                .await?
-                .pop()
-                .expect("one result per document")?;
-            let rev = rev.map(|r| r.to_string()).unwrap_or_default();
-            apply_headers(
-                &mut resp,
-                &[
-                    ("X-Couch-Update-NewRev", &rev),
-                    ("X-Couch-Id", &url_encode(&id)),
-                ],
-            );
-            201
-        }
-        None => 200,
-    };
-    external_response(External::parse(&resp, code)?, &state)
-}
-
-/// `couch_util:url_encode`: letters, digits and `_.-:` as they are, space as `+`.
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b':' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    let updated = Fabric::update(&state.node, &db.name, &req.user, call, refused).await?;
+    external_response(updated.response, &state)
 }
 
 /// `_list/{func}/{view}` and `_list/{func}/{ddoc}/{view}` (GET, or POST with `keys`): the

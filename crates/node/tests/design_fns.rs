@@ -1,0 +1,131 @@
+//! Design functions through the operations trait, run by the real QuickJS on a real
+//! RocksDB: a show's answer and its ETag (and the client's copy being current), an update
+//! function writing its document (201 with the new revision and id) or answering alone,
+//! and CouchDB's refusals.
+
+use serde_json::{json, Value};
+use settee_auth::UserCtx;
+use settee_node::design_filter::ReqInfo;
+use settee_node::list::External;
+use settee_node::render::{FnCall, Shown};
+use settee_node::Error;
+
+mod common;
+use common::{fixture, write, Fixture};
+
+fn node() -> Fixture {
+    let f = fixture();
+    write(
+        &f.db,
+        vec![
+            json!({"_id": "a", "v": 1}),
+            json!({"_id": "_design/f",
+            "shows": {"s": "function(doc, req) { return {body: 'hello ' + (doc ? doc._id : 'none')}; }"},
+            "updates": {
+                "bump": "function(doc, req) { if (!doc) return [{_id: req.id, v: 0}, 'made']; doc.v += 1; return [doc, 'bumped']; }",
+                "say": "function(doc, req) { return [null, {code: 202, body: 'nothing'}]; }"
+            }}),
+        ],
+    );
+    f
+}
+
+fn request(id: Option<&str>) -> ReqInfo {
+    ReqInfo {
+        method: "POST".into(),
+        path: vec!["db".into(), "_design".into(), "f".into()],
+        raw_path: "/db/_design/f".into(),
+        query: Vec::new(),
+        headers: Vec::new(),
+        body: Value::String("undefined".into()),
+        peer: "127.0.0.1".into(),
+        cookie: Vec::new(),
+        user: UserCtx::default(),
+        id: id.map(String::from),
+        form: Vec::new(),
+    }
+}
+
+fn call(name: &str, id: Option<&str>) -> FnCall {
+    FnCall {
+        ddoc: "f".into(),
+        name: name.into(),
+        doc_id: id.map(String::from),
+        req: request(id),
+    }
+}
+
+fn header<'a>(ext: &'a External, name: &str) -> Option<&'a str> {
+    ext.headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn a_show_answers_with_an_etag_and_honours_a_current_copy() {
+    let f = node();
+    let fabric = f.fabric();
+    let shown = fabric
+        .show("db", &call("s", Some("a")), None, &|_| false)
+        .unwrap();
+    let Shown::Answer(ext) = shown else {
+        panic!("{shown:?}")
+    };
+    assert_eq!((ext.code, ext.body.as_slice()), (200, &b"hello a"[..]));
+    assert_eq!(header(&ext, "Vary"), Some("Accept"));
+    let etag = header(&ext, "ETag").unwrap().to_string();
+    let again = fabric
+        .show("db", &call("s", Some("a")), None, &|t| t == etag)
+        .unwrap();
+    assert!(matches!(again, Shown::NotModified(t) if t == etag));
+    // A missing document is null to the function; a missing function is CouchDB's 404.
+    let Shown::Answer(none) = fabric
+        .show("db", &call("s", Some("zz")), None, &|_| false)
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(none.body, b"hello none");
+    assert!(matches!(
+        fabric.show("db", &call("nope", None), None, &|_| false),
+        Err(Error::NotFound(r)) if r == "missing json key: nope"
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_writes_its_document_or_answers_alone() {
+    let f = node();
+    let fabric = f.fabric();
+    let user = UserCtx::default();
+    let made = fabric
+        .update("db", &user, call("bump", Some("new one")), false)
+        .await
+        .unwrap();
+    assert_eq!(made.response.code, 201);
+    let (id, rev) = made.written.unwrap();
+    let rev = rev.unwrap();
+    assert_eq!(id, "new one");
+    assert_eq!(header(&made.response, "X-Couch-Id"), Some("new+one"));
+    assert_eq!(
+        header(&made.response, "X-Couch-Update-NewRev"),
+        Some(rev.to_string().as_str())
+    );
+    assert_eq!(made.response.body, b"made");
+    let bumped = fabric
+        .update("db", &user, call("bump", Some("a")), false)
+        .await
+        .unwrap();
+    assert_eq!(bumped.response.body, b"bumped");
+    assert_eq!(f.db.open_doc("a", None).unwrap().rev.pos, 2);
+    let said = fabric
+        .update("db", &user, call("say", None), false)
+        .await
+        .unwrap();
+    assert_eq!((said.response.code, said.written.is_none()), (202, true));
+    let refused = fabric
+        .update("db", &user, call("say", None), true)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::UpdateByGet));
+}
