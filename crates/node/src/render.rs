@@ -456,7 +456,7 @@ impl Node {
                     &mut resp,
                     &[
                         ("X-Couch-Update-NewRev", &shown),
-                        ("X-Couch-Id", &url_encode_plus(&id)),
+                        ("X-Couch-Id", &settee_wire::url_encode(&id)),
                     ],
                 );
                 (201, Some((id, rev)))
@@ -468,20 +468,4 @@ impl Node {
             written,
         })
     }
-}
-
-/// `X-Couch-Id` as CouchDB writes it: letters, digits and `_.-:` as they are, space as
-/// `+`, any other byte as `%XX`.
-fn url_encode_plus(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b':' => {
-                out.push(b as char)
-            }
-            b' ' => out.push('+'),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
