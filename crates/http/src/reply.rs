@@ -162,3 +162,11 @@ pub fn csp_header(config: &NodeConfig, kind: &str, default: &str) -> Option<Head
     let value = config.get_or("csp", &format!("{kind}_header_value"), default);
     HeaderValue::from_str(&value).ok()
 }
+
+/// A local document's `ETag`. CouchDB hashes the Erlang term of its revision and body
+/// (`couch_httpd:doc_etag`), so the value is opaque but changes with either; this is the
+/// same shape (a quoted base-36 MD5) over the revision and stored body.
+pub fn local_etag(rev: u64, body: &[u8]) -> HeaderValue {
+    let tag = settee_node::render::make_etag(&[&rev.to_be_bytes()[..], body].concat());
+    HeaderValue::from_str(&tag).expect("etags are ASCII")
+}

@@ -132,7 +132,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 .filter(|i| i.starts_with("_local/"))
             {
                 let local = local.to_string();
-                return super::doc::put_local(state, db, local, body, &req, batch).await;
+                return super::put_local(state, db, local, body, &req, batch).await;
             }
             let mut parsed = settee_core::parse_doc(body)?;
             let id = match parsed.id.take() {

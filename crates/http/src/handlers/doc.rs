@@ -5,12 +5,11 @@ use super::blocking;
 use crate::error::{ApiError, ApiResult};
 use crate::location::{absolute_uri, doc_location};
 use crate::reply::{accepted, json_bytes, not_modified, rev_etag, write_response};
-use crate::req::{batch_ok, etag_matches, etag_value, new_edits, parse_rev_param, reconcile_rev};
+use crate::req::{batch_ok, etag_matches, new_edits, parse_rev_param, reconcile_rev};
 use crate::{AppState, Req};
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::Response;
-use serde_json::Value;
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
 use settee_db::{Database, LocalUpdate, OpenDoc};
 use settee_docs::Followed;
@@ -318,7 +317,7 @@ async fn copy_to(
         // generation than 0: a 500 named `error`.
         let rev = match dest_rev {
             None => None,
-            Some(r) if r.pos == 0 => Some(parse_local_rev(&r.to_string())?),
+            Some(r) if r.pos == 0 => Some(crate::req::parse_local_rev(&r.to_string())?),
             Some(_) => {
                 return Err(ApiError::Named(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -369,22 +368,6 @@ async fn copy_to(
 
 // ---- local documents ------------------------------------------------------------------
 
-/// The `N` of a local document's revision `0-N`; any other shape is CouchDB's
-/// `Invalid rev format`.
-fn parse_local_rev(s: &str) -> ApiResult<u64> {
-    s.strip_prefix("0-")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
-}
-
-/// A local document's `ETag`. CouchDB hashes the Erlang term of its revision and body
-/// (`couch_httpd:doc_etag`), so the value is opaque but changes with either; this is the
-/// same shape (a quoted base-36 MD5) over the revision and stored body.
-fn local_etag(rev: u64, body: &[u8]) -> HeaderValue {
-    let tag = settee_node::render::make_etag(&[&rev.to_be_bytes()[..], body].concat());
-    HeaderValue::from_str(&tag).expect("etags are ASCII")
-}
-
 /// Local documents: no revision tree and no MVCC (CouchDB's `_local` documents, which
 /// replication checkpoints use). Reads of a given `rev` find nothing, as CouchDB looks
 /// revisions up in the document tree where local documents are not.
@@ -412,7 +395,7 @@ async fn local(
             }
             let node = state.node.clone();
             let d = blocking(move || Ok(node.open_local(&db.name, &id)?)).await?;
-            let tag = local_etag(d.rev, &d.body);
+            let tag = crate::reply::local_etag(d.rev, &d.body);
             if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
                 return Ok(not_modified(tag));
             }
@@ -432,12 +415,12 @@ async fn local(
             validate_doc_id(&id)?;
             let batch = batch_ok(&req)?;
             let body = req.json().await?;
-            put_local(state, db, id, body, &req, batch).await
+            super::put_local(state, db, id, body, &req, batch).await
         }
         "DELETE" => {
             let (node, db2, id2) = (state.node.clone(), db.name.clone(), id.clone());
             blocking(move || Ok(node.open_local(&db2, &id2).map(drop)?)).await?;
-            let rev = local_rev(&req, None)?;
+            let rev = crate::req::local_rev(&req, None)?;
             let update = LocalUpdate {
                 id: id.clone(),
                 rev,
@@ -449,7 +432,7 @@ async fn local(
                 StatusCode::OK,
                 &id,
                 "0-0",
-                Some(local_etag(0, b"{}")),
+                Some(crate::reply::local_etag(0, b"{}")),
                 None,
             ))
         }
@@ -462,66 +445,4 @@ async fn local(
         }
         _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
     }
-}
-
-/// The `N` a local write names through its body's `_rev`, `?rev=` and `If-Match`, which
-/// must agree (as for other documents).
-fn local_rev(req: &Req, body_rev: Option<&Value>) -> ApiResult<Option<u64>> {
-    let body = match body_rev {
-        None => None,
-        Some(Value::String(s)) => Some(parse_local_rev(s)?),
-        Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
-    };
-    let query = req.params.get("rev").map(parse_local_rev).transpose()?;
-    if let (Some(q), Some(b)) = (query, body) {
-        if q != b {
-            return Err(ApiError::bad_request(
-                "Document rev from request body and query string have different values",
-            ));
-        }
-    }
-    let if_match = etag_value(&req.headers, header::IF_MATCH)
-        .map(|s| parse_local_rev(&s))
-        .transpose()?;
-    let explicit = body.or(query);
-    if let (Some(m), Some(e)) = (if_match, explicit) {
-        if m != e {
-            return Err(ApiError::bad_request(
-                "Document rev and etag have different values",
-            ));
-        }
-    }
-    Ok(explicit.or(if_match))
-}
-
-/// Writes a local document from a request body (`PUT`, or `POST /{db}` with a `_local/`
-/// id): 201 with revision `0-N+1` for the `0-N` given (`0-1` without one), whatever is
-/// stored; a body with `_deleted: true` removes it (200, `0-0`).
-pub async fn put_local(
-    state: &AppState,
-    db: Arc<Database>,
-    id: String,
-    body: Value,
-    req: &Req,
-    batch: bool,
-) -> ApiResult<Response> {
-    let (mut update, body_rev) = settee_node::write::local_update(&id, body)?;
-    update.rev = local_rev(req, body_rev.as_ref())?;
-    let (deleted, etag_body) = (update.deleted, update.body.clone());
-    let Some(n) = Fabric::put_local(&state.node, &db.name, update, batch).await? else {
-        return Ok(accepted(&id));
-    };
-    let status = if deleted {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
-    };
-    let location = doc_location(&state.config, req, &db.name, &id);
-    Ok(write_response(
-        status,
-        &id,
-        &format!("0-{n}"),
-        Some(local_etag(n, &etag_body)),
-        location,
-    ))
 }

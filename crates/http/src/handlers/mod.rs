@@ -19,7 +19,15 @@ pub mod utils;
 pub mod views;
 
 use crate::error::{ApiError, ApiResult};
-use axum::http::Method;
+use crate::location::doc_location;
+use crate::reply::{accepted, write_response};
+use crate::{AppState, Req};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use serde_json::Value;
+use settee_db::Database;
+use settee_node::Fabric;
+use std::sync::Arc;
 
 /// `Ok(())` if `method` is one of `allowed`; else CouchDB's 405 with an `Allow` header.
 pub fn allow(method: &Method, allowed: &'static str) -> ApiResult<()> {
@@ -63,4 +71,36 @@ pub fn query_results<Q>(
     }
     out.extend_from_slice(b"]}");
     Ok(out)
+}
+
+/// Writes a local document from a request body (`PUT`, or `POST /{db}` with a `_local/`
+/// id): 201 with revision `0-N+1` for the `0-N` given (`0-1` without one), whatever is
+/// stored; a body with `_deleted: true` removes it (200, `0-0`).
+pub async fn put_local(
+    state: &AppState,
+    db: Arc<Database>,
+    id: String,
+    body: Value,
+    req: &Req,
+    batch: bool,
+) -> ApiResult<Response> {
+    let (mut update, body_rev) = settee_node::write::local_update(&id, body)?;
+    update.rev = crate::req::local_rev(req, body_rev.as_ref())?;
+    let (deleted, etag_body) = (update.deleted, update.body.clone());
+    let Some(n) = Fabric::put_local(&state.node, &db.name, update, batch).await? else {
+        return Ok(accepted(&id));
+    };
+    let status = if deleted {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let location = doc_location(&state.config, req, &db.name, &id);
+    Ok(write_response(
+        status,
+        &id,
+        &format!("0-{n}"),
+        Some(crate::reply::local_etag(n, &etag_body)),
+        location,
+    ))
 }
