@@ -216,7 +216,7 @@ fn with_latest(info: &DocInfo, revs: Vec<Rev>) -> Vec<Rev> {
 }
 
 /// Latest leaves descending from `rev` (itself if it is a leaf).
-fn latest_leaves(info: &DocInfo, rev: &Rev) -> Vec<Rev> {
+pub(crate) fn latest_leaves(info: &DocInfo, rev: &Rev) -> Vec<Rev> {
     info.tree
         .leaves()
         .into_iter()

@@ -371,18 +371,7 @@ pub fn open_local(db: &Database, id: &str) -> Result<LocalDoc> {
 /// descends from it (`latest=true`).
 pub fn open_latest(db: &Database, id: &str, rev: &Rev) -> settee_db::Result<OpenDoc> {
     let d = db.open_doc(id, Some(rev))?;
-    let newest = d
-        .info
-        .tree
-        .leaves()
-        .into_iter()
-        .map(|l| l.rev)
-        .filter(|l| {
-            l.pos >= rev.pos
-                && d.info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id)
-        })
-        .max();
-    match newest {
+    match crate::read::latest_leaves(&d.info, rev).into_iter().max() {
         Some(n) if &n != rev => db.open_doc(id, Some(&n)),
         _ => Ok(d),
     }
