@@ -85,6 +85,20 @@ impl From<settee_node::Error> for ApiError {
                 "content_md5_mismatch".into(),
                 "Possible message corruption.".into(),
             ),
+            N::SavingDdoc(e) => {
+                let e = ApiError::from(*e);
+                let (status, error, _) = e.parts();
+                let reason = match status.as_u16() {
+                    401 | 403 => return e,
+                    409 => "Encountered a conflict while saving the design document.".into(),
+                    _ => format!("Unknown error while saving the design document: {error}"),
+                };
+                ApiError::Named(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "error_saving_ddoc".into(),
+                    reason,
+                )
+            }
             N::UnknownUuidAlgorithm(name) => ApiError::Named(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "unknown_uuid_algorithm".into(),

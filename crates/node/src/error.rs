@@ -71,6 +71,10 @@ pub enum Error {
     /// CouchDB's 404 `not_found`.
     #[error("{0}")]
     NotFound(String),
+    /// A Mango index's design document failed to save: CouchDB answers
+    /// `error_saving_ddoc` for it, unless the write was refused ([`Error::is_refusal`]).
+    #[error("error_saving_ddoc: {0}")]
+    SavingDdoc(Box<Error>),
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),
@@ -93,6 +97,23 @@ impl From<settee_replicator::Error> for Error {
 impl Error {
     pub fn bad_request(reason: impl Into<String>) -> Error {
         Error::BadRequest(reason.into())
+    }
+
+    /// Whether this is a refusal of the caller (CouchDB's 401 or 403), not a failure.
+    pub fn is_refusal(&self) -> bool {
+        use settee_auth::Denied;
+        use settee_js::Rejection;
+        match self {
+            Error::Unauthorized(_) | Error::Forbidden(_) => true,
+            Error::Denied(d) => matches!(d, Denied::Unauthorized(_) | Denied::Forbidden(_)),
+            Error::Docs(d) => matches!(
+                d,
+                settee_docs::Error::Unauthorized(_) | settee_docs::Error::Forbidden(_)
+            ),
+            Error::Rejected(r) => matches!(r, Rejection::Unauthorized(_) | Rejection::Forbidden(_)),
+            Error::SavingDdoc(e) => e.is_refusal(),
+            _ => false,
+        }
     }
 
     /// A failure of Settee's own (stored bytes that do not parse, …): CouchDB's 500.

@@ -18,6 +18,7 @@ use crate::all_docs::{self, Namespace};
 use crate::changes::{self, ChangesOpts, FilterSpec};
 use crate::dbs::CreateDb;
 use crate::design_filter::ReqInfo;
+use crate::mango_index::{BulkDeleted, Created};
 use crate::read::{Read, ReadOpts, Revision};
 use crate::render::{FnCall, Shown, Updated};
 use crate::write::{self, BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
@@ -27,7 +28,8 @@ use serde_json::Value;
 use settee_auth::UserCtx;
 use settee_core::{ParsedDoc, Rev};
 use settee_db::{LocalDoc, LocalUpdate, RevsDiff};
-use settee_mango::opts::FindOpts;
+use settee_mango::index::Index;
+use settee_mango::opts::{FindOpts, IndexOpts};
 use settee_wire::mrargs::MrArgs;
 use settee_wire::path::Endpoint;
 use std::sync::Arc;
@@ -183,6 +185,37 @@ pub trait Fabric: Send + Sync {
 
     /// `_revs_diff`: for each id, the revisions missing and their possible ancestors.
     fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff>;
+
+    /// `_explain`: how `_find` would answer `opts`.
+    fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value>;
+
+    /// Every Mango index of the database, in listing order (`_all_docs` first).
+    fn indexes(&self, db: &str) -> Result<Vec<Index>>;
+
+    /// Creates a json index (`POST /{db}/_index`).
+    fn create_index<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        opts: IndexOpts,
+    ) -> Fut<'a, Created>;
+
+    /// Deletes json index `name` of design document `ddoc`; false when it has none such.
+    fn delete_index<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        ddoc: &'a str,
+        name: Option<&'a str>,
+    ) -> Fut<'a, bool>;
+
+    /// `_index/_bulk_delete`: every json index of each design document named.
+    fn bulk_delete_indexes<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        ddocs: Vec<String>,
+    ) -> Fut<'a, BulkDeleted>;
 }
 
 impl Fabric for Arc<Node> {
@@ -370,5 +403,43 @@ impl Fabric for Arc<Node> {
 
     fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff> {
         Ok(self.couch.get(db)?.revs_diff(asked)?)
+    }
+
+    fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value> {
+        let db = self.couch.get(db)?;
+        let plan = self.plan_find(&db, opts, true)?;
+        Ok(crate::find::explain(&db, opts, &plan))
+    }
+
+    fn indexes(&self, db: &str) -> Result<Vec<Index>> {
+        crate::find::indexes(&*self.couch.get(db)?)
+    }
+
+    fn create_index<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        opts: IndexOpts,
+    ) -> Fut<'a, Created> {
+        Box::pin(Node::create_index(self, db, user, opts))
+    }
+
+    fn delete_index<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        ddoc: &'a str,
+        name: Option<&'a str>,
+    ) -> Fut<'a, bool> {
+        Box::pin(Node::delete_index(self, db, user, ddoc, name))
+    }
+
+    fn bulk_delete_indexes<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        ddocs: Vec<String>,
+    ) -> Fut<'a, BulkDeleted> {
+        Box::pin(Node::bulk_delete_indexes(self, db, user, ddocs))
     }
 }

@@ -25,6 +25,7 @@ mod error;
 pub mod fabric;
 pub mod find;
 pub mod list;
+pub mod mango_index;
 pub mod query_language;
 pub mod read;
 pub mod render;

@@ -1,11 +1,12 @@
 //! The node's Mango seam, run against the local node on a real RocksDB in a temporary
 //! directory: planning (and its errors), a `_find` over `_all_docs` with skip, limit and a
-//! bookmark to resume from, and one over a json index built by the native `query`
-//! language. A cluster coordinator offering the same operations must pass the same checks.
+//! bookmark to resume from, and a json index created, explained, used (built by the
+//! native `query` language) and deleted through the trait. A cluster coordinator offering the same operations must pass the same checks.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use settee_auth::UserCtx;
 use settee_mango::opts::{FindOpts, IndexOpts};
+use settee_node::mango_index::{BulkDeleted, Created};
 
 mod common;
 use common::{answer, fixture, write, Fixture};
@@ -70,30 +71,80 @@ fn all_docs_with_skip_limit_and_a_bookmark() {
     assert_eq!(projected["docs"], json!([{"n": 1}, {"n": 3}]));
 }
 
-#[test]
-fn a_json_index_serves_its_sort() {
-    let f = node();
-    let Value::Object(body) = json!({"index": {"fields": ["n"]}, "ddoc": "by-n", "name": "n"})
-    else {
-        unreachable!()
+fn index_opts(body: Value) -> IndexOpts {
+    let Value::Object(body) = body else {
+        panic!("an object")
     };
-    let creation =
-        settee_mango::index::create(&IndexOpts::parse(&body).unwrap(), |_| None).unwrap();
-    let mut ddoc: Map<String, Value> = creation.body.unwrap();
-    ddoc.insert("_id".into(), json!(creation.ddoc_id));
-    let rx =
-        f.db.update_docs(
-            vec![settee_core::parse_doc(Value::Object(ddoc)).unwrap()],
-            true,
-        )
+    IndexOpts::parse(&body).unwrap()
+}
+
+fn names(f: &Fixture) -> Vec<String> {
+    let all = f.fabric().indexes("db").unwrap();
+    all.into_iter().map(|i| i.name).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_index_is_created_serves_its_sort_and_is_deleted() {
+    let f = node();
+    let admin = UserCtx {
+        name: Some("root".into()),
+        roles: vec!["_admin".into()],
+    };
+    let asked = json!({"index": {"fields": ["n"]}, "ddoc": "by-n", "name": "n"});
+    let made = f
+        .fabric()
+        .create_index("db", &admin, index_opts(asked.clone()))
+        .await
         .unwrap();
-    assert!(rx.blocking_recv().unwrap().is_ok());
+    let expected = Created {
+        id: "_design/by-n".into(),
+        name: "n".into(),
+        created: true,
+    };
+    assert_eq!(made, expected);
+    // The same index again exists already.
+    let again = f.fabric().create_index("db", &admin, index_opts(asked));
+    assert!(!again.await.unwrap().created);
+    assert_eq!(names(&f), ["_all_docs", "n"]);
+
     let o = opts(json!({"selector": {"n": {"$gt": 6}}, "sort": [{"n": "desc"}]}));
-    let plan = f.node.plan_find(&f.db, &o, true).unwrap();
-    assert_eq!(plan.index.as_ref().unwrap().name, "n");
-    let explained = settee_node::find::explain(&f.db, &o, &plan);
+    let explained = tokio::task::block_in_place(|| f.fabric().explain("db", &o)).unwrap();
     assert_eq!(explained["index"]["ddoc"], "_design/by-n");
-    assert_eq!(ids(&find(&f, &o)), ["d9", "d8", "d7"]);
+    assert_eq!(explained["index"]["name"], "n");
+    assert_eq!(
+        ids(&tokio::task::block_in_place(|| find(&f, &o))),
+        ["d9", "d8", "d7"]
+    );
+
+    // Only database admins write design documents.
+    let bob = UserCtx {
+        name: Some("bob".into()),
+        roles: Vec::new(),
+    };
+    let other = index_opts(json!({"index": {"fields": ["kind"]}}));
+    let e = f
+        .fabric()
+        .create_index("db", &bob, other)
+        .await
+        .unwrap_err();
+    assert!(e.is_refusal(), "{e:?}");
+    let e = f.fabric().delete_index("db", &bob, "by-n", Some("n")).await;
+    assert!(e.unwrap_err().is_refusal());
+
+    let gone = f.fabric().delete_index("db", &admin, "by-n", Some("other"));
+    assert!(!gone.await.unwrap());
+    let gone = f
+        .fabric()
+        .delete_index("db", &admin, "_design/by-n", Some("n"));
+    assert!(gone.await.unwrap());
+    assert_eq!(names(&f), ["_all_docs"]);
+    let asked = vec!["by-n".to_string(), "_design/none".to_string()];
+    let bulk = f.fabric().bulk_delete_indexes("db", &admin, asked).await;
+    let expected = BulkDeleted {
+        success: Vec::new(),
+        fail: vec!["_design/none".into(), "_design/by-n".into()],
+    };
+    assert_eq!(bulk.unwrap(), expected);
 }
 
 #[test]

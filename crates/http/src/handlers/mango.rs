@@ -11,11 +11,10 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
-use settee_core::split_stored;
 use settee_db::Database;
-use settee_mango::index::{self, Index};
+use settee_mango::index::Index;
 use settee_mango::opts::{FindOpts, IndexOpts};
-use settee_node::{find, Fabric};
+use settee_node::Fabric;
 use std::sync::Arc;
 
 /// The body of a Mango POST: JSON content, a JSON object.
@@ -44,12 +43,8 @@ pub async fn find(
         opts.partition = p;
     }
     if explain {
-        let (node, d) = (state.node.clone(), db.clone());
-        let explained = blocking(move || {
-            let plan = node.plan_find(&d, &opts, true)?;
-            Ok(find::explain(&d, &opts, &plan))
-        })
-        .await?;
+        let node = state.node.clone();
+        let explained = blocking(move || Ok(Fabric::explain(&node, &db.name, &opts)?)).await?;
         return Ok(json(StatusCode::OK, &explained));
     }
     let (node, user) = (state.node.clone(), req.user.clone());
@@ -68,37 +63,36 @@ pub async fn index(
     mut req: Req,
 ) -> ApiResult<Response> {
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let node = &state.node;
     match rest.as_slice() {
         [] => match req.method.as_str() {
-            "GET" | "HEAD" => list(db, &req).await,
-            "POST" => create(&state, db, &mut req).await,
+            "GET" | "HEAD" => list(&state, db, &req).await,
+            "POST" => {
+                let opts = IndexOpts::parse(&object_body(&mut req).await?)?;
+                let c = Fabric::create_index(node, &db.name, &req.user, opts).await?;
+                let result = if c.created { "created" } else { "exists" };
+                let body = json!({"result": result, "id": c.id, "name": c.name});
+                Ok(json(StatusCode::OK, &body))
+            }
             _ => Err(ApiError::MethodNotAllowed("GET,POST")),
         },
         ["_bulk_delete"] => {
             allow(&req.method, "POST")?;
-            let body = object_body(&mut req).await?;
-            let ids = settee_mango::opts::bulk_delete_ids(&body)?;
-            let (mut success, mut fail) = (Vec::new(), Vec::new());
-            for id in ids {
-                let ddoc = index::ddoc_id(&id);
-                if delete_indexes(&state, &db, &req, &ddoc, None).await? {
-                    success.push(json!({"id": ddoc, "ok": true}));
-                } else {
-                    fail.push(json!({"id": ddoc, "error": "not_found"}));
-                }
-            }
-            success.reverse();
-            fail.reverse();
-            Ok(json(
-                StatusCode::OK,
-                &json!({"success": success, "fail": fail}),
-            ))
+            let ids = settee_mango::opts::bulk_delete_ids(&object_body(&mut req).await?)?;
+            let done = Fabric::bulk_delete_indexes(node, &db.name, &req.user, ids).await?;
+            let success: Vec<Value> = (done.success.iter())
+                .map(|id| json!({"id": id, "ok": true}))
+                .collect();
+            let fail: Vec<Value> = (done.fail.iter())
+                .map(|id| json!({"id": id, "error": "not_found"}))
+                .collect();
+            let body = json!({"success": success, "fail": fail});
+            Ok(json(StatusCode::OK, &body))
         }
         ["_design", ddoc, kind, name] | [ddoc, kind, name] => {
             allow(&req.method, "DELETE")?;
-            let ddoc = index::ddoc_id(ddoc);
-            let (kind, name) = (kind.to_string(), name.to_string());
-            if kind == "json" && delete_indexes(&state, &db, &req, &ddoc, Some(&name)).await? {
+            let (user, name) = (&req.user, Some(*name));
+            if *kind == "json" && Fabric::delete_index(node, &db.name, user, ddoc, name).await? {
                 Ok(crate::reply::ok_true(StatusCode::OK))
             } else {
                 Err(ApiError::NotFound("missing".into()))
@@ -109,7 +103,7 @@ pub async fn index(
 }
 
 /// `GET /{db}/_index`.
-async fn list(db: Arc<Database>, req: &Req) -> ApiResult<Response> {
+async fn list(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
     let int = |k: &str| -> ApiResult<Option<i64>> {
         req.params
             .get(k)
@@ -123,7 +117,8 @@ async fn list(db: Arc<Database>, req: &Req) -> ApiResult<Response> {
     if limit.is_some_and(|l| l < 1) || skip.is_some_and(|s| s < 0) {
         return Err(settee_mango::Error::InvalidListIndexParams.into());
     }
-    let all = blocking(move || Ok(find::indexes(&db)?)).await?;
+    let node = state.node.clone();
+    let all = blocking(move || Ok(Fabric::indexes(&node, &db.name)?)).await?;
     let total = all.len();
     let page: Vec<Value> = all
         .iter()
@@ -135,148 +130,4 @@ async fn list(db: Arc<Database>, req: &Req) -> ApiResult<Response> {
         StatusCode::OK,
         &json!({"total_rows": total, "indexes": page}),
     ))
-}
-
-/// The body of design document `id` (without `_id`/`_rev`) and its revision, if it exists.
-fn ddoc_body(db: &Database, id: &str) -> ApiResult<Option<(Map<String, Value>, String)>> {
-    match db.open_doc(id, None) {
-        Ok(d) if !d.deleted => {
-            let body = serde_json::from_slice(split_stored(&d.body).0)
-                .map_err(|_| ApiError::Db(settee_db::Error::Internal("stored body".into())))?;
-            Ok(Some((body, d.rev.to_string())))
-        }
-        Ok(_) | Err(settee_db::Error::NotFound(_)) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Writes a design document through the normal write path (so only database admins can,
-/// and validation functions run); CouchDB words a failed save its own way.
-async fn save_ddoc(
-    state: &AppState,
-    db: &Arc<Database>,
-    req: &Req,
-    id: &str,
-    rev: Option<&str>,
-    body: Option<Map<String, Value>>,
-) -> ApiResult<()> {
-    let mut doc = body.unwrap_or_default();
-    let deleted = doc.is_empty();
-    doc.insert("_id".into(), json!(id));
-    if let Some(rev) = rev {
-        doc.insert("_rev".into(), json!(rev));
-    }
-    if deleted {
-        doc = [
-            ("_id".into(), json!(id)),
-            ("_rev".into(), json!(rev)),
-            ("_deleted".into(), json!(true)),
-        ]
-        .into_iter()
-        .collect();
-    }
-    let parsed = settee_core::parse_doc(Value::Object(doc))?;
-    match Fabric::update_doc(&state.node, &db.name, &req.user, parsed, Default::default()).await {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let e = ApiError::from(e);
-            let (status, error, _) = e.parts();
-            match (status.as_u16(), error.as_ref()) {
-                (401 | 403, _) => Err(e),
-                (409, _) => Err(ApiError::Named(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "error_saving_ddoc".into(),
-                    "Encountered a conflict while saving the design document.".into(),
-                )),
-                (_, error) => Err(ApiError::Named(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "error_saving_ddoc".into(),
-                    format!("Unknown error while saving the design document: {error}"),
-                )),
-            }
-        }
-    }
-}
-
-/// `POST /{db}/_index`.
-async fn create(state: &AppState, db: Arc<Database>, req: &mut Req) -> ApiResult<Response> {
-    let body = object_body(req).await?;
-    let opts = IndexOpts::parse(&body)?;
-    let d = db.clone();
-    let (creation, rev) = blocking(move || {
-        let mut rev = None;
-        let mut failure = None;
-        let creation = index::create(&opts, |id| match ddoc_body(&d, id) {
-            Ok(found) => found.map(|(b, r)| {
-                rev = Some(r);
-                b
-            }),
-            Err(e) => {
-                failure = Some(e);
-                None
-            }
-        });
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        let creation = creation?;
-        // CouchDB checks the design document's id once the index is valid (`_design/`).
-        settee_core::validate_doc_id(&creation.ddoc_id)?;
-        Ok((creation, rev))
-    })
-    .await?;
-    let result = match creation.body {
-        None => "exists",
-        Some(body) => {
-            save_ddoc(
-                state,
-                &db,
-                req,
-                &creation.ddoc_id,
-                rev.as_deref(),
-                Some(body),
-            )
-            .await?;
-            "created"
-        }
-    };
-    Ok(json(
-        StatusCode::OK,
-        &json!({"result": result, "id": creation.ddoc_id, "name": creation.name}),
-    ))
-}
-
-/// Deletes json index `name` (every json index when `None`) of design document `ddoc`;
-/// `false` when it has none such.
-async fn delete_indexes(
-    state: &AppState,
-    db: &Arc<Database>,
-    req: &Req,
-    ddoc: &str,
-    name: Option<&str>,
-) -> ApiResult<bool> {
-    let (d, id) = (db.clone(), ddoc.to_string());
-    let Some((body, rev)) = blocking(move || ddoc_body(&d, &id)).await? else {
-        return Ok(false);
-    };
-    let names = match name {
-        Some(n) => vec![n.to_string()],
-        None => index::json_names(&body),
-    };
-    let mut current = Some(body);
-    for n in &names {
-        let Some(b) = &current else { break };
-        match index::remove(b, "json", n) {
-            None => return Ok(false),
-            Some(next) => current = next,
-        }
-    }
-    if names.is_empty() {
-        return Ok(false);
-    }
-    // CouchDB answers `ok` even when the write fails (but not when it is refused).
-    match save_ddoc(state, db, req, ddoc, Some(&rev), current).await {
-        Err(e) if matches!(e.parts().0.as_u16(), 401 | 403) => Err(e),
-        _ => Ok(true),
-    }
 }
