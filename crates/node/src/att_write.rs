@@ -7,6 +7,8 @@ use crate::write::WriteOpts;
 use crate::{blocking, Error, Node, Result};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
+use bytes::Bytes;
+use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
 use settee_auth::UserCtx;
 use settee_core::{join_stored, split_stored, ParsedDoc, Rev};
@@ -20,6 +22,31 @@ pub struct NewAttachment<'a> {
     pub name: String,
     pub content_type: &'a str,
     pub content: &'a Written,
+}
+
+/// A standalone attachment upload (`PUT /{db}/{docid}/{attname}`), its content arriving
+/// as a stream.
+pub struct AttUpload<'a> {
+    pub name: String,
+    pub content_type: String,
+    /// Sent gzip-encoded: stored as sent.
+    pub gzipped: bool,
+    /// The revision to edit; none: a new document.
+    pub rev: Option<Rev>,
+    /// The client's `Content-MD5`, checked against the content as sent.
+    pub content_md5: Option<String>,
+    /// The content; an error ends the upload with it, nothing written.
+    pub body: BoxStream<'a, Result<Bytes>>,
+}
+
+/// CouchDB refuses attachment names that start with `_`.
+pub fn check_name(name: &str) -> Result<()> {
+    if name.starts_with('_') {
+        return Err(Error::bad_request(format!(
+            "Attachment name '{name}' starts with prohibited character '_'"
+        )));
+    }
+    Ok(())
 }
 
 /// One attachment's content being stored (compressed when its type is compressible;
@@ -77,6 +104,44 @@ impl Node {
             self.update_doc_with(db, user, doc, WriteOpts::default(), Followed::new())
                 .await?,
         )
+    }
+
+    /// Stores `up`'s content and puts it into the revision it names (a new document
+    /// without one), as `user`: the new revision. The revision is checked, and the disk's
+    /// room for edits, before any content is stored.
+    pub async fn upload_attachment(
+        &self,
+        db: Arc<Database>,
+        user: &UserCtx,
+        id: &str,
+        mut up: AttUpload<'_>,
+    ) -> Result<Rev> {
+        use futures_util::StreamExt;
+        check_name(&up.name)?;
+        if up.rev.is_none() {
+            settee_core::validate_doc_id(id)?;
+        }
+        // Past `[disk_monitor]`'s threshold the edit would be refused: do not store the
+        // content first.
+        db.config().disk.room_for_edits()?;
+        let base = edited(&db, id, up.rev.take()).await?;
+        let mut upload = self.upload(&db, &up.content_type, up.gzipped);
+        while let Some(chunk) = up.body.next().await {
+            match chunk {
+                Ok(bytes) => upload.write(&bytes)?,
+                Err(e) => {
+                    upload.discard();
+                    return Err(e);
+                }
+            }
+        }
+        let written = upload.finish(up.content_md5.as_deref())?;
+        let att = NewAttachment {
+            name: up.name,
+            content_type: &up.content_type,
+            content: &written,
+        };
+        self.put_attachment(db, user, id, base, att).await
     }
 
     /// Puts `att` (its content stored already) into the revision `edit`, first among its

@@ -141,7 +141,7 @@ fn gunzip(data: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn io_error(e: std::io::Error) -> Error {
+pub(crate) fn io_error(e: std::io::Error) -> Error {
     Error::Db(settee_db::Error::Internal(format!(
         "attachment content: {e}"
     )))

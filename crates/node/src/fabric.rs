@@ -15,6 +15,8 @@
 //! trait is built from.
 
 use crate::all_docs::{self, Namespace};
+use crate::att_read::{AttInfo, Piece};
+use crate::att_write::AttUpload;
 use crate::changes::{self, ChangesOpts, FilterSpec};
 use crate::dbs::CreateDb;
 use crate::design_filter::ReqInfo;
@@ -185,6 +187,34 @@ pub trait Fabric: Send + Sync {
 
     /// `_revs_diff`: for each id, the revisions missing and their possible ancestors.
     fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff>;
+
+    /// Attachment `name` of revision `rev` (the winner without one) of document `id`.
+    fn open_attachment(&self, db: &str, id: &str, name: &str, rev: Option<&Rev>)
+        -> Result<AttInfo>;
+
+    /// Sends `piece` of an attachment's content (as [`Fabric::open_attachment`] found it).
+    fn attachment_content(&self, db: &str, att: &AttInfo, piece: Piece, out: Out<'_>)
+        -> Result<()>;
+
+    /// Stores an attachment's content as it arrives and puts it into a revision: the new
+    /// revision.
+    fn upload_attachment<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        id: &'a str,
+        up: AttUpload<'a>,
+    ) -> Fut<'a, Rev>;
+
+    /// Removes attachment `name` from revision `rev`: the new revision.
+    fn delete_attachment<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        id: &'a str,
+        name: &'a str,
+        rev: Option<Rev>,
+    ) -> Fut<'a, Rev>;
 
     /// `_explain`: how `_find` would answer `opts`.
     fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value>;
@@ -441,5 +471,52 @@ impl Fabric for Arc<Node> {
         ddocs: Vec<String>,
     ) -> Fut<'a, BulkDeleted> {
         Box::pin(Node::bulk_delete_indexes(self, db, user, ddocs))
+    }
+
+    fn open_attachment(
+        &self,
+        db: &str,
+        id: &str,
+        name: &str,
+        rev: Option<&Rev>,
+    ) -> Result<AttInfo> {
+        crate::att_read::open(&*self.couch.get(db)?, id, name, rev)
+    }
+
+    fn attachment_content(
+        &self,
+        db: &str,
+        att: &AttInfo,
+        piece: Piece,
+        out: Out<'_>,
+    ) -> Result<()> {
+        crate::att_read::content(&*self.couch.get(db)?, att, piece, out)
+    }
+
+    fn upload_attachment<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        id: &'a str,
+        up: AttUpload<'a>,
+    ) -> Fut<'a, Rev> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            Node::upload_attachment(self, db, user, id, up).await
+        })
+    }
+
+    fn delete_attachment<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        id: &'a str,
+        name: &'a str,
+        rev: Option<Rev>,
+    ) -> Fut<'a, Rev> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            Node::delete_attachment(self, db, user, id, rev, name).await
+        })
     }
 }

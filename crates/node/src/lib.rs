@@ -14,6 +14,7 @@
 
 pub mod access;
 pub mod all_docs;
+pub mod att_read;
 pub mod att_write;
 pub mod atts;
 pub mod changes;

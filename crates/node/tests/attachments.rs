@@ -1,12 +1,16 @@
-//! The node's attachment writes on a real RocksDB: uploads streamed into the store with
-//! their `Content-MD5` checked, an attachment put into a revision and removed from it,
-//! and CouchDB's errors for a missing revision, a missing attachment and a deletion
-//! without a revision.
+//! The node's attachments on a real RocksDB, through the trait: uploads streamed into the
+//! store with their `Content-MD5` checked, read back whole, by range and decompressed,
+//! put into revisions and removed from them; and CouchDB's errors for a bad upload, a
+//! missing revision, a missing attachment and a deletion without a revision.
 
 use base64::Engine;
+use bytes::Bytes;
+use futures_util::StreamExt;
 use settee_auth::UserCtx;
-use settee_node::att_write::{edited, NewAttachment};
-use settee_node::Error;
+use settee_core::Rev;
+use settee_node::att_read::Piece;
+use settee_node::att_write::{edited, AttUpload, NewAttachment};
+use settee_node::{Error, Fabric};
 
 mod common;
 use common::fixture;
@@ -31,50 +35,104 @@ fn md5_of(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(digest)
 }
 
-fn content(db: &settee_db::Database, id: &str, name: &str) -> Vec<u8> {
-    let doc = db.open_doc(id, None).unwrap();
-    let chunks = settee_node::atts::stored_content(db, &doc.body, name).unwrap();
-    chunks.map(|c| c.unwrap()).collect::<Vec<_>>().concat()
+/// An upload of `data` in two chunks.
+fn upload(name: &str, content_type: &str, data: &[u8], rev: Option<Rev>) -> AttUpload<'static> {
+    let (a, b) = data.split_at(data.len() / 2);
+    let chunks = vec![Ok(Bytes::copy_from_slice(a)), Ok(Bytes::copy_from_slice(b))];
+    AttUpload {
+        name: name.into(),
+        content_type: content_type.into(),
+        gzipped: false,
+        rev,
+        content_md5: Some(md5_of(data)),
+        body: futures_util::stream::iter(chunks).boxed(),
+    }
+}
+
+/// `piece` of attachment `name` of `id`'s winner, read through the trait.
+fn read(f: &dyn Fabric, id: &str, name: &str, piece: Option<Piece>) -> Vec<u8> {
+    tokio::task::block_in_place(|| {
+        let att = f.open_attachment("db", id, name, None)?;
+        let piece = piece.unwrap_or(Piece::Stored(0..att.stored_length));
+        let mut got = Vec::new();
+        f.attachment_content("db", &att, piece, &mut |b| {
+            got.extend_from_slice(b);
+            true
+        })?;
+        Ok::<_, Error>(got)
+    })
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn uploads_are_stored_checked_and_edited_into_revisions() {
+async fn uploads_are_stored_checked_read_and_removed() {
     let f = fixture();
     let user = UserCtx::default();
-    let mut up = f.node.upload(&f.db, TYPE, false);
-    up.write(b"hello ").unwrap();
-    up.write(b"world").unwrap();
-    let written = up.finish(Some(&md5_of(b"hello world"))).unwrap();
-    let base = edited(&f.db, "d", None).await.unwrap();
-    let r1 = (f.node)
-        .put_attachment(f.db.clone(), &user, "d", base, att("a.bin", &written))
+    let fabric = f.fabric();
+    let up = upload("a.bin", TYPE, b"hello world", None);
+    let r1 = fabric
+        .upload_attachment("db", &user, "d", up)
         .await
         .unwrap();
     assert_eq!(r1.pos, 1);
-    assert_eq!(content(&f.db, "d", "a.bin"), b"hello world");
+    assert_eq!(read(fabric, "d", "a.bin", None), b"hello world");
+    let range = Some(Piece::Stored(6..11));
+    assert_eq!(read(fabric, "d", "a.bin", range), b"world");
+    let att = fabric.open_attachment("db", "d", "a.bin", None).unwrap();
+    assert_eq!(
+        (att.length, att.gzip, att.content_type.as_str()),
+        (11, false, TYPE)
+    );
+    assert_eq!(att.etag(), format!("\"{}\"", md5_of(b"hello world")));
 
-    // A second attachment goes into the revision named; the first stays.
-    let mut up = f.node.upload(&f.db, TYPE, false);
-    up.write(b"two").unwrap();
-    let written = up.finish(None).unwrap();
-    let base = edited(&f.db, "d", Some(r1.clone())).await.unwrap();
-    let r2 = (f.node)
-        .put_attachment(f.db.clone(), &user, "d", base, att("b.bin", &written))
+    // A compressible type is stored gzip-compressed and read back decompressed.
+    let text = "settee ".repeat(200);
+    let up = upload("b.txt", "text/plain", text.as_bytes(), Some(r1.clone()));
+    let r2 = fabric
+        .upload_attachment("db", &user, "d", up)
         .await
         .unwrap();
     assert_eq!(r2.pos, 2);
-    assert_eq!(content(&f.db, "d", "a.bin"), b"hello world");
-    assert_eq!(content(&f.db, "d", "b.bin"), b"two");
+    let att = fabric.open_attachment("db", "d", "b.txt", None).unwrap();
+    assert!(att.gzip && att.stored_length < att.length, "{att:?}");
+    assert!(!att.identity_length_unknown());
+    let whole = Some(Piece::Decoded {
+        skip: 0,
+        count: att.length,
+    });
+    assert_eq!(read(fabric, "d", "b.txt", whole), text.as_bytes());
+    let part = Some(Piece::Decoded { skip: 7, count: 6 });
+    assert_eq!(read(fabric, "d", "b.txt", part), b"settee");
+    // The first attachment stays, and an older revision still has only it.
+    assert_eq!(read(fabric, "d", "a.bin", None), b"hello world");
+    let old = fabric.open_attachment("db", "d", "b.txt", Some(&r1));
+    assert!(matches!(old, Err(Error::Db(settee_db::Error::NotFound(_)))));
 
     // Removing one makes a revision without it.
-    let r3 = (f.node)
-        .delete_attachment(f.db.clone(), &user, "d", Some(r2.clone()), "a.bin")
-        .await
-        .unwrap();
-    assert_eq!(r3.pos, 3);
-    let doc = f.db.open_doc("d", None).unwrap();
-    assert!(settee_node::atts::stored_content(&f.db, &doc.body, "a.bin").is_err());
-    assert_eq!(content(&f.db, "d", "b.bin"), b"two");
+    let r3 = fabric.delete_attachment("db", &user, "d", "a.bin", Some(r2.clone()));
+    assert_eq!(r3.await.unwrap().pos, 3);
+    let gone = fabric.open_attachment("db", "d", "a.bin", None);
+    assert!(matches!(
+        gone,
+        Err(Error::Db(settee_db::Error::NotFound(_)))
+    ));
+    assert_eq!(
+        read(fabric, "d", "b.txt", None).len() as u64,
+        att.stored_length
+    );
+
+    // A wrong Content-MD5, a name CouchDB refuses and a broken body write nothing.
+    let mut bad = upload("c", TYPE, b"data", Some(r2.clone()));
+    bad.content_md5 = Some(md5_of(b"other"));
+    let e = fabric.upload_attachment("db", &user, "d", bad).await;
+    assert!(matches!(e, Err(Error::ContentMd5Mismatch)));
+    let e = (fabric.upload_attachment("db", &user, "d", upload("_c", TYPE, b"x", None))).await;
+    assert!(matches!(e, Err(Error::BadRequest(r)) if r.contains("prohibited character")));
+    let mut broken = upload("c", TYPE, b"data", Some(r2));
+    broken.body = futures_util::stream::iter(vec![Err(Error::bad_request("Incomplete"))]).boxed();
+    let e = fabric.upload_attachment("db", &user, "d", broken).await;
+    assert!(matches!(e, Err(Error::BadRequest(_))));
+    assert_eq!(f.db.open_doc("d", None).unwrap().rev.pos, 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -107,13 +165,13 @@ async fn attachment_changes_fail_as_couchdb_fails_them() {
         Err(Error::Db(settee_db::Error::Conflict))
     ));
     // Removing what is not there: 404; without a revision: a conflict, once found.
-    let missing = (f.node)
-        .delete_attachment(f.db.clone(), &user, "d", Some(r1), "nope")
+    let missing = (f.fabric())
+        .delete_attachment("db", &user, "d", "nope", Some(r1))
         .await
         .unwrap_err();
     assert!(matches!(missing, Error::Db(settee_db::Error::NotFound(_))));
-    let norev = (f.node)
-        .delete_attachment(f.db.clone(), &user, "d", None, "a")
+    let norev = (f.fabric())
+        .delete_attachment("db", &user, "d", "a", None)
         .await
         .unwrap_err();
     assert!(matches!(norev, Error::Db(settee_db::Error::Conflict)));

@@ -12,15 +12,14 @@ use crate::reply::stream;
 use crate::{AppState, Req};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
 use settee_core::Rev;
 use settee_db::Database;
-use settee_docs::atts::{content_type_of, parse_digest, StoredAtts};
-use settee_docs::{Followed, Written};
-use settee_node::att_write::{edited, written as written_rev, NewAttachment};
+use settee_docs::Followed;
+use settee_node::att_read::{AttInfo, Piece};
+use settee_node::att_write::{check_name, edited, written as written_rev, AttUpload};
 use settee_node::write::WriteOpts;
+use settee_node::Fabric;
 use settee_wire::{boundary_of, byte_ranges};
 use std::sync::Arc;
 
@@ -42,40 +41,12 @@ pub async fn attachment(
     }
 }
 
-fn io_error(e: std::io::Error) -> ApiError {
-    ApiError::Db(settee_db::Error::Internal(format!(
-        "attachment content: {e}"
-    )))
-}
-
 fn bad(reason: String) -> ApiError {
     ApiError::BadRequest(reason)
 }
 
 fn multipart_error(e: multer::Error) -> ApiError {
     bad(format!("Invalid multipart body: {e}"))
-}
-
-/// Streams the request body into the attachment store; checks `Content-MD5` against the
-/// content as sent.
-async fn upload(
-    state: &AppState,
-    db: &Database,
-    req: &mut Req,
-    content_type: &str,
-    gzipped: bool,
-) -> ApiResult<Written> {
-    use futures_util::StreamExt;
-    let mut upload = state.node.upload(db, content_type, gzipped);
-    let mut body = req.take_body().into_data_stream();
-    while let Some(frame) = body.next().await {
-        let Ok(bytes) = frame else {
-            upload.discard();
-            return Err(ApiError::bad_request("Incomplete request body"));
-        };
-        upload.write(&bytes)?;
-    }
-    Ok(upload.finish(req.header("content-md5"))?)
 }
 
 /// CouchDB's answer to an attachment change: `{"ok","id","rev"}`, no `ETag`; a `PUT`
@@ -110,15 +81,6 @@ fn changed(
     resp
 }
 
-fn check_name(name: &str) -> ApiResult<()> {
-    if name.starts_with('_') {
-        return Err(bad(format!(
-            "Attachment name '{name}' starts with prohibited character '_'"
-        )));
-    }
-    Ok(())
-}
-
 /// The upload's `Content-Encoding`: `identity` (compressed here if its type is
 /// compressible) or `gzip` (stored as sent); CouchDB refuses others.
 fn upload_encoding(req: &Req) -> ApiResult<bool> {
@@ -143,29 +105,24 @@ async fn put(
     name: String,
     mut req: Req,
 ) -> ApiResult<Response> {
+    use futures_util::StreamExt;
     check_name(&name)?;
     let gzipped = upload_encoding(&req)?;
     let rev = crate::req::reconcile_rev(&req, None)?;
-    if rev.is_none() {
-        settee_core::validate_doc_id(&id)?;
-    }
-    // Past `[disk_monitor]`'s threshold the edit would be refused: do not store the
-    // content first.
-    db.config().disk.room_for_edits()?;
-    let content_type = req
-        .header("content-type")
-        .unwrap_or("application/octet-stream")
-        .to_string();
-    let base = edited(&db, &id, rev).await?;
-    let written = upload(state, &db, &mut req, &content_type, gzipped).await?;
-    let att = NewAttachment {
+    let content_type = req.header("content-type");
+    let up = AttUpload {
         name: name.clone(),
-        content_type: &content_type,
-        content: &written,
+        content_type: content_type.unwrap_or("application/octet-stream").into(),
+        gzipped,
+        rev,
+        content_md5: req.header("content-md5").map(String::from),
+        body: (req.take_body().into_data_stream())
+            .map(|frame| {
+                frame.map_err(|_| settee_node::Error::bad_request("Incomplete request body"))
+            })
+            .boxed(),
     };
-    let rev = (state.node)
-        .put_attachment(db, &req.user, &id, base, att)
-        .await?;
+    let rev = Fabric::upload_attachment(&state.node, &db.name, &req.user, &id, up).await?;
     Ok(changed(state, &req, &id, &name, &rev, StatusCode::CREATED))
 }
 
@@ -178,10 +135,15 @@ async fn delete(
 ) -> ApiResult<Response> {
     check_name(&name)?;
     let rev = crate::req::reconcile_rev(&req, None)?;
-    let rev = (state.node)
-        .delete_attachment(db, &req.user, &id, rev, &name)
-        .await?;
-    Ok(changed(state, &req, &id, &name, &rev, StatusCode::OK))
+    let deleted = Fabric::delete_attachment(&state.node, &db.name, &req.user, &id, &name, rev);
+    Ok(changed(
+        state,
+        &req,
+        &id,
+        &name,
+        &deleted.await?,
+        StatusCode::OK,
+    ))
 }
 
 /// `POST /{db}/{docid}` with a `multipart/form-data` body, as an HTML form uploads files:
@@ -283,20 +245,18 @@ async fn get(
     req: Req,
 ) -> ApiResult<Response> {
     let rev = req.params.get("rev").map(Rev::parse).transpose()?;
-    let db2 = db.clone();
-    let doc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;
-    let mut atts = StoredAtts::of(&doc.body);
-    let gzip = atts.gzip(&name);
-    let stub = atts
-        .remove(&name)
-        .ok_or(ApiError::Db(settee_db::Error::NotFound(
-            "Document is missing attachment",
-        )))?;
-    let digest = parse_digest(stub.get("digest"))
-        .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment stub".into())))?;
-    let len = stub.get("length").and_then(Value::as_u64).unwrap_or(0);
-    let content_type = content_type_of(stub.get("content_type")).to_string();
-    let etag = format!("\"{}\"", STANDARD.encode(digest));
+    let (node, db_name) = (state.node.clone(), db.name.clone());
+    let att = blocking(move || {
+        Ok(Fabric::open_attachment(
+            &node,
+            &db_name,
+            &id,
+            &name,
+            rev.as_ref(),
+        )?)
+    })
+    .await?;
+    let (etag, len) = (att.etag(), att.length);
     if crate::req::etag_value(&req.headers, header::IF_NONE_MATCH).as_deref()
         == Some(etag.trim_matches('"'))
     {
@@ -310,7 +270,7 @@ async fn get(
         None => Vec::new(),
         // CouchDB serves ranges of identity-encoded attachments only: of content stored
         // gzip-compressed a valid range gets the whole of it.
-        Some(Ok(_)) if gzip => Vec::new(),
+        Some(Ok(_)) if att.gzip => Vec::new(),
         Some(Ok(r)) => r,
         Some(Err(())) => {
             let mut resp = crate::reply::json(
@@ -325,56 +285,44 @@ async fn get(
         }
     };
     if ranges.len() > 1 {
-        return Ok(multiple_ranges(db, digest, &ranges, &content_type, &etag, len, &req).await);
+        return Ok(multiple_ranges(state, db, att, &ranges, &req).await);
     }
     let range = ranges.first().copied();
     // Compressed content goes out as stored to clients that accept gzip, decompressed on
-    // the fly to the others.
-    let send_gzip = gzip && accepts_gzip(&req);
-    let stored_len = if gzip {
-        db.attachment_length(&digest)?.unwrap_or(0)
-    } else {
-        len
-    };
-    // Content uploaded gzip-encoded has no known identity length (its `length` is the
-    // encoded one; CouchDB tells them apart by the two lengths being equal): decoded, it
-    // goes out without a Content-Length.
-    let unknown_len = gzip && !send_gzip && len == stored_len;
+    // the fly to the others; decompressed, content uploaded gzip-encoded goes out without
+    // a Content-Length (its identity length is not known).
+    let send_gzip = att.gzip && accepts_gzip(&req);
+    let unknown_len = !send_gzip && att.identity_length_unknown();
     let (from, to) = range.unwrap_or((0, len.saturating_sub(1)));
     let body_len = match (send_gzip, len) {
-        (true, _) => stored_len,
+        (true, _) => att.stored_length,
         _ if unknown_len => u64::MAX,
         (false, 0) => 0,
         (false, _) => to - from + 1,
     };
-    let head = req.method == "HEAD";
+    let piece = match (att.gzip, send_gzip) {
+        (true, true) => Piece::Stored(0..att.stored_length),
+        (true, false) => Piece::Decoded {
+            skip: from,
+            count: body_len,
+        },
+        (false, _) => Piece::Stored(from..to + 1),
+    };
+    let (head, gzip) = (req.method == "HEAD", att.gzip);
+    let content_type = HeaderValue::from_str(&att.content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
     let mut resp = if head || body_len == 0 {
         Response::new(axum::body::Body::empty())
     } else {
-        let decode = gzip && !send_gzip;
+        let node = state.node.clone();
         stream("application/octet-stream", move |out| {
-            let (start, end) = if decode || send_gzip {
-                (0, stored_len)
-            } else {
-                (from, to + 1)
-            };
-            let chunks = db.attachment_chunks(&digest, start..end)?.ok_or_else(|| {
-                ApiError::Db(settee_db::Error::Internal("attachment content".into()))
-            })?;
-            if !decode {
-                for c in chunks {
-                    if !out.write(&c?) {
-                        break;
-                    }
-                }
-                return Ok(());
-            }
-            send_decoded(chunks, from, body_len, out)
+            let out = &mut |b: &[u8]| out.write(b);
+            Ok(Fabric::attachment_content(
+                &node, &db.name, &att, piece, out,
+            )?)
         })
         .await
     };
-    let content_type = HeaderValue::from_str(&content_type)
-        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
     let h = content_headers(&mut resp, content_type, &etag, body_len);
     if unknown_len {
         h.remove(header::CONTENT_LENGTH);
@@ -418,34 +366,32 @@ fn accepts_gzip(req: &Req) -> bool {
 /// 206 with a `multipart/byteranges` body: per range a part with its `Content-Type` and
 /// `Content-Range`, as CouchDB's `send_ranges_multipart` frames them.
 async fn multiple_ranges(
+    state: &AppState,
     db: Arc<Database>,
-    digest: [u8; 16],
+    att: AttInfo,
     ranges: &[(u64, u64)],
-    content_type: &str,
-    etag: &str,
-    len: u64,
     req: &Req,
 ) -> Response {
-    let framing = ByteRanges::new(ranges, content_type, len);
+    let framing = ByteRanges::new(ranges, &att.content_type, att.length);
     let (body_len, multipart_type) = (framing.len, framing.content_type());
+    let etag = att.etag();
     let mut resp = if req.method == "HEAD" {
         Response::new(axum::body::Body::empty())
     } else {
-        let ranges = ranges.to_vec();
+        let (ranges, node) = (ranges.to_vec(), state.node.clone());
         stream("application/octet-stream", move |out| {
             let marker = format!("\r\n--{}", framing.boundary);
             out.write(&marker.as_bytes()[2..]);
             for ((from, to), head) in ranges.iter().zip(&framing.heads) {
                 out.write(head.as_bytes());
-                let chunks = db
-                    .attachment_chunks(&digest, *from..to + 1)?
-                    .ok_or_else(|| {
-                        ApiError::Db(settee_db::Error::Internal("attachment content".into()))
-                    })?;
-                for c in chunks {
-                    if !out.write(&c?) {
-                        return Ok(());
-                    }
+                let mut gone = false;
+                let piece = Piece::Stored(*from..to + 1);
+                Fabric::attachment_content(&node, &db.name, &att, piece, &mut |b: &[u8]| {
+                    gone = !out.write(b);
+                    !gone
+                })?;
+                if gone {
+                    return Ok(());
                 }
                 out.write(marker.as_bytes());
             }
@@ -456,7 +402,7 @@ async fn multiple_ranges(
     };
     *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
     let multipart_type = HeaderValue::from_str(&multipart_type).expect("ascii");
-    content_headers(&mut resp, multipart_type, etag, body_len);
+    content_headers(&mut resp, multipart_type, &etag, body_len);
     resp
 }
 
@@ -478,63 +424,4 @@ fn content_headers<'r>(
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     h
-}
-
-/// Decompresses stored gzip chunks as they are read and sends `count` bytes from `skip`.
-fn send_decoded(
-    chunks: settee_db::AttChunks,
-    mut skip: u64,
-    mut count: u64,
-    out: &mut crate::reply::Chunks,
-) -> ApiResult<()> {
-    use std::io::Read;
-    let reader = ChunkReader {
-        chunks,
-        buf: Vec::new(),
-        at: 0,
-    };
-    let mut gz = flate2::read::GzDecoder::new(reader);
-    let mut buf = vec![0u8; 64 << 10];
-    while count > 0 {
-        let n = gz.read(&mut buf).map_err(io_error)?;
-        if n == 0 {
-            break;
-        }
-        let mut piece = &buf[..n];
-        let drop = skip.min(piece.len() as u64) as usize;
-        piece = &piece[drop..];
-        skip -= drop as u64;
-        let take = count.min(piece.len() as u64) as usize;
-        if take > 0 && !out.write(&piece[..take]) {
-            break;
-        }
-        count -= take as u64;
-    }
-    Ok(())
-}
-
-/// Stored chunks as a byte reader.
-struct ChunkReader {
-    chunks: settee_db::AttChunks,
-    buf: Vec<u8>,
-    at: usize,
-}
-
-impl std::io::Read for ChunkReader {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        while self.at == self.buf.len() {
-            match self.chunks.next() {
-                Some(Ok(c)) => {
-                    self.buf = c;
-                    self.at = 0;
-                }
-                Some(Err(e)) => return Err(std::io::Error::other(e)),
-                None => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.buf.len() - self.at);
-        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
 }
