@@ -85,6 +85,7 @@ impl From<settee_node::Error> for ApiError {
                 "content_md5_mismatch".into(),
                 "Possible message corruption.".into(),
             ),
+            N::Config(c) => c.into(),
             N::SavingDdoc(e) => {
                 let e = ApiError::from(*e);
                 let (status, error, _) = e.parts();

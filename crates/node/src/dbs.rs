@@ -1,12 +1,13 @@
-//! Databases as a whole: creating one (its shards' `q`, `partitioned`, the default
-//! security object, the authentication database's `_design/_auth`), deleting one, and
-//! the properties a database admin sets (`_security`, `_revs_limit`,
-//! `_purged_infos_limit`).
+//! Databases as a whole: listing them (`_all_dbs`, `_dbs_info`), creating one (its
+//! shards' `q`, `partitioned`, the default security object, the authentication
+//! database's `_design/_auth`), deleting one, and the properties a database admin sets
+//! (`_security`, `_revs_limit`, `_purged_infos_limit`).
 
 use crate::{Error, Node, NodeConfig, Result};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use settee_auth::users;
 use settee_db::{Couch, Database};
+use std::cmp::Ordering;
 
 /// How a database is created (`PUT /{db}?q=…&partitioned=…`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,7 +24,104 @@ pub enum Limit {
     PurgedInfos,
 }
 
+/// A `startkey`/`endkey` bound for database names. CouchDB lists the shards database's
+/// `_all_docs`, whose keys compare as Erlang terms: every non-string JSON value sorts
+/// before every name, and names compare by bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameKey {
+    NonString,
+    Name(String),
+}
+
+impl NameKey {
+    pub fn of(v: Value) -> NameKey {
+        match v {
+            Value::String(s) => NameKey::Name(s),
+            _ => NameKey::NonString,
+        }
+    }
+
+    fn cmp_name(&self, name: &str) -> Ordering {
+        match self {
+            NameKey::NonString => Ordering::Less,
+            NameKey::Name(k) => k.as_str().cmp(name),
+        }
+    }
+}
+
+/// Which database names `_all_dbs` and `_dbs_info` list, as CouchDB's `_all_docs` over
+/// the shards database selects them (`key=K` is `start = end = K`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameRange {
+    pub start: Option<NameKey>,
+    pub end: Option<NameKey>,
+    pub descending: bool,
+    pub inclusive_end: bool,
+    pub skip: usize,
+    pub limit: usize,
+}
+
+impl Default for NameRange {
+    fn default() -> Self {
+        NameRange {
+            start: None,
+            end: None,
+            descending: false,
+            inclusive_end: true,
+            skip: 0,
+            limit: usize::MAX,
+        }
+    }
+}
+
+impl NameRange {
+    /// The names of `sorted` (ascending) in the range, in its direction.
+    pub fn select(&self, mut sorted: Vec<String>) -> Vec<String> {
+        if self.descending {
+            sorted.reverse();
+        }
+        // Ordering of the bound relative to a name, in scan direction.
+        let dir = |o: Ordering| if self.descending { o.reverse() } else { o };
+        let after_start = |n: &String| {
+            (self.start.as_ref()).is_none_or(|s| dir(s.cmp_name(n)) != Ordering::Greater)
+        };
+        let before_end = |n: &String| {
+            self.end.as_ref().is_none_or(|e| match dir(e.cmp_name(n)) {
+                Ordering::Less => false,
+                Ordering::Equal => self.inclusive_end,
+                Ordering::Greater => true,
+            })
+        };
+        sorted
+            .into_iter()
+            .skip_while(|n| !after_start(n))
+            .take_while(before_end)
+            .skip(self.skip)
+            .take(self.limit)
+            .collect()
+    }
+}
+
 impl Node {
+    /// `_all_dbs`: the names of this node's databases in `range`.
+    pub fn all_dbs(&self, range: &NameRange) -> Vec<String> {
+        range.select(self.couch.names())
+    }
+
+    /// `_dbs_info`: per key asked for, in order, its database's information or
+    /// `not_found`.
+    pub fn dbs_info(&self, keys: Vec<Value>) -> Vec<Value> {
+        keys.into_iter()
+            .map(|key| {
+                let db = key.as_str().and_then(|name| self.couch.get(name).ok());
+                match db {
+                    Some(db) => json!({"key": key, "info": self.db_info(&db)}),
+                    None => json!({"key": key, "error": "not_found"}),
+                }
+            })
+            .collect()
+    }
+
     /// Creates database `name` (CouchDB's 412 `file_exists` if it exists).
     pub fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {
         if opts.partitioned {

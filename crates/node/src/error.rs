@@ -75,6 +75,9 @@ pub enum Error {
     /// `error_saving_ddoc` for it, unless the write was refused ([`Error::is_refusal`]).
     #[error("error_saving_ddoc: {0}")]
     SavingDdoc(Box<Error>),
+    /// A configuration change that cannot be stored.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),

@@ -18,7 +18,7 @@ use crate::all_docs::{self, Namespace};
 use crate::att_read::{AttInfo, Piece};
 use crate::att_write::AttUpload;
 use crate::changes::{self, ChangesOpts, FilterSpec};
-use crate::dbs::CreateDb;
+use crate::dbs::{CreateDb, NameRange};
 use crate::design_filter::ReqInfo;
 use crate::mango_index::{BulkDeleted, Created};
 use crate::read::{Read, ReadOpts, Revision};
@@ -53,6 +53,12 @@ pub struct FeedEnd {
 pub trait Fabric: Send + Sync {
     /// Whether `user` may call `endpoint` with `method` (see [`crate::access`]).
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()>;
+
+    /// `_all_dbs`: the names of the databases in `range`.
+    fn all_dbs(&self, range: &NameRange) -> Result<Vec<String>>;
+
+    /// `_dbs_info`: per key, in order, its database's information or `not_found`.
+    fn dbs_info(&self, keys: Vec<Value>) -> Result<Vec<Value>>;
 
     /// Creates database `name`.
     fn create_db(&self, name: &str, opts: CreateDb) -> Result<()>;
@@ -251,6 +257,14 @@ pub trait Fabric: Send + Sync {
 impl Fabric for Arc<Node> {
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
         crate::access::authorize(self, endpoint, method, user)
+    }
+
+    fn all_dbs(&self, range: &NameRange) -> Result<Vec<String>> {
+        Ok(Node::all_dbs(self, range))
+    }
+
+    fn dbs_info(&self, keys: Vec<Value>) -> Result<Vec<Value>> {
+        Ok(Node::dbs_info(self, keys))
     }
 
     fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {

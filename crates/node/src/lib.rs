@@ -33,6 +33,7 @@ pub mod render;
 pub mod replication;
 pub mod replicator_read;
 pub mod settings;
+pub mod status;
 mod tasks;
 pub mod views;
 pub mod write;

@@ -3,7 +3,8 @@
 //! write is checked ([`Node::write_settings`]).
 
 use crate::config::{NodeConfig, Section};
-use crate::Node;
+use crate::{Error, Node, Result};
+use settee_auth::password::PasswordHash;
 use settee_auth::password::DEFAULT_ITERATIONS;
 use settee_auth::password_rules::PasswordRules;
 use settee_auth::users::USERS_DB;
@@ -159,5 +160,102 @@ impl Node {
                     qs_defaults.idle_limit.as_secs(),
                 )),
             });
+    }
+}
+
+/// Sections CouchDB refuses to change over HTTP (they name programs to run).
+const BLACKLISTED_SECTIONS: &[&str] = &[
+    "daemons",
+    "external",
+    "httpd_design_handlers",
+    "httpd_db_handlers",
+    "httpd_global_handlers",
+    "native_query_servers",
+    "os_daemons",
+    "query_servers",
+    "feature_flags",
+];
+
+/// CouchDB's 403 for a section it does not change over HTTP (checked before the body is
+/// read).
+pub fn check_writable(section: &str) -> Result<()> {
+    if BLACKLISTED_SECTIONS.contains(&section) {
+        return Err(Error::Forbidden(
+            "Config section blacklisted for modification over HTTP API.".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn unknown_value() -> Error {
+    Error::NotFound("unknown_config_value".into())
+}
+
+/// The live configuration as `/_node/{node}/_config` changes it: each change is applied
+/// to the components at once ([`Node::apply_settings`]); `persist: false`
+/// (`X-Couch-Persist: false`) keeps it in memory only.
+impl Node {
+    /// `[section] key`'s value.
+    pub fn config_value(&self, section: &str, key: &str) -> Result<String> {
+        self.config.get(section, key).ok_or_else(unknown_value)
+    }
+
+    /// Sets `[section] key` to `value` (trimmed; an admin's password is stored hashed):
+    /// the old value, `""` when there was none.
+    pub fn set_config(
+        &self,
+        section: &str,
+        key: &str,
+        value: &str,
+        persist: bool,
+    ) -> Result<String> {
+        check_writable(section)?;
+        let value = value.trim();
+        let value = if section == "admins" {
+            self.hash_admin_password(value)
+        } else {
+            value.to_string()
+        };
+        let old = if persist {
+            self.config.set(section, key, &value)?
+        } else {
+            self.config.set_unpersisted(section, key, &value)?
+        };
+        self.apply_settings();
+        Ok(old.unwrap_or_default())
+    }
+
+    /// Deletes `[section] key`: its old value.
+    pub fn delete_config(&self, section: &str, key: &str, persist: bool) -> Result<String> {
+        check_writable(section)?;
+        if self.config.get(section, key).is_none() {
+            return Err(unknown_value());
+        }
+        let old = if persist {
+            self.config.delete(section, key)?
+        } else {
+            self.config.delete_unpersisted(section, key)
+        };
+        self.apply_settings();
+        old.ok_or_else(unknown_value)
+    }
+
+    /// Reads the ini files again (`POST /_node/{node}/_config/_reload`).
+    pub fn reload_config(&self) -> Result<()> {
+        self.config.reload()?;
+        self.apply_settings();
+        Ok(())
+    }
+
+    /// CouchDB stores admin passwords hashed: a plaintext value becomes a PBKDF2 hash with
+    /// `[chttpd_auth] iterations`; a value that already is a hash is kept.
+    fn hash_admin_password(&self, value: &str) -> String {
+        if value.is_empty() || PasswordHash::parse(value).is_some() {
+            return value.to_string();
+        }
+        let iterations = (self.config)
+            .get_u64("chttpd_auth", "iterations", DEFAULT_ITERATIONS.into())
+            .clamp(1, u32::MAX.into()) as u32;
+        PasswordHash::new(value, iterations).stored()
     }
 }

@@ -1,10 +1,11 @@
-//! Databases through the operations trait on a real RocksDB: creating one (with
+//! Databases through the operations trait on a real RocksDB: listing them by name range
+//! (`_all_dbs`) and describing them by name (`_dbs_info`), creating one (with
 //! `[cluster] q`, partitioned or not, and the system databases that cannot be), its
 //! security object (checked, and not editable on the authentication database), and
 //! deleting it.
 
 use serde_json::json;
-use settee_node::dbs::CreateDb;
+use settee_node::dbs::{CreateDb, NameKey, NameRange};
 use settee_node::Error;
 
 mod common;
@@ -65,4 +66,48 @@ fn databases_are_created_secured_and_deleted() {
         fabric.get_security("plain"),
         Err(Error::Db(settee_db::Error::DbNotFound))
     ));
+}
+
+#[test]
+fn databases_are_listed_by_range_and_described_by_name() {
+    let f = fixture();
+    let fabric = f.fabric();
+    for name in ["apple", "banana", "cherry"] {
+        fabric.create_db(name, CreateDb::default()).unwrap();
+    }
+    let all = |range: NameRange| fabric.all_dbs(&range).unwrap();
+    assert_eq!(
+        all(NameRange::default()),
+        ["apple", "banana", "cherry", "db"]
+    );
+    let name = |n: &str| Some(NameKey::Name(n.into()));
+    let range = NameRange {
+        start: name("b"),
+        end: name("cherry"),
+        inclusive_end: false,
+        ..NameRange::default()
+    };
+    assert_eq!(all(range), ["banana"]);
+    let range = NameRange {
+        start: name("cherry"),
+        descending: true,
+        skip: 1,
+        limit: 1,
+        ..NameRange::default()
+    };
+    assert_eq!(all(range), ["banana"]);
+    // A key that is no string sorts before every name, as an Erlang term does.
+    let range = NameRange {
+        end: Some(NameKey::NonString),
+        ..NameRange::default()
+    };
+    assert!(all(range).is_empty());
+
+    let info = fabric
+        .dbs_info(vec![json!("banana"), json!("nope"), json!(7)])
+        .unwrap();
+    assert_eq!(info[0]["key"], "banana");
+    assert_eq!(info[0]["info"]["db_name"], "banana");
+    assert_eq!(info[1], json!({"key": "nope", "error": "not_found"}));
+    assert_eq!(info[2], json!({"key": 7, "error": "not_found"}));
 }

@@ -9,6 +9,8 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
 use settee_auth::cookie::CookieOptions;
+use settee_node::dbs::{NameKey, NameRange};
+use settee_node::Fabric;
 
 /// What `GET /` lists under `features`: only what Settee really provides (CouchDB's
 /// `config:features()`). JavaScript runs on QuickJS (CouchDB 3.4+ advertises `quickjs`
@@ -100,35 +102,9 @@ pub fn uuids(state: &AppState, req: &Req) -> ApiResult<Response> {
     Ok(resp)
 }
 
-/// A `startkey`/`endkey` bound for database names. CouchDB lists the shards database's
-/// `_all_docs`, whose keys compare as Erlang terms: every non-string JSON value sorts
-/// before every name, and names compare by bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum NameKey {
-    NonString,
-    Name(String),
-}
-
-impl NameKey {
-    fn of(v: Value) -> NameKey {
-        match v {
-            Value::String(s) => NameKey::Name(s),
-            _ => NameKey::NonString,
-        }
-    }
-
-    fn cmp_name(&self, name: &str) -> std::cmp::Ordering {
-        match self {
-            NameKey::NonString => std::cmp::Ordering::Less,
-            NameKey::Name(k) => k.as_str().cmp(name),
-        }
-    }
-}
-
-/// Applies `startkey`/`endkey` (or `key`), `inclusive_end`, `descending`, `skip` and
-/// `limit` to the sorted list of names, as CouchDB's `_all_docs` over the shards database.
-fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
-    use std::cmp::Ordering::{Greater, Less};
+/// `startkey`/`endkey` (or `key`), `inclusive_end`, `descending`, `skip` and `limit`
+/// of `/_all_dbs` and `GET /_dbs_info`.
+fn name_range(req: &Req) -> ApiResult<NameRange> {
     let p = &req.params;
     if p.get("keys").is_some() {
         return Err(ApiError::bad_request(
@@ -138,36 +114,18 @@ fn select_names(req: &Req, names: Vec<String>) -> ApiResult<Vec<String>> {
     let key = p.json("key")?.map(NameKey::of);
     let start = p.json_any(&["startkey", "start_key"])?.map(NameKey::of);
     let end = p.json_any(&["endkey", "end_key"])?.map(NameKey::of);
-    // `key=K` is `startkey=K&endkey=K`, as in CouchDB's view parameters.
     let (start, end) = match key {
         Some(k) => (Some(k.clone()), Some(k)),
         None => (start, end),
     };
-    let descending = p.flag("descending")?;
-    let inclusive_end = p.bool("inclusive_end")?.unwrap_or(true);
-    let skip = p.uint("skip")?.unwrap_or(0) as usize;
-    let limit = p.uint("limit")?.map_or(usize::MAX, |l| l as usize);
-    let mut names = names;
-    if descending {
-        names.reverse();
-    }
-    // Ordering of the bound relative to a name, in scan direction.
-    let dir = |o: std::cmp::Ordering| if descending { o.reverse() } else { o };
-    let after_start = |n: &String| start.as_ref().is_none_or(|s| dir(s.cmp_name(n)) != Greater);
-    let before_end = |n: &String| {
-        end.as_ref().is_none_or(|e| match dir(e.cmp_name(n)) {
-            Less => false,
-            std::cmp::Ordering::Equal => inclusive_end,
-            Greater => true,
-        })
-    };
-    Ok(names
-        .into_iter()
-        .skip_while(|n| !after_start(n))
-        .take_while(before_end)
-        .skip(skip)
-        .take(limit)
-        .collect())
+    Ok(NameRange {
+        start,
+        end,
+        descending: p.flag("descending")?,
+        inclusive_end: p.bool("inclusive_end")?.unwrap_or(true),
+        skip: p.uint("skip")?.unwrap_or(0) as usize,
+        limit: p.uint("limit")?.map_or(usize::MAX, |l| l as usize),
+    })
 }
 
 /// CouchDB serves `/_all_dbs/…` with the `/_all_dbs` handler, which then fails on its
@@ -183,7 +141,7 @@ fn no_sub_path(extra: bool) -> ApiResult<()> {
 pub fn all_dbs(state: &AppState, req: &Req, extra: bool) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
     no_sub_path(extra)?;
-    let names = select_names(req, state.couch.names())?;
+    let names = Fabric::all_dbs(&state.node, &name_range(req)?)?;
     // As chttpd_misc: an ETag of the list, and a 304 when it still matches.
     let body = serde_json::to_vec(&names).expect("json");
     let etag = settee_node::render::make_etag(&body);
@@ -218,25 +176,11 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
         keys
     } else {
         no_sub_path(extra)?;
-        select_names(&req, state.couch.names())?
-            .into_iter()
-            .map(Value::String)
-            .collect()
+        let names = Fabric::all_dbs(&state.node, &name_range(&req)?)?;
+        names.into_iter().map(Value::String).collect()
     };
-    let state = state.clone();
-    let out = blocking(move || {
-        Ok(names
-            .into_iter()
-            .map(|key| {
-                let db = key.as_str().and_then(|name| state.couch.get(name).ok());
-                match db {
-                    Some(db) => json!({"key": key, "info": state.db_info(&db)}),
-                    None => json!({"key": key, "error": "not_found"}),
-                }
-            })
-            .collect::<Vec<Value>>())
-    })
-    .await?;
+    let node = state.node.clone();
+    let out = blocking(move || Ok(Fabric::dbs_info(&node, names)?)).await?;
     Ok(json(StatusCode::OK, &Value::Array(out)))
 }
 
