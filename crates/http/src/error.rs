@@ -86,6 +86,33 @@ impl From<settee_node::Error> for ApiError {
                 "Possible message corruption.".into(),
             ),
             N::Config(c) => c.into(),
+            N::Rewrite(f) => {
+                use settee_core::rewrite::RewriteError as R;
+                use settee_node::rewrite::Failure as F;
+                let named = |status, error: &str, reason: String| {
+                    ApiError::Named(status, error.into(), reason)
+                };
+                let internal = StatusCode::INTERNAL_SERVER_ERROR;
+                match f {
+                    F::InvalidPath => named(
+                        StatusCode::NOT_FOUND,
+                        "rewrite_error",
+                        "Invalid path.".into(),
+                    ),
+                    F::BadAnswer(reason) => named(internal, "rewrite_error", reason),
+                    F::Unknown(answer) => named(internal, "unknown_error", answer),
+                    F::Rules(R::NoMatch) => ApiError::NotFound("missing".into()),
+                    F::Rules(R::InvalidTarget) => {
+                        named(internal, "error", "invalid_rewrite_target".into())
+                    }
+                    F::Rules(R::Insecure) => named(
+                        internal,
+                        "insecure_rewrite_rule",
+                        "too many ../.. segments".into(),
+                    ),
+                    F::Rules(R::BadJson(_)) => ApiError::bad_request("invalid UTF-8 JSON"),
+                }
+            }
             N::SavingDdoc(e) => {
                 let e = ApiError::from(*e);
                 let (status, error, _) = e.parts();

@@ -75,6 +75,9 @@ pub enum Error {
     /// `error_saving_ddoc` for it, unless the write was refused ([`Error::is_refusal`]).
     #[error("error_saving_ddoc: {0}")]
     SavingDdoc(Box<Error>),
+    /// A `_rewrite` that cannot be done.
+    #[error("{0:?}")]
+    Rewrite(crate::rewrite::Failure),
     /// A configuration change that cannot be stored.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),

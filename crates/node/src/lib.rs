@@ -32,6 +32,7 @@ pub mod read;
 pub mod render;
 pub mod replication;
 pub mod replicator_read;
+pub mod rewrite;
 pub mod settings;
 pub mod status;
 mod tasks;

@@ -1,13 +1,15 @@
 //! Design functions through the operations trait, run by the real QuickJS on a real
 //! RocksDB: a show's answer and its ETag (and the client's copy being current), an update
 //! function writing its document (201 with the new revision and id) or answering alone,
-//! and CouchDB's refusals.
+//! CouchDB's refusals, and `_rewrite` by rules and by function.
 
 use serde_json::{json, Value};
 use settee_auth::UserCtx;
+use settee_core::rewrite::RewriteError;
 use settee_node::design_filter::ReqInfo;
 use settee_node::list::External;
 use settee_node::render::{FnCall, Shown};
+use settee_node::rewrite::{Failure, Rewrite, Rewrites};
 use settee_node::Error;
 
 mod common;
@@ -129,4 +131,68 @@ async fn an_update_writes_its_document_or_answers_alone() {
         .await
         .unwrap_err();
     assert!(matches!(refused, Error::UpdateByGet));
+}
+
+#[test]
+fn rewrites_by_rules_and_by_function() {
+    let f = node();
+    write(
+        &f.db,
+        vec![
+            json!({"_id": "_design/rules", "rewrites": [
+                {"from": "/doc/:id", "to": "../../:id", "method": "GET"}
+            ]}),
+            json!({"_id": "_design/climb", "rewrites": [{"from": "/up", "to": "../../../x"}]}),
+            json!({"_id": "_design/fn", "rewrites":
+                "function(req) { if (req.path[4] == 'mine') return {code: 418, headers: {'X-Tea': 'yes'}, body: 'tea'}; if (req.path[4] == 'bad') return {path: 7}; return {path: '../../' + req.path[4], query: {q: '1 2'}, method: 'PUT'}; }"}),
+        ],
+    );
+    let node = &f.node;
+    let Rewrites::Rules(rules) = node.rewrites(&f.db, "rules").unwrap() else {
+        panic!("rules")
+    };
+    let seg = |s: &[&str]| s.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    let to = node
+        .rewrite_by_rules(("db", "rules"), &rules, "GET", &seg(&["doc", "a b"]), &[])
+        .unwrap();
+    // The bindings go along as query parameters, as in CouchDB.
+    assert_eq!(to, "/db/a+b?id=a+b");
+    let missing = node.rewrite_by_rules(("db", "rules"), &rules, "POST", &seg(&["doc", "a"]), &[]);
+    assert!(matches!(
+        missing,
+        Err(Error::Rewrite(Failure::Rules(RewriteError::NoMatch)))
+    ));
+    let Rewrites::Rules(climb) = node.rewrites(&f.db, "climb").unwrap() else {
+        panic!("rules")
+    };
+    let insecure = node.rewrite_by_rules(("db", "climb"), &climb, "GET", &seg(&["up"]), &[]);
+    assert!(matches!(
+        insecure,
+        Err(Error::Rewrite(Failure::Rules(RewriteError::Insecure)))
+    ));
+
+    let Rewrites::Function { design, body } = node.rewrites(&f.db, "fn").unwrap() else {
+        panic!("a function")
+    };
+    let req =
+        |last: &str| json!({"path": ["db", "_design", "fn", "_rewrite", last], "method": "GET"});
+    let by_fn =
+        |last: &str| node.rewrite_by_function(&f.db, "fn", (&design, &body), req(last), &[]);
+    let expected = Rewrite::Route {
+        method: Some("PUT".into()),
+        location: "/db/a?q=1+2".into(),
+        headers: Vec::new(),
+        body: None,
+    };
+    assert_eq!(by_fn("a").unwrap(), expected);
+    let own = Rewrite::Respond {
+        code: 418,
+        headers: vec![("X-Tea".into(), "yes".into())],
+        body: Some("tea".into()),
+    };
+    assert_eq!(by_fn("mine").unwrap(), own);
+    assert!(matches!(by_fn("bad"), Err(Error::Rewrite(Failure::BadAnswer(r))) if r == "bad path"));
+    // A design document without rewrites has an invalid path.
+    let none = node.rewrites(&f.db, "f");
+    assert!(matches!(none, Err(Error::Rewrite(Failure::InvalidPath))));
 }
