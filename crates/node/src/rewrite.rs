@@ -35,7 +35,7 @@ pub enum Rewrites {
     Rules(Vec<Value>),
     /// A rewrite function (in `body`'s `rewrites`).
     Function {
-        design: DesignDoc,
+        design: Box<DesignDoc>,
         body: Value,
     },
 }
@@ -74,7 +74,10 @@ impl Node {
         let body = design.body()?;
         match body.get("rewrites") {
             Some(Value::Array(rules)) => Ok(Rewrites::Rules(rules.clone())),
-            Some(Value::String(_)) => Ok(Rewrites::Function { design, body }),
+            Some(Value::String(_)) => Ok(Rewrites::Function {
+                design: Box::new(design),
+                body,
+            }),
             _ => Err(failed(Failure::InvalidPath)),
         }
     }
