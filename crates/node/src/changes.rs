@@ -10,13 +10,13 @@
 use crate::atts::{AttOpts, AttRender};
 use crate::design_filter::{self, DesignFilter, ReqInfo};
 use crate::{blocking, winner_json_with, with_doc, DocOpts, Error, Node, Result};
+use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use settee_core::{Rev, SeqArg, SeqCodec};
 use settee_db::{Change, Database};
 use settee_wire::mrargs::{parse_pos_int, Val};
 use settee_wire::Params;
 use std::collections::HashSet;
-use std::future::Future;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -817,13 +817,22 @@ pub trait FeedOut: Send + 'static {
     /// Whether the reader is still there.
     fn is_open(&self) -> bool;
     /// The feed is about to wait for an update.
-    fn waiting(&mut self) -> impl Future<Output = ()> + Send;
+    fn waiting(&mut self) -> BoxFuture<'_, ()>;
     /// A heartbeat is due, or an update woke the feed.
-    fn beat(&mut self) -> impl Future<Output = ()> + Send;
+    fn beat(&mut self) -> BoxFuture<'_, ()>;
     /// Resolves once the reader has gone.
-    fn gone(&self) -> impl Future<Output = ()> + Send;
+    fn gone(&self) -> BoxFuture<'_, ()>;
     /// The feed has ended: with its `last_seq` and `pending`, or with an error.
-    fn end(self, end: Result<(u64, u64)>) -> impl Future<Output = ()> + Send;
+    fn end(self: Box<Self>, end: Result<(u64, u64)>) -> BoxFuture<'static, ()>;
+}
+
+/// How a live feed runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Live {
+    /// A longpoll (ends once it has sent rows), else continuous.
+    pub longpoll: bool,
+    /// `[fabric] changes_duration`: how long a feed with a heartbeat may run idle.
+    pub max_duration: Option<Duration>,
 }
 
 /// A longpoll (`longpoll`) or continuous feed, as CouchDB's `keep_sending_changes` runs
@@ -832,13 +841,11 @@ pub trait FeedOut: Send + 'static {
 /// timeout, which ends the feed). A heartbeat or an update beats, and the feed goes round
 /// again. With a heartbeat only `max_duration` (`[fabric] changes_duration`) ends an idle
 /// feed. A feed whose reader went away just stops; one whose scan panicked drops `out`.
-pub async fn live<O: FeedOut>(
-    db: Arc<Database>,
-    o: ChangesOpts,
-    longpoll: bool,
-    max_duration: Option<Duration>,
-    mut out: O,
-) {
+pub async fn live(db: Arc<Database>, o: ChangesOpts, live: Live, mut out: Box<dyn FeedOut>) {
+    let Live {
+        longpoll,
+        max_duration,
+    } = live;
     let mut seq_rx = db.watch_seq();
     let start = start_seq(&db, &o);
     let mut seen_all = Scanned {

@@ -17,7 +17,7 @@
 use crate::all_docs::{self, Namespace};
 use crate::att_read::{AttInfo, Piece};
 use crate::att_write::AttUpload;
-use crate::changes::{self, ChangesOpts, FilterSpec};
+use crate::changes::{self, ChangesOpts, FeedOut, FilterSpec, Live};
 use crate::dbs::{CreateDb, NameRange};
 use crate::design_filter::ReqInfo;
 use crate::mango_index::{BulkDeleted, Created};
@@ -38,6 +38,9 @@ use std::sync::Arc;
 
 /// Where a call's rows go; false: stop, the reader has gone.
 pub type Out<'a> = &'a mut dyn FnMut(&[u8]) -> bool;
+
+/// The request a filter function is told about, made when one asks for it.
+pub type ReqFn<'a> = Box<dyn FnOnce() -> ReqInfo + Send + 'a>;
 
 /// A write's answer, once committed.
 pub type Fut<'a, T> = BoxFuture<'a, Result<T>>;
@@ -99,18 +102,36 @@ pub trait Fabric: Send + Sync {
     /// A Mango `_find`: the whole response object.
     fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()>;
 
-    /// A normal `_changes` feed through the filter `spec` names (`req`: the request a
-    /// filter function is told about): each row with the seq it shows, then where the
-    /// feed ends.
+    /// Resolves a feed's filter (CouchDB's `configure_filter`, before any feed starts):
+    /// `opts` with the filter `spec` names (`req`, asked for only by a filter function:
+    /// the request it is told about) and `user`'s view of `_replicator` credentials.
+    fn changes_filter<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        spec: FilterSpec,
+        opts: ChangesOpts,
+        req: ReqFn<'a>,
+    ) -> Fut<'a, ChangesOpts>;
+
+    /// A normal `_changes` feed (`opts` from [`Fabric::changes_filter`]): each row with
+    /// the seq it shows, then where the feed ends.
     fn changes(
         &self,
         db: &str,
-        user: &UserCtx,
-        opts: ChangesOpts,
-        spec: FilterSpec,
-        req: &ReqInfo,
+        opts: &ChangesOpts,
         row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
     ) -> Result<FeedEnd>;
+
+    /// A longpoll or continuous feed (`opts` from [`Fabric::changes_filter`]), run to its
+    /// end: rows, waits, heartbeats and the end (or the error it ends with) go to `out`.
+    fn live_changes<'a>(
+        &'a self,
+        db: &'a str,
+        opts: ChangesOpts,
+        live: Live,
+        out: Box<dyn FeedOut>,
+    ) -> BoxFuture<'a, ()>;
 
     /// Writes one document: its new revision, or `None` when acknowledged early
     /// (`opts.batch`) or when a replicated revision needs none.
@@ -324,20 +345,46 @@ impl Fabric for Arc<Node> {
         Node::find(self, &db, opts, &plan, reader, out)
     }
 
+    fn changes_filter<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        spec: FilterSpec,
+        mut opts: ChangesOpts,
+        req: ReqFn<'a>,
+    ) -> Fut<'a, ChangesOpts> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            opts.filter = Node::changes_filter(self, &db, spec, &mut opts, req).await?;
+            opts.reader = crate::replicator_read::reader(&db, user);
+            Ok(opts)
+        })
+    }
+
     fn changes(
         &self,
         db: &str,
-        user: &UserCtx,
-        mut opts: ChangesOpts,
-        spec: FilterSpec,
-        req: &ReqInfo,
+        opts: &ChangesOpts,
         row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
     ) -> Result<FeedEnd> {
         let db = self.couch.get(db)?;
-        opts.filter = self.resolve_filter(&db, spec, &mut opts, || req.clone())?;
-        opts.reader = crate::replicator_read::reader(&db, user);
-        let (last_seq, pending) = changes::normal(&db, &opts, &mut |seq, r| row(seq, &r))?;
+        let (last_seq, pending) = changes::normal(&db, opts, &mut |seq, r| row(seq, &r))?;
         Ok(FeedEnd { last_seq, pending })
+    }
+
+    fn live_changes<'a>(
+        &'a self,
+        db: &'a str,
+        opts: ChangesOpts,
+        live: Live,
+        out: Box<dyn FeedOut>,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            match self.couch.get(db) {
+                Ok(db) => changes::live(db, opts, live, out).await,
+                Err(e) => out.end(Err(e.into())).await,
+            }
+        })
     }
 
     fn update_doc<'a>(

@@ -3,13 +3,17 @@
 //! `pending`), the replicator's read and a longpoll through a [`FeedOut`]. A cluster
 //! coordinator offering the same operations must pass the same checks.
 
+use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use settee_auth::UserCtx;
 use settee_core::SeqArg;
 use settee_db::Database;
-use settee_node::changes::{self, ChangesOpts, FeedOut, Filter, FilterSpec, ReplicationFilter};
+use settee_node::changes::{
+    self, ChangesOpts, FeedOut, Filter, FilterSpec, Live, ReplicationFilter,
+};
 use settee_node::design_filter::ReqInfo;
 use settee_node::seqs;
+use settee_node::Fabric;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,23 +53,21 @@ fn feed(db: &Database, o: &ChangesOpts) -> (Vec<String>, u64, u64) {
 }
 
 /// A normal feed through the operations trait, with the filter `spec` names.
-fn through(f: &Fixture, o: &ChangesOpts, spec: FilterSpec) -> (Vec<String>, u64, u64) {
-    let mut ids = Vec::new();
-    let end = f
-        .fabric()
-        .changes(
-            "db",
-            &UserCtx::default(),
-            o.clone(),
-            spec,
-            &request(),
-            &mut |_, row| {
-                let row: Value = serde_json::from_slice(row).unwrap();
-                ids.push(row["id"].as_str().unwrap().to_string());
-                true
-            },
-        )
+async fn through(f: &Fixture, o: &ChangesOpts, spec: FilterSpec) -> (Vec<String>, u64, u64) {
+    let (fabric, user) = (f.fabric(), UserCtx::default());
+    let o = fabric
+        .changes_filter("db", &user, spec, o.clone(), Box::new(request))
+        .await
         .unwrap();
+    let mut ids = Vec::new();
+    let end = tokio::task::block_in_place(|| {
+        fabric.changes("db", &o, &mut |_, row| {
+            let row: Value = serde_json::from_slice(row).unwrap();
+            ids.push(row["id"].as_str().unwrap().to_string());
+            true
+        })
+    })
+    .unwrap();
     (ids, end.last_seq, end.pending)
 }
 
@@ -98,21 +100,29 @@ async fn resolved(f: &Fixture, spec: FilterSpec) -> ChangesOpts {
 async fn every_change_then_the_end_of_the_feed() {
     let f = node();
     seed(&f.db);
-    let all = |o: &ChangesOpts| through(&f, o, FilterSpec::None);
     let mut o = ChangesOpts::new(seqs(&f.db));
-    let (every, last, pending) = all(&o);
+    let (every, last, pending) = through(&f, &o, FilterSpec::None).await;
     assert_eq!(every.len(), 11);
     assert_eq!((last, pending), (11, 0));
     o.limit = Some(4);
-    assert_eq!(all(&o), (ids(&["d0", "d1", "d2", "d3"]), 4, 7));
+    assert_eq!(
+        through(&f, &o, FilterSpec::None).await,
+        (ids(&["d0", "d1", "d2", "d3"]), 4, 7)
+    );
     o.since = SeqArg::Seq(9);
-    assert_eq!(all(&o), (ids(&["d9", "_design/f"]), 11, 0));
+    assert_eq!(
+        through(&f, &o, FilterSpec::None).await,
+        (ids(&["d9", "_design/f"]), 11, 0)
+    );
     o.since = SeqArg::Now;
-    assert_eq!(all(&o), (vec![], 11, 0));
+    assert_eq!(through(&f, &o, FilterSpec::None).await, (vec![], 11, 0));
     let mut o = ChangesOpts::new(seqs(&f.db));
     o.descending = true;
     o.limit = Some(2);
-    assert_eq!(all(&o), (ids(&["_design/f", "d9"]), 10, 9));
+    assert_eq!(
+        through(&f, &o, FilterSpec::None).await,
+        (ids(&["_design/f", "d9"]), 10, 9)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -144,15 +154,20 @@ async fn design_selector_view_and_function_filters() {
     let f = node();
     seed(&f.db);
     let o = ChangesOpts::new(seqs(&f.db));
-    let rows = |spec| through(&f, &o, spec).0;
-    assert_eq!(rows(FilterSpec::Design), ids(&["_design/f"]));
+    assert_eq!(
+        through(&f, &o, FilterSpec::Design).await.0,
+        ids(&["_design/f"])
+    );
     let selector = FilterSpec::Selector(json!({"n": {"$gt": 7}}));
-    assert_eq!(rows(selector), ids(&["d8", "d9"]));
+    assert_eq!(through(&f, &o, selector).await.0, ids(&["d8", "d9"]));
     let view = FilterSpec::View("f".into(), "even".into());
-    assert_eq!(rows(view), ids(&["d0", "d2", "d4", "d6", "d8"]));
+    assert_eq!(
+        through(&f, &o, view).await.0,
+        ids(&["d0", "d2", "d4", "d6", "d8"])
+    );
     // The function reads `req.query.below` (3) from the request it is told about.
     let function = FilterSpec::Function("f".into(), "small".into());
-    assert_eq!(rows(function), ids(&["d0", "d1", "d2"]));
+    assert_eq!(through(&f, &o, function).await.0, ids(&["d0", "d1", "d2"]));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -233,21 +248,24 @@ impl FeedOut for Kept {
     fn is_open(&self) -> bool {
         true
     }
-    async fn waiting(&mut self) {
+    fn waiting(&mut self) -> BoxFuture<'_, ()> {
         self.0.lock().unwrap().push("(waiting)".into());
+        Box::pin(std::future::ready(()))
     }
-    async fn beat(&mut self) {
+    fn beat(&mut self) -> BoxFuture<'_, ()> {
         self.0.lock().unwrap().push("(beat)".into());
+        Box::pin(std::future::ready(()))
     }
-    async fn gone(&self) {
-        std::future::pending().await
+    fn gone(&self) -> BoxFuture<'_, ()> {
+        Box::pin(std::future::pending())
     }
-    async fn end(self, end: settee_node::Result<(u64, u64)>) {
-        let (last, pending) = end.unwrap();
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("(end {last} {pending})"));
+    fn end(self: Box<Self>, end: settee_node::Result<(u64, u64)>) -> BoxFuture<'static, ()> {
+        let said = match end {
+            Ok((last, pending)) => format!("(end {last} {pending})"),
+            Err(e) => format!("(error {e})"),
+        };
+        self.0.lock().unwrap().push(said);
+        Box::pin(std::future::ready(()))
     }
 }
 
@@ -258,15 +276,39 @@ async fn a_longpoll_waits_for_the_next_change() {
     let mut o = ChangesOpts::new(seqs(&f.db));
     o.since = SeqArg::Now;
     let kept = Kept::default();
-    let feed = tokio::spawn(changes::live(f.db.clone(), o, true, None, kept.clone()));
+    let (node, out) = (f.node.clone(), Box::new(kept.clone()));
+    let live = Live {
+        longpoll: true,
+        max_duration: None,
+    };
+    let feed = tokio::spawn(async move { node.live_changes("db", o, live, out).await });
     // The write comes once the feed has found nothing and waits.
     while !kept.0.lock().unwrap().iter().any(|k| k == "(waiting)") {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     write(&f.db, vec![json!({"_id": "new"})]);
     feed.await.unwrap();
-    let kept = kept.0.lock().unwrap().clone();
-    assert_eq!(kept, ["(waiting)", "(beat)", "new", "(end 12 0)"]);
+    let seen = kept.0.lock().unwrap().clone();
+    assert_eq!(seen, ["(waiting)", "(beat)", "new", "(end 12 0)"]);
+
+    // A continuous feed with a limit ends once it has sent that many rows; one of a
+    // database that is not there ends with its error.
+    let mut o = ChangesOpts::new(seqs(&f.db));
+    o.limit = Some(3);
+    let kept = Kept::default();
+    let fabric = f.fabric();
+    let out = Box::new(kept.clone());
+    fabric
+        .live_changes("db", o.clone(), Live::default(), out)
+        .await;
+    let seen = kept.0.lock().unwrap().clone();
+    assert_eq!(seen, ["d0", "d1", "d2", "(end 3 9)"]);
+    let kept = Kept::default();
+    let out = Box::new(kept.clone());
+    fabric.live_changes("nope", o, Live::default(), out).await;
+    let seen = kept.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert!(seen[0].starts_with("(error"), "{seen:?}");
 }
 
 /// The query string as CouchDB reads it: names folded and later values winning, the

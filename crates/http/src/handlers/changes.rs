@@ -8,11 +8,13 @@ use crate::{AppState, Req};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use settee_core::{SeqArg, SeqCodec};
 use settee_db::Database;
-use settee_node::changes::{self, wait_past, ChangesOpts, FeedOut, FilterSpec};
+use settee_node::changes::{self, wait_past, ChangesOpts, FeedOut, FilterSpec, Live};
 use settee_node::seqs;
+use settee_node::Fabric;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -78,18 +80,19 @@ fn results_end(seqs: &SeqCodec, last: u64, pending: u64) -> String {
 
 /// A whole normal response body.
 fn normal_body(
-    db: &Database,
+    state: &AppState,
+    db: &str,
     o: &ChangesOpts,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> ApiResult<()> {
     out(b"{\"results\":[\n");
     let mut first = true;
-    let (last, pending) = changes::normal(db, o, &mut |_, row| {
-        let ok = out(if first { b"" } else { ROW_SEPARATOR }) && out(&row);
+    let end = Fabric::changes(&state.node, db, o, &mut |_, row| {
+        let ok = out(if first { b"" } else { ROW_SEPARATOR }) && out(row);
         first = false;
         ok
     })?;
-    out(results_end(&o.seqs, last, pending).as_bytes());
+    out(results_end(&o.seqs, end.last_seq, end.pending).as_bytes());
     Ok(())
 }
 
@@ -114,7 +117,6 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
         Duration::from_millis(state.config.get_u64("chttpd", "changes_timeout", 60_000));
     let (all, params) = changes::fold_params(&req.params);
     let mut o = ChangesOpts::parse(&all, &params, changes_timeout, seqs(&db))?;
-    o.reader = settee_node::replicator_read::reader(&db, &req.user);
     // An EventSource reconnecting says where it stopped.
     if params.get("feed") == Some("eventsource") {
         if let Some(id) = req.header("last-event-id") {
@@ -123,23 +125,21 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     }
     // `doc_ids` and `view` are read as sent (CouchDB's `configure_filter`); `filter` folded.
     let spec = FilterSpec::parse(params.get("filter"), &req.params, post, body.as_ref())?;
-    o.filter = state
-        .node
-        .changes_filter(&db, spec, &mut o, || {
-            crate::req_info::of_request(&req, body.as_ref())
-        })
-        .await?;
+    let req_info = Box::new(|| crate::req_info::of_request(&req, body.as_ref()));
+    let o = Fabric::changes_filter(&state.node, &db.name, &req.user, spec, o, req_info).await?;
     match Feed::for_changes(&params)? {
         Feed::Normal => {
             // chttpd_db: the ETag is the database's info, whatever the query, and a match is
             // a 304.
-            let etag = settee_node::render::make_etag(state.db_info(&db).to_string().as_bytes());
+            let info = Fabric::db_info(&state.node, &db.name)?;
+            let etag = settee_node::render::make_etag(info.to_string().as_bytes());
             let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
             if crate::req::etag_matches(&req.headers, &etag) {
                 return Ok(crate::reply::not_modified(tag));
             }
+            let state = state.clone();
             let mut resp = stream(JSON, move |sink| {
-                normal_body(&db, &o, &mut |b| sink.write(b))
+                normal_body(&state, &db.name, &o, &mut |b| sink.write(b))
             })
             .await;
             resp.headers_mut().insert(header::ETAG, tag);
@@ -151,7 +151,11 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
                 .get("fabric", "changes_duration")
                 .and_then(|v| v.trim().parse().ok())
                 .map(Duration::from_millis);
-            Ok(live(db, o, feed, max_duration).await)
+            let live = Live {
+                longpoll: feed == Feed::Longpoll,
+                max_duration,
+            };
+            Ok(live_feed(state.clone(), db.name.clone(), o, feed, live).await)
         }
     }
 }
@@ -242,31 +246,39 @@ impl FeedOut for LiveOut {
 
     /// Before waiting: the buffered rows go out; a feed that has sent nothing yet sends a
     /// newline, so the client has the status and headers while it waits.
-    async fn waiting(&mut self) {
-        if self.rows_buffered {
-            self.send(b"").await;
-        } else if self.chunks == 0 {
-            self.chunks = 1;
-            self.send(b"\n").await;
-        }
+    fn waiting(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if self.rows_buffered {
+                self.send(b"").await;
+            } else if self.chunks == 0 {
+                self.chunks = 1;
+                self.send(b"\n").await;
+            }
+        })
     }
 
     /// A heartbeat, also sent when an update wakes the feed.
-    async fn beat(&mut self) {
+    fn beat(&mut self) -> BoxFuture<'_, ()> {
         self.chunks += 1;
         let beat: &[u8] = if self.feed == Feed::EventSource {
             b"event: heartbeat\ndata: \n\n"
         } else {
             b"\n"
         };
-        self.send(beat).await;
+        Box::pin(self.send(beat))
     }
 
-    async fn gone(&self) {
-        self.tx.closed().await
+    fn gone(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.tx.closed())
     }
 
-    async fn end(mut self, end: settee_node::Result<(u64, u64)>) {
+    fn end(self: Box<Self>, end: settee_node::Result<(u64, u64)>) -> BoxFuture<'static, ()> {
+        Box::pin(self.finish(end))
+    }
+}
+
+impl LiveOut {
+    async fn finish(mut self: Box<Self>, end: settee_node::Result<(u64, u64)>) {
         match end {
             Ok((last, pending)) => {
                 let tail = match self.feed {
@@ -303,13 +315,14 @@ impl Drop for LiveClient {
     }
 }
 
-/// A longpoll, continuous or eventsource feed: the node runs it ([`changes::live`]) into a
-/// [`LiveOut`], counted as a client for as long as it runs.
-async fn live(
-    db: Arc<Database>,
+/// A longpoll, continuous or eventsource feed: the node runs it ([`Fabric::live_changes`])
+/// into a [`LiveOut`], counted as a client for as long as it runs.
+async fn live_feed(
+    state: AppState,
+    db: String,
     o: ChangesOpts,
     feed: Feed,
-    max_duration: Option<Duration>,
+    live: Live,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<ApiResult<Bytes>>(16);
     let content_type = if feed == Feed::EventSource {
@@ -317,10 +330,10 @@ async fn live(
     } else {
         JSON
     };
-    let out = LiveOut::new(feed, o.seqs.clone(), tx);
+    let out = Box::new(LiveOut::new(feed, o.seqs.clone(), tx));
     tokio::spawn(async move {
         let _client = LiveClient::new();
-        changes::live(db, o, feed == Feed::Longpoll, max_duration, out).await
+        Fabric::live_changes(&state.node, &db, o, live, out).await
     });
     let mut resp = delayed(content_type, rx).await;
     if content_type != JSON {
