@@ -15,11 +15,12 @@
 //! trait is built from.
 
 use crate::all_docs::{self, Namespace};
-use crate::att_read::{AttInfo, Piece};
+use crate::att_read::{self, AttInfo};
 use crate::att_write::AttUpload;
 use crate::changes::{self, ChangesOpts, FeedOut, FilterSpec, Live};
 use crate::dbs::{CreateDb, NameRange};
 use crate::design_filter::ReqInfo;
+use crate::list::{ListCall, Piece};
 use crate::mango_index::{BulkDeleted, Created};
 use crate::read::{Read, ReadOpts, Revision};
 use crate::render::{FnCall, Shown, Updated};
@@ -215,13 +216,27 @@ pub trait Fabric: Send + Sync {
     /// `_revs_diff`: for each id, the revisions missing and their possible ancestors.
     fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff>;
 
+    /// `_list`: a list function over a view's (or `_all_docs`') rows, its response's
+    /// pieces arriving on the receiver as the function sends them.
+    fn list<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        call: ListCall,
+    ) -> Fut<'a, tokio::sync::mpsc::Receiver<Piece>>;
+
     /// Attachment `name` of revision `rev` (the winner without one) of document `id`.
     fn open_attachment(&self, db: &str, id: &str, name: &str, rev: Option<&Rev>)
         -> Result<AttInfo>;
 
     /// Sends `piece` of an attachment's content (as [`Fabric::open_attachment`] found it).
-    fn attachment_content(&self, db: &str, att: &AttInfo, piece: Piece, out: Out<'_>)
-        -> Result<()>;
+    fn attachment_content(
+        &self,
+        db: &str,
+        att: &AttInfo,
+        piece: att_read::Piece,
+        out: Out<'_>,
+    ) -> Result<()>;
 
     /// Stores an attachment's content as it arrives and puts it into a revision: the new
     /// revision.
@@ -534,6 +549,15 @@ impl Fabric for Arc<Node> {
         Box::pin(Node::bulk_delete_indexes(self, db, user, ddocs))
     }
 
+    fn list<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        call: ListCall,
+    ) -> Fut<'a, tokio::sync::mpsc::Receiver<Piece>> {
+        Box::pin(Node::list(self, db, user, call))
+    }
+
     fn open_attachment(
         &self,
         db: &str,
@@ -548,7 +572,7 @@ impl Fabric for Arc<Node> {
         &self,
         db: &str,
         att: &AttInfo,
-        piece: Piece,
+        piece: att_read::Piece,
         out: Out<'_>,
     ) -> Result<()> {
         crate::att_read::content(&*self.couch.get(db)?, att, piece, out)

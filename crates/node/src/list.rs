@@ -8,13 +8,16 @@
 //! function pulls them one at a time with `getRow()` ([`ListPump`]), its chunks leaving
 //! as [`Piece`]s as it sends them.
 
+use crate::design_filter::ReqInfo;
 use crate::render::{list_answer, DesignDoc};
-use crate::{Error, Node, Result};
+use crate::{blocking, Error, Node, Result};
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{Map, Value};
+use settee_auth::UserCtx;
 use settee_db::Database;
 use settee_js::ListIo;
+use settee_wire::mrargs::MrArgs;
 use std::sync::{mpsc, Arc};
 use tokio::sync::mpsc as tokio_mpsc;
 
@@ -212,6 +215,7 @@ fn head_of(piece: &[u8]) -> Value {
 /// What the list's response is made of, in order: its head (status and headers) or,
 /// before it, the failure that is the whole response; then data, and a failure after the
 /// head is the response's last chunk (`chttpd:send_chunked_error`).
+#[derive(Debug)]
 pub enum Piece {
     Head(u16, Vec<(String, String)>),
     Data(Bytes),
@@ -381,11 +385,69 @@ impl ListIo for ListPump {
     }
 }
 
+/// A `_list` call: list function `name` of design document `ddoc` over view `view` of
+/// `view_ddoc` (`ddoc` when `None`), or over `_all_docs` (`view` `_all_docs`), queried
+/// with `args`.
+pub struct ListCall {
+    pub ddoc: String,
+    pub name: String,
+    pub view_ddoc: Option<String>,
+    pub view: String,
+    pub args: MrArgs,
+    /// The request object the function is given.
+    pub req: ReqInfo,
+    /// The `Content-Security-Policy` header its response gets.
+    pub csp: Option<(String, String)>,
+}
+
 /// Where a list's rows come from: a query writing the view's (or `_all_docs`')
 /// response.
 pub type RowQuery = Box<dyn FnOnce(&mut dyn FnMut(&[u8]) -> bool) -> Result<()> + Send>;
 
 impl Node {
+    /// Runs `call` for `user`: its view (or `_all_docs`) is found and the function checked
+    /// before the list starts; then the response's pieces arrive on the receiver as the
+    /// function sends them. No ETag: 3.5.2's clustered list path sends none (nor a 304).
+    pub async fn list(
+        self: &Arc<Self>,
+        db: &str,
+        user: &UserCtx,
+        call: ListCall,
+    ) -> Result<tokio_mpsc::Receiver<Piece>> {
+        let db = self.couch.get(db)?;
+        let all_docs = if call.view == "_all_docs" {
+            let q = crate::all_docs::Query::from_args(call.args.clone())?;
+            Some(q.for_reader(&self.config, &db, user))
+        } else {
+            None
+        };
+        let reader = crate::replicator_read::reader(&db, user);
+        let (node, d) = (self.clone(), db.clone());
+        let (ddoc, name, args) = (call.ddoc, call.name.clone(), call.args);
+        let (view_ddoc, view) = (call.view_ddoc, call.view);
+        let (list_ddoc, query) = blocking::<_, Error>(move || {
+            let list_ddoc = DesignDoc::open(&d, &ddoc)?;
+            list_ddoc.require_function("lists", &name)?;
+            crate::render::require_runner(&node, &list_ddoc)?;
+            let query: RowQuery = match all_docs {
+                Some(q) => Box::new(move |out| {
+                    crate::all_docs::run(&d, &q, crate::all_docs::Namespace::All, out)
+                }),
+                None => {
+                    let vname = view_ddoc.unwrap_or(ddoc);
+                    let (g, n) = node.view_group(&d, &vname, &view)?;
+                    let mut args = crate::views::ViewArgs::for_view(args, &g, n, &node.config)?;
+                    args.reader = reader;
+                    let views = node.views.clone();
+                    Box::new(move |out| crate::views::run(&views, &d, &g, n, &args, out))
+                }
+            };
+            Ok((list_ddoc, query))
+        })
+        .await?;
+        Ok(self.run_list(db, list_ddoc, call.name, query, call.req, call.csp))
+    }
+
     /// Runs list function `name` of `ddoc` over `query`'s rows (`req`: the request object
     /// the function is given; `csp`: the header its response gets). The response's
     /// pieces arrive on the receiver as the function sends them.
@@ -395,7 +457,7 @@ impl Node {
         ddoc: DesignDoc,
         name: String,
         query: RowQuery,
-        req: crate::design_filter::ReqInfo,
+        req: ReqInfo,
         csp: Option<(String, String)>,
     ) -> tokio_mpsc::Receiver<Piece> {
         let (feed_tx, feed_rx) = mpsc::sync_channel(16);

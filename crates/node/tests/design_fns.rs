@@ -1,16 +1,18 @@
 //! Design functions through the operations trait, run by the real QuickJS on a real
 //! RocksDB: a show's answer and its ETag (and the client's copy being current), an update
 //! function writing its document (201 with the new revision and id) or answering alone,
-//! CouchDB's refusals, and `_rewrite` by rules and by function.
+//! CouchDB's refusals, a list over a view's and `_all_docs`' rows, and `_rewrite` by
+//! rules and by function.
 
 use serde_json::{json, Value};
 use settee_auth::UserCtx;
 use settee_core::rewrite::RewriteError;
 use settee_node::design_filter::ReqInfo;
-use settee_node::list::External;
+use settee_node::list::{External, ListCall, Piece};
 use settee_node::render::{FnCall, Shown};
 use settee_node::rewrite::{Failure, Rewrite, Rewrites};
 use settee_node::Error;
+use settee_wire::mrargs::MrArgs;
 
 mod common;
 use common::{fixture, write, Fixture};
@@ -23,6 +25,8 @@ fn node() -> Fixture {
             json!({"_id": "a", "v": 1}),
             json!({"_id": "_design/f",
             "shows": {"s": "function(doc, req) { return {body: 'hello ' + (doc ? doc._id : 'none')}; }"},
+            "views": {"v": {"map": "function(doc) { if (doc.v) emit(doc.v, null); }"}},
+            "lists": {"ids": "function(head, req) { start({headers: {'X-List': 'yes'}}); var row; while (row = getRow()) send(row.id + ';'); return 'total ' + head.total_rows; }"},
             "updates": {
                 "bump": "function(doc, req) { if (!doc) return [{_id: req.id, v: 0}, 'made']; doc.v += 1; return [doc, 'bumped']; }",
                 "say": "function(doc, req) { return [null, {code: 202, body: 'nothing'}]; }"
@@ -195,4 +199,65 @@ fn rewrites_by_rules_and_by_function() {
     // A design document without rewrites has an invalid path.
     let none = node.rewrites(&f.db, "f");
     assert!(matches!(none, Err(Error::Rewrite(Failure::InvalidPath))));
+}
+
+/// A list's pieces: its head, then its body.
+async fn pieces(
+    mut rx: tokio::sync::mpsc::Receiver<Piece>,
+) -> (u16, Vec<(String, String)>, String) {
+    let Some(Piece::Head(code, headers)) = rx.recv().await else {
+        panic!("a head first")
+    };
+    let mut body = Vec::new();
+    while let Some(piece) = rx.recv().await {
+        match piece {
+            Piece::Data(b) => body.extend_from_slice(&b),
+            other => panic!("{other:?}"),
+        }
+    }
+    (code, headers, String::from_utf8(body).unwrap())
+}
+
+fn list_call(name: &str, view: &str) -> ListCall {
+    ListCall {
+        ddoc: "f".into(),
+        name: name.into(),
+        view_ddoc: None,
+        view: view.into(),
+        args: MrArgs::default(),
+        req: request(None),
+        csp: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_list_streams_a_views_rows_or_all_docs() {
+    let f = node();
+    write(&f.db, vec![json!({"_id": "b", "v": 2})]);
+    let (fabric, user) = (f.fabric(), UserCtx::default());
+    let rx = fabric
+        .list("db", &user, list_call("ids", "v"))
+        .await
+        .unwrap();
+    let (code, headers, body) = pieces(rx).await;
+    assert_eq!(code, 200);
+    assert!(
+        headers.contains(&("X-List".into(), "yes".into())),
+        "{headers:?}"
+    );
+    assert_eq!(body, "a;b;total 2");
+    let rx = fabric.list("db", &user, list_call("ids", "_all_docs"));
+    let (_, _, body) = pieces(rx.await.unwrap()).await;
+    assert_eq!(body, "_design/f;a;b;total 3");
+    // A missing function or view fails before the list starts.
+    let e = fabric
+        .list("db", &user, list_call("nope", "v"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e:?}");
+    let e = fabric
+        .list("db", &user, list_call("ids", "nope"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Views(_) | Error::NotFound(_)), "{e:?}");
 }

@@ -13,7 +13,7 @@ use crate::{AppState, Req};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use settee_db::Database;
-use settee_node::list::RowQuery;
+use settee_node::list::ListCall;
 use settee_node::render::{DesignDoc, FnCall, Shown};
 use settee_node::Fabric;
 use std::sync::Arc;
@@ -133,41 +133,15 @@ async fn list(
     } else {
         (MrArgs::from_query(&req.params)?, Default::default())
     };
-    let info = crate::req_info::for_render(&req, &body, None);
-    let all_docs = if view == "_all_docs" {
-        let q = settee_node::all_docs::Query::from_args(args.clone())?;
-        Some(q.for_reader(&state.config, &db, &req.user))
-    } else {
-        None
+    let call = ListCall {
+        ddoc,
+        name,
+        view_ddoc,
+        view,
+        args,
+        req: crate::req_info::for_render(&req, &body, None),
+        csp: showlist_csp(&state),
     };
-    let reader = settee_node::replicator_read::reader(&db, &req.user);
-    let list_name = name.clone();
-    let (ddoc, query, req_json) = {
-        let (state, db) = (state.clone(), db.clone());
-        blocking(move || {
-            let list_ddoc = DesignDoc::open(&db, &ddoc)?;
-            list_ddoc.require_function("lists", &list_name)?;
-            settee_node::render::require_runner(&state.node, &list_ddoc)?;
-            // No ETag: 3.5.2's clustered list path sends none (nor a 304).
-            let query: RowQuery = match all_docs {
-                Some(q) => Box::new(move |out| {
-                    settee_node::all_docs::run(&db, &q, settee_node::all_docs::Namespace::All, out)
-                }),
-                None => {
-                    let vname = view_ddoc.unwrap_or(ddoc);
-                    let (g, n) = state.view_group(&db, &vname, &view)?;
-                    let mut args =
-                        settee_node::views::ViewArgs::for_view(args, &g, n, &state.config)?;
-                    args.reader = reader;
-                    let views = state.views.clone();
-                    Box::new(move |out| settee_node::views::run(&views, &db, &g, n, &args, out))
-                }
-            };
-            Ok((list_ddoc, query, info))
-        })
-        .await?
-    };
-    let csp = showlist_csp(&state);
-    let pieces = (state.node).run_list(db, ddoc, name, query, req_json, csp);
+    let pieces = Fabric::list(&state.node, &db.name, &req.user, call).await?;
     Ok(list_response(pieces).await)
 }
