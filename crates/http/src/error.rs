@@ -67,7 +67,7 @@ impl From<settee_node::Error> for ApiError {
                 ApiError::Named(StatusCode::BAD_REQUEST, "no_usable_index".into(), r)
             }
             N::NotFound(r) => ApiError::NotFound(r),
-            N::InvalidSecurity(reason) => {
+            N::Bare(reason) => {
                 ApiError::Named(StatusCode::INTERNAL_SERVER_ERROR, "error".into(), reason)
             }
             N::UpdateByGet => ApiError::Named(

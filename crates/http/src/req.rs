@@ -8,6 +8,7 @@ use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use settee_core::Rev;
+use settee_node::write::local_rev_number;
 use settee_wire::mrargs::MrArgs;
 
 pub use settee_wire::{decode_param_json, Params};
@@ -208,23 +209,15 @@ pub fn args_of_body(req: &Req, body: &[u8]) -> ApiResult<MrArgs> {
     Ok(MrArgs::from_body_and_query(&body, &req.params, true)?)
 }
 
-/// The `N` of a local document's revision `0-N`; any other shape is CouchDB's
-/// `Invalid rev format`.
-pub fn parse_local_rev(s: &str) -> ApiResult<u64> {
-    s.strip_prefix("0-")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| ApiError::bad_request("Invalid rev format"))
-}
-
 /// The `N` a local write names through its body's `_rev`, `?rev=` and `If-Match`, which
 /// must agree (as for other documents).
 pub fn local_rev(req: &Req, body_rev: Option<&Value>) -> ApiResult<Option<u64>> {
     let body = match body_rev {
         None => None,
-        Some(Value::String(s)) => Some(parse_local_rev(s)?),
+        Some(Value::String(s)) => Some(local_rev_number(s)?),
         Some(_) => return Err(ApiError::bad_request("Invalid rev format")),
     };
-    let query = req.params.get("rev").map(parse_local_rev).transpose()?;
+    let query = req.params.get("rev").map(local_rev_number).transpose()?;
     if let (Some(q), Some(b)) = (query, body) {
         if q != b {
             return Err(ApiError::bad_request(
@@ -233,7 +226,7 @@ pub fn local_rev(req: &Req, body_rev: Option<&Value>) -> ApiResult<Option<u64>> 
         }
     }
     let if_match = etag_value(&req.headers, header::IF_MATCH)
-        .map(|s| parse_local_rev(&s))
+        .map(|s| local_rev_number(&s))
         .transpose()?;
     let explicit = body.or(query);
     if let (Some(m), Some(e)) = (if_match, explicit) {

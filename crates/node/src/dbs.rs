@@ -171,7 +171,7 @@ impl Node {
                 "You can't edit the security object of the user database.".into(),
             ));
         }
-        settee_auth::security::validate(&security).map_err(Error::InvalidSecurity)?;
+        settee_auth::security::validate(&security).map_err(Error::Bare)?;
         Ok(db.set_props(|p| p.security = security)?)
     }
 

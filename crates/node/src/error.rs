@@ -58,10 +58,11 @@ pub enum Error {
     /// `content_md5_mismatch`).
     #[error("Possible message corruption.")]
     ContentMd5Mismatch,
-    /// A security object its shards refuse: CouchDB's coordinator answers `{error,
-    /// Reason}`, a 500 with the reason (`chttpd_security_tests`).
+    /// A bare `{error, Reason}` CouchDB throws: a 500 named `error` with the reason (a
+    /// security object its shards refuse, `chttpd_security_tests`; a local document's
+    /// revision of another generation than 0).
     #[error("{0}")]
-    InvalidSecurity(String),
+    Bare(String),
     /// An update function asked for with GET (CouchDB's 405, without `Allow`).
     #[error("Update functions do not allow GET")]
     UpdateByGet,

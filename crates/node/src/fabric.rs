@@ -167,6 +167,16 @@ pub trait Fabric: Send + Sync {
         asked: Vec<(String, Vec<Rev>)>,
     ) -> Fut<'a, Vec<(String, Vec<Rev>)>>;
 
+    /// `COPY`: revision `rev` of document `id` (a local document when `_local/…`)
+    /// written as `dest` at `dest_rev`; the copy's revision.
+    fn copy_doc<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        source: (&'a str, Option<Rev>),
+        dest: (&'a str, Option<Rev>),
+    ) -> Fut<'a, String>;
+
     /// A document (`GET /{db}/{docid}`).
     fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read>;
 
@@ -445,6 +455,16 @@ impl Fabric for Arc<Node> {
             let db = self.couch.get(db)?;
             Node::purge_revs(self, &db, asked).await
         })
+    }
+
+    fn copy_doc<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        source: (&'a str, Option<Rev>),
+        dest: (&'a str, Option<Rev>),
+    ) -> Fut<'a, String> {
+        Box::pin(Node::copy_doc(self, db, user, source, dest))
     }
 
     fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read> {

@@ -342,6 +342,14 @@ pub fn local_update(id: &str, mut body: Value) -> Result<(LocalUpdate, Option<Va
     Ok((update, body_rev))
 }
 
+/// The `N` of a local document's revision `0-N`; any other shape is CouchDB's
+/// `Invalid rev format`.
+pub fn local_rev_number(s: &str) -> Result<u64> {
+    s.strip_prefix("0-")
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| Error::bad_request("Invalid rev format"))
+}
+
 /// Writes a local document: its new revision `N` (`0` once deleted), or `None` when
 /// acknowledged early (`batch`).
 pub async fn put_local(

@@ -44,7 +44,7 @@ fn databases_are_created_secured_and_deleted() {
     assert_eq!(fabric.get_security("plain").unwrap(), sec);
     assert!(matches!(
         fabric.set_security("plain", json!({"members": {"names": "bob"}})),
-        Err(Error::InvalidSecurity(_))
+        Err(Error::Bare(_))
     ));
     fabric.create_db("_users", CreateDb::default()).unwrap();
     assert!(

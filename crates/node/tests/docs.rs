@@ -1,7 +1,7 @@
 //! The node's document seam, through the operations trait on a real RocksDB: single and
 //! bulk writes (new edits and replicated revisions, conflicts, local documents among
 //! them, `all_or_nothing`), local documents, `_bulk_get` (leaves, `latest`, errors),
-//! `_revs_diff` and `_purge`. A cluster coordinator offering the same operations must
+//! `_revs_diff`, `_purge` and `COPY`. A cluster coordinator offering the same operations must
 //! pass the same checks.
 
 use serde_json::{json, Value};
@@ -429,5 +429,57 @@ async fn documents_and_their_revisions_are_read() {
     assert!(matches!(
         fabric.open_revs("db", &user(), "a", "[1]", &ReadOpts::default()),
         Err(Error::BadRequest(r)) if r == "Invalid rev format"
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn copies_go_to_new_documents_revisions_and_local_documents() {
+    let f = fixture();
+    let fabric = f.fabric();
+    let answer = fabric
+        .bulk_docs(
+            "db",
+            &user(),
+            bulk(json!({"docs": [{"_id": "a", "v": 1}, {"_id": "b"}]})),
+        )
+        .await
+        .unwrap();
+    let written: Vec<Rev> = entries(answer).iter().map(|e| written(e).1).collect();
+    let someone = user();
+    let copy = |source: (&'static str, Option<Rev>), dest: (&'static str, Option<Rev>)| {
+        fabric.copy_doc("db", &someone, source, dest)
+    };
+    // To a new document, and over an existing one at the revision named.
+    let c = copy(("a", None), ("c", None)).await.unwrap();
+    assert!(c.starts_with("1-"), "{c}");
+    let read = fabric
+        .open_doc("db", &user(), "c", &Default::default())
+        .unwrap();
+    let settee_node::read::Rendered::Json(body) = read.body else {
+        panic!("json")
+    };
+    assert_eq!(json_of(&body)["v"], 1);
+    let over = copy(
+        ("a", Some(written[0].clone())),
+        ("b", Some(written[1].clone())),
+    );
+    assert!(over.await.unwrap().starts_with("2-"));
+    let stale = copy(("a", None), ("b", Some(written[1].clone()))).await;
+    assert!(
+        matches!(stale, Err(Error::Docs(_) | Error::Db(_))),
+        "{stale:?}"
+    );
+    // To and from local documents; a local destination's revision is `0-N`.
+    assert_eq!(copy(("a", None), ("_local/l", None)).await.unwrap(), "0-1");
+    let next = copy(("a", None), ("_local/l", Some(Rev::parse("0-1").unwrap())));
+    assert_eq!(next.await.unwrap(), "0-2");
+    let bad = copy(("a", None), ("_local/l", Some(written[0].clone()))).await;
+    assert!(matches!(bad, Err(Error::Bare(r)) if r == "Invalid rev format"));
+    let back = copy(("_local/l", None), ("d", None)).await.unwrap();
+    assert!(back.starts_with("1-"));
+    let missing = copy(("nope", None), ("e", None)).await;
+    assert!(matches!(
+        missing,
+        Err(Error::Db(settee_db::Error::NotFound(_)))
     ));
 }

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
-use settee_db::{Database, LocalUpdate, OpenDoc};
+use settee_db::{Database, LocalUpdate};
 use settee_docs::Followed;
 use settee_node::atts::AttOpts;
 use settee_node::read::{ReadOpts, Rendered, Revision};
@@ -291,77 +291,24 @@ fn unquote(req: &Req, s: &[u8]) -> ApiResult<String> {
     })
 }
 
+/// `COPY /{db}/{docid}` (or of a local document): the copy's revision is its `ETag`,
+/// local destinations too.
 async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
     let (dest_id, dest_rev) = copy_destination(&req)?;
     validate_doc_id(&dest_id)?;
-    let rev = reconcile_rev(&req, None)?;
-    let db2 = db.clone();
-    let source: OpenDoc = blocking(move || Ok(db2.open_doc(&id, rev.as_ref())?)).await?;
-    // The stored bytes carry the source's attachment stubs: COPY keeps them.
-    copy_to(state, db, &req, source.body, dest_id, dest_rev).await
-}
-
-/// Writes a `COPY`'s target: a document, or a local document when the destination is one
-/// (which keeps no attachments).
-async fn copy_to(
-    state: &AppState,
-    db: Arc<Database>,
-    req: &Req,
-    body: Vec<u8>,
-    dest_id: String,
-    dest_rev: Option<Rev>,
-) -> ApiResult<Response> {
-    let location = doc_location(&state.config, req, &db.name, &dest_id);
-    if dest_id.starts_with("_local/") {
-        // CouchDB's local-document write throws a bare `{error, …}` for any other
-        // generation than 0: a 500 named `error`.
-        let rev = match dest_rev {
-            None => None,
-            Some(r) if r.pos == 0 => Some(crate::req::parse_local_rev(&r.to_string())?),
-            Some(_) => {
-                return Err(ApiError::Named(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "error".into(),
-                    "Invalid rev format".into(),
-                ))
-            }
-        };
-        let body = settee_core::split_stored(&body).0.to_vec();
-        let update = LocalUpdate {
-            id: dest_id.clone(),
-            rev,
-            deleted: false,
-            body,
-        };
-        let n = Fabric::put_local(&state.node, &db.name, update, false)
-            .await?
-            .unwrap_or_default();
-        let rev = format!("0-{n}");
-        // A copy answers with its revision as the ETag, local destinations too.
-        return Ok(write_response(
-            StatusCode::CREATED,
-            &dest_id,
-            &rev,
-            Some(rev_etag(&rev)),
-            location,
-        ));
-    }
-    let doc = ParsedDoc {
-        id: Some(dest_id.clone()),
-        revs: dest_rev.map(|r| (r.pos, vec![r.id])),
-        deleted: false,
-        body,
-        atts: None,
-        body_term: None,
+    let rev = match id.starts_with("_local/") {
+        true => None,
+        false => reconcile_rev(&req, None)?,
     };
-    let rev =
-        Fabric::update_doc(&state.node, &db.name, &req.user, doc, WriteOpts::default()).await?;
-    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+    let (source, dest) = ((id.as_str(), rev), (dest_id.as_str(), dest_rev));
+    let rev = Fabric::copy_doc(&state.node, &db.name, &req.user, source, dest).await?;
+    let location = doc_location(&state.config, &req, &db.name, &dest_id);
+    let etag = Some(rev_etag(&rev));
     Ok(write_response(
         StatusCode::CREATED,
         &dest_id,
         &rev,
-        Some(rev_etag(&rev)),
+        etag,
         location,
     ))
 }
@@ -436,13 +383,7 @@ async fn local(
                 None,
             ))
         }
-        "COPY" => {
-            let (dest_id, dest_rev) = copy_destination(&req)?;
-            validate_doc_id(&dest_id)?;
-            let (node, db2, id2) = (state.node.clone(), db.name.clone(), id.clone());
-            let source = blocking(move || Ok(node.open_local(&db2, &id2)?)).await?;
-            copy_to(state, db, &req, source.body, dest_id, dest_rev).await
-        }
+        "COPY" => copy(state, db, id, req).await,
         _ => Err(ApiError::MethodNotAllowed(DOC_METHODS)),
     }
 }
