@@ -53,7 +53,6 @@ impl Default for HttpConfig {
 /// What handlers share: the node they ask, and what HTTP keeps of its own.
 pub struct Inner {
     pub node: Arc<Node>,
-    pub auth: Arc<auth::Authenticator>,
     pub http: HttpConfig,
     /// The node's replication manager: jobs, `_replicator` documents, local endpoints.
     pub replicator: Arc<Replicator>,
@@ -79,12 +78,10 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     pub fn new(node: Arc<Node>, http: HttpConfig) -> AppState {
-        let auth = Arc::new(auth::Authenticator::default());
-        let hooks = Arc::new(handlers::replicate::HttpHooks { auth: auth.clone() });
+        let hooks = Arc::new(handlers::replicate::HttpHooks);
         let replicator = Replicator::new(node.clone(), hooks, http.server_uuid.clone());
         AppState(Arc::new(Inner {
             node,
-            auth,
             http,
             replicator,
         }))
@@ -368,9 +365,7 @@ async fn route(
             headers: &parts.headers,
             peer,
         };
-        let authn = state
-            .auth
-            .authenticate(&creds, &state.config, &state.couch)?;
+        let authn = auth::authenticate(&state.node, &creds)?;
         *set_cookie = authn.set_cookie;
         user.clone_from(&authn.user.name);
         let req = Req {

@@ -37,6 +37,7 @@ pub mod rewrite;
 pub mod settings;
 pub mod status;
 mod tasks;
+pub mod users;
 pub mod views;
 pub mod write;
 
@@ -65,6 +66,8 @@ pub struct Node {
     pub config: Arc<NodeConfig>,
     /// Database compactions running now (`_active_tasks`).
     pub tasks: Tasks,
+    /// What authentication keeps about users between requests.
+    pub users: users::Users,
     /// The `[uuids]` generator; replaced when the configured algorithm changes.
     uuids: Mutex<Option<settee_core::uuids::Generator>>,
     /// Applies `[log] level` to the process's logger (set by the binary, which owns it).
@@ -88,6 +91,7 @@ impl Node {
             views,
             config,
             tasks: Tasks::default(),
+            users: Default::default(),
             uuids: Mutex::new(None),
             log: OnceLock::new(),
         };

@@ -12,7 +12,6 @@ use settee_auth::UserCtx;
 use settee_node::replication::{Caller, Hooks, Replicated};
 use settee_node::Node;
 use settee_replicator::Error as RepError;
-use std::sync::Arc;
 
 /// `POST /_replicate` (see [`settee_node::replication::Replicator::replicate`]).
 pub async fn replicate(state: &AppState, mut req: Req) -> ApiResult<Response> {
@@ -57,9 +56,7 @@ fn caller(req: &Req) -> Caller {
 }
 
 /// What the replicator needs of this layer.
-pub struct HttpHooks {
-    pub auth: Arc<crate::auth::Authenticator>,
-}
+pub struct HttpHooks;
 
 impl Hooks for HttpHooks {
     fn authenticate(&self, node: &Node, headers: &[(String, String)]) -> Result<UserCtx, RepError> {
@@ -76,8 +73,7 @@ impl Hooks for HttpHooks {
             headers: &h,
             peer: "127.0.0.1",
         };
-        self.auth
-            .authenticate(&creds, &node.config, &node.couch)
+        crate::auth::authenticate(node, &creds)
             .map(|a| a.user)
             .map_err(|e| {
                 let (status, _, reason) = e.parts();

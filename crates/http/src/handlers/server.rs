@@ -8,7 +8,6 @@ use crate::{AppState, Req};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Value};
-use settee_auth::cookie::CookieOptions;
 use settee_node::dbs::{NameKey, NameRange};
 use settee_node::Fabric;
 
@@ -219,8 +218,7 @@ pub async fn session(state: &AppState, mut req: Req) -> ApiResult<Response> {
         }
         "POST" => login(state, &mut req).await,
         "DELETE" => {
-            let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.config));
-            let clear = opts.clear_cookie(crate::auth::now_secs(), false);
+            let clear = state.cleared_session_cookie();
             Ok(with_cookie(
                 session_reply(state, &req, "next", json!({"ok": true}))?,
                 &clear,
@@ -268,19 +266,11 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
         (Some(a), _) | (None, Some(a)) => a,
     };
     let password = field("password").unwrap_or_default();
-    let (state2, peer) = (state.clone(), req.peer.clone());
-    let name2 = name.clone();
-    let user = blocking(move || {
-        state2
-            .auth
-            .login(&name2, &password, &peer, &state2.config, &state2.couch)
-    })
-    .await?;
-    let opts = CookieOptions::from_section(&crate::auth::auth_section(&state.config));
-    let now = crate::auth::now_secs();
+    let (node, peer, name2) = (state.node.clone(), req.peer.clone(), name.clone());
+    let user = blocking(move || Ok(node.login(&name2, &password, &peer)?)).await?;
     let Some((user, salt)) = user else {
         tracing::warn!(user = %name, peer = %req.peer, "authentication failed");
-        let clear = opts.clear_cookie(now, false);
+        let clear = state.cleared_session_cookie();
         let body = json!({"error": "unauthorized", "reason": "Name or password is incorrect."});
         let mut resp = with_cookie(session_reply(state, req, "fail", body)?, &clear);
         if resp.status() == StatusCode::OK {
@@ -288,24 +278,12 @@ async fn login(state: &AppState, req: &mut Req) -> ApiResult<Response> {
         }
         return Ok(resp);
     };
-    let secret = session_secret(state)?;
-    let cookie = crate::auth::session_cookie_header(&opts, &name, &secret, salt.as_bytes(), now);
+    let cookie = state.session_cookie(&name, &salt)?;
     let body = json!({"ok": true, "name": name, "roles": user.roles});
     Ok(with_cookie(
         session_reply(state, req, "next", body)?,
         &cookie,
     ))
-}
-
-/// `[chttpd_auth] secret`, created (and persisted) on first use as CouchDB does.
-fn session_secret(state: &AppState) -> ApiResult<String> {
-    let section = crate::auth::auth_section(&state.config);
-    if let Some(s) = section.get("secret").filter(|s| !s.is_empty()) {
-        return Ok(s.clone());
-    }
-    let secret = hex::encode(rand::random::<[u8; 16]>());
-    state.config.set("chttpd_auth", "secret", &secret)?;
-    Ok(secret)
 }
 
 /// 200 with `body`, or a 302 to the `redirect` parameter (`next`/`fail`) when given,

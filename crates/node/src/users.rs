@@ -1,0 +1,348 @@
+//! The node's users as authentication finds them (CouchDB's `chttpd_auth_cache`): server
+//! admins from `[admins]`, other users from the authentication database's documents; a
+//! name and password checked (with the lockout, the password cache, and a stored hash
+//! upgraded after a login), and session cookies made and verified. Which credentials a
+//! request offers, and in which order they are tried, is the caller's.
+//!
+//! Threading: lookups and logins block (the user document's read, PBKDF2); a hash
+//! upgrade runs on a thread of its own.
+
+use crate::config::NodeConfig;
+use crate::settings::{auth_db, auth_section, password_rules};
+use crate::{Error, Node, Result};
+use serde_json::{Map, Value};
+use settee_auth::cookie::{self, CookieOptions, CookieStatus};
+use settee_auth::lockout::{Lockout, LockoutConfig};
+use settee_auth::password::{PasswordHash, Scheme};
+use settee_auth::password_cache::{CacheConfig, PasswordCache};
+use settee_auth::password_rules::PasswordRules;
+use settee_auth::{users, UserCtx, ADMIN_ROLE};
+use settee_db::Couch;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A session a cookie names.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub user: UserCtx,
+    /// A renewed cookie (`Set-Cookie` value) to send back, when one is due.
+    pub renew: Option<String>,
+}
+
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A known user: roles and password hash (whose salt also keys their cookies), and the
+/// user document they come from, if any.
+pub struct Known {
+    pub roles: Vec<String>,
+    pub hash: PasswordHash,
+    pub doc: Option<UserDoc>,
+}
+
+/// A user document as read for authentication.
+pub struct UserDoc {
+    id: String,
+    rev: settee_core::Rev,
+    /// The stored bytes (body and attachment stubs).
+    stored: Vec<u8>,
+    body: Map<String, Value>,
+}
+
+/// What the node keeps about its users between requests.
+#[derive(Default)]
+pub struct Users {
+    /// Passwords verified against a user's stored hash, so that its slow hash runs once
+    /// (and again after a password change); `[couch_passwords_cache]`.
+    passwords: PasswordCache,
+    lockout: Lockout,
+    /// Users whose password hash is being upgraded (or was, less than 5 s ago).
+    upgrading: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Users {
+    /// CouchDB's `couch_passwords_cache`: a user's password verified once the slow way
+    /// is then checked against a fast hash, right or wrong.
+    fn verify(&self, name: &str, password: &str, hash: &PasswordHash, node: &NodeConfig) -> bool {
+        let cfg = CacheConfig::from_section(&node.section("couch_passwords_cache"));
+        let checked = self.passwords.verify(name, password, hash, &cfg, now_ms());
+        let m = settee_metrics::global();
+        m.password_hashing_fast.inc_by(checked.cost.fast);
+        m.password_hashing_slow.inc_by(checked.cost.slow);
+        checked.ok
+    }
+}
+
+impl Node {
+    /// Checks a name and password (HTTP Basic, `POST /_session`), with the lockout: the
+    /// user and their password salt (which signs their session cookies); `None` for
+    /// unknown users and wrong passwords, `Err(403)` while locked out.
+    pub fn login(
+        &self,
+        name: &str,
+        password: &str,
+        peer: &str,
+    ) -> Result<Option<(UserCtx, String)>> {
+        let (node, users) = (&*self.config, &self.users);
+        let known = self.lookup_user(name)?;
+        let lockout = LockoutConfig::from_section(&node.section("chttpd_auth_lockout"));
+        // Unknown names count too, under an empty salt, as CouchDB counts them.
+        let salt = known
+            .as_ref()
+            .map_or_else(String::new, |k| k.hash.salt().to_string());
+        users.lockout.check(name, &salt, peer, &lockout, now_ms())?;
+        if let Some(known) = known {
+            check_iterations(&known.hash, node)?;
+            if users.verify(name, password, &known.hash, node) {
+                if let Some(doc) = known.doc {
+                    self.maybe_upgrade(name, password, doc);
+                }
+                return Ok(Some((UserCtx::named(name, known.roles), salt)));
+            }
+        }
+        users
+            .lockout
+            .record_failure(name, &salt, peer, &lockout, now_ms());
+        Ok(None)
+    }
+
+    /// CouchDB 3.4+'s `upgrade_hash_on_auth` (default on): after a successful login with
+    /// a user document hashed otherwise than the settings say, the document is rewritten
+    /// with the password hashed anew under them, keeping the salt; in the background, at
+    /// most once per user every 5 s, as `couch_password_hasher` does.
+    fn maybe_upgrade(&self, name: &str, password: &str, doc: UserDoc) {
+        let (node, couch) = (&*self.config, &self.couch);
+        if !node.get_bool("chttpd_auth", "upgrade_hash_on_auth", true) {
+            return;
+        }
+        let rules = password_rules(node);
+        if !rules.needs_upgrade(&doc.body) {
+            return;
+        }
+        let Ok(db) = couch.get(&auth_db(node)) else {
+            return;
+        };
+        if !self
+            .users
+            .upgrading
+            .lock()
+            .unwrap()
+            .insert(name.to_string())
+        {
+            return;
+        }
+        let (name, password) = (name.to_string(), password.to_string());
+        let upgrading = self.users.upgrading.clone();
+        std::thread::spawn(move || {
+            match rehash(&db, doc, &password, &rules) {
+                Ok(()) => tracing::info!(user = %name, "upgraded the stored password hash"),
+                Err(e) => tracing::warn!(user = %name, error = %e, "upgrading a password hash"),
+            }
+            std::thread::sleep(std::time::Duration::from_secs(5));
+            upgrading.lock().unwrap().remove(&name);
+        });
+    }
+
+    /// The user an `AuthSession` cookie's value names, when it is signed by them and
+    /// current, with a renewed cookie (`Set-Cookie` value) when it is due; `None`
+    /// otherwise (the request stays anonymous); malformed, CouchDB's 400.
+    pub fn session(&self, value: &str) -> Result<Option<Session>> {
+        let c = cookie::parse(value).ok_or_else(|| Error::bad_request(cookie::MALFORMED_REASON))?;
+        let opts = CookieOptions::from_section(&auth_section(&self.config));
+        let Some(secret) = &opts.secret else {
+            return Ok(None);
+        };
+        let Some(known) = self.lookup_user(&c.name)? else {
+            return Ok(None);
+        };
+        let salt = known.hash.salt().as_bytes();
+        if !c.verify(secret.as_bytes(), salt, &opts.hash_algorithms) {
+            return Ok(None);
+        }
+        let now = now_secs();
+        let renew = match c.status(now, opts.timeout) {
+            CookieStatus::Expired => return Ok(None),
+            CookieStatus::Valid => None,
+            CookieStatus::Renew => Some(cookie_header(&opts, &c.name, secret, salt, now)),
+        };
+        let user = UserCtx::named(&c.name, known.roles);
+        Ok(Some(Session { user, renew }))
+    }
+
+    /// A `Set-Cookie` value opening a session of `name` (whose password salt is `salt`);
+    /// the session secret (`[chttpd_auth] secret`) is made, and kept, on first use, as
+    /// CouchDB makes it.
+    pub fn session_cookie(&self, name: &str, salt: &str) -> Result<String> {
+        let section = auth_section(&self.config);
+        let secret = match section.get("secret").filter(|s| !s.is_empty()) {
+            Some(s) => s.clone(),
+            None => {
+                let secret = hex::encode(rand::random::<[u8; 16]>());
+                self.config.set("chttpd_auth", "secret", &secret)?;
+                secret
+            }
+        };
+        let opts = CookieOptions::from_section(&auth_section(&self.config));
+        Ok(cookie_header(
+            &opts,
+            name,
+            &secret,
+            salt.as_bytes(),
+            now_secs(),
+        ))
+    }
+
+    /// A `Set-Cookie` value ending the session.
+    pub fn cleared_session_cookie(&self) -> String {
+        let opts = CookieOptions::from_section(&auth_section(&self.config));
+        opts.clear_cookie(now_secs(), false)
+    }
+}
+
+fn cookie_header(opts: &CookieOptions, name: &str, secret: &str, salt: &[u8], now: u64) -> String {
+    let value = cookie::make(name, secret.as_bytes(), salt, now, opts.signing_alg());
+    opts.set_cookie(&value, now, false)
+}
+
+impl Node {
+    /// Finds a user as CouchDB's `chttpd_auth_cache:get_user_creds/2` does: a server admin
+    /// of `[admins]` (whose roles gain those of a user document of the same name), else the
+    /// user document in the authentication database (`[chttpd_auth] authentication_db`). A
+    /// user document with conflicts is refused (401) unless `[chttpd_auth]
+    /// allow_conflicted_user_docs` is true.
+    pub fn lookup_user(&self, name: &str) -> Result<Option<Known>> {
+        let node = &*self.config;
+        let admin = node
+            .get("admins", name)
+            .and_then(|s| PasswordHash::parse(&s));
+        let doc = user_doc(name, node, &self.couch)?;
+        if let Some(hash) = admin {
+            let mut roles = vec![ADMIN_ROLE.to_string()];
+            if let Some(doc) = &doc {
+                roles.extend(users::roles(&doc.body));
+            }
+            return Ok(Some(Known {
+                roles,
+                hash,
+                doc: None,
+            }));
+        }
+        let Some(doc) = doc else {
+            return Ok(None);
+        };
+        Ok(users::credentials(&doc.body).map(|(roles, hash)| Known {
+            roles,
+            hash,
+            doc: Some(doc),
+        }))
+    }
+}
+
+/// The user's document in the authentication database, if it exists and is not deleted.
+fn user_doc(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<UserDoc>> {
+    let Ok(db) = couch.get(&auth_db(node)) else {
+        return Ok(None);
+    };
+    let id = format!("{}{name}", users::PREFIX);
+    let doc = match db.open_doc(&id, None) {
+        Ok(d) => d,
+        Err(settee_db::Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let live_leaves = doc
+        .info
+        .tree
+        .leaves()
+        .into_iter()
+        .filter(|l| !l.deleted)
+        .count();
+    if live_leaves > 1 && !node.get_bool("chttpd_auth", "allow_conflicted_user_docs", false) {
+        return Err(Error::Unauthorized(
+            "User document conflicts must be resolved before the document is used for \
+             authentication purposes."
+                .into(),
+        ));
+    }
+    let Ok(body) = serde_json::from_slice(settee_core::split_stored(&doc.body).0) else {
+        return Ok(None);
+    };
+    Ok(Some(UserDoc {
+        id,
+        rev: doc.rev,
+        stored: doc.body,
+        body,
+    }))
+}
+
+/// Writes the user document with the password hashed under `rules` (same salt) in place
+/// of its hash fields, as an admin would, on the revision it was read at.
+fn rehash(
+    db: &Arc<settee_db::Database>,
+    doc: UserDoc,
+    password: &str,
+    rules: &PasswordRules,
+) -> Result<(), String> {
+    let salt = doc.body.get("salt").and_then(Value::as_str);
+    let hash = rules
+        .hash_with_salt(password, salt)
+        .map_err(|e| e.to_string())?;
+    let mut body = doc.body;
+    users::set_hash(&mut body, &hash);
+    let json = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+    let stubs = settee_core::split_stored(&doc.stored).1;
+    let parsed = settee_core::ParsedDoc {
+        id: Some(doc.id),
+        revs: Some((doc.rev.pos, vec![doc.rev.id])),
+        deleted: false,
+        body: settee_core::join_stored(&json, stubs),
+        atts: None,
+        body_term: None,
+    };
+    let rx = db
+        .update_docs(vec![parsed], true)
+        .map_err(|e| e.to_string())?;
+    match rx.blocking_recv() {
+        Ok(Ok(results)) => match results.into_iter().next() {
+            Some(settee_db::UpdateResult::Err { error, .. }) => Err(error.to_string()),
+            _ => Ok(()),
+        },
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `[chttpd_auth] min_iterations` and `max_iterations`: a user document hashed with fewer
+/// or more PBKDF2 iterations cannot log in (403), as CouchDB's `verify_iterations`.
+fn check_iterations(hash: &PasswordHash, node: &NodeConfig) -> Result<()> {
+    let Scheme::Pbkdf2 { iterations, .. } = hash.scheme() else {
+        return Ok(());
+    };
+    let section = auth_section(node);
+    let bound = |k: &str, default: u64| {
+        section
+            .get(k)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(default)
+    };
+    if u64::from(iterations) < bound("min_iterations", 1) {
+        return Err(Error::Forbidden(
+            "Iteration count is too low for this server".into(),
+        ));
+    }
+    if u64::from(iterations) > bound("max_iterations", 1_000_000_000) {
+        return Err(Error::Forbidden(
+            "Iteration count is too high for this server".into(),
+        ));
+    }
+    Ok(())
+}
