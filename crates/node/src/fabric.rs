@@ -9,10 +9,11 @@
 //! CouchDB's JSON; `out` returns false when the reader has gone, and the call then stops
 //! early and returns `Ok`. Implementations are `Send + Sync`.
 //!
-//! Still one node's shape (issue 25 goes on): sequences are this node's integers, not the
-//! opaque vectors a cluster resumes from, and attachments, design functions and
-//! replication are not here yet. `http` still calls some of the concrete functions this
-//! trait is built from.
+//! Still one node's shape: sequences are this node's integers (`ChangesOpts` carries the
+//! database's `SeqCodec`, rows and `FeedEnd` give `u64`s), not the opaque vectors a
+//! cluster resumes from, and `r`/`w` are accepted and ignored by `http` before they reach
+//! here. Outside the trait, as in CouchDB (where they are beside `fabric`, not in it):
+//! the replication manager, the configuration, statistics, users and `_rewrite`.
 
 use crate::all_docs::{self, Namespace};
 use crate::att_read::{self, AttInfo};
