@@ -269,6 +269,29 @@ pub trait Fabric: Send + Sync {
         rev: Option<Rev>,
     ) -> Fut<'a, Rev>;
 
+    /// `POST …/_view/{view}/queries`: each query object over `base`, all checked before
+    /// any runs; each one's response to `out` with its place.
+    #[allow(clippy::too_many_arguments)]
+    fn view_queries(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        base: MrArgs,
+        queries: &[Value],
+        out: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Result<()>;
+
+    /// A design document's index information (`_design/{ddoc}/_info`).
+    fn design_info(&self, db: &str, ddoc: &str) -> Result<Value>;
+
+    /// Compacts a design document's index in the background (`_compact/{ddoc}`).
+    fn compact_design(&self, db: &str, ddoc: &str) -> Result<()>;
+
+    /// Removes the indexes no design document uses any more (`_view_cleanup`).
+    fn view_cleanup(&self, db: &str) -> Result<()>;
+
     /// `_explain`: how `_find` would answer `opts`.
     fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value>;
 
@@ -530,6 +553,32 @@ impl Fabric for Arc<Node> {
 
     fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff> {
         Ok(self.couch.get(db)?.revs_diff(asked)?)
+    }
+
+    fn view_queries(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        base: MrArgs,
+        queries: &[Value],
+        out: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Result<()> {
+        let db = self.couch.get(db)?;
+        Node::view_queries(self, &db, user, (ddoc, view), base, queries, out)
+    }
+
+    fn design_info(&self, db: &str, ddoc: &str) -> Result<Value> {
+        Node::design_info(self, &*self.couch.get(db)?, ddoc)
+    }
+
+    fn compact_design(&self, db: &str, ddoc: &str) -> Result<()> {
+        Node::compact_design(self, &self.couch.get(db)?, ddoc)
+    }
+
+    fn view_cleanup(&self, db: &str) -> Result<()> {
+        Node::view_cleanup(self, &*self.couch.get(db)?)
     }
 
     fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value> {

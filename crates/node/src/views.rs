@@ -250,3 +250,99 @@ fn row_doc(db: &Database, id: &str, value: &[u8], args: &ViewArgs) -> Option<Vec
         }
     }
 }
+
+impl crate::Node {
+    /// `POST …/_view/{view}/queries`: each query object over `base`, all of them checked
+    /// before any runs (the view first, as CouchDB opens it first), then each one's
+    /// response written to `out` with its place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn view_queries(
+        &self,
+        db: &Arc<Database>,
+        user: &settee_auth::UserCtx,
+        (ddoc, view): (&str, &str),
+        base: MrArgs,
+        queries: &[Value],
+        out: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Result<()> {
+        let (g, n) = self.view_group(db, ddoc, view)?;
+        let reader = crate::replicator_read::reader(db, user);
+        let args = (queries.iter())
+            .map(|q| {
+                let q = q
+                    .as_object()
+                    .ok_or_else(|| Error::bad_request("Each query must be a JSON object"))?;
+                let a = ViewArgs::for_view(base.for_query_object(q)?, &g, n, &self.config)?;
+                Ok(ViewArgs {
+                    reader: reader.clone(),
+                    ..a
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (i, a) in args.iter().enumerate() {
+            run(&self.views, db, &g, n, a, &mut |b| out(i, b))?;
+        }
+        Ok(())
+    }
+
+    /// `GET /{db}/_design/{ddoc}/_info`, in CouchDB's member order (`couch_mrview:get_info`
+    /// as chttpd renders it).
+    pub fn design_info(&self, db: &Database, ddoc: &str) -> Result<Value> {
+        let g = self.ddoc_group(db, ddoc)?;
+        let info = self.views.info(db, &g)?;
+        let pending = db.update_seq().saturating_sub(info.update_seq);
+        Ok(json!({
+            "name": ddoc,
+            "view_index": {
+                "updates_pending": {"minimum": pending, "preferred": pending, "total": pending},
+                "waiting_commit": false,
+                "waiting_clients": 0,
+                "updater_running": info.updater_running,
+                "update_seq": info.update_seq,
+                "sizes": {
+                    "file": info.file_bytes,
+                    "external": info.external_bytes,
+                    "active": info.active_bytes,
+                },
+                "signature": info.signature,
+                "purge_seq": info.purge_seq,
+                "language": info.language,
+                "compact_running": info.compact_running,
+                "collator_versions": [settee_core::collate::collator_version()],
+            }
+        }))
+    }
+
+    /// `POST /{db}/_compact/{ddoc}`: the design document's index compacted in the
+    /// background.
+    pub fn compact_design(&self, db: &Arc<Database>, ddoc: &str) -> Result<()> {
+        let g = self.ddoc_group(db, ddoc)?;
+        self.views.compact_later(db.clone(), g);
+        Ok(())
+    }
+
+    /// `POST /{db}/_view_cleanup`: removes the indexes no design document uses any more.
+    pub fn view_cleanup(&self, db: &Database) -> Result<()> {
+        let mut keep = Vec::new();
+        let mut bad = None;
+        db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
+            let group = (row.body.as_deref())
+                .and_then(|b| {
+                    serde_json::from_slice::<Map<String, Value>>(settee_core::split_stored(b).0)
+                        .ok()
+                })
+                .map(|body| self.views.group(db, &row.id, &body));
+            match group {
+                Some(Ok(g)) => keep.push(g.sig),
+                Some(Err(e)) => bad = Some(e),
+                None => {}
+            }
+            ControlFlow::Continue(())
+        })?;
+        if let Some(e) = bad {
+            tracing::debug!(error = %e, "design document without valid views during cleanup");
+        }
+        self.views.cleanup(db, &keep)?;
+        Ok(())
+    }
+}

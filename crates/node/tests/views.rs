@@ -82,3 +82,67 @@ fn arguments_are_checked_as_couchdb_checks_them() {
     let missing = try_query(&f, "nope", "");
     assert!(matches!(&missing, Err(settee_node::Error::NotFound(r)) if r == "missing_named_view"));
 }
+
+#[test]
+fn several_queries_index_information_compaction_and_cleanup() {
+    let f = node();
+    let fabric = f.fabric();
+    let queries = [
+        json!({"reduce": false, "limit": 1}),
+        json!({"group_level": 1}),
+    ];
+    let mut bodies = vec![Vec::new(); 2];
+    let user = UserCtx::default();
+    fabric
+        .view_queries(
+            "db",
+            &user,
+            "v",
+            "by_tag",
+            MrArgs::default(),
+            &queries,
+            &mut |i, b| {
+                bodies[i].extend_from_slice(b);
+                true
+            },
+        )
+        .unwrap();
+    let first: Value = serde_json::from_slice(&bodies[0]).unwrap();
+    assert_eq!(first["rows"].as_array().unwrap().len(), 1);
+    let second: Value = serde_json::from_slice(&bodies[1]).unwrap();
+    let groups = json!([{"key": ["high"], "value": 12}, {"key": ["low"], "value": 3}]);
+    assert_eq!(second["rows"], groups);
+    // Every query is checked before any runs.
+    let bad = [json!({"limit": 1}), json!("not an object")];
+    let mut called = false;
+    let e = fabric.view_queries(
+        "db",
+        &user,
+        "v",
+        "by_tag",
+        MrArgs::default(),
+        &bad,
+        &mut |_, _| {
+            called = true;
+            true
+        },
+    );
+    assert!(matches!(e, Err(settee_node::Error::BadRequest(_))) && !called);
+
+    let info = fabric.design_info("db", "v").unwrap();
+    assert_eq!(info["name"], "v");
+    assert_eq!(info["view_index"]["language"], "javascript");
+    assert_eq!(info["view_index"]["updates_pending"]["total"], 0);
+    fabric.compact_design("db", "v").unwrap();
+    assert!(fabric.compact_design("db", "nope").is_err());
+    // The compaction runs on a thread of its own: the test waits for it rather than end
+    // with it still writing.
+    let running =
+        || fabric.design_info("db", "v").unwrap()["view_index"]["compact_running"] == true;
+    while running() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    fabric.view_cleanup("db").unwrap();
+    // The index a design document uses is kept.
+    assert_eq!(query(&f, "reduce=false")["total_rows"], 6);
+}

@@ -9,12 +9,9 @@ use crate::req::require_json;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::{json, Map, Value};
 use settee_db::Database;
 use settee_node::render::DesignDoc;
-use settee_node::views::{run, ViewArgs};
 use settee_node::Fabric;
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
 /// The method check of a path below `_design/{ddoc}/`: CouchDB opens the design document
@@ -73,24 +70,26 @@ pub async fn view_queries(
     let list = crate::req::queries_member(&body)?
         .ok_or_else(|| ApiError::bad_request("POST body must include `queries` parameter."))?;
     let base = MrArgs::from_query(&req.params)?;
-    let views = state.views.clone();
-    let reader = settee_node::replicator_read::reader(&db, &req.user);
     let out = blocking(move || {
-        let (g, n) = state.view_group(&db, &ddoc, &view)?;
-        let args = list
-            .iter()
-            .map(|q| {
-                let q = q
-                    .as_object()
-                    .ok_or_else(|| ApiError::bad_request("Each query must be a JSON object"))?;
-                let a = ViewArgs::for_view(base.for_query_object(q)?, &g, n, &state.config)?;
-                Ok(ViewArgs {
-                    reader: reader.clone(),
-                    ..a
-                })
-            })
-            .collect::<ApiResult<Vec<_>>>()?;
-        query_results(&args, |a, out| Ok(run(&views, &db, &g, n, a, out)?))
+        let mut bodies = vec![Vec::new(); list.len()];
+        let (node, user) = (&state.node, &req.user);
+        Fabric::view_queries(
+            node,
+            &db.name,
+            user,
+            &ddoc,
+            &view,
+            base,
+            &list,
+            &mut |i, b| {
+                bodies[i].extend_from_slice(b);
+                true
+            },
+        )?;
+        query_results(&bodies, |body, out| {
+            out(body);
+            Ok(())
+        })
     })
     .await?;
     Ok(json_bytes(StatusCode::OK, out))
@@ -103,33 +102,7 @@ pub async fn design_info(
     req: Req,
 ) -> ApiResult<Response> {
     allow_in_ddoc(&db, &ddoc, &req, "GET").await?;
-    let body = blocking(move || {
-        let g = state.ddoc_group(&db, &ddoc)?;
-        let info = state.views.info(&db, &g).map_err(ApiError::from)?;
-        let pending = db.update_seq().saturating_sub(info.update_seq);
-        // CouchDB's member order (`couch_mrview:get_info` as chttpd renders it).
-        Ok(json!({
-            "name": ddoc,
-            "view_index": {
-                "updates_pending": {"minimum": pending, "preferred": pending, "total": pending},
-                "waiting_commit": false,
-                "waiting_clients": 0,
-                "updater_running": info.updater_running,
-                "update_seq": info.update_seq,
-                "sizes": {
-                    "file": info.file_bytes,
-                    "external": info.external_bytes,
-                    "active": info.active_bytes,
-                },
-                "signature": info.signature,
-                "purge_seq": info.purge_seq,
-                "language": info.language,
-                "compact_running": info.compact_running,
-                "collator_versions": [settee_core::collate::collator_version()],
-            }
-        }))
-    })
-    .await?;
+    let body = blocking(move || Ok(Fabric::design_info(&state.node, &db.name, &ddoc)?)).await?;
     Ok(json(StatusCode::OK, &body))
 }
 
@@ -141,11 +114,7 @@ pub async fn compact_design(
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    let g = {
-        let (state, db) = (state.clone(), db.clone());
-        blocking(move || Ok(state.ddoc_group(&db, &ddoc)?)).await?
-    };
-    state.views.compact_later(db, g);
+    blocking(move || Ok(Fabric::compact_design(&state.node, &db.name, &ddoc)?)).await?;
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
@@ -153,32 +122,7 @@ pub async fn compact_design(
 pub async fn view_cleanup(state: AppState, db: Arc<Database>, req: Req) -> ApiResult<Response> {
     // chttpd_db's handle_view_cleanup_req checks no content type.
     allow(&req.method, "POST")?;
-    blocking(move || {
-        let mut keep = Vec::new();
-        let mut bad = None;
-        db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
-            let group = row
-                .body
-                .as_deref()
-                .and_then(|b| {
-                    serde_json::from_slice::<Map<String, Value>>(settee_core::split_stored(b).0)
-                        .ok()
-                })
-                .map(|body| state.views.group(&db, &row.id, &body));
-            match group {
-                Some(Ok(g)) => keep.push(g.sig),
-                Some(Err(e)) => bad = Some(e),
-                None => {}
-            }
-            ControlFlow::Continue(())
-        })?;
-        if let Some(e) = bad {
-            tracing::debug!(error = %e, "design document without valid views during cleanup");
-        }
-        state.views.cleanup(&db, &keep).map_err(ApiError::from)?;
-        Ok(())
-    })
-    .await?;
+    blocking(move || Ok(Fabric::view_cleanup(&state.node, &db.name)?)).await?;
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
