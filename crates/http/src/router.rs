@@ -97,7 +97,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
                 DbOp::ViewCleanup => views::view_cleanup(state, handle, req).await,
                 DbOp::TempView => views::temp_view(req).await,
                 DbOp::Partition(segs) => partition(&state, handle, segs, req).await,
-                DbOp::Shards(id) => database::shards(&handle, id.as_deref(), &req),
+                DbOp::Shards(id) => database::shards(&state, &handle, id.as_deref(), &req),
                 DbOp::SyncShards => database::sync_shards(&req),
                 DbOp::View(ddoc, view) => views::view(state, handle, ddoc, view, req).await,
                 DbOp::ViewQueries(ddoc, view) => {

@@ -176,6 +176,38 @@ impl Node {
     }
 
     /// Sets `db`'s `revs_limit` or `purged_infos_limit` (a positive number).
+    /// A database property a database admin sets (`GET /{db}/_revs_limit`, …).
+    pub fn get_limit(&self, db: &Database, which: Limit) -> u64 {
+        let p = db.props();
+        match which {
+            Limit::Revs => p.revs_limit,
+            Limit::PurgedInfos => p.purged_infos_limit,
+        }
+    }
+
+    /// `GET /{db}/_shards` (`mem3_httpd`): this node holds every range of the ring the
+    /// database's `q` cuts; with `id`, the range that document is in.
+    pub fn shards(&self, db: &Database, id: Option<&str>) -> Result<Value> {
+        use settee_core::shards::{range_name, range_of, ranges};
+        let props = db.props();
+        let me = settee_core::node::name();
+        Ok(match id {
+            None => {
+                let shards: Map<String, Value> = (ranges(props.q).into_iter())
+                    .map(|r| (range_name(r), json!([me])))
+                    .collect();
+                json!({ "shards": shards })
+            }
+            Some(id) => {
+                if props.partitioned {
+                    settee_core::validate_partitioned_doc_id(id)?;
+                }
+                let range = range_of(props.q, id, props.partitioned);
+                json!({"range": range_name(range), "nodes": [me]})
+            }
+        })
+    }
+
     pub fn set_limit(&self, db: &Database, which: Limit, n: u64) -> Result<()> {
         Ok(db.set_props(|p| match which {
             Limit::Revs => p.revs_limit = n,

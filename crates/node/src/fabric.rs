@@ -19,7 +19,7 @@ use crate::all_docs::{self, Namespace};
 use crate::att_read::{self, AttInfo};
 use crate::att_write::AttUpload;
 use crate::changes::{self, ChangesOpts, FeedOut, FilterSpec, Live};
-use crate::dbs::{CreateDb, NameRange};
+use crate::dbs::{CreateDb, Limit, NameRange};
 use crate::design_filter::ReqInfo;
 use crate::list::{ListCall, Piece};
 use crate::mango_index::{BulkDeleted, Created};
@@ -64,6 +64,18 @@ pub trait Fabric: Send + Sync {
 
     /// `_dbs_info`: per key, in order, its database's information or `not_found`.
     fn dbs_info(&self, keys: Vec<Value>) -> Result<Vec<Value>>;
+
+    /// Where the database's documents are (`_shards`, `_shards/{docid}`).
+    fn shards(&self, db: &str, id: Option<&str>) -> Result<Value>;
+
+    /// A database property a database admin sets.
+    fn get_limit(&self, db: &str, which: Limit) -> Result<u64>;
+
+    /// Sets a database property a database admin sets.
+    fn set_limit(&self, db: &str, which: Limit, n: u64) -> Result<()>;
+
+    /// Compacts the database in the background (`_compact`).
+    fn compact_db(&self, db: &str) -> Result<()>;
 
     /// Creates database `name`.
     fn create_db(&self, name: &str, opts: CreateDb) -> Result<()>;
@@ -335,6 +347,23 @@ impl Fabric for Arc<Node> {
 
     fn dbs_info(&self, keys: Vec<Value>) -> Result<Vec<Value>> {
         Ok(Node::dbs_info(self, keys))
+    }
+
+    fn shards(&self, db: &str, id: Option<&str>) -> Result<Value> {
+        Node::shards(self, &*self.couch.get(db)?, id)
+    }
+
+    fn get_limit(&self, db: &str, which: Limit) -> Result<u64> {
+        Ok(Node::get_limit(self, &*self.couch.get(db)?, which))
+    }
+
+    fn set_limit(&self, db: &str, which: Limit, n: u64) -> Result<()> {
+        Node::set_limit(self, &*self.couch.get(db)?, which, n)
+    }
+
+    fn compact_db(&self, db: &str) -> Result<()> {
+        Node::compact(self, self.couch.get(db)?);
+        Ok(())
     }
 
     fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {

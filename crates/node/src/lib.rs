@@ -178,6 +178,24 @@ impl Node {
         }
     }
 
+    /// `_active_tasks` of this node but the replicator's: compactions and index builds.
+    pub fn active_tasks(&self) -> Vec<Value> {
+        let mut tasks = self.tasks.list();
+        tasks.extend(self.views.tasks.list());
+        tasks
+    }
+
+    /// `POST /_reload_query_servers`: external query servers stop (idle ones now, busy
+    /// ones when their call ends) and start afresh on next use.
+    pub fn reload_query_servers(&self) {
+        self.views.query_servers.reload();
+    }
+
+    /// `POST /{db}/_ensure_full_commit`: everything written is on disk.
+    pub fn ensure_full_commit(&self) -> Result<()> {
+        Ok(self.couch.sync()?)
+    }
+
     /// The view group of `_design/{ddoc}` and the index of its view `view` (404
     /// `missing_named_view` when it has none of that name).
     pub fn view_group(

@@ -5,7 +5,7 @@
 //! deleting it.
 
 use serde_json::json;
-use settee_node::dbs::{CreateDb, NameKey, NameRange};
+use settee_node::dbs::{CreateDb, Limit, NameKey, NameRange};
 use settee_node::Error;
 
 mod common;
@@ -110,4 +110,39 @@ fn databases_are_listed_by_range_and_described_by_name() {
     assert_eq!(info[0]["info"]["db_name"], "banana");
     assert_eq!(info[1], json!({"key": "nope", "error": "not_found"}));
     assert_eq!(info[2], json!({"key": 7, "error": "not_found"}));
+}
+
+#[test]
+fn shards_limits_and_compaction() {
+    let f = fixture();
+    let fabric = f.fabric();
+    let opts = CreateDb {
+        q: Some(2),
+        partitioned: true,
+    };
+    fabric.create_db("parts", opts).unwrap();
+    let shards = fabric.shards("parts", None).unwrap();
+    let ranges: Vec<&String> = shards["shards"].as_object().unwrap().keys().collect();
+    assert_eq!(ranges, ["00000000-7fffffff", "80000000-ffffffff"]);
+    let one = fabric.shards("parts", Some("p:doc")).unwrap();
+    assert_eq!(one["nodes"], json!([settee_core::node::name()]));
+    // A partitioned database's ids name their partition.
+    assert!(fabric.shards("parts", Some("nopartition")).is_err());
+
+    assert_eq!(fabric.get_limit("db", Limit::Revs).unwrap(), 1000);
+    fabric.set_limit("db", Limit::Revs, 7).unwrap();
+    assert_eq!(fabric.get_limit("db", Limit::Revs).unwrap(), 7);
+    fabric.set_limit("db", Limit::PurgedInfos, 50).unwrap();
+    assert_eq!(fabric.get_limit("db", Limit::PurgedInfos).unwrap(), 50);
+    assert!(fabric.compact_db("nope").is_err());
+    fabric.compact_db("db").unwrap();
+    // The compaction runs on a thread of its own: wait for it to end.
+    while f
+        .node
+        .active_tasks()
+        .iter()
+        .any(|t| t["type"] == "database_compaction")
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -8,36 +8,20 @@ use crate::req::require_json;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use settee_db::Database;
 use settee_node::dbs::CreateDb;
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
 use std::sync::Arc;
 
-/// `GET /{db}/_shards` and `/{db}/_shards/{docid}` (`mem3_httpd`): this node holds every
-/// range of the ring the database's `q` cuts.
-pub fn shards(db: &Database, id: Option<&str>, req: &Req) -> ApiResult<Response> {
-    use settee_core::shards::{range_name, range_of, ranges};
+/// `GET /{db}/_shards` and `/{db}/_shards/{docid}` (`mem3_httpd`).
+pub fn shards(state: &AppState, db: &Database, id: Option<&str>, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET")?;
-    let props = db.props();
-    let v = match id {
-        None => {
-            let shards: Map<String, Value> = ranges(props.q)
-                .into_iter()
-                .map(|r| (range_name(r), json!([settee_core::node::name()])))
-                .collect();
-            json!({ "shards": shards })
-        }
-        Some(id) => {
-            if props.partitioned {
-                settee_core::validate_partitioned_doc_id(id)?;
-            }
-            let range = range_of(props.q, id, props.partitioned);
-            json!({"range": range_name(range), "nodes": [settee_core::node::name()]})
-        }
-    };
-    Ok(json(StatusCode::OK, &v))
+    Ok(json(
+        StatusCode::OK,
+        &Fabric::shards(&state.node, &db.name, id)?,
+    ))
 }
 
 /// `POST /{db}/_sync_shards`: CouchDB starts internal replication between a range's
@@ -88,10 +72,9 @@ fn partitioned_param(req: &Req) -> ApiResult<bool> {
 pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
-            let db = state.couch.get(name)?;
-            let state2 = state.clone();
+            let (node, name) = (state.node.clone(), name.to_string());
             let started = std::time::Instant::now();
-            let v = blocking(move || Ok(state2.db_info(&db))).await?;
+            let v = blocking(move || Ok(Fabric::db_info(&node, &name)?)).await?;
             settee_metrics::global()
                 .dbinfo
                 .record(started.elapsed().as_secs_f64() * 1000.0);
@@ -175,14 +158,14 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
 pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    state.node.compact(db);
+    Fabric::compact_db(&state.node, &db.name)?;
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
 pub fn ensure_full_commit(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    state.couch.sync()?;
+    state.ensure_full_commit()?;
     Ok(json(
         StatusCode::CREATED,
         &json!({"ok": true, "instance_start_time": "0"}),
@@ -213,17 +196,11 @@ pub async fn revs_limit(
             }
         })?;
         let node = state.node.clone();
-        blocking(move || Ok(node.set_limit(&db, which, n)?)).await?;
+        blocking(move || Ok(Fabric::set_limit(&node, &db.name, which, n)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }
-    let p = db.props();
-    Ok(json(
-        StatusCode::OK,
-        &json!(match which {
-            Limit::Revs => p.revs_limit,
-            Limit::PurgedInfos => p.purged_infos_limit,
-        }),
-    ))
+    let limit = Fabric::get_limit(&state.node, &db.name, which)?;
+    Ok(json(StatusCode::OK, &json!(limit)))
 }
 
 pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {

@@ -185,8 +185,7 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
 
 pub fn active_tasks(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
-    let mut tasks = state.tasks.list();
-    tasks.extend(state.views.tasks.list());
+    let mut tasks = state.active_tasks();
     tasks.extend(state.replicator.tasks());
     Ok(json(StatusCode::OK, &Value::Array(tasks)))
 }

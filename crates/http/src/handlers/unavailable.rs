@@ -136,7 +136,7 @@ pub fn nouveau_analyze(req: &Req) -> ApiResult<Response> {
 pub fn reload_query_servers(state: &crate::AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     crate::req::require_json(&req.headers)?;
-    state.views.query_servers.reload();
+    state.reload_query_servers();
     Ok(ok_true(StatusCode::OK))
 }
 
