@@ -271,8 +271,15 @@ impl RevTree {
 
     /// The winning leaf of an encoded tree (what `decode` then `winner` gives), read
     /// without building the tree: a scan over many documents wants only the winner.
-    /// Trees of more than 16 nodes are decoded whole. `None` on corrupt input.
+    /// `None` on corrupt input.
     pub fn decode_winner(buf: &[u8]) -> Option<Option<Leaf>> {
+        Some(Self::decode_leaves(buf)?.into_iter().next())
+    }
+
+    /// The leaves of an encoded tree, winner first (what `decode` then `leaves` gives),
+    /// read without building the tree. Trees of more than 16 nodes are decoded whole.
+    /// `None` on corrupt input.
+    pub fn decode_leaves(buf: &[u8]) -> Option<Vec<Leaf>> {
         struct Raw<'a> {
             pos: u64,
             id: &'a [u8],
@@ -289,7 +296,7 @@ impl RevTree {
         let count = varint::get(&mut cur)?;
         if count > 16 {
             let mut whole = buf;
-            return Some(Self::decode(&mut whole)?.winner());
+            return Some(Self::decode(&mut whole)?.leaves());
         }
         let mut nodes: Vec<Raw<'_>> = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -320,16 +327,19 @@ impl RevTree {
                 .iter()
                 .any(|c| c.pos == n.pos + 1 && c.parent == Some(n.id))
         };
+        let mut leaves: Vec<&Raw<'_>> = nodes.iter().filter(|n| is_leaf(n)).collect();
         // Winner order: live before deleted, then higher pos, then higher id (as `leaves`).
-        let best = nodes
-            .iter()
-            .filter(|n| is_leaf(n))
-            .max_by(|a, b| (!a.deleted, a.pos, a.id).cmp(&(!b.deleted, b.pos, b.id)));
-        Some(best.map(|n| Leaf {
-            rev: Rev::new(n.pos, RevId::from_bytes(n.id)),
-            deleted: n.deleted,
-            body: n.body,
-        }))
+        leaves.sort_by(|a, b| (!b.deleted, b.pos, b.id).cmp(&(!a.deleted, a.pos, a.id)));
+        Some(
+            leaves
+                .into_iter()
+                .map(|n| Leaf {
+                    rev: Rev::new(n.pos, RevId::from_bytes(n.id)),
+                    deleted: n.deleted,
+                    body: n.body,
+                })
+                .collect(),
+        )
     }
 
     /// Decodes from the front of `buf`, advancing it. `None` on corrupt input.
@@ -551,6 +561,7 @@ mod tests {
             let mut out = Vec::new();
             t.encode(&mut out);
             prop_assert_eq!(RevTree::decode_winner(&out), Some(t.winner()));
+            prop_assert_eq!(RevTree::decode_leaves(&out), Some(t.leaves()));
         }
     }
 }

@@ -44,14 +44,21 @@ impl DocInfo {
 
     /// The winning leaf of an encoded info, without decoding the whole tree.
     pub fn decode_winner(bytes: &[u8]) -> Result<Option<Leaf>, StorageError> {
+        Ok(Self::decode_leaves(bytes)?.1.into_iter().next())
+    }
+
+    /// The sequence and the leaves (winner first) of an encoded info, without decoding
+    /// the whole tree: what a view maps of a document.
+    pub fn decode_leaves(bytes: &[u8]) -> Result<(u64, Vec<Leaf>), StorageError> {
         let corrupt = || StorageError::Corrupted("document info".into());
         let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
         if v != DOCINFO_V1 {
             return Err(corrupt());
         }
+        let seq = varint::get(&mut rest).ok_or_else(corrupt)?;
         varint::get(&mut rest).ok_or_else(corrupt)?;
-        varint::get(&mut rest).ok_or_else(corrupt)?;
-        RevTree::decode_winner(rest).ok_or_else(corrupt)
+        let leaves = RevTree::decode_leaves(rest).ok_or_else(corrupt)?;
+        Ok((seq, leaves))
     }
 
     /// Whether the winning revision is deleted (a document with no live leaf).

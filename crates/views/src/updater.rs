@@ -30,7 +30,7 @@ use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Me
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
-use settee_core::{collate, DocJson};
+use settee_core::{collate, DocJson, Leaf};
 use settee_db::{Change, Database};
 use settee_js::{JsError, Limits, ViewRuntime};
 use settee_queryserver::Emits;
@@ -400,23 +400,22 @@ fn read_changes(
         match db.doc_info_in(snap, &id)? {
             Some(info) if info.seq > since => {}
             Some(info) => {
-                let change = Change {
+                let doc = Mappable {
                     seq: info.seq,
                     id,
-                    info,
-                    body: None,
+                    leaves: info.tree.leaves(),
                 };
-                chunk.push(item(g, change, &mut 0));
+                chunk.push(item(g, doc, &mut 0));
             }
             None => chunk.push(Item { id, doc: None }),
         }
     }
-    let on_change = |c: Change| {
+    let mut on_doc = |d: Mappable| {
         if stop.iter().any(|f| f.load(Ordering::Relaxed)) {
             done = false;
             return ControlFlow::Break(());
         }
-        chunk.push(item(g, c, &mut last));
+        chunk.push(item(g, d, &mut last));
         if chunk.len() >= CHUNK_DOCS {
             if tx.send(std::mem::take(&mut chunk)).is_err() {
                 done = false;
@@ -427,10 +426,10 @@ fn read_changes(
         ControlFlow::Continue(())
     };
     match fresh_changes(db, snap, g, since)? {
-        Some(changes) => {
-            let _ = changes.into_iter().try_for_each(on_change);
+        Some(docs) => {
+            let _ = docs.into_iter().try_for_each(on_doc);
         }
-        None => db.changes_in(snap, since, false, false, on_change)?,
+        None => db.changes_in(snap, since, false, false, |c| on_doc(c.into()))?,
     }
     if !chunk.is_empty() && tx.send(chunk).is_err() {
         done = false;
@@ -438,42 +437,58 @@ fn read_changes(
     Ok((last, done))
 }
 
-/// The changes a fresh index maps, in seq order, from one sequential pass over the
-/// documents (a point lookup per change was half of a 100k-doc build's reader time);
+/// A document as the updater maps it: its id, sequence and leaves (winner first).
+struct Mappable {
+    id: String,
+    seq: u64,
+    leaves: Vec<Leaf>,
+}
+
+impl From<Change> for Mappable {
+    fn from(c: Change) -> Mappable {
+        Mappable {
+            id: c.id,
+            seq: c.seq,
+            leaves: c.info.tree.leaves(),
+        }
+    }
+}
+
+/// The documents a fresh index maps, in seq order, from one sequential pass over the
+/// documents that decodes only their leaves (a point lookup per change was half of a
+/// 100k-doc build's reader time, and decoding whole revision trees a third of the rest);
 /// `None` when the index is not fresh or the database holds too many documents to keep
-/// their infos in memory (the changes feed is walked then). Deleted and unindexed documents
-/// are left out: a fresh index has no rows of theirs to remove.
+/// them in memory (the changes feed is walked then). Deleted and unindexed documents are
+/// left out: a fresh index has no rows of theirs to remove.
 fn fresh_changes(
     db: &Database,
     snap: &Snapshot<'_>,
     g: &Group,
     since: u64,
-) -> Result<Option<Vec<Change>>> {
+) -> Result<Option<Vec<Mappable>>> {
     let stats = db.stats_in(snap)?;
     if since != 0 || stats.doc_count + stats.doc_del_count > FRESH_SCAN_DOCS {
         return Ok(None);
     }
-    let mut changes = Vec::with_capacity(stats.doc_count as usize);
-    db.all_docs_in(snap, |c| {
-        let indexed = g.indexes(&c.id);
-        if indexed && c.info.tree.winner().is_some_and(|w| !w.deleted) {
-            changes.push(c);
+    let mut docs = Vec::with_capacity(stats.doc_count as usize);
+    db.all_leaves_in(snap, |id, seq, leaves| {
+        let live = leaves.first().is_some_and(|w| !w.deleted);
+        if live && g.indexes(&id) {
+            docs.push(Mappable { id, seq, leaves });
         }
         ControlFlow::Continue(())
     })?;
-    changes.sort_unstable_by_key(|c| c.seq);
-    Ok(Some(changes))
+    docs.sort_unstable_by_key(|d| d.seq);
+    Ok(Some(docs))
 }
 
-fn item(g: &Group, c: Change, last: &mut u64) -> Item {
-    *last = c.seq;
-    let indexed = g.indexes(&c.id);
-    let doc = match c.info.tree.winner() {
+fn item(g: &Group, d: Mappable, last: &mut u64) -> Item {
+    *last = d.seq;
+    let indexed = g.indexes(&d.id);
+    let doc = match d.leaves.first() {
         Some(w) if !w.deleted && indexed => w.body.map(|body| {
-            let leaves = c.info.tree.leaves();
             let others = |deleted: bool| -> Vec<String> {
-                leaves
-                    .iter()
+                (d.leaves.iter())
                     .filter(|l| l.deleted == deleted && l.rev != w.rev)
                     .map(|l| l.rev.to_string())
                     .collect()
@@ -483,12 +498,12 @@ fn item(g: &Group, c: Change, last: &mut u64) -> Item {
                 body,
                 conflicts: others(false),
                 deleted_conflicts: others(true),
-                local_seq: g.def.local_seq.then_some(c.info.seq),
+                local_seq: g.def.local_seq.then_some(d.seq),
             }
         }),
         _ => None,
     };
-    Item { id: c.id, doc }
+    Item { id: d.id, doc }
 }
 
 /// Where a map worker reads documents: the reader's snapshot of the database.
