@@ -44,6 +44,74 @@ impl NodeStatus {
     }
 }
 
+/// A node of an encoded tree, read in place (`decode_winner`, `decode_leaves`).
+struct RawNode<'a> {
+    pos: u64,
+    id: &'a [u8],
+    parent: Option<&'a [u8]>,
+    deleted: bool,
+    body: Option<u64>,
+}
+
+impl<'a> RawNode<'a> {
+    /// The nodes of an encoded tree of at most 16 nodes; `Some(None)` for a larger one,
+    /// which is cheaper decoded whole; `None` on corrupt input.
+    fn all(buf: &'a [u8]) -> Option<Option<Vec<RawNode<'a>>>> {
+        let (&version, mut cur) = buf.split_first()?;
+        if version != FORMAT_V1 {
+            return None;
+        }
+        let count = varint::get(&mut cur)?;
+        if count > 16 {
+            return Some(None);
+        }
+        let mut nodes = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let pos = varint::get(&mut cur)?;
+            let id = varint::get_bytes(&mut cur)?;
+            let (&flags, rest) = cur.split_first()?;
+            cur = rest;
+            let parent = if flags & F_PARENT != 0 {
+                Some(varint::get_bytes(&mut cur)?)
+            } else {
+                None
+            };
+            let body = if flags & F_BODY != 0 {
+                Some(varint::get(&mut cur)?)
+            } else {
+                None
+            };
+            nodes.push(RawNode {
+                pos,
+                id,
+                parent,
+                deleted: flags & F_DELETED != 0,
+                body,
+            });
+        }
+        Some(Some(nodes))
+    }
+
+    fn is_leaf(&self, nodes: &[RawNode<'_>]) -> bool {
+        !nodes
+            .iter()
+            .any(|c| c.pos == self.pos + 1 && c.parent == Some(self.id))
+    }
+
+    /// Winner order: live before deleted, then higher pos, then higher id (as `leaves`).
+    fn order(&self) -> (bool, u64, &'a [u8]) {
+        (!self.deleted, self.pos, self.id)
+    }
+
+    fn leaf(&self) -> Leaf {
+        Leaf {
+            rev: Rev::new(self.pos, RevId::from_bytes(self.id)),
+            deleted: self.deleted,
+            body: self.body,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevTree {
     nodes: BTreeMap<Rev, Node>,
@@ -273,73 +341,26 @@ impl RevTree {
     /// without building the tree: a scan over many documents wants only the winner.
     /// `None` on corrupt input.
     pub fn decode_winner(buf: &[u8]) -> Option<Option<Leaf>> {
-        Some(Self::decode_leaves(buf)?.into_iter().next())
+        let Some(nodes) = RawNode::all(buf)? else {
+            let mut whole = buf;
+            return Some(Self::decode(&mut whole)?.winner());
+        };
+        let best = (nodes.iter())
+            .filter(|n| n.is_leaf(&nodes))
+            .max_by(|a, b| a.order().cmp(&b.order()));
+        Some(best.map(RawNode::leaf))
     }
 
     /// The leaves of an encoded tree, winner first (what `decode` then `leaves` gives),
-    /// read without building the tree. Trees of more than 16 nodes are decoded whole.
-    /// `None` on corrupt input.
+    /// read without building the tree. `None` on corrupt input.
     pub fn decode_leaves(buf: &[u8]) -> Option<Vec<Leaf>> {
-        struct Raw<'a> {
-            pos: u64,
-            id: &'a [u8],
-            parent: Option<&'a [u8]>,
-            deleted: bool,
-            body: Option<u64>,
-        }
-        let mut cur = buf;
-        let (&version, rest) = cur.split_first()?;
-        if version != FORMAT_V1 {
-            return None;
-        }
-        cur = rest;
-        let count = varint::get(&mut cur)?;
-        if count > 16 {
+        let Some(nodes) = RawNode::all(buf)? else {
             let mut whole = buf;
             return Some(Self::decode(&mut whole)?.leaves());
-        }
-        let mut nodes: Vec<Raw<'_>> = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            let pos = varint::get(&mut cur)?;
-            let id = varint::get_bytes(&mut cur)?;
-            let (&flags, rest) = cur.split_first()?;
-            cur = rest;
-            let parent = if flags & F_PARENT != 0 {
-                Some(varint::get_bytes(&mut cur)?)
-            } else {
-                None
-            };
-            let body = if flags & F_BODY != 0 {
-                Some(varint::get(&mut cur)?)
-            } else {
-                None
-            };
-            nodes.push(Raw {
-                pos,
-                id,
-                parent,
-                deleted: flags & F_DELETED != 0,
-                body,
-            });
-        }
-        let is_leaf = |n: &Raw<'_>| {
-            !nodes
-                .iter()
-                .any(|c| c.pos == n.pos + 1 && c.parent == Some(n.id))
         };
-        let mut leaves: Vec<&Raw<'_>> = nodes.iter().filter(|n| is_leaf(n)).collect();
-        // Winner order: live before deleted, then higher pos, then higher id (as `leaves`).
-        leaves.sort_by(|a, b| (!b.deleted, b.pos, b.id).cmp(&(!a.deleted, a.pos, a.id)));
-        Some(
-            leaves
-                .into_iter()
-                .map(|n| Leaf {
-                    rev: Rev::new(n.pos, RevId::from_bytes(n.id)),
-                    deleted: n.deleted,
-                    body: n.body,
-                })
-                .collect(),
-        )
+        let mut leaves: Vec<&RawNode<'_>> = nodes.iter().filter(|n| n.is_leaf(&nodes)).collect();
+        leaves.sort_by(|a, b| b.order().cmp(&a.order()));
+        Some(leaves.into_iter().map(RawNode::leaf).collect())
     }
 
     /// Decodes from the front of `buf`, advancing it. `None` on corrupt input.

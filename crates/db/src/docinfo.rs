@@ -6,6 +6,10 @@ use settee_storage::Error as StorageError;
 const DOCINFO_V1: u8 = 1;
 const STATS_V1: u8 = 1;
 
+fn corrupt_info() -> StorageError {
+    StorageError::Corrupted("document info".into())
+}
+
 /// What the `docs` family holds per document.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DocInfo {
@@ -27,7 +31,7 @@ impl DocInfo {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
-        let corrupt = || StorageError::Corrupted("document info".into());
+        let corrupt = corrupt_info;
         let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
         if v != DOCINFO_V1 {
             return Err(corrupt());
@@ -44,21 +48,26 @@ impl DocInfo {
 
     /// The winning leaf of an encoded info, without decoding the whole tree.
     pub fn decode_winner(bytes: &[u8]) -> Result<Option<Leaf>, StorageError> {
-        Ok(Self::decode_leaves(bytes)?.1.into_iter().next())
+        let (_, tree) = Self::split(bytes)?;
+        RevTree::decode_winner(tree).ok_or_else(corrupt_info)
     }
 
     /// The sequence and the leaves (winner first) of an encoded info, without decoding
     /// the whole tree: what a view maps of a document.
     pub fn decode_leaves(bytes: &[u8]) -> Result<(u64, Vec<Leaf>), StorageError> {
-        let corrupt = || StorageError::Corrupted("document info".into());
-        let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt)?;
+        let (seq, tree) = Self::split(bytes)?;
+        Ok((seq, RevTree::decode_leaves(tree).ok_or_else(corrupt_info)?))
+    }
+
+    /// An encoded info's sequence and its encoded tree.
+    fn split(bytes: &[u8]) -> Result<(u64, &[u8]), StorageError> {
+        let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt_info)?;
         if v != DOCINFO_V1 {
-            return Err(corrupt());
+            return Err(corrupt_info());
         }
-        let seq = varint::get(&mut rest).ok_or_else(corrupt)?;
-        varint::get(&mut rest).ok_or_else(corrupt)?;
-        let leaves = RevTree::decode_leaves(rest).ok_or_else(corrupt)?;
-        Ok((seq, leaves))
+        let seq = varint::get(&mut rest).ok_or_else(corrupt_info)?;
+        varint::get(&mut rest).ok_or_else(corrupt_info)?;
+        Ok((seq, rest))
     }
 
     /// Whether the winning revision is deleted (a document with no live leaf).

@@ -56,9 +56,7 @@ pub fn open(db: &Database, id: &str, name: &str, rev: Option<&Rev>) -> Result<At
     let gzip = atts.gzip(name);
     let stub = atts
         .remove(name)
-        .ok_or(Error::Db(settee_db::Error::NotFound(
-            "Document is missing attachment",
-        )))?;
+        .ok_or_else(crate::att_write::missing_attachment)?;
     let digest =
         parse_digest(stub.get("digest")).ok_or_else(|| Error::internal("attachment stub"))?;
     let length = stub.get("length").and_then(Value::as_u64).unwrap_or(0);

@@ -166,7 +166,7 @@ pub fn stored_content(db: &Database, stored: &[u8], name: &str) -> Result<settee
     let stub = atts
         .stubs
         .get(name)
-        .ok_or(settee_db::Error::NotFound("Document is missing attachment"))?;
+        .ok_or_else(crate::att_write::missing_attachment)?;
     let digest =
         parse_digest(stub.get("digest")).ok_or_else(|| Error::internal("attachment stub"))?;
     db.attachment_chunks(&digest, 0..u64::MAX)?

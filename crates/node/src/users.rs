@@ -184,6 +184,7 @@ impl Node {
     /// CouchDB makes it.
     pub fn session_cookie(&self, name: &str, salt: &str) -> Result<String> {
         let section = auth_section(&self.config);
+        let opts = CookieOptions::from_section(&section);
         let secret = match section.get("secret").filter(|s| !s.is_empty()) {
             Some(s) => s.clone(),
             None => {
@@ -192,7 +193,6 @@ impl Node {
                 secret
             }
         };
-        let opts = CookieOptions::from_section(&auth_section(&self.config));
         Ok(cookie_header(
             &opts,
             name,
@@ -207,14 +207,7 @@ impl Node {
         let opts = CookieOptions::from_section(&auth_section(&self.config));
         opts.clear_cookie(now_secs(), false)
     }
-}
 
-fn cookie_header(opts: &CookieOptions, name: &str, secret: &str, salt: &[u8], now: u64) -> String {
-    let value = cookie::make(name, secret.as_bytes(), salt, now, opts.signing_alg());
-    opts.set_cookie(&value, now, false)
-}
-
-impl Node {
     /// Finds a user as CouchDB's `chttpd_auth_cache:get_user_creds/2` does: a server admin
     /// of `[admins]` (whose roles gain those of a user document of the same name), else the
     /// user document in the authentication database (`[chttpd_auth] authentication_db`). A
@@ -246,6 +239,11 @@ impl Node {
             doc: Some(doc),
         }))
     }
+}
+
+fn cookie_header(opts: &CookieOptions, name: &str, secret: &str, salt: &[u8], now: u64) -> String {
+    let value = cookie::make(name, secret.as_bytes(), salt, now, opts.signing_alg());
+    opts.set_cookie(&value, now, false)
 }
 
 /// The user's document in the authentication database, if it exists and is not deleted.
