@@ -7,17 +7,11 @@
 use rquickjs::atom::PredefinedAtom;
 use rquickjs::object::Filter;
 use rquickjs::{qjs, Array, Ctx, Exception, Object, Type, Value};
-use serde_json::{Map, Number, Value as Json};
+use serde_json::{Map, Value as Json};
+use settee_jsmap::number::to_json as number;
 
 use crate::monitor::Monitor;
 use crate::MAX_NESTING;
-
-/// Below this magnitude every integral double is an exact integer (2^53).
-const EXACT_INTEGER_LIMIT: f64 = 9_007_199_254_740_992.0;
-
-/// Largest magnitude `JSON.stringify` still prints as a plain integer (it switches to
-/// exponent notation at 1e21).
-const PLAIN_INTEGER_LIMIT: f64 = 1e21;
 
 /// QuickJS class ids of the object kinds walked directly.
 #[derive(Debug, Clone, Copy)]
@@ -196,25 +190,6 @@ fn stringify_exotic(v: &Value<'_>) -> rquickjs::Result<Option<Json>> {
     serde_json::from_str(&text)
         .map(Some)
         .map_err(|e| Exception::throw_type(ctx, &format!("value cannot be converted to JSON: {e}")))
-}
-
-/// A JS number as JSON, printed as `JSON.stringify` prints it: integral values as integers
-/// (912, not 912.0; beyond 2^53 with the shortest round-trip digits padded with zeros, as
-/// in 123456789012345680000); NaN and ±Infinity become `null`.
-pub(crate) fn number(f: f64) -> Json {
-    if !f.is_finite() {
-        return Json::Null;
-    }
-    if f.fract() == 0.0 && f.abs() < EXACT_INTEGER_LIMIT {
-        return Json::Number(Number::from(f as i64));
-    }
-    if f.fract() == 0.0 && f.abs() < PLAIN_INTEGER_LIMIT {
-        // Rust prints floats in full decimal with the shortest round-trip digits.
-        if let Ok(n) = format!("{f}").parse::<Number>() {
-            return Json::Number(n);
-        }
-    }
-    Number::from_f64(f).map_or(Json::Null, Json::Number)
 }
 
 /// The UTF-8 form of a JS string value; lone surrogates become U+FFFD.

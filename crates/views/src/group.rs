@@ -2,11 +2,12 @@
 //! a runtime compiles, and which reduce each view uses.
 
 use crate::layout::{collation_tag, IndexPrefix};
+use crate::native_js::NativeJs;
 use crate::reducer::{BuiltinReducer, JsReducers};
 use crate::tree::{NoReduce, Reducer};
 use settee_core::design::ViewGroupDef;
 use settee_core::reduce::Builtin;
-use settee_js::{ViewFns, ViewSource};
+use settee_js::{Dialect, ViewFns, ViewSource};
 use settee_storage::DbId;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +24,9 @@ pub struct Group {
     pub sig: [u8; 16],
     pub prefix: IndexPrefix,
     pub fns: ViewFns,
+    /// The map functions run without QuickJS, when every view's is in [`settee_jsmap`]'s
+    /// subset; a document any of them cannot answer goes to QuickJS whole.
+    pub native_js: Option<NativeJs>,
     pub reduces: Vec<ReduceKind>,
     /// Whether rows are kept per partition (`options.partitioned`, by default the
     /// database's): queries then name a partition and read only its rows.
@@ -61,13 +65,15 @@ impl Group {
                 })
                 .collect(),
             lib: def.lib.clone(),
-            dialect: settee_js::Dialect::of(Some(&def.language)).unwrap_or_default(),
+            dialect: Dialect::of(Some(&def.language)).unwrap_or_default(),
         };
+        let native_js = NativeJs::compile(&def);
         Group {
             ddoc_id: ddoc_id.to_owned(),
             prefix: IndexPrefix::new(db, &sig),
             sig,
             fns,
+            native_js,
             reduces,
             def,
             partitioned,

@@ -288,12 +288,12 @@ pub fn decode_payload(mut buf: &[u8]) -> Option<Payload<'_>> {
 }
 
 /// The back index value: per row, its view number and tree key.
-pub fn encode_back(rows: &[(u32, Vec<u8>)]) -> Vec<u8> {
+pub fn encode_back<K: AsRef<[u8]>>(rows: &[(u32, K)]) -> Vec<u8> {
     let mut out = vec![BACK_V1];
     varint::put(&mut out, rows.len() as u64);
     for (view, key) in rows {
         varint::put(&mut out, u64::from(*view));
-        varint::put_bytes(&mut out, key);
+        varint::put_bytes(&mut out, key.as_ref());
     }
     out
 }

@@ -13,6 +13,7 @@ mod external;
 mod group;
 pub mod layout;
 mod native;
+mod native_js;
 mod query;
 mod reducer;
 mod tasks;
