@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""One document changed, then its view queried (update=true), N times, on a server that kept
+seedbench's indexing-002 database; also times the built index's group=true and
+rows queries. Usage: incremental_query.py PORT N (admin adm:pass). Prints median/p90 ms.
+Standard library only.
+"""
+import http.client, base64, json, sys, time, statistics as st
+port, n = int(sys.argv[1]), int(sys.argv[2])
+auth = "Basic " + base64.b64encode(b"adm:pass").decode()
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+def req(m, p, b=None):
+    c.request(m, p, json.dumps(b) if b is not None else None, {"Authorization": auth, "Content-Type": "application/json"})
+    r = c.getresponse(); return r.status, r.read()
+db = "/seedbench-002-indexing"
+MAP = """function(doc) {
+    if (doc.metadata && doc.metadata.createdAt) {
+        var parts = doc.metadata.createdAt.split("-"),
+            year = parts[0],
+            month = parts[1];
+        emit([year, month], doc.score);
+    }
+}"""
+s, b = req("PUT", db + "/_design/incr", {"views": {"s": {"map": MAP, "reduce": "_sum"}}})
+s, b = req("GET", db + "/_design/incr/_view/s?group=true"); assert s == 200, b
+s, b = req("GET", db + "/_all_docs?limit=1"); doc_id = json.loads(b)["rows"][0]["id"]
+upd, q, q_built = [], [], []
+for i in range(n):
+    s, b = req("GET", db + "/" + doc_id); d = json.loads(b); d["score"] = i
+    s, b = req("PUT", db + "/" + doc_id, d); assert s == 201, b
+    t = time.time(); s, b = req("GET", db + "/_design/incr/_view/s?group=true"); q.append((time.time() - t) * 1000); assert s == 200
+    t = time.time(); s, b = req("GET", db + "/_design/incr/_view/s?group=true"); q_built.append((time.time() - t) * 1000)
+    t = time.time(); s, b = req("GET", db + "/_design/incr/_view/s?reduce=false&limit=10&startkey=%5B%222016%22%5D"); upd.append((time.time() - t) * 1000)
+def p(v): v = sorted(v); return "median %.2f p90 %.2f" % (st.median(v), v[int(len(v) * 0.9)])
+print("after one change, group=true:", p(q)); print("built, group=true:", p(q_built)); print("built, rows limit=10:", p(upd))

@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""Fresh builds of seedbench indexing-002's map (a new `_sum` design document each, so a new
+signature) on a server that kept seedbench's database (`seedbench.py indexing-002 --keep`);
+each build is timed by its first `group=true&limit=11` query, whose answer is checked.
+Usage: seed002_builds.py PORT TAG N (admin adm:pass). Standard library only.
+"""
+import http.client, base64, json, sys, time
+port, tag, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+auth = "Basic " + base64.b64encode(b"adm:pass").decode()
+MAP = """function(doc) {
+    if (doc.metadata && doc.metadata.createdAt) {
+        var parts = doc.metadata.createdAt.split("-"),
+            year = parts[0],
+            month = parts[1];
+        emit([year, month], doc.score);
+    }
+}"""
+red = sys.argv[4] if len(sys.argv) > 4 else "_sum"
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+def req(m, p, b=None):
+    c.request(m, p, json.dumps(b) if b is not None else None, {"Authorization": auth, "Content-Type": "application/json"})
+    r = c.getresponse(); return r.status, r.read()
+ts = []
+for i in range(n):
+    d = "/seedbench-002-indexing/_design/%s%d" % (tag, i)
+    s, b = req("PUT", d, {"views": {"s": {"map": MAP + " // %s%d" % (tag, i), "reduce": red}}})
+    assert s == 201, b
+    t = time.time(); s, b = req("GET", d + "/_view/s?group=true&limit=11"); dt = time.time() - t
+    assert s == 200 and b"2016" in b, b[:200]
+    ts.append(dt); time.sleep(1)
+print(" ".join("%.3f" % x for x in ts), "median %.3f" % sorted(ts)[len(ts)//2])
