@@ -901,10 +901,10 @@ impl<'a> Collector<'a> {
                     for (v, key, value) in d.rows {
                         ops[v as usize].insert(key, Some(value));
                     }
-                    match (!has_rows, old.is_some()) {
-                        (false, _) => back.push((d.id, Some(d.back))),
-                        (true, true) => back.push((d.id, None)),
-                        (true, false) => {}
+                    match (has_rows, old.is_some()) {
+                        (true, _) => back.push((d.id, Some(d.back))),
+                        (false, true) => back.push((d.id, None)),
+                        (false, false) => {}
                     }
                 }
             }
