@@ -4,6 +4,7 @@
 //! re-serialised from a parsed object), so the first member of a name is the one
 //! `JSON.parse` would keep; text that is not as expected answers `None`, never a panic.
 
+use settee_core::json_scan::{skip_string, skip_value, ws};
 use std::borrow::Cow;
 
 /// The members of the object `obj` (its text, braces included): each name's text (quotes
@@ -39,7 +40,7 @@ impl<'a> Iterator for Members<'a> {
                 i = ws(b, i + 1);
             }
             let key_start = i;
-            let key_end = skip_string(b, i)?;
+            let (key_end, _) = skip_string(b, i)?;
             i = ws(b, key_end);
             if b.get(i) != Some(&b':') {
                 return None;
@@ -126,73 +127,6 @@ pub(crate) fn string(quoted: &str) -> Option<Cow<'_, str>> {
         return Some(Cow::Borrowed(inner));
     }
     serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
-}
-
-fn ws(b: &[u8], mut i: usize) -> usize {
-    while matches!(b.get(i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        i += 1;
-    }
-    i
-}
-
-/// The end of the string starting at `i` (its opening quote).
-fn skip_string(b: &[u8], i: usize) -> Option<usize> {
-    if b.get(i) != Some(&b'"') {
-        return None;
-    }
-    let mut j = i + 1;
-    // Most strings (member names above all) are short: look at them byte by byte before
-    // handing a long one to memchr.
-    while let Some(&c) = b.get(j).filter(|_| j < i + 32) {
-        match c {
-            b'"' => return Some(j + 1),
-            b'\\' => j += 2,
-            _ => j += 1,
-        }
-    }
-    loop {
-        let at = memchr::memchr2(b'"', b'\\', b.get(j..)?)? + j;
-        if b[at] == b'"' {
-            return Some(at + 1);
-        }
-        j = at + 2;
-    }
-}
-
-/// The end of the value starting at `i`.
-fn skip_value(b: &[u8], i: usize) -> Option<usize> {
-    match *b.get(i)? {
-        b'"' => skip_string(b, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            loop {
-                match *b.get(j)? {
-                    b'"' => {
-                        j = skip_string(b, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-        }
-        _ => {
-            let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')
-            {
-                j += 1;
-            }
-            (j > i).then_some(j)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! Reading only the members a query needs from a stored document's JSON text: the members
-//! are found by skipping values (searching for quotes and brackets with `memchr`) and only
+//! are found by skipping values (`settee_core::json_scan`: memchr over quotes and brackets) and only
 //! the wanted ones are parsed. A full parse of every document was most of a full-scan
 //! query's time.
 
 use serde_json::{Map, Value};
+use settee_core::json_scan;
 
 /// The members of the JSON object `text` whose names are in `wanted` (distinct names),
 /// parsed. `None` if `text` is not a well-formed object as far as it was read. Meant for
@@ -79,9 +80,7 @@ struct Scan<'a> {
 
 impl Scan<'_> {
     fn ws(&mut self) {
-        while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.i += 1;
-        }
+        self.i = json_scan::ws(self.b, self.i);
     }
 
     fn eat(&mut self, c: u8) -> Option<()> {
@@ -90,70 +89,14 @@ impl Scan<'_> {
 
     /// Moves past a string at its opening quote; whether it held an escape.
     fn string(&mut self) -> Option<bool> {
-        self.eat(b'"')?;
-        // Most strings (member names above all) are short: look at them byte by byte
-        // before handing a long one to memchr.
-        for (at, &c) in self.b.get(self.i..)?.iter().take(24).enumerate() {
-            match c {
-                b'"' => {
-                    self.i += at + 1;
-                    return Some(false);
-                }
-                b'\\' => break,
-                _ => {}
-            }
-        }
-        let mut escaped = false;
-        loop {
-            let rest = self.b.get(self.i..)?;
-            let at = memchr::memchr2(b'"', b'\\', rest)?;
-            if rest[at] == b'"' {
-                self.i += at + 1;
-                return Some(escaped);
-            }
-            escaped = true;
-            self.i += at + 2;
-        }
+        let (end, escaped) = json_scan::skip_string(self.b, self.i)?;
+        self.i = end;
+        Some(escaped)
     }
 
-    /// Moves past a value without building it: containers by counting their own kind of
-    /// bracket outside strings (the other kind nests evenly inside valid JSON).
+    /// Moves past a value without building it.
     fn value(&mut self) -> Option<()> {
-        let (open, close) = match self.b.get(self.i)? {
-            b'"' => return self.string().map(|_| ()),
-            b'{' => (b'{', b'}'),
-            b'[' => (b'[', b']'),
-            _ => {
-                let start = self.i;
-                while !matches!(
-                    self.b.get(self.i),
-                    Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') | None
-                ) {
-                    self.i += 1;
-                }
-                return (self.i > start).then_some(());
-            }
-        };
-        self.i += 1;
-        let mut depth = 1usize;
-        while depth > 0 {
-            let rest = self.b.get(self.i..)?;
-            let at = memchr::memchr3(b'"', open, close, rest)?;
-            self.i += at;
-            match rest[at] {
-                b'"' => {
-                    self.string()?;
-                }
-                c if c == open => {
-                    depth += 1;
-                    self.i += 1;
-                }
-                _ => {
-                    depth -= 1;
-                    self.i += 1;
-                }
-            }
-        }
+        self.i = json_scan::skip_value(self.b, self.i)?;
         Some(())
     }
 }
