@@ -59,15 +59,22 @@ pub fn decode(bytes: &[u8]) -> Result<Value, ReduceFailure> {
     }
 }
 
-/// Rows' keys and values as JSON, or an error partial.
-fn parse_rows(rows: &[&Row]) -> Result<Vec<(Value, String, Value)>, Vec<u8>> {
+/// Rows' keys, document ids and values, or an error partial. A key or value not `wanted`
+/// (`[keys, values]`) is not parsed and reads as null.
+fn parse_rows<'r>(
+    rows: &[&'r Row],
+    wanted: [bool; 2],
+) -> Result<Vec<(Value, &'r str, Value)>, Vec<u8>> {
+    let parse = |json: &[u8], wanted: bool, what: &str| match wanted {
+        true => serde_json::from_slice(json).map_err(|_| err("corrupted_index", what)),
+        false => Ok(Value::Null),
+    };
     rows.iter()
         .map(|r| {
             let p = decode_payload(&r.value).ok_or_else(|| err("corrupted_index", "bad row"))?;
-            let k = serde_json::from_slice(p.key).map_err(|_| err("corrupted_index", "bad key"))?;
-            let v =
-                serde_json::from_slice(p.value).map_err(|_| err("corrupted_index", "bad value"))?;
-            Ok((k, p.doc_id.to_owned(), v))
+            let k = parse(p.key, wanted[0], "bad key")?;
+            let v = parse(p.value, wanted[1], "bad value")?;
+            Ok((k, p.doc_id, v))
         })
         .collect()
 }
@@ -86,28 +93,15 @@ impl Reducer for BuiltinReducer {
     fn reduce(&mut self, rows: &[&Row]) -> Vec<u8> {
         // Only `_approx_count_distinct` reads keys and `_count` reads nothing: parsing what
         // is not read was most of a fresh `_sum` index's tree building.
-        let keys = self.0 == Builtin::ApproxCountDistinct;
-        let values = self.0 != Builtin::Count;
-        let parsed: Result<Vec<(Value, Value)>, Vec<u8>> = rows
-            .iter()
-            .map(|r| {
-                let p =
-                    decode_payload(&r.value).ok_or_else(|| err("corrupted_index", "bad row"))?;
-                let parse = |json: &[u8], wanted: bool, what: &str| match wanted {
-                    true => serde_json::from_slice(json).map_err(|_| err("corrupted_index", what)),
-                    false => Ok(Value::Null),
-                };
-                Ok((
-                    parse(p.key, keys, "bad key")?,
-                    parse(p.value, values, "bad value")?,
-                ))
-            })
-            .collect();
-        let rows = match parsed {
+        let wanted = [
+            self.0 == Builtin::ApproxCountDistinct,
+            self.0 != Builtin::Count,
+        ];
+        let rows = match parse_rows(rows, wanted) {
             Ok(r) => r,
             Err(e) => return e,
         };
-        let pairs: Vec<(&Value, &Value)> = rows.iter().map(|(k, v)| (k, v)).collect();
+        let pairs: Vec<(&Value, &Value)> = rows.iter().map(|(k, _, v)| (k, v)).collect();
         builtin_partial(self.0.reduce(&pairs))
     }
 
@@ -295,12 +289,11 @@ pub struct JsReducer<'r, 'a> {
 
 impl Reducer for JsReducer<'_, '_> {
     fn reduce(&mut self, rows: &[&Row]) -> Vec<u8> {
-        let rows = match parse_rows(rows) {
+        let rows = match parse_rows(rows, [true, true]) {
             Ok(r) => r,
             Err(e) => return e,
         };
-        let refs: Vec<(&Value, &str, &Value)> =
-            rows.iter().map(|(k, id, v)| (k, id.as_str(), v)).collect();
+        let refs: Vec<(&Value, &str, &Value)> = rows.iter().map(|(k, id, v)| (k, *id, v)).collect();
         if self.all.external.is_some() {
             return self
                 .all
