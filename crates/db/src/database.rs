@@ -629,14 +629,20 @@ impl Database {
         mut f: impl FnMut(String, u64, Vec<Leaf>) -> ControlFlow<()>,
     ) -> Result<()> {
         let (lo, hi) = self.id_bounds(b"", None);
-        for item in snap.range(Cf::Docs, &lo, &hi, false) {
-            let (k, v) = item?;
-            let (seq, leaves) = DocInfo::decode_leaves(&v)?;
-            if f(decode_id(&k[8..])?, seq, leaves).is_break() {
-                break;
+        // Read in place: copying each entry out was most of the pass.
+        let mut failed = None;
+        snap.each(Cf::Docs, &lo, &hi, false, |k, v| {
+            let decoded = (DocInfo::decode_leaves(v).map_err(Error::from))
+                .and_then(|(seq, leaves)| Ok((decode_id(&k[8..])?, seq, leaves)));
+            match decoded {
+                Ok((id, seq, leaves)) => f(id, seq, leaves),
+                Err(e) => {
+                    failed = Some(e);
+                    ControlFlow::Break(())
+                }
             }
-        }
-        Ok(())
+        })?;
+        failed.map_or(Ok(()), Err)
     }
 
     /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after
