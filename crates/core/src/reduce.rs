@@ -502,6 +502,10 @@ fn lookup<'a>(props: &'a [(String, Term)], key: &str) -> Option<&'a Term> {
 impl Num {
     /// An integer literal is an integer (a float beyond `i128`), anything else a float.
     fn from_json(n: &Number) -> Num {
+        // Most values are integers in range: read them without printing the number first.
+        if let Some(i) = n.as_i64() {
+            return Num::Int(i.into());
+        }
         let text = n.to_string();
         let float = || Num::Float(text.parse().unwrap_or(f64::INFINITY));
         if text.contains(['.', 'e', 'E']) {

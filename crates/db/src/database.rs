@@ -619,16 +619,19 @@ impl Database {
         self.read_info(snap, id)
     }
 
-    /// Every document (deleted ones too) as of `snap`, in id order: its id, latest
-    /// sequence and leaves (winner first). One sequential pass that decodes no whole
-    /// revision tree, far cheaper per document than [`Database::changes_in`]'s lookups
-    /// when a caller wants them all and can order them itself.
-    pub fn all_leaves_in(
+    /// The documents (deleted ones too) with `lower <= id < upper` (byte order; no
+    /// `upper`: to the last) as of `snap`, in id order: each one's id, latest sequence and
+    /// leaves (winner first). One sequential pass that decodes no whole revision tree, far
+    /// cheaper per document than [`Database::changes_in`]'s lookups when a caller wants
+    /// them all and can order them itself.
+    pub fn leaves_in(
         &self,
         snap: &Snapshot<'_>,
+        lower: &[u8],
+        upper: Option<&[u8]>,
         mut f: impl FnMut(String, u64, Vec<Leaf>) -> ControlFlow<()>,
     ) -> Result<()> {
-        let (lo, hi) = self.id_bounds(b"", None);
+        let (lo, hi) = self.id_bounds(lower, upper);
         // Read in place: copying each entry out was most of the pass.
         let mut failed = None;
         snap.each(Cf::Docs, &lo, &hi, false, |k, v| {
@@ -643,6 +646,21 @@ impl Database {
             }
         })?;
         failed.map_or(Ok(()), Err)
+    }
+
+    /// The first and the last document id (raw bytes, deleted documents included) as of
+    /// `snap`; `None` when the database has no documents.
+    pub fn id_extent_in(&self, snap: &Snapshot<'_>) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let (lo, hi) = self.id_bounds(b"", None);
+        let mut ends = Vec::with_capacity(2);
+        for reverse in [false, true] {
+            snap.each(Cf::Docs, &lo, &hi, reverse, |k, _| {
+                ends.push(k[8..].to_vec());
+                ControlFlow::Break(())
+            })?;
+        }
+        let last = ends.pop();
+        Ok(ends.pop().zip(last))
     }
 
     /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after
