@@ -3,7 +3,8 @@
 signature) on a server that kept seedbench's database (`seedbench.py indexing-002 --keep`);
 each build is timed by its first `group=true&limit=11` query, whose answer is checked, and
 its design document is deleted and cleaned up afterwards.
-Usage: seed002_builds.py PORT TAG N (admin adm:pass). Standard library only.
+Usage: seed002_builds.py PORT TAG N [REDUCE [python]] (admin adm:pass; REDUCE defaults to
+_sum; `python` uses seedbench's Python map instead). Standard library only.
 """
 import http.client, base64, json, sys, time
 port, tag, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -16,7 +17,14 @@ MAP = """function(doc) {
         emit([year, month], doc.score);
     }
 }"""
+MAP_PY = """def map(doc):
+    if 'metadata' in doc and 'createdAt' in doc['metadata']:
+        created_at = doc['metadata']['createdAt']
+        year, month, _ = created_at.split('-')
+        yield [year, month], doc['score']
+"""
 red = sys.argv[4] if len(sys.argv) > 4 else "_sum"
+python = len(sys.argv) > 5 and sys.argv[5] == "python"
 c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
 def req(m, p, b=None):
     c.request(m, p, json.dumps(b) if b is not None else None, {"Authorization": auth, "Content-Type": "application/json"})
@@ -24,7 +32,12 @@ def req(m, p, b=None):
 ts = []
 for i in range(n):
     d = "/seedbench-002-indexing/_design/%s%d" % (tag, i)
-    s, b = req("PUT", d, {"views": {"s": {"map": MAP + " // %s%d" % (tag, i), "reduce": red}}})
+    if python:
+        ddoc = {"language": "python",
+                "views": {"s": {"map": MAP_PY + "# %s%d\n" % (tag, i), "reduce": red}}}
+    else:
+        ddoc = {"views": {"s": {"map": MAP + " // %s%d" % (tag, i), "reduce": red}}}
+    s, b = req("PUT", d, ddoc)
     assert s == 201, b
     t = time.time(); s, b = req("GET", d + "/_view/s?group=true&limit=11"); dt = time.time() - t
     assert s == 200 and b"2016" in b, b[:200]

@@ -33,7 +33,11 @@ impl RevId {
 impl fmt::Display for RevId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.len() == 16 {
-            f.write_str(&hex::encode(&self.0))
+            // Into a buffer: `hex::encode` builds its string a char at a time, which was a
+            // visible part of handing documents to query servers.
+            let mut text = [0u8; 32];
+            hex::encode_to_slice(&self.0, &mut text).expect("32 bytes hold 16 in hex");
+            f.write_str(std::str::from_utf8(&text).expect("hex is ASCII"))
         } else {
             f.write_str(&String::from_utf8_lossy(&self.0))
         }

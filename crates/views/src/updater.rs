@@ -1185,4 +1185,36 @@ mod tests {
         let got: Vec<Row> = buf.into_sorted_rows().collect();
         assert_eq!(got, expected);
     }
+
+    #[test]
+    fn id_splits_ascend_between_the_ends() {
+        let (first, last) = (
+            b"0000bf1c".as_slice(),
+            b"ffffccfd17d8fcc32d66cf05afd29d37".as_slice(),
+        );
+        let cuts = id_splits(first, last, 16);
+        assert_eq!(cuts.len(), 15);
+        assert!(cuts.windows(2).all(|w| w[0] <= w[1]));
+        assert!(first < &cuts[0][..] && &cuts[14][..] < last);
+        // Equal or reversed ends (one document) still give ascending cuts.
+        assert!(id_splits(b"a", b"a", 4).windows(2).all(|w| w[0] <= w[1]));
+        assert!(id_splits(b"b", b"a", 4).windows(2).all(|w| w[0] <= w[1]));
+        assert!(id_splits(b"a", b"b", 1).is_empty());
+    }
+
+    #[test]
+    fn merge_by_seq_interleaves_sorted_runs() {
+        let doc = |seq| Mappable {
+            id: format!("d{seq}"),
+            seq,
+            leaves: Vec::new(),
+        };
+        let runs = vec![
+            vec![doc(1), doc(4), doc(5)],
+            vec![],
+            vec![doc(2), doc(3), doc(9)],
+        ];
+        let seqs: Vec<u64> = merge_by_seq(runs).map(|d| d.seq).collect();
+        assert_eq!(seqs, [1, 2, 3, 4, 5, 9]);
+    }
 }
