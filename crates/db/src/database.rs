@@ -619,48 +619,13 @@ impl Database {
         self.read_info(snap, id)
     }
 
-    /// The documents (deleted ones too) with `lower <= id < upper` (byte order; no
-    /// `upper`: to the last) as of `snap`, in id order: each one's id, latest sequence and
-    /// leaves (winner first). One sequential pass that decodes no whole revision tree, far
-    /// cheaper per document than [`Database::changes_in`]'s lookups when a caller wants
-    /// them all and can order them itself.
-    pub fn leaves_in(
-        &self,
-        snap: &Snapshot<'_>,
-        lower: &[u8],
-        upper: Option<&[u8]>,
-        mut f: impl FnMut(String, u64, Vec<Leaf>) -> ControlFlow<()>,
-    ) -> Result<()> {
-        let (lo, hi) = self.id_bounds(lower, upper);
-        // Read in place: copying each entry out was most of the pass.
-        let mut failed = None;
-        snap.each(Cf::Docs, &lo, &hi, false, |k, v| {
-            let decoded = (DocInfo::decode_leaves(v).map_err(Error::from))
-                .and_then(|(seq, leaves)| Ok((decode_id(&k[8..])?, seq, leaves)));
-            match decoded {
-                Ok((id, seq, leaves)) => f(id, seq, leaves),
-                Err(e) => {
-                    failed = Some(e);
-                    ControlFlow::Break(())
-                }
-            }
-        })?;
-        failed.map_or(Ok(()), Err)
-    }
-
-    /// The first and the last document id (raw bytes, deleted documents included) as of
-    /// `snap`; `None` when the database has no documents.
-    pub fn id_extent_in(&self, snap: &Snapshot<'_>) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let (lo, hi) = self.id_bounds(b"", None);
-        let mut ends = Vec::with_capacity(2);
-        for reverse in [false, true] {
-            snap.each(Cf::Docs, &lo, &hi, reverse, |k, _| {
-                ends.push(k[8..].to_vec());
-                ControlFlow::Break(())
-            })?;
-        }
-        let last = ends.pop();
-        Ok(ends.pop().zip(last))
+    /// Every document (deleted ones too) as of `snap`, in id order: its id, latest
+    /// sequence and leaves (winner first). Decodes no whole revision tree, so it is far
+    /// cheaper per document than [`Database::changes_in`]'s lookups when a caller wants them
+    /// all and can order them itself; read from both ends at once, as
+    /// [`Database::winners_in`] reads.
+    pub fn all_leaves_in(&self, snap: &Snapshot<'_>) -> Result<Vec<DocLeaves>> {
+        self.both_ends_in(snap, b"", None, DocLeaves::decode, |d| &d.id)
     }
 
     /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after
@@ -796,24 +761,33 @@ impl Database {
         lower: &[u8],
         upper: Option<&[u8]>,
         descending: bool,
-        mut f: impl FnMut(LiveDoc) -> ControlFlow<()>,
+        f: impl FnMut(LiveDoc) -> ControlFlow<()>,
+    ) -> Result<()> {
+        self.scan_in(snap, lower, upper, descending, LiveDoc::decode, f)
+    }
+
+    /// Calls `f` with what `decode` makes of each entry of the `docs` family with
+    /// `lower <= id < upper` (read in place; `None` is skipped), ascending or descending,
+    /// until it breaks.
+    fn scan_in<T>(
+        &self,
+        snap: &Snapshot<'_>,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        descending: bool,
+        decode: impl Fn(&[u8], &[u8]) -> Result<Option<T>>,
+        mut f: impl FnMut(T) -> ControlFlow<()>,
     ) -> Result<()> {
         let (lo, hi) = self.id_bounds(lower, upper);
         let mut failure = None;
-        snap.each(
-            Cf::Docs,
-            &lo,
-            &hi,
-            descending,
-            |k, v| match LiveDoc::decode(k, v) {
-                Ok(Some(doc)) => f(doc),
-                Ok(None) => ControlFlow::Continue(()),
-                Err(e) => {
-                    failure = Some(e);
-                    ControlFlow::Break(())
-                }
-            },
-        )?;
+        snap.each(Cf::Docs, &lo, &hi, descending, |k, v| match decode(k, v) {
+            Ok(Some(t)) => f(t),
+            Ok(None) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
+            }
+        })?;
         failure.map_or(Ok(()), Err)
     }
 
@@ -825,22 +799,36 @@ impl Database {
         lower: &[u8],
         upper: Option<&[u8]>,
     ) -> Result<Vec<LiveDoc>> {
+        self.both_ends_in(snap, lower, upper, LiveDoc::decode, |d| &d.id)
+    }
+
+    /// What `decode` makes of every entry with `lower <= id < upper`, ascending, as of
+    /// `snap` (`id` gives each one's document id): read by two threads, one from each end,
+    /// which stop where they meet.
+    fn both_ends_in<T: Send>(
+        &self,
+        snap: &Snapshot<'_>,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        decode: impl Fn(&[u8], &[u8]) -> Result<Option<T>> + Sync,
+        id: impl Fn(&T) -> &str + Sync,
+    ) -> Result<Vec<T>> {
         // The last id each walker has passed (published every `STEP` documents); a walker
         // stops once it reaches the other's: between them they have covered the range.
         const STEP: usize = 512;
         let reached: Mutex<[Option<String>; 2]> = Mutex::new([None, None]);
-        let walk = |descending: bool| -> Result<Vec<LiveDoc>> {
+        let walk = |descending: bool| -> Result<Vec<T>> {
             let (me, other) = if descending { (1, 0) } else { (0, 1) };
             let mut out = Vec::new();
-            self.scan_winners_in(snap, lower, upper, descending, |doc| {
+            self.scan_in(snap, lower, upper, descending, &decode, |doc| {
                 let crossed = if out.len() % STEP == 0 {
                     let mut r = reached.lock().unwrap();
-                    r[me] = Some(doc.id.clone());
+                    r[me] = Some(id(&doc).to_string());
                     r[other].as_deref().is_some_and(|o| {
                         if descending {
-                            doc.id.as_str() <= o
+                            id(&doc) <= o
                         } else {
-                            doc.id.as_str() >= o
+                            id(&doc) >= o
                         }
                     })
                 } else {
@@ -861,11 +849,11 @@ impl Database {
             (up, down.join().expect("walker thread"))
         });
         let (mut up, down) = (up?, down?);
-        let last = up.last().map(|d| d.id.clone());
+        let last = up.last().map(|d| id(d).to_string());
         up.extend(
             down.into_iter()
                 .rev()
-                .filter(|d| last.as_deref().is_none_or(|l| d.id.as_str() > l)),
+                .filter(|d| last.as_deref().is_none_or(|l| id(d) > l)),
         );
         Ok(up)
     }
@@ -1162,6 +1150,21 @@ impl LiveDoc {
             info: info.into(),
             winner,
         }))
+    }
+}
+
+/// A document's id, latest sequence and leaves (winner first), deleted or not.
+pub struct DocLeaves {
+    pub id: String,
+    pub seq: u64,
+    pub leaves: Vec<Leaf>,
+}
+
+impl DocLeaves {
+    fn decode(key: &[u8], info: &[u8]) -> Result<Option<DocLeaves>> {
+        let (seq, leaves) = DocInfo::decode_leaves(info)?;
+        let id = decode_id(&key[8..])?;
+        Ok(Some(DocLeaves { id, seq, leaves }))
     }
 }
 

@@ -17,8 +17,8 @@ mod writer;
 pub use atts::{AttChunks, AttData, AttWriter, CHUNK as ATT_CHUNK};
 pub use couch::{Config, Couch, DbEvent, DbEventKind};
 pub use database::{
-    AllDocsRow, Change, CompactPhase, CompactProgress, Database, DbInfo, IdRevs, LiveDoc, LocalDoc,
-    OpenDoc, Props, RevsDiff,
+    AllDocsRow, Change, CompactPhase, CompactProgress, Database, DbInfo, DocLeaves, IdRevs,
+    LiveDoc, LocalDoc, OpenDoc, Props, RevsDiff,
 };
 pub use docinfo::{DocInfo, PartitionStats, Stats};
 pub use error::{Error, Result};

@@ -30,8 +30,8 @@ use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Me
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
-use settee_core::{collate, DocJson, Leaf, Rev};
-use settee_db::{Change, Database};
+use settee_core::{collate, DocJson, Rev};
+use settee_db::{Database, DocLeaves};
 use settee_js::{JsError, Limits, ViewRuntime};
 use settee_queryserver::Emits;
 use settee_storage::{Cf, Read, Snapshot, Store};
@@ -52,8 +52,6 @@ const UNCACHED_BODY_BYTES: usize = 2048;
 /// Most documents whose infos a fresh index reads in one sequential pass (~200 bytes each
 /// in memory) rather than through the changes feed.
 const FRESH_SCAN_DOCS: u64 = 250_000;
-/// Spans of ids that pass is cut into, for its threads to share.
-const FRESH_SCAN_SPANS: usize = 16;
 /// Rows a round holds in memory before it is written.
 const ROUND_ROWS: usize = 1_500_000;
 /// Pending node bytes, and back-index entries, that a bulk load writes out before its
@@ -375,8 +373,7 @@ fn pipeline(
         let reader = std::thread::Builder::new()
             .name("view-reader".into())
             .spawn_scoped(s, move || {
-                let source = Source { db, snap, g };
-                read_changes(source, since, purged, work_tx, stop, views.workers)
+                read_changes(Source { db, snap, g }, since, purged, work_tx, stop)
             })
             .expect("spawn the view reader");
         for _ in 0..workers {
@@ -424,13 +421,13 @@ fn pipeline(
 /// Reads changes after `since` into chunks until the feed ends or `stop` is set;
 /// returns the seq of the last change sent and whether the feed ended.
 fn read_changes(
-    Source { db, snap, g }: Source<'_>,
+    source: Source<'_>,
     since: u64,
     purged: Vec<String>,
     tx: SyncSender<Vec<Item>>,
     stop: [&AtomicBool; 2],
-    threads: usize,
 ) -> Result<(u64, bool)> {
+    let Source { db, snap, g } = source;
     let mut last = since;
     let mut chunk = Vec::with_capacity(CHUNK_DOCS);
     let mut done = true;
@@ -441,7 +438,7 @@ fn read_changes(
         match db.doc_info_in(snap, &id)? {
             Some(info) if info.seq > since => {}
             Some(info) => {
-                let doc = Mappable {
+                let doc = DocLeaves {
                     seq: info.seq,
                     id,
                     leaves: info.tree.leaves(),
@@ -451,7 +448,7 @@ fn read_changes(
             None => chunk.push(Item { id, doc: None }),
         }
     }
-    let mut on_doc = |d: Mappable| {
+    let mut on_doc = |d: DocLeaves| {
         if stop.iter().any(|f| f.load(Ordering::Relaxed)) {
             done = false;
             return ControlFlow::Break(());
@@ -466,11 +463,17 @@ fn read_changes(
         }
         ControlFlow::Continue(())
     };
-    match fresh_changes(Source { db, snap, g }, since, threads)? {
-        Some(runs) => {
-            let _ = merge_by_seq(runs).try_for_each(on_doc);
+    match fresh_changes(source, since)? {
+        Some(docs) => {
+            let _ = docs.into_iter().try_for_each(on_doc);
         }
-        None => db.changes_in(snap, since, false, false, |c| on_doc(c.into()))?,
+        None => db.changes_in(snap, since, false, false, |c| {
+            on_doc(DocLeaves {
+                id: c.id,
+                seq: c.seq,
+                leaves: c.info.tree.leaves(),
+            })
+        })?,
     }
     if !chunk.is_empty() && tx.send(chunk).is_err() {
         done = false;
@@ -478,110 +481,24 @@ fn read_changes(
     Ok((last, done))
 }
 
-/// A document as the updater maps it: its id, sequence and leaves (winner first).
-struct Mappable {
-    id: String,
-    seq: u64,
-    leaves: Vec<Leaf>,
-}
-
-impl From<Change> for Mappable {
-    fn from(c: Change) -> Mappable {
-        Mappable {
-            id: c.id,
-            seq: c.seq,
-            leaves: c.info.tree.leaves(),
-        }
-    }
-}
-
-/// The documents a fresh index maps, as runs each in seq order, from one sequential pass
-/// over the documents that decodes only their leaves (a point lookup per change was half
-/// of a 100k-doc build's reader time, and decoding whole revision trees a third of the
-/// rest); `None` when the index is not fresh or the database holds too many documents to
-/// keep them in memory (the changes feed is walked then). Deleted and unindexed documents
-/// are left out: a fresh index has no rows of theirs to remove. Nothing is mapped before
-/// the pass ends, so `threads` threads read spans of the ids, taking the next span when
-/// done (spans cut evenly by id value hold uneven shares of real ids), and each sorts
-/// what it read.
-fn fresh_changes(
-    Source { db, snap, g }: Source<'_>,
-    since: u64,
-    threads: usize,
-) -> Result<Option<Vec<Vec<Mappable>>>> {
+/// The documents a fresh index maps, in seq order, from one pass over the documents that
+/// decodes only their leaves (a point lookup per change was half of a 100k-doc build's
+/// reader time, and decoding whole revision trees a third of the rest); `None` when the
+/// index is not fresh or the database holds too many documents to keep them in memory
+/// (the changes feed is walked then). Deleted and unindexed documents are left out: a
+/// fresh index has no rows of theirs to remove.
+fn fresh_changes(Source { db, snap, g }: Source<'_>, since: u64) -> Result<Option<Vec<DocLeaves>>> {
     let stats = db.stats_in(snap)?;
     if since != 0 || stats.doc_count + stats.doc_del_count > FRESH_SCAN_DOCS {
         return Ok(None);
     }
-    let splits = match db.id_extent_in(snap)? {
-        Some((first, last)) => id_splits(&first, &last, FRESH_SCAN_SPANS),
-        None => Vec::new(),
-    };
-    let lowers = std::iter::once(&[][..]).chain(splits.iter().map(|s| &s[..]));
-    let uppers = splits.iter().map(|s| Some(&s[..])).chain([None]);
-    let spans: Vec<_> = lowers.zip(uppers).collect();
-    let next_span = std::sync::atomic::AtomicUsize::new(0);
-    let runs = std::thread::scope(|s| {
-        let scans: Vec<_> = (0..threads.max(1))
-            .map(|_| {
-                let (spans, next_span) = (&spans, &next_span);
-                std::thread::Builder::new()
-                    .name("view-reader".into())
-                    .spawn_scoped(s, move || -> Result<Vec<Mappable>> {
-                        let mut docs = Vec::new();
-                        while let Some(&(lower, upper)) =
-                            spans.get(next_span.fetch_add(1, Ordering::Relaxed))
-                        {
-                            db.leaves_in(snap, lower, upper, |id, seq, leaves| {
-                                let live = leaves.first().is_some_and(|w| !w.deleted);
-                                if live && g.indexes(&id) {
-                                    docs.push(Mappable { id, seq, leaves });
-                                }
-                                ControlFlow::Continue(())
-                            })?;
-                        }
-                        docs.sort_unstable_by_key(|d| d.seq);
-                        Ok(docs)
-                    })
-                    .expect("spawn a doc info reader")
-            })
-            .collect();
-        (scans.into_iter())
-            .map(|h| h.join().expect("doc info reader panicked"))
-            .collect::<Result<Vec<_>>>()
-    })?;
-    Ok(Some(runs))
+    let mut docs = db.all_leaves_in(snap)?;
+    docs.retain(|d| d.leaves.first().is_some_and(|w| !w.deleted) && g.indexes(&d.id));
+    docs.sort_unstable_by_key(|d| d.seq);
+    Ok(Some(docs))
 }
 
-/// Runs each in seq order, merged into one.
-fn merge_by_seq(runs: Vec<Vec<Mappable>>) -> impl Iterator<Item = Mappable> {
-    let mut runs: Vec<_> = runs.into_iter().map(|r| r.into_iter().peekable()).collect();
-    std::iter::from_fn(move || {
-        let (_, first) = (runs.iter_mut())
-            .filter_map(|r| Some((r.peek()?.seq, r)))
-            .min_by_key(|(seq, _)| *seq)?;
-        first.next()
-    })
-}
-
-/// `parts - 1` ascending ids that cut the span from `first` to `last` into about equal
-/// parts if ids were spread evenly over it (their first 16 bytes read as one number). Any
-/// ascending cuts split the scan correctly; these only balance it.
-fn id_splits(first: &[u8], last: &[u8], parts: usize) -> Vec<[u8; 16]> {
-    let number = |id: &[u8]| {
-        let mut n = [0u8; 16];
-        let len = id.len().min(16);
-        n[..len].copy_from_slice(&id[..len]);
-        u128::from_be_bytes(n)
-    };
-    let (a, b) = (number(first), number(last));
-    let step = b.saturating_sub(a) / parts.max(1) as u128;
-    (1..parts)
-        .map(|i| (a + step * i as u128).to_be_bytes())
-        .collect()
-}
-
-fn item(g: &Group, d: Mappable, last: &mut u64) -> Item {
+fn item(g: &Group, d: DocLeaves, last: &mut u64) -> Item {
     *last = d.seq;
     let indexed = g.indexes(&d.id);
     let doc = match d.leaves.first() {
@@ -1184,37 +1101,5 @@ mod tests {
         assert!(buf.blocks.len() > 1, "the big row took its own block");
         let got: Vec<Row> = buf.into_sorted_rows().collect();
         assert_eq!(got, expected);
-    }
-
-    #[test]
-    fn id_splits_ascend_between_the_ends() {
-        let (first, last) = (
-            b"0000bf1c".as_slice(),
-            b"ffffccfd17d8fcc32d66cf05afd29d37".as_slice(),
-        );
-        let cuts = id_splits(first, last, 16);
-        assert_eq!(cuts.len(), 15);
-        assert!(cuts.windows(2).all(|w| w[0] <= w[1]));
-        assert!(first < &cuts[0][..] && &cuts[14][..] < last);
-        // Equal or reversed ends (one document) still give ascending cuts.
-        assert!(id_splits(b"a", b"a", 4).windows(2).all(|w| w[0] <= w[1]));
-        assert!(id_splits(b"b", b"a", 4).windows(2).all(|w| w[0] <= w[1]));
-        assert!(id_splits(b"a", b"b", 1).is_empty());
-    }
-
-    #[test]
-    fn merge_by_seq_interleaves_sorted_runs() {
-        let doc = |seq| Mappable {
-            id: format!("d{seq}"),
-            seq,
-            leaves: Vec::new(),
-        };
-        let runs = vec![
-            vec![doc(1), doc(4), doc(5)],
-            vec![],
-            vec![doc(2), doc(3), doc(9)],
-        ];
-        let seqs: Vec<u64> = merge_by_seq(runs).map(|d| d.seq).collect();
-        assert_eq!(seqs, [1, 2, 3, 4, 5, 9]);
     }
 }
