@@ -4,22 +4,11 @@ seedbench's indexing-002 database; also times the built index's group=true and
 rows queries. Usage: incremental_query.py PORT N (admin adm:pass). Prints median/p90 ms.
 Standard library only.
 """
-import http.client, base64, json, sys, time, statistics as st
+import json, sys, time, statistics as st
+from seed002 import MAP, connect
 port, n = int(sys.argv[1]), int(sys.argv[2])
-auth = "Basic " + base64.b64encode(b"adm:pass").decode()
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-def req(m, p, b=None):
-    c.request(m, p, json.dumps(b) if b is not None else None, {"Authorization": auth, "Content-Type": "application/json"})
-    r = c.getresponse(); return r.status, r.read()
+req = connect(port)
 db = "/seedbench-002-indexing"
-MAP = """function(doc) {
-    if (doc.metadata && doc.metadata.createdAt) {
-        var parts = doc.metadata.createdAt.split("-"),
-            year = parts[0],
-            month = parts[1];
-        emit([year, month], doc.score);
-    }
-}"""
 s, b = req("PUT", db + "/_design/incr", {"views": {"s": {"map": MAP, "reduce": "_sum"}}})
 s, b = req("GET", db + "/_design/incr/_view/s?group=true"); assert s == 200, b
 s, b = req("GET", db + "/_all_docs?limit=1"); doc_id = json.loads(b)["rows"][0]["id"]

@@ -6,29 +6,12 @@ its design document is deleted and cleaned up afterwards.
 Usage: seed002_builds.py PORT TAG N [REDUCE [python]] (admin adm:pass; REDUCE defaults to
 _sum; `python` uses seedbench's Python map instead). Standard library only.
 """
-import http.client, base64, json, sys, time
+import json, sys, time
+from seed002 import MAP, MAP_PY, connect
 port, tag, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-auth = "Basic " + base64.b64encode(b"adm:pass").decode()
-MAP = """function(doc) {
-    if (doc.metadata && doc.metadata.createdAt) {
-        var parts = doc.metadata.createdAt.split("-"),
-            year = parts[0],
-            month = parts[1];
-        emit([year, month], doc.score);
-    }
-}"""
-MAP_PY = """def map(doc):
-    if 'metadata' in doc and 'createdAt' in doc['metadata']:
-        created_at = doc['metadata']['createdAt']
-        year, month, _ = created_at.split('-')
-        yield [year, month], doc['score']
-"""
 red = sys.argv[4] if len(sys.argv) > 4 else "_sum"
 python = len(sys.argv) > 5 and sys.argv[5] == "python"
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-def req(m, p, b=None):
-    c.request(m, p, json.dumps(b) if b is not None else None, {"Authorization": auth, "Content-Type": "application/json"})
-    r = c.getresponse(); return r.status, r.read()
+req = connect(port)
 ts = []
 for i in range(n):
     d = "/seedbench-002-indexing/_design/%s%d" % (tag, i)
