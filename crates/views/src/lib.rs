@@ -220,10 +220,14 @@ impl Views {
     }
 
     fn lock(&self, g: &Group) -> Arc<Mutex<()>> {
+        self.lock_of(&g.prefix)
+    }
+
+    fn lock_of(&self, prefix: &layout::IndexPrefix) -> Arc<Mutex<()>> {
         self.locks
             .lock()
             .expect("index locks")
-            .entry(g.prefix.clone())
+            .entry(prefix.clone())
             .or_default()
             .clone()
     }
@@ -353,7 +357,10 @@ impl Views {
         Ok(())
     }
 
-    /// Deletes every index of `db` whose signature is not in `keep`.
+    /// Deletes every index of `db` whose signature is not in `keep`, but for one being
+    /// updated at the moment (a query of a design document's older version still reads it;
+    /// the next cleanup takes it). Deleting under a running update let that update commit a
+    /// checkpoint whose untouched nodes were gone, which its next query failed to read.
     pub fn cleanup(&self, db: &Database, keep: &[[u8; 16]]) -> Result<usize> {
         let store = db.store();
         let (_, db_end) = db_range(db.id);
@@ -371,11 +378,19 @@ impl Views {
             let prefix = layout::IndexPrefix::new(db.id, &sig);
             let (lo, hi) = prefix.range();
             if !keep.contains(&sig) {
-                let mut b = store.batch();
-                b.delete_range(Cf::Views, &lo, &hi);
-                store.write(b, false)?;
-                store.compact_range(Cf::Views, &lo, &hi);
-                removed += 1;
+                let lock = self.lock_of(&prefix);
+                let idle = match lock.try_lock() {
+                    Ok(guard) => Some(guard),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                };
+                if idle.is_some() {
+                    let mut b = store.batch();
+                    b.delete_range(Cf::Views, &lo, &hi);
+                    store.write(b, false)?;
+                    store.compact_range(Cf::Views, &lo, &hi);
+                    removed += 1;
+                }
             }
             from = hi;
         }
