@@ -1,0 +1,581 @@
+//! [`Cluster`]: this node's view of the cluster state in etcd, and the writes to it.
+
+use crate::map::{self, Candidate, ShardMap};
+use crate::nodes::{self, NodeDoc};
+use crate::{Config, Error, Result};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use settee_core::Rev;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A running member: its name and where its HTTP API answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub name: String,
+    pub url: String,
+}
+
+/// The kinds of keys under the prefix, each `{prefix}/{kind}/{name}`.
+const NODES: &str = "nodes";
+const LIVE: &str = "live";
+const DBS: &str = "dbs";
+const JOBS: &str = "jobs";
+
+/// What this node knows of the state, as of etcd revision `revision`.
+#[derive(Default)]
+struct Cache {
+    /// The membership list, with each key's modification revision.
+    nodes: BTreeMap<String, NodeDoc>,
+    live: BTreeMap<String, Member>,
+    dbs: BTreeMap<String, Arc<ShardMap>>,
+    /// Job → the node owning it.
+    jobs: BTreeMap<String, String>,
+    revision: i64,
+}
+
+impl Cache {
+    fn put(&mut self, kind: &str, name: &str, value: &[u8]) -> Result<()> {
+        let corrupt = |why: String| Error::Corrupt {
+            key: format!("{kind}/{name}"),
+            why,
+        };
+        match kind {
+            NODES => {
+                self.nodes
+                    .insert(name.to_owned(), NodeDoc::from_json(name, value)?);
+            }
+            LIVE => {
+                let m: Member =
+                    serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+                self.live.insert(name.to_owned(), m);
+            }
+            DBS => {
+                let m: ShardMap =
+                    serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+                if m.version != map::MAP_VERSION {
+                    return Err(corrupt(format!("map version {}", m.version)));
+                }
+                self.dbs.insert(name.to_owned(), Arc::new(m));
+            }
+            JOBS => {
+                let owner: Owner =
+                    serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+                self.jobs.insert(name.to_owned(), owner.node);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, kind: &str, name: &str) {
+        match kind {
+            NODES => drop(self.nodes.remove(name)),
+            LIVE => drop(self.live.remove(name)),
+            DBS => drop(self.dbs.remove(name)),
+            JOBS => drop(self.jobs.remove(name)),
+            _ => {}
+        }
+    }
+}
+
+/// A job's value: who runs it.
+#[derive(Serialize, Deserialize)]
+struct Owner {
+    node: String,
+}
+
+/// This node's handle on the cluster state.
+pub struct Cluster {
+    config: Config,
+    client: Client,
+    cache: RwLock<Cache>,
+    /// The cache's revision, for writers waiting to see their write (0: not loaded yet).
+    seen: watch::Sender<i64>,
+    /// The lease this node's keys are held by, while it has one.
+    lease: Mutex<Option<i64>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Cluster {
+    /// Starts following the cluster state and keeping this node alive in it. Succeeds
+    /// while etcd is unreachable too: both are retried until it answers.
+    pub async fn start(config: Config) -> Result<Arc<Cluster>> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.timeout)
+            .with_keep_alive(Duration::from_secs(2), config.timeout);
+        let client = Client::connect(&config.endpoints, Some(options)).await?;
+        let cluster = Arc::new(Cluster {
+            config,
+            client,
+            cache: RwLock::default(),
+            seen: watch::channel(0).0,
+            lease: Mutex::new(None),
+            tasks: Mutex::default(),
+        });
+        let follow = tokio::spawn(cluster.clone().follow());
+        let session = tokio::spawn(cluster.clone().session());
+        cluster.tasks.lock().unwrap().extend([follow, session]);
+        Ok(cluster)
+    }
+
+    /// Stops taking part: the background tasks end and the lease is revoked, so this node
+    /// is no longer alive and its jobs are free at once.
+    pub async fn stop(&self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+        let lease = self.lease.lock().unwrap().take();
+        if let Some(id) = lease {
+            let _ = self
+                .call(|mut c| async move { c.lease_revoke(id).await })
+                .await;
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Whether the state has been read from etcd at least once.
+    pub fn loaded(&self) -> bool {
+        *self.seen.borrow() > 0
+    }
+
+    /// Waits until the state has been read once (or `limit` passes): false if it was not.
+    pub async fn wait_loaded(&self, limit: Duration) -> bool {
+        self.seen_revision(1, limit).await
+    }
+
+    /// The running members, by name (CouchDB's `all_nodes`).
+    pub fn members(&self) -> Vec<Member> {
+        self.cache.read().unwrap().live.values().cloned().collect()
+    }
+
+    /// The membership list, by name (CouchDB's `cluster_nodes`).
+    pub fn nodes(&self) -> Vec<NodeDoc> {
+        self.cache.read().unwrap().nodes.values().cloned().collect()
+    }
+
+    pub fn node_doc(&self, name: &str) -> Option<NodeDoc> {
+        self.cache.read().unwrap().nodes.get(name).cloned()
+    }
+
+    /// Adds or edits a node's document (`PUT /_node/_local/_nodes/{name}`): its new
+    /// revision.
+    pub async fn put_node(&self, name: &str, body: Value, rev: Option<&str>) -> Result<Rev> {
+        let key = self.key(NODES, name);
+        let (current, version) = self.read_node(&key, name).await?;
+        let doc = nodes::put(current.as_ref(), name, body, rev)?;
+        let value = serde_json::to_vec(&doc.to_json()).expect("json");
+        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, version);
+        let done = self
+            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
+            .await?;
+        if !done.applied_or_holds(&value) {
+            return Err(Error::Conflict);
+        }
+        Ok(doc.rev)
+    }
+
+    /// Removes a node's document: the revision CouchDB would give the deletion.
+    pub async fn delete_node(&self, name: &str, rev: Option<&str>) -> Result<Rev> {
+        let key = self.key(NODES, name);
+        let (current, version) = self.read_node(&key, name).await?;
+        let rev = nodes::delete(current.as_ref(), rev)?;
+        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, version);
+        let done = self
+            .txn(&key, when, TxnOp::delete(key.as_str(), None))
+            .await?;
+        if !done.applied_or_gone() {
+            return Err(Error::Conflict);
+        }
+        Ok(rev)
+    }
+
+    /// A node's document as etcd has it now, with its key's modification revision (0:
+    /// absent), for an edit conditional on it.
+    async fn read_node(&self, key: &str, name: &str) -> Result<(Option<NodeDoc>, i64)> {
+        let (got, _) = self
+            .call(|mut c| async move { c.get(key, None).await })
+            .await?;
+        match got.kvs().first() {
+            Some(kv) => Ok((
+                Some(NodeDoc::from_json(name, kv.value())?),
+                kv.mod_revision(),
+            )),
+            None => Ok((None, 0)),
+        }
+    }
+
+    /// A clustered database's map.
+    pub fn db(&self, name: &str) -> Option<Arc<ShardMap>> {
+        self.cache.read().unwrap().dbs.get(name).cloned()
+    }
+
+    /// The clustered databases, by name.
+    pub fn dbs(&self) -> Vec<String> {
+        self.cache.read().unwrap().dbs.keys().cloned().collect()
+    }
+
+    /// Creates a database's map in one transaction, its copies planned over the membership
+    /// list (nodes whose document says `"decom": true` excluded, as CouchDB does).
+    pub async fn create_db(
+        &self,
+        name: &str,
+        q: u32,
+        n: u32,
+        placement: Option<&str>,
+        partitioned: bool,
+    ) -> Result<Arc<ShardMap>> {
+        let candidates: Vec<Candidate> = self
+            .nodes()
+            .into_iter()
+            .filter(|d| !matches!(d.body.get("decom"), Some(Value::Bool(true))))
+            .map(|d| Candidate {
+                zone: d.zone().map(str::to_owned),
+                name: d.name,
+            })
+            .collect();
+        let rotate = rand::random::<usize>() % candidates.len().max(1);
+        let uuid = format!("{:032x}", rand::random::<u128>());
+        let planned = map::plan(q, n, placement, partitioned, &candidates, rotate, &uuid)?;
+        let key = self.key(DBS, name);
+        let value = serde_json::to_vec(&planned).expect("json");
+        let when = Compare::create_revision(key.as_str(), CompareOp::Equal, 0);
+        let done = self
+            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
+            .await?;
+        if !done.applied_or_holds(&value) {
+            return Err(Error::Exists);
+        }
+        Ok(Arc::new(planned))
+    }
+
+    /// Deletes a database's map in one transaction.
+    pub async fn delete_db(&self, name: &str) -> Result<()> {
+        let key = self.key(DBS, name);
+        let when = Compare::create_revision(key.as_str(), CompareOp::Greater, 0);
+        let done = self
+            .txn(&key, when, TxnOp::delete(key.as_str(), None))
+            .await?;
+        if !done.applied_or_gone() {
+            return Err(Error::NotFound("missing"));
+        }
+        Ok(())
+    }
+
+    /// Takes `job` for this node unless another node holds it: whether this node owns it
+    /// now. The claim lasts while this node's lease does.
+    pub async fn claim(&self, job: &str) -> Result<bool> {
+        let lease = self
+            .lease
+            .lock()
+            .unwrap()
+            .ok_or_else(|| Error::Unavailable("this node has no lease yet".into()))?;
+        let key = self.key(JOBS, job);
+        let value = serde_json::to_vec(&Owner {
+            node: self.config.node.clone(),
+        })
+        .expect("json");
+        let put = PutOptions::new().with_lease(lease);
+        let when = Compare::create_revision(key.as_str(), CompareOp::Equal, 0);
+        let op = TxnOp::put(key.as_str(), value.as_slice(), Some(put));
+        Ok(self.txn(&key, when, op).await?.applied_or_holds(&value))
+    }
+
+    /// Gives up `job` if this node holds it.
+    pub async fn release(&self, job: &str) -> Result<()> {
+        let key = self.key(JOBS, job);
+        let mine = serde_json::to_vec(&Owner {
+            node: self.config.node.clone(),
+        })
+        .expect("json");
+        let when = Compare::value(key.as_str(), CompareOp::Equal, mine);
+        self.txn(&key, when, TxnOp::delete(key.as_str(), None))
+            .await?;
+        Ok(())
+    }
+
+    /// The node owning `job`, if one does.
+    pub fn owner(&self, job: &str) -> Option<String> {
+        self.cache.read().unwrap().jobs.get(job).cloned()
+    }
+
+    /// `{prefix}/{kind}/{name}`.
+    fn key(&self, kind: &str, name: &str) -> String {
+        format!("{}/{kind}/{name}", self.config.prefix)
+    }
+
+    /// One etcd request (made by `call` on a client), unreachable after the configured
+    /// timeout; and whether it was made more than once. A request that failed on the way
+    /// (a connection to a member that is down, a leader election) is made again, on the
+    /// member the client picks next: that is how it reaches a live member when one of
+    /// several is down. An attempt that failed may still have been applied, so every write
+    /// here is a transaction whose outcome tells its own earlier attempt apart
+    /// ([`Outcome`]).
+    async fn call<T, F>(&self, mut call: impl FnMut(Client) -> F) -> Result<(T, bool)>
+    where
+        F: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let mut retried = false;
+        loop {
+            let attempt = tokio::time::timeout_at(deadline, call(self.client.clone())).await;
+            match attempt {
+                Err(_) => {
+                    return Err(Error::Unavailable(format!(
+                        "no answer within {:?}",
+                        self.config.timeout
+                    )))
+                }
+                Ok(Err(e)) if transient(&e) && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "etcd request made again");
+                    retried = true;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(r) => return Ok((r?, retried)),
+            }
+        }
+    }
+
+    /// One step of a stream (or its opening), unreachable after the configured timeout.
+    async fn request<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.config.timeout, call).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(Error::Unavailable(format!(
+                "no answer within {:?}",
+                self.config.timeout
+            ))),
+        }
+    }
+
+    /// Runs `op` on `key` if `when` holds, else reads `key`; returns once the cache shows
+    /// the outcome (later reads of this node come from the cache: read your writes).
+    async fn txn(&self, key: &str, when: Compare, op: TxnOp) -> Result<Outcome> {
+        let txn = Txn::new()
+            .when([when])
+            .and_then([op])
+            .or_else([TxnOp::get(key, None)]);
+        let (resp, retried) = self
+            .call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        self.seen_revision(revision, self.config.timeout).await;
+        let current = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| kv.value().to_vec())),
+            _ => None,
+        });
+        Ok(Outcome {
+            applied: resp.succeeded(),
+            current: current.flatten(),
+            retried,
+        })
+    }
+
+    /// Waits until the cache reflects `revision` (or `limit` passes): whether it does.
+    async fn seen_revision(&self, revision: i64, limit: Duration) -> bool {
+        let mut rx = self.seen.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|r| *r >= revision))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Keeps the cache following etcd: a full read, then a watch from the revision read;
+    /// both again whenever the watch breaks.
+    async fn follow(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.load_and_watch().await {
+                tracing::debug!(error = %e, "cluster state watch");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn load_and_watch(&self) -> Result<()> {
+        let prefix = format!("{}/", self.config.prefix);
+        let mut client = self.client.clone();
+        let got = self
+            .request(client.get(prefix.as_str(), Some(GetOptions::new().with_prefix())))
+            .await?;
+        let revision = got.header().map_or(0, |h| h.revision());
+        let mut fresh = Cache {
+            revision,
+            ..Cache::default()
+        };
+        for kv in got.kvs() {
+            if let Some((kind, name)) = split_key(&prefix, kv.key()) {
+                if let Err(e) = fresh.put(kind, name, kv.value()) {
+                    tracing::error!(error = %e, "cluster state");
+                }
+            }
+        }
+        *self.cache.write().unwrap() = fresh;
+        self.seen.send_replace(revision);
+        let options = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(revision + 1);
+        let (_watcher, mut stream) = self
+            .request(client.watch(prefix.as_str(), Some(options)))
+            .await?;
+        while let Some(resp) = stream.message().await? {
+            if resp.canceled() {
+                return Err(Error::Unavailable(format!(
+                    "watch canceled: {}",
+                    resp.cancel_reason()
+                )));
+            }
+            let mut cache = self.cache.write().unwrap();
+            for ev in resp.events() {
+                let Some(kv) = ev.kv() else { continue };
+                let Some((kind, name)) = split_key(&prefix, kv.key()) else {
+                    continue;
+                };
+                match ev.event_type() {
+                    EventType::Put => {
+                        if let Err(e) = cache.put(kind, name, kv.value()) {
+                            tracing::error!(error = %e, "cluster state");
+                        }
+                    }
+                    EventType::Delete => cache.delete(kind, name),
+                }
+                cache.revision = cache.revision.max(kv.mod_revision());
+            }
+            if let Some(h) = resp.header() {
+                cache.revision = cache.revision.max(h.revision());
+            }
+            let revision = cache.revision;
+            drop(cache);
+            self.seen.send_replace(revision);
+        }
+        Err(Error::Unavailable("the watch ended".into()))
+    }
+
+    /// Keeps this node alive in the cluster: a lease, this node's key under it and its
+    /// document in the membership list (a CouchDB node lists itself in its own `_nodes`);
+    /// a new lease whenever the old one is lost.
+    async fn session(self: Arc<Self>) {
+        loop {
+            if let Err(e) = self.hold_lease().await {
+                tracing::warn!(error = %e, node = %self.config.node, "cluster lease");
+            }
+            *self.lease.lock().unwrap() = None;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn hold_lease(&self) -> Result<()> {
+        let ttl = self.config.lease_ttl.as_secs().max(1) as i64;
+        let (granted, _) = self
+            .call(|mut c| async move { c.lease_grant(ttl, None).await })
+            .await?;
+        let lease = granted.id();
+        let me = Member {
+            name: self.config.node.clone(),
+            url: self.config.url.clone(),
+        };
+        let value = serde_json::to_vec(&me).expect("json");
+        let key = self.key(LIVE, &me.name);
+        self.call(|mut c| {
+            let (key, value) = (key.clone(), value.clone());
+            async move {
+                c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                    .await
+            }
+        })
+        .await?;
+        match self
+            .put_node(&me.name, Value::Object(Default::default()), None)
+            .await
+        {
+            Ok(_) | Err(Error::Conflict) => {}
+            Err(e) => return Err(e),
+        }
+        *self.lease.lock().unwrap() = Some(lease);
+        tracing::info!(node = %me.name, lease, "joined the cluster state");
+        // Kept alive through whichever member answers: a keep-alive stream that breaks
+        // (its member went down) is opened again for the same lease, so this node's keys
+        // and jobs stay; only a lease that ran out makes a new one.
+        loop {
+            match self.keep_alive(lease).await {
+                Ok(()) => return Err(Error::Unavailable("the lease expired".into())),
+                Err(e) => tracing::debug!(error = %e, lease, "cluster lease keep-alive"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Keeps `lease` alive until it expires (`Ok`) or the stream breaks.
+    async fn keep_alive(&self, lease: i64) -> Result<()> {
+        let ttl = self.config.lease_ttl.as_millis() as u64;
+        let every = Duration::from_millis((ttl / 3).max(200));
+        let ((mut keeper, mut answers), _) = self
+            .call(|mut c| async move { c.lease_keep_alive(lease).await })
+            .await?;
+        loop {
+            self.request(keeper.keep_alive()).await?;
+            match self.request(answers.message()).await? {
+                Some(a) if a.ttl() > 0 => {}
+                Some(_) => return Ok(()),
+                None => return Err(Error::Unavailable("the lease's stream ended".into())),
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
+
+/// Whether a failed request may succeed if made again: the connection failed, or etcd
+/// was between leaders.
+fn transient(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
+        ),
+        _ => false,
+    }
+}
+
+/// What a conditional write found.
+struct Outcome {
+    /// The condition held and the write was made.
+    applied: bool,
+    /// The key's value when the condition did not hold.
+    current: Option<Vec<u8>>,
+    /// The request was made more than once.
+    retried: bool,
+}
+
+impl Outcome {
+    /// The put was made, now or by an earlier attempt of the same request (the key holds
+    /// exactly what it put).
+    fn applied_or_holds(&self, value: &[u8]) -> bool {
+        self.applied || self.current.as_deref() == Some(value)
+    }
+
+    /// The delete was made, now or by an earlier attempt (the key is gone after a retry).
+    fn applied_or_gone(&self) -> bool {
+        self.applied || (self.retried && self.current.is_none())
+    }
+}
+
+/// `(kind, name)` of a key under `prefix` (which ends with `/`).
+fn split_key<'a>(prefix: &str, key: &'a [u8]) -> Option<(&'a str, &'a str)> {
+    let rest = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()?;
+    rest.split_once('/')
+}

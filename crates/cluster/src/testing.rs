@@ -1,0 +1,145 @@
+//! A real etcd for tests (feature `testing`): `n` members of Debian's `etcd` on loopback
+//! ports in a temporary directory, each of which can be killed and restarted on its data.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Etcd {
+    members: Vec<Member>,
+    initial: String,
+    _dir: tempfile::TempDir,
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    data: std::path::PathBuf,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+impl Etcd {
+    /// Starts `n` members forming one etcd cluster and waits until each is healthy.
+    pub fn start(n: usize) -> Etcd {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let members: Vec<Member> = (0..n)
+            .map(|i| Member {
+                name: format!("e{i}"),
+                client: free_port(),
+                peer: free_port(),
+                data: dir.path().join(format!("e{i}")),
+                child: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut etcd = Etcd {
+            members,
+            initial,
+            _dir: dir,
+        };
+        for i in 0..n {
+            etcd.spawn(i);
+        }
+        for i in 0..n {
+            etcd.wait_healthy(i);
+        }
+        etcd
+    }
+
+    /// The client URLs of every member, killed ones included.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect()
+    }
+
+    /// `kill -9` of member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data and waits until it is healthy.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+        self.wait_healthy(i);
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &self.members[i];
+        let client = format!("http://127.0.0.1:{}", m.client);
+        let peer = format!("http://127.0.0.1:{}", m.peer);
+        let child = Command::new("etcd")
+            .args(["--name", &m.name])
+            .arg("--data-dir")
+            .arg(&m.data)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &self.initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd must be installed (Debian's etcd-server; `.ci/run` installs it)");
+        self.members[i].child = Some(child);
+    }
+
+    fn wait_healthy(&mut self, i: usize) {
+        let port = self.members[i].client;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(status) = self.members[i]
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok())
+            {
+                assert!(status.is_none(), "etcd member {i} exited: {status:?}");
+            }
+            if health(port).is_some_and(|b| b.contains("\"health\":\"true\"")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("etcd member {i} is not healthy after 30 s");
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// `GET /health` of the member at `port`.
+fn health(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
