@@ -18,6 +18,7 @@
 
 pub mod map;
 mod nodes;
+pub mod peer;
 mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -43,11 +44,13 @@ pub struct Config {
     pub lease_ttl: Duration,
     /// How long one etcd request may take before it counts as unreachable.
     pub timeout: Duration,
+    /// What members prove themselves to each other with ([`peer`]).
+    pub secret: String,
 }
 
 impl Config {
     /// The defaults: prefix `/settee`, a 10 s lease, 5 s requests.
-    pub fn new(node: &str, url: &str, endpoints: Vec<String>) -> Config {
+    pub fn new(node: &str, url: &str, endpoints: Vec<String>, secret: &str) -> Config {
         Config {
             node: node.to_owned(),
             url: url.to_owned(),
@@ -55,6 +58,7 @@ impl Config {
             prefix: "/settee".to_owned(),
             lease_ttl: Duration::from_secs(10),
             timeout: Duration::from_secs(5),
+            secret: secret.to_owned(),
         }
     }
 }

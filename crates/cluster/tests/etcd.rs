@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// Node `node` of the cluster whose keys start at `/test/{prefix}` (each test its own).
 async fn start_at(endpoints: Vec<String>, node: &str, prefix: &str) -> Arc<Cluster> {
-    let mut config = Config::new(node, &format!("http://{node}"), endpoints);
+    let mut config = Config::new(node, &format!("http://{node}"), endpoints, "secret");
     config.prefix = format!("/test/{prefix}");
     config.lease_ttl = Duration::from_secs(2);
     config.timeout = Duration::from_secs(2);

@@ -87,10 +87,17 @@ pub struct Credentials<'a> {
     pub headers: &'a HeaderMap,
     /// The client's address, for the lockout.
     pub peer: &'a str,
+    /// The request line's method and target (path and query): what another cluster
+    /// member signs.
+    pub method: &'a str,
+    pub target: &'a str,
 }
 
 /// Who the request is.
 pub fn authenticate(node: &Node, creds: &Credentials) -> Result<Authenticated, ApiError> {
+    if let Some(value) = header_str(creds.headers, settee_cluster::peer::HEADER) {
+        return by_member(node, value, creds);
+    }
     for handler in handlers(&node.config) {
         let found = match handler {
             Handler::Cookie => by_cookie(node, creds.headers)?,
@@ -103,6 +110,29 @@ pub fn authenticate(node: &Node, creds: &Credentials) -> Result<Authenticated, A
         }
     }
     Ok(Authenticated::anonymous())
+}
+
+/// A request another member of the cluster sends on behalf of a server admin it has
+/// authenticated (`/_node/{name}/…` for this node): a server admin, named after that
+/// member, for this node's node-local paths only, so that the cluster's secret never opens
+/// a database.
+fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authenticated, ApiError> {
+    let refused = |why: &str| Err(ApiError::Unauthorized(why.into()));
+    let Some(cluster) = node.cluster() else {
+        return refused("Cluster credentials were sent to a node in no cluster.");
+    };
+    if !(creds.target == "/_node/_local" || creds.target.starts_with("/_node/_local/")) {
+        return refused("Cluster credentials are taken for node-local requests only.");
+    }
+    let secret = &cluster.config().secret;
+    let now = now_secs();
+    match settee_cluster::peer::verify(secret, value, creds.method, creds.target, now) {
+        Some(member) => Ok(Authenticated::by(
+            UserCtx::named(&member, vec!["_admin".into()]),
+            Some("cluster"),
+        )),
+        None => refused("Invalid cluster credentials."),
+    }
 }
 
 fn by_basic(node: &Node, creds: &Credentials) -> Result<Option<Authenticated>, ApiError> {

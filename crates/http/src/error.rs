@@ -132,6 +132,13 @@ impl From<settee_node::Error> for ApiError {
                 "unknown_uuid_algorithm".into(),
                 name,
             ),
+            N::Cluster(c) => c.into(),
+            // CouchDB's `{service_unavailable, Reason}`.
+            n @ N::NotClustered => ApiError::Named(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable".into(),
+                n.to_string(),
+            ),
         }
     }
 }
@@ -219,6 +226,31 @@ impl From<settee_js::Rejection> for ApiError {
                     _ => named(S::INTERNAL_SERVER_ERROR, &error, reason),
                 }
             }
+        }
+    }
+}
+
+impl From<settee_cluster::Error> for ApiError {
+    fn from(e: settee_cluster::Error) -> Self {
+        use settee_cluster::Error as C;
+        match e {
+            // CouchDB's `{service_unavailable, Reason}`: what needs the cluster state cannot
+            // be done while etcd is unreachable.
+            C::Unavailable(_) => ApiError::Named(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable".into(),
+                e.to_string(),
+            ),
+            C::Conflict => ApiError::Db(DbError::Conflict),
+            C::NotFound(what) => ApiError::NotFound(what.into()),
+            C::Exists => ApiError::Db(DbError::DbExists),
+            C::Doc(c) => ApiError::Core(c),
+            C::Plan(p) => ApiError::BadRequest(p.to_string()),
+            C::Corrupt { .. } => ApiError::Named(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "error".into(),
+                e.to_string(),
+            ),
         }
     }
 }

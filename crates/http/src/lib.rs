@@ -361,9 +361,12 @@ async fn route(
     let mut rewrites = 0;
     loop {
         let endpoint = router::parse(&request_path(&parts.uri, plus)?)?;
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let creds = auth::Credentials {
             headers: &parts.headers,
             peer,
+            method: parts.method.as_str(),
+            target,
         };
         let authn = auth::authenticate(&state.node, &creds)?;
         *set_cookie = authn.set_cookie;

@@ -55,7 +55,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::DbUpdates => changes::db_updates(&state, req).await,
         Endpoint::ActiveTasks => server::active_tasks(&state, &req),
         Endpoint::Session => server::session(&state, req).await,
-        Endpoint::Membership => node::membership(&req),
+        Endpoint::Membership => node::membership(&state, &req),
         Endpoint::Node(name, op) => node::node(&state, &name, op, req).await,
         Endpoint::Db(db) => database::db(&state, &db, req).await,
         Endpoint::DbOp(db, op) => {

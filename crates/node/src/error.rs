@@ -82,6 +82,13 @@ pub enum Error {
     /// A configuration change that cannot be stored.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The cluster state's refusal or failure (etcd unreachable, a membership edit of
+    /// another revision, …).
+    #[error(transparent)]
+    Cluster(#[from] settee_cluster::Error),
+    /// What needs a cluster, asked of a node that is in none.
+    #[error("This node is not a member of a cluster (start it with --cluster).")]
+    NotClustered,
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),

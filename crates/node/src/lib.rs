@@ -18,6 +18,7 @@ pub mod att_read;
 pub mod att_write;
 pub mod atts;
 pub mod changes;
+pub mod cluster;
 pub mod config;
 pub mod copy;
 pub mod dbs;
@@ -72,6 +73,8 @@ pub struct Node {
     uuids: Mutex<Option<settee_core::uuids::Generator>>,
     /// Applies `[log] level` to the process's logger (set by the binary, which owns it).
     log: OnceLock<LogControl>,
+    /// The cluster state, when this node is a member of a cluster.
+    cluster: OnceLock<Arc<settee_cluster::Cluster>>,
 }
 
 /// Sets the log level from a `[log] level` value (`None`: the setting was removed).
@@ -94,6 +97,7 @@ impl Node {
             users: Default::default(),
             uuids: Mutex::new(None),
             log: OnceLock::new(),
+            cluster: OnceLock::new(),
         };
         node.apply_settings();
         node

@@ -31,6 +31,25 @@ pub struct ServeArgs {
     /// default `nonode@nohost`).
     #[arg(long, env = "SETTEE_NODE_NAME")]
     pub node_name: Option<String>,
+    /// Join the cluster whose state is in the etcd at these comma-separated client URLs
+    /// (`[etcd] endpoints`); needs a `--node-name` and the cluster secret.
+    #[arg(long, env = "SETTEE_CLUSTER")]
+    pub cluster: Option<String>,
+}
+
+/// How this node takes part in a cluster (`--cluster`, `[etcd]`, `[cluster]`).
+pub struct ClusterSettings {
+    pub endpoints: Vec<String>,
+    /// `[etcd] prefix`: where the cluster's keys start.
+    pub prefix: String,
+    /// `[cluster] lease_ttl`, seconds.
+    pub lease_ttl: u64,
+    /// `[cluster] url`: where other nodes reach this one (default: the host of the node's
+    /// name and the port listened on).
+    pub url: Option<String>,
+    /// `SETTEE_CLUSTER_SECRET` or `[cluster] secret`: what nodes prove themselves to each
+    /// other with.
+    pub secret: String,
 }
 
 /// What the binary needs at startup. Settings that components read live (document size,
@@ -49,6 +68,8 @@ pub struct Settings {
     /// This node's name (`--node-name`, `[settee] node_name`).
     pub node_name: String,
     pub max_http_request_size: usize,
+    /// Set when this node is a member of a cluster.
+    pub cluster: Option<ClusterSettings>,
     /// A password generated on first start, to print once.
     pub generated_password: Option<(String, String)>,
 }
@@ -175,7 +196,9 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         "storage_cache_size",
         settee_storage::StoreOptions::default().block_cache_bytes,
     )?;
+    let cluster = cluster_settings(args, &node, &node_name)?;
     Ok(Settings {
+        cluster,
         data_dir,
         bind,
         node,
@@ -186,4 +209,49 @@ pub fn resolve(args: &ServeArgs) -> Result<Settings, String> {
         storage_cache_size,
         generated_password,
     })
+}
+
+/// The cluster this node joins, if any: etcd's endpoints from `--cluster` (or `[etcd]
+/// endpoints`); a member needs a real name (not `nonode@nohost`) and the cluster's secret.
+fn cluster_settings(
+    args: &ServeArgs,
+    node: &NodeConfig,
+    node_name: &str,
+) -> Result<Option<ClusterSettings>, String> {
+    let Some(list) = args
+        .cluster
+        .clone()
+        .or_else(|| node.get("etcd", "endpoints"))
+    else {
+        return Ok(None);
+    };
+    let endpoints: Vec<String> = list
+        .split(',')
+        .map(|e| e.trim().to_owned())
+        .filter(|e| !e.is_empty())
+        .collect();
+    if endpoints.is_empty() {
+        return Err("--cluster needs etcd's client URLs".into());
+    }
+    if node_name == settee_core::node::DEFAULT_NAME {
+        return Err("a cluster member needs a name: --node-name name@host".into());
+    }
+    let secret = std::env::var("SETTEE_CLUSTER_SECRET")
+        .ok()
+        .or_else(|| node.get("cluster", "secret"))
+        .filter(|s| !s.is_empty())
+        .ok_or("a cluster member needs the cluster's secret: SETTEE_CLUSTER_SECRET or [cluster] secret")?;
+    let lease_ttl = node
+        .get("cluster", "lease_ttl")
+        .map_or(Ok(10), |v| v.trim().parse::<u64>())
+        .ok()
+        .filter(|&t| t > 0)
+        .ok_or("[cluster] lease_ttl must be a positive number of seconds")?;
+    Ok(Some(ClusterSettings {
+        endpoints,
+        prefix: node.get_or("etcd", "prefix", "/settee"),
+        lease_ttl,
+        url: node.get("cluster", "url"),
+        secret,
+    }))
 }

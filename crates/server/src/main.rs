@@ -140,6 +140,13 @@ fn serve(
         // (the test harness, scripts) which port the kernel chose.
         let local = axum::serve::Listener::local_addr(&listener).map_err(|e| e.to_string())?;
         state.set_local_addr(local);
+        if let Some(cluster) = &settings.cluster {
+            let config = cluster_config(cluster, &settings.node_name, local);
+            let cluster = settee_cluster::Cluster::start(config)
+                .await
+                .map_err(|e| format!("cannot use the cluster state: {e}"))?;
+            node.set_cluster(cluster);
+        }
         state.start_scheduler();
         eprintln!(
             "Settee {} listening on http://{local}",
@@ -152,6 +159,23 @@ fn serve(
         .flush()
         .map_err(|e| format!("flushing at shutdown: {e}"))?;
     served
+}
+
+/// What the cluster crate needs of this node's settings; the URL others reach it at is by
+/// default the host of its name (`settee1@10.0.0.1`) and the port it listens on.
+fn cluster_config(
+    c: &config::ClusterSettings,
+    node_name: &str,
+    local: std::net::SocketAddr,
+) -> settee_cluster::Config {
+    let url = c.url.clone().unwrap_or_else(|| {
+        let host = node_name.split_once('@').map_or("127.0.0.1", |(_, h)| h);
+        format!("http://{host}:{}", local.port())
+    });
+    let mut config = settee_cluster::Config::new(node_name, &url, c.endpoints.clone(), &c.secret);
+    config.prefix = c.prefix.clone();
+    config.lease_ttl = std::time::Duration::from_secs(c.lease_ttl);
+    config
 }
 
 /// The external query servers, CouchDB 3's way: `COUCHDB_QUERY_SERVER_<LANG>` variables

@@ -145,6 +145,10 @@ pub enum NodeOp {
     Prometheus,
     /// `_versions`
     Versions,
+    /// `_nodes/_all_docs`: the membership list's documents
+    NodeDocs,
+    /// `_nodes/{node-name}`: one node's document in the membership list
+    NodeDoc(String),
     /// Compaction scheduling and restarts: later work (501 for the `method` CouchDB
     /// serves, 405 for others).
     Unimplemented(&'static str, &'static str),
@@ -279,6 +283,8 @@ fn parse_node(rest: &[&str]) -> NodeOp {
         ["_system"] => NodeOp::System,
         ["_prometheus"] => NodeOp::Prometheus,
         ["_versions"] => NodeOp::Versions,
+        ["_nodes", "_all_docs"] => NodeOp::NodeDocs,
+        ["_nodes", name] => NodeOp::NodeDoc(name.to_string()),
         ["_smoosh", "status"] => U("compaction scheduling (_smoosh)", "GET"),
         ["_restart"] => U("_restart", "POST"),
         _ => NodeOp::Missing,
@@ -594,6 +600,14 @@ mod tests {
         assert_eq!(
             parse("/_node/n/_config/s/k/x").unwrap(),
             Endpoint::Node("n".into(), NodeOp::Missing)
+        );
+        assert_eq!(
+            parse("/_node/_local/_nodes/a%40h").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::NodeDoc("a@h".into()))
+        );
+        assert_eq!(
+            parse("/_node/_local/_nodes/_all_docs").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::NodeDocs)
         );
         assert_eq!(
             parse("/_node").unwrap(),

@@ -1,11 +1,12 @@
 //! `/_node/{node-name}/…`: the node's name, its live configuration (`_config`), its
 //! statistics (`_stats`, `_system`, `_prometheus`) and `_versions`, as CouchDB's
-//! `chttpd_node` serves them. Settee is one node; `{node-name}` is `_local` or its name
-//! ([`settee_core::node::name`]).
+//! `chttpd_node` serves them, and the membership list (`_nodes`). `{node-name}` is `_local`
+//! or this node's name ([`settee_core::node::name`]), or another running member of its
+//! cluster, which the request is forwarded to.
 
 use super::allow;
 use crate::error::{ApiError, ApiResult};
-use crate::reply::{json, ok_true};
+use crate::reply::{json, ok_true, rev_etag, write_response};
 use crate::router::NodeOp;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
@@ -13,6 +14,11 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResult<Response> {
+    // Another running member answers for itself; any other name is refused below, after
+    // the method, as CouchDB orders its checks.
+    if node != "_local" && node != settee_core::node::name() && state.is_member(node) {
+        return forward(state, node, req).await;
+    }
     match op {
         NodeOp::Incomplete => Err(ApiError::bad_request("Incomplete path to _node request")),
         // CouchDB answers `/_node/_local` whatever the method.
@@ -71,6 +77,20 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
             check_node(node)?;
             Ok(json(StatusCode::OK, &settee_node::status::versions()))
         }
+        NodeOp::NodeDocs => {
+            allow(&req.method, "GET,HEAD")?;
+            check_node(node)?;
+            let rows: Vec<Value> = state
+                .node_docs()
+                .into_iter()
+                .map(|(id, rev)| json!({"id": id, "key": id, "value": {"rev": rev}}))
+                .collect();
+            Ok(json(
+                StatusCode::OK,
+                &json!({"total_rows": rows.len(), "offset": 0, "rows": rows}),
+            ))
+        }
+        NodeOp::NodeDoc(name) => node_doc(state, node, &name, req).await,
         NodeOp::Missing => Err(ApiError::NotFound("missing".into())),
         NodeOp::Unimplemented(what, method) => {
             allow(&req.method, method)?;
@@ -78,6 +98,77 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
             Err(ApiError::NotImplemented(format!(
                 "{what} is not supported by this Settee version"
             )))
+        }
+    }
+}
+
+/// `/_node/{member}/…` for another running member of the cluster: the same request made of
+/// that member's `/_node/_local/…`, signed as this node, its answer passed back.
+async fn forward(state: &AppState, node: &str, mut req: Req) -> ApiResult<Response> {
+    // The path after `/_node/{name}`, as the client encoded it.
+    let path = req.uri.path();
+    let rest = path.splitn(4, '/').nth(3).unwrap_or("");
+    let mut target = format!("/_node/_local/{rest}");
+    if rest.is_empty() {
+        target.pop();
+    }
+    if let Some(q) = req.uri.query() {
+        target = format!("{target}?{q}");
+    }
+    let content_type = req.header("content-type").map(str::to_owned);
+    let method = req.method.to_string();
+    let body = req.bytes().await?;
+    let Some(answer) = state
+        .forward(node, &method, &target, content_type.as_deref(), body)
+        .await?
+    else {
+        // It stopped meanwhile.
+        return Err(ApiError::NotFound(format!("no such node: {node}")));
+    };
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let ct = answer.content_type.as_deref().unwrap_or("application/json");
+    Ok(crate::reply::with_type(status, ct, answer.body.into()))
+}
+
+/// A document of the membership list (CouchDB's `_nodes` database): reading it, adding a
+/// node (`PUT {}`), editing it (`zone`, `decom`) or removing it.
+async fn node_doc(state: &AppState, node: &str, name: &str, mut req: Req) -> ApiResult<Response> {
+    allow(&req.method, "GET,HEAD,PUT,DELETE")?;
+    check_node(node)?;
+    match req.method.as_str() {
+        "PUT" => {
+            let body = req.json().await?;
+            let query = crate::req::parse_rev_param(&req)?.map(|r| r.to_string());
+            let rev = state.put_node_doc(name, body, query.as_deref()).await?;
+            // As CouchDB's: the node-local `_nodes` database's path.
+            let location = crate::location::doc_location(&state.config, &req, "_nodes", name);
+            Ok(write_response(
+                StatusCode::CREATED,
+                name,
+                &rev,
+                Some(rev_etag(&rev)),
+                location,
+            ))
+        }
+        "DELETE" => {
+            let rev = crate::req::reconcile_rev(&req, None)?.map(|r| r.to_string());
+            let rev = state.delete_node_doc(name, rev.as_deref()).await?;
+            Ok(write_response(
+                StatusCode::OK,
+                name,
+                &rev,
+                Some(rev_etag(&rev)),
+                None,
+            ))
+        }
+        _ => {
+            let doc = state.node_doc(name)?;
+            let mut resp = json(StatusCode::OK, &doc);
+            if let Some(rev) = doc["_rev"].as_str() {
+                resp.headers_mut()
+                    .insert(axum::http::header::ETAG, rev_etag(rev));
+            }
+            Ok(resp)
         }
     }
 }
@@ -119,13 +210,13 @@ async fn config_key(
     Ok(json(StatusCode::OK, &Value::String(old)))
 }
 
-/// `GET /_membership`: this one node.
-pub fn membership(req: &Req) -> ApiResult<Response> {
+/// `GET /_membership`: the members running now and the membership list.
+pub fn membership(state: &AppState, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET")?;
-    let name = settee_core::node::name();
+    let m = state.membership();
     Ok(json(
         StatusCode::OK,
-        &json!({"all_nodes": [name], "cluster_nodes": [name]}),
+        &json!({"all_nodes": m.all_nodes, "cluster_nodes": m.cluster_nodes}),
     ))
 }
 

@@ -69,9 +69,12 @@ impl Hooks for HttpHooks {
                 h.insert(name, value);
             }
         }
+        // No request line: cluster credentials among an endpoint's headers are refused.
         let creds = crate::auth::Credentials {
             headers: &h,
             peer: "127.0.0.1",
+            method: "",
+            target: "",
         };
         crate::auth::authenticate(node, &creds)
             .map(|a| a.user)

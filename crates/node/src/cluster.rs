@@ -1,0 +1,165 @@
+//! The node's part in a cluster: `_membership` and the membership list's documents
+//! (`/_node/_local/_nodes/…`, CouchDB's `_nodes` database), read from the cluster state
+//! this node follows and written to etcd. A node in no cluster is the only member of its
+//! own list, as a single CouchDB node's `_nodes` holds only itself; its list cannot be
+//! edited.
+
+use crate::{Error, Node, Result};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use settee_cluster::{peer, Cluster};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// `_membership`: the members running now and the membership list, each by name.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Membership {
+    pub all_nodes: Vec<String>,
+    pub cluster_nodes: Vec<String>,
+}
+
+/// The revision CouchDB gives a node's document of `{}`: a single node's own.
+const FIRST_REV: &str = "1-967a00dff5e02add41819138abb3284d";
+
+impl Node {
+    /// Makes this node a member of `cluster` (once, at start).
+    pub fn set_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// The cluster state, when this node is in a cluster.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
+    fn clustered(&self) -> Result<&Arc<Cluster>> {
+        self.cluster().ok_or(Error::NotClustered)
+    }
+
+    pub fn membership(&self) -> Membership {
+        match self.cluster() {
+            Some(c) => Membership {
+                all_nodes: c.members().into_iter().map(|m| m.name).collect(),
+                cluster_nodes: c.nodes().into_iter().map(|d| d.name).collect(),
+            },
+            None => {
+                let me = vec![settee_core::node::name().to_owned()];
+                Membership {
+                    all_nodes: me.clone(),
+                    cluster_nodes: me,
+                }
+            }
+        }
+    }
+
+    /// A node's document (`GET /_node/_local/_nodes/{name}`).
+    pub fn node_doc(&self, name: &str) -> Result<Value> {
+        match self.cluster() {
+            Some(c) => c.node_doc(name).map(|d| d.to_json()),
+            None if name == settee_core::node::name() => {
+                Some(json!({"_id": name, "_rev": FIRST_REV}))
+            }
+            None => None,
+        }
+        .ok_or_else(|| Error::NotFound("missing".into()))
+    }
+
+    /// The list's documents as `_all_docs` rows' (id, rev), by id.
+    pub fn node_docs(&self) -> Vec<(String, String)> {
+        match self.cluster() {
+            Some(c) => c
+                .nodes()
+                .into_iter()
+                .map(|d| (d.name, d.rev.to_string()))
+                .collect(),
+            None => vec![(settee_core::node::name().to_owned(), FIRST_REV.to_owned())],
+        }
+    }
+
+    /// Adds or edits a node's document: its new revision.
+    pub async fn put_node_doc(&self, name: &str, body: Value, rev: Option<&str>) -> Result<String> {
+        let rev = self.clustered()?.put_node(name, body, rev).await?;
+        Ok(rev.to_string())
+    }
+
+    /// Whether `name` is another running member of this node's cluster.
+    pub fn is_member(&self, name: &str) -> bool {
+        self.cluster()
+            .is_some_and(|c| c.members().iter().any(|m| m.name == name))
+    }
+
+    /// Sends a request for `/_node/_local/…` (`target`: path and query) to member `name`,
+    /// signed as this node (`settee_cluster::peer`) on behalf of a server admin this node
+    /// has authenticated: its answer, or `None` when `name` is no running member.
+    pub async fn forward(
+        &self,
+        name: &str,
+        method: &str,
+        target: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Option<Forwarded>> {
+        let Some(cluster) = self.cluster() else {
+            return Ok(None);
+        };
+        let Some(member) = cluster.members().into_iter().find(|m| m.name == name) else {
+            return Ok(None);
+        };
+        let config = cluster.config();
+        let now = crate::users::now_secs();
+        let auth = peer::sign(&config.secret, &config.node, method, target, now);
+        let method = reqwest::Method::from_bytes(method.as_bytes())
+            .map_err(|_| Error::bad_request("Bad method"))?;
+        let mut request = peer_client()
+            .request(method, format!("{}{target}", member.url))
+            .header(peer::HEADER, auth)
+            .body(body);
+        if let Some(ct) = content_type {
+            request = request.header(reqwest::header::CONTENT_TYPE, ct);
+        }
+        let unreachable = |e: reqwest::Error| {
+            Error::Cluster(settee_cluster::Error::Unavailable(format!(
+                "node {name} did not answer: {e}"
+            )))
+        };
+        let resp = request.send().await.map_err(unreachable)?;
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = resp.bytes().await.map_err(unreachable)?;
+        Ok(Some(Forwarded {
+            status,
+            content_type,
+            body,
+        }))
+    }
+
+    /// Removes a node's document: the deletion's revision.
+    pub async fn delete_node_doc(&self, name: &str, rev: Option<&str>) -> Result<String> {
+        let rev = self.clustered()?.delete_node(name, rev).await?;
+        Ok(rev.to_string())
+    }
+}
+
+/// A member's answer to a forwarded request.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+}
+
+/// The client requests to other members go through (its connections kept between them).
+fn peer_client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("an HTTP client")
+    })
+}

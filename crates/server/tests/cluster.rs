@@ -1,0 +1,276 @@
+//! Settee nodes joined to a cluster through a real etcd (`--cluster`): membership as
+//! CouchDB's `_membership` and `_nodes` show it, liveness by lease, and what still works
+//! while etcd is away. (Databases are not sharded across the members yet.)
+
+mod common;
+
+use common::Server;
+use serde_json::{json, Value};
+use settee_cluster::testing::Etcd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SECRET: (&str, &str) = ("SETTEE_CLUSTER_SECRET", "cluster-test-secret");
+
+/// A member named `name` on `dir`, with a 2 s lease so that a crash shows quickly.
+fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
+    let ini = dir.join("cluster.ini");
+    std::fs::write(&ini, "[cluster]\nlease_ttl = 2\n").unwrap();
+    let endpoints = etcd.endpoints().join(",");
+    let args = [
+        "--node-name",
+        name,
+        "--cluster",
+        &endpoints,
+        "--config",
+        ini.to_str().unwrap(),
+    ];
+    Server::start_in_with_env(dir, &args, &[SECRET])
+}
+
+fn membership(s: &Server) -> (Value, Value) {
+    let r = s.get("/_membership");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    (v["all_nodes"].clone(), v["cluster_nodes"].clone())
+}
+
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn members_join_list_each_other_and_leave_when_they_die() {
+    let etcd = Etcd::start(1);
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n1 = member(&etcd, "settee1@127.0.0.1", d1.path());
+    let n2 = member(&etcd, "settee2@127.0.0.1", d2.path());
+    let both = json!(["settee1@127.0.0.1", "settee2@127.0.0.1"]);
+    eventually("both members", || {
+        membership(&n1) == (both.clone(), both.clone())
+            && membership(&n2) == (both.clone(), both.clone())
+    });
+
+    // CouchDB's manual procedure: a node is added to the list on any member.
+    let r = n2.put("/_node/_local/_nodes/settee3@127.0.0.1", "{}");
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"ok": true, "id": "settee3@127.0.0.1", "rev": "1-967a00dff5e02add41819138abb3284d"})
+    );
+    assert_eq!(
+        r.header("etag"),
+        Some("\"1-967a00dff5e02add41819138abb3284d\"")
+    );
+    // Listed at once on the other member too, alive nowhere yet.
+    eventually("n3 listed on n1", || {
+        membership(&n1).1.as_array().unwrap().len() == 3
+    });
+    assert_eq!(membership(&n1).0, both);
+    let r = n1.get("/_node/_local/_nodes/_all_docs");
+    assert_eq!(r.status, 200);
+    let ids: Vec<Value> = r.json()["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "settee1@127.0.0.1",
+            "settee2@127.0.0.1",
+            "settee3@127.0.0.1"
+        ]
+    );
+    assert_eq!(r.json()["total_rows"], 3);
+
+    // CouchDB's revision rules: another PUT conflicts, a zone is an edit of the revision.
+    let r = n1.put("/_node/_local/_nodes/settee3@127.0.0.1", "{}");
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        r.json(),
+        json!({"error": "conflict", "reason": "Document update conflict."})
+    );
+    let r = n1.put(
+        "/_node/_local/_nodes/settee3@127.0.0.1",
+        r#"{"_rev": "1-967a00dff5e02add41819138abb3284d", "zone": "z1"}"#,
+    );
+    assert_eq!(r.status, 201);
+    let rev2 = r.json()["rev"].as_str().unwrap().to_string();
+    assert!(rev2.starts_with("2-"), "{rev2}");
+    let doc = n2.get("/_node/_local/_nodes/settee3@127.0.0.1").json();
+    assert_eq!(
+        doc,
+        json!({"_id": "settee3@127.0.0.1", "_rev": rev2, "zone": "z1"})
+    );
+    assert_eq!(n2.get("/_node/_local/_nodes/nobody@h").status, 404);
+    let r =
+        n2.delete("/_node/_local/_nodes/settee3@127.0.0.1?rev=1-967a00dff5e02add41819138abb3284d");
+    assert_eq!(r.status, 409);
+    let r = n2.delete(&format!(
+        "/_node/_local/_nodes/settee3@127.0.0.1?rev={rev2}"
+    ));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["ok"], true);
+    eventually("n3 gone from n1's list", || membership(&n1).1 == both);
+
+    // Only admins see the list, as CouchDB's node-local databases.
+    assert_eq!(
+        n1.anon("GET", "/_node/_local/_nodes/_all_docs", None, &[])
+            .status,
+        401
+    );
+
+    // `/_node/{member}/…` is that member's own answer, asked on its behalf.
+    let r = n1.get("/_node/settee2@127.0.0.1");
+    assert_eq!(r.json(), json!({"name": "settee2@127.0.0.1"}));
+    assert_eq!(
+        n1.get("/_node/settee2@127.0.0.1/_config/cluster/lease_ttl")
+            .json(),
+        "2"
+    );
+    let r = n1.put(
+        "/_node/settee2%40127.0.0.1/_config/uuids/algorithm",
+        r#""utc_random""#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        n2.get("/_node/_local/_config/uuids/algorithm").json(),
+        "utc_random"
+    );
+    assert_eq!(
+        n1.get("/_node/_local/_config/uuids/algorithm").json(),
+        "sequential",
+        "the default, unchanged"
+    );
+    let r = n1.get("/_node/settee2@127.0.0.1/_stats/couchdb/request_time");
+    assert_eq!(r.status, 200);
+    assert!(r.json()["value"].is_object(), "{}", r.text);
+    let r = n1.get("/_node/nobody@h/_stats");
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.json(),
+        json!({"error": "not_found", "reason": "no such node: nobody@h"})
+    );
+    // Only for admins, as on the member itself.
+    assert_eq!(
+        n1.anon("GET", "/_node/settee2@127.0.0.1/_config", None, &[])
+            .status,
+        401
+    );
+
+    // The cluster's credentials: forged ones are refused, and real ones open no database.
+    let header = settee_cluster::peer::HEADER;
+    let forged = n2.anon(
+        "GET",
+        "/_node/_local/_config",
+        None,
+        &[(header, "settee1@127.0.0.1 0 00")],
+    );
+    assert_eq!(forged.status, 401);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(n2.put("/secret", "").status, 201);
+    let signed = settee_cluster::peer::sign(SECRET.1, "settee1@127.0.0.1", "GET", "/secret", now);
+    let r = n2.anon("GET", "/secret", None, &[(header, &signed)]);
+    assert_eq!(r.status, 401, "{}", r.text);
+    let signed = settee_cluster::peer::sign(
+        SECRET.1,
+        "settee1@127.0.0.1",
+        "GET",
+        "/_node/_local/_config/cluster/lease_ttl",
+        now,
+    );
+    let r = n2.anon(
+        "GET",
+        "/_node/_local/_config/cluster/lease_ttl",
+        None,
+        &[(header, &signed)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+
+    // A crashed member is alive until its lease runs out; it stays listed.
+    n2.kill9();
+    eventually("n2 no longer alive", || {
+        membership(&n1) == (json!(["settee1@127.0.0.1"]), both.clone())
+    });
+    assert_eq!(n1.get("/_node/settee2@127.0.0.1/_stats").status, 404);
+}
+
+#[test]
+fn without_etcd_membership_edits_are_refused_and_documents_work() {
+    let mut etcd = Etcd::start(1);
+    let d1 = tempfile::tempdir().unwrap();
+    let n1 = member(&etcd, "settee1@127.0.0.1", d1.path());
+    eventually("n1 alive", || {
+        membership(&n1).0 == json!(["settee1@127.0.0.1"])
+    });
+    etcd.kill(0);
+    let r = n1.put("/_node/_local/_nodes/settee9@127.0.0.1", "{}");
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.json()["error"], "service unavailable");
+    // What does not need the cluster state goes on.
+    assert_eq!(membership(&n1).1, json!(["settee1@127.0.0.1"]));
+    assert_eq!(n1.put("/db", "").status, 201);
+    assert_eq!(n1.put("/db/doc", r#"{"a": 1}"#).status, 201);
+    assert_eq!(n1.get("/db/doc").json()["a"], 1);
+    etcd.restart(0);
+    eventually("edits accepted again", || {
+        n1.put("/_node/_local/_nodes/settee9@127.0.0.1", "{}")
+            .status
+            == 201
+    });
+}
+
+#[test]
+fn a_single_node_lists_itself_and_refuses_list_edits() {
+    let s = Server::start();
+    let me = s.get("/_node/_local").json()["name"].clone();
+    let r = s.get("/_node/_local/_nodes/_all_docs");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        json!({"total_rows": 1, "offset": 0, "rows": [
+            {"id": me, "key": me, "value": {"rev": "1-967a00dff5e02add41819138abb3284d"}}
+        ]})
+    );
+    let r = s.put("/_node/_local/_nodes/other@h", "{}");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.json()["error"], "service unavailable");
+}
+
+#[test]
+fn a_member_needs_a_name_and_the_secret() {
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_settee"))
+            .args([
+                "serve",
+                "--bind",
+                "127.0.0.1:0",
+                "--admin",
+                "a:b",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .args(args)
+            .env_remove(SECRET.0)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let cluster = ["--cluster", "http://127.0.0.1:9"];
+    let no_secret = run(&[&cluster[..], &["--node-name", "a@h"]].concat(), &[]);
+    assert!(no_secret.contains("SETTEE_CLUSTER_SECRET"), "{no_secret}");
+    let no_name = run(&cluster, &[SECRET]);
+    assert!(no_name.contains("--node-name"), "{no_name}");
+}
