@@ -153,6 +153,11 @@ fn serve(
             env!("CARGO_PKG_VERSION")
         );
         serve::serve(listener, app(state), shutdown()).await;
+        // A member that stops leaves the running members at once (its lease revoked), not
+        // when its lease runs out.
+        if let Some(cluster) = node.cluster() {
+            cluster.stop().await;
+        }
         Ok::<(), String>(())
     });
     couch

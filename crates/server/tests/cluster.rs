@@ -14,8 +14,12 @@ const SECRET: (&str, &str) = ("SETTEE_CLUSTER_SECRET", "cluster-test-secret");
 
 /// A member named `name` on `dir`, with a 2 s lease so that a crash shows quickly.
 fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
+    member_with_lease(etcd, name, dir, 2)
+}
+
+fn member_with_lease(etcd: &Etcd, name: &str, dir: &Path, lease_ttl: u32) -> Server {
     let ini = dir.join("cluster.ini");
-    std::fs::write(&ini, "[cluster]\nlease_ttl = 2\n").unwrap();
+    std::fs::write(&ini, format!("[cluster]\nlease_ttl = {lease_ttl}\n")).unwrap();
     let endpoints = etcd.endpoints().join(",");
     let args = [
         "--node-name",
@@ -202,6 +206,22 @@ fn members_join_list_each_other_and_leave_when_they_die() {
         membership(&n1) == (json!(["settee1@127.0.0.1"]), both.clone())
     });
     assert_eq!(n1.get("/_node/settee2@127.0.0.1/_stats").status, 404);
+}
+
+#[test]
+fn a_member_that_stops_leaves_at_once() {
+    let etcd = Etcd::start(1);
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Leases far longer than the wait below: only a revoked lease ends it in time.
+    let n1 = member_with_lease(&etcd, "settee1@127.0.0.1", d1.path(), 300);
+    let n2 = member_with_lease(&etcd, "settee2@127.0.0.1", d2.path(), 300);
+    eventually("both alive", || {
+        membership(&n1).0.as_array().unwrap().len() == 2
+    });
+    n2.stop();
+    eventually("n2 gone", || {
+        membership(&n1).0 == json!(["settee1@127.0.0.1"])
+    });
 }
 
 #[test]
