@@ -32,7 +32,7 @@ const JOBS: &str = "jobs";
 /// What this node knows of the state, as of etcd revision `revision`.
 #[derive(Default)]
 struct Cache {
-    /// The membership list, with each key's modification revision.
+    /// The membership list.
     nodes: BTreeMap<String, NodeDoc>,
     live: BTreeMap<String, Member>,
     dbs: BTreeMap<String, Arc<ShardMap>>,
@@ -142,11 +142,6 @@ impl Cluster {
 
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// Whether the state has been read from etcd at least once.
-    pub fn loaded(&self) -> bool {
-        *self.seen.borrow() > 0
     }
 
     /// Waits until the state has been read once (or `limit` passes): false if it was not.
@@ -281,10 +276,7 @@ impl Cluster {
             .unwrap()
             .ok_or_else(|| Error::Unavailable("this node has no lease yet".into()))?;
         let key = self.key(JOBS, job);
-        let value = serde_json::to_vec(&Owner {
-            node: self.config.node.clone(),
-        })
-        .expect("json");
+        let value = self.owner_value();
         let put = PutOptions::new().with_lease(lease);
         let when = Compare::create_revision(key.as_str(), CompareOp::Equal, 0);
         let op = TxnOp::put(key.as_str(), value.as_slice(), Some(put));
@@ -294,10 +286,7 @@ impl Cluster {
     /// Gives up `job` if this node holds it.
     pub async fn release(&self, job: &str) -> Result<()> {
         let key = self.key(JOBS, job);
-        let mine = serde_json::to_vec(&Owner {
-            node: self.config.node.clone(),
-        })
-        .expect("json");
+        let mine = self.owner_value();
         let when = Compare::value(key.as_str(), CompareOp::Equal, mine);
         self.txn(&key, when, TxnOp::delete(key.as_str(), None))
             .await?;
@@ -307,6 +296,14 @@ impl Cluster {
     /// The node owning `job`, if one does.
     pub fn owner(&self, job: &str) -> Option<String> {
         self.cache.read().unwrap().jobs.get(job).cloned()
+    }
+
+    /// A job's value when this node holds it.
+    fn owner_value(&self) -> Vec<u8> {
+        let owner = Owner {
+            node: self.config.node.clone(),
+        };
+        serde_json::to_vec(&owner).expect("json")
     }
 
     /// `{prefix}/{kind}/{name}`.
@@ -330,12 +327,7 @@ impl Cluster {
         loop {
             let attempt = tokio::time::timeout_at(deadline, call(self.client.clone())).await;
             match attempt {
-                Err(_) => {
-                    return Err(Error::Unavailable(format!(
-                        "no answer within {:?}",
-                        self.config.timeout
-                    )))
-                }
+                Err(_) => return Err(self.no_answer()),
                 Ok(Err(e)) if transient(&e) && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "etcd request made again");
                     retried = true;
@@ -353,11 +345,12 @@ impl Cluster {
     ) -> Result<T> {
         match tokio::time::timeout(self.config.timeout, call).await {
             Ok(r) => Ok(r?),
-            Err(_) => Err(Error::Unavailable(format!(
-                "no answer within {:?}",
-                self.config.timeout
-            ))),
+            Err(_) => Err(self.no_answer()),
         }
+    }
+
+    fn no_answer(&self) -> Error {
+        Error::Unavailable(format!("no answer within {:?}", self.config.timeout))
     }
 
     /// Runs `op` on `key` if `when` holds, else reads `key`; returns once the cache shows
