@@ -23,6 +23,8 @@ pub fn is_node_local(endpoint: &Endpoint) -> bool {
             | Endpoint::Uuids
             | Endpoint::Reshard(_)
             | Endpoint::DbOp(_, DbOp::Shards(_))
+            // CouchDB's `_nodes` database, behind its node-local interface.
+            | Endpoint::Node(_, NodeOp::NodeDoc(_) | NodeOp::NodeDocs)
     ) || own_welcome(endpoint)
 }
 

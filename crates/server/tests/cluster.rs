@@ -92,6 +92,15 @@ fn members_join_list_each_other_and_leave_when_they_die() {
         ]
     );
     assert_eq!(r.json()["total_rows"], 3);
+    // As CouchDB's node-local interface answers: a row per line, no request id.
+    assert!(
+        r.text
+            .starts_with("{\"total_rows\":3,\"offset\":0,\"rows\":[\r\n{"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.ends_with("}\r\n]}\n"), "{}", r.text);
+    assert_eq!(r.header("x-couch-request-id"), None);
 
     // CouchDB's revision rules: another PUT conflicts, a zone is an edit of the revision.
     let r = n1.put("/_node/_local/_nodes/settee3@127.0.0.1", "{}");
@@ -107,17 +116,29 @@ fn members_join_list_each_other_and_leave_when_they_die() {
     assert_eq!(r.status, 201);
     let rev2 = r.json()["rev"].as_str().unwrap().to_string();
     assert!(rev2.starts_with("2-"), "{rev2}");
-    let doc = n2.get("/_node/_local/_nodes/settee3@127.0.0.1").json();
+    // Read where written: another member sees it once its watch does.
+    let doc = n1.get("/_node/_local/_nodes/settee3@127.0.0.1").json();
     assert_eq!(
         doc,
         json!({"_id": "settee3@127.0.0.1", "_rev": rev2, "zone": "z1"})
+    );
+    let r = n1.put(
+        "/_node/_local/_nodes/settee3@127.0.0.1",
+        &format!(r#"{{"_rev": "{rev2}", "zone": "z1", "b": 1}}"#),
+    );
+    assert_eq!(r.status, 201);
+    let rev3 = r.json()["rev"].as_str().unwrap().to_string();
+    // The members keep their order.
+    assert_eq!(
+        n1.get("/_node/_local/_nodes/settee3@127.0.0.1").text,
+        format!("{{\"_id\":\"settee3@127.0.0.1\",\"_rev\":\"{rev3}\",\"zone\":\"z1\",\"b\":1}}\n")
     );
     assert_eq!(n2.get("/_node/_local/_nodes/nobody@h").status, 404);
     let r =
         n2.delete("/_node/_local/_nodes/settee3@127.0.0.1?rev=1-967a00dff5e02add41819138abb3284d");
     assert_eq!(r.status, 409);
     let r = n2.delete(&format!(
-        "/_node/_local/_nodes/settee3@127.0.0.1?rev={rev2}"
+        "/_node/_local/_nodes/settee3@127.0.0.1?rev={rev3}"
     ));
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["ok"], true);
@@ -229,8 +250,10 @@ fn without_etcd_membership_edits_are_refused_and_documents_work() {
     let mut etcd = Etcd::start(1);
     let d1 = tempfile::tempdir().unwrap();
     let n1 = member(&etcd, "settee1@127.0.0.1", d1.path());
-    eventually("n1 alive", || {
-        membership(&n1).0 == json!(["settee1@127.0.0.1"])
+    // Alive, and listed by itself (which follows joining).
+    eventually("n1 alive and listed", || {
+        let me = json!(["settee1@127.0.0.1"]);
+        membership(&n1) == (me.clone(), me)
     });
     etcd.kill(0);
     let r = n1.put("/_node/_local/_nodes/settee9@127.0.0.1", "{}");
