@@ -183,7 +183,8 @@ fn round(
     let started = std::time::Instant::now();
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
     let mut js = views.reducers(g);
-    let mut mapped = std::time::Duration::ZERO;
+    // Phase timings for the debug log.
+    let (mut mapped, mut trees, mut back) = Default::default();
     // A bulk load's back-index entries are written by a thread of their own, beside the
     // pipeline and then beside the tree build (nothing refers to them before the
     // checkpoint): on the build's critical path they were a fifth of the time after mapping.
@@ -220,6 +221,7 @@ fn round(
                             tree::build(&mut sink, red, rows.into_sorted_rows())
                         });
                     }
+                    trees = started.elapsed();
                     Vec::new()
                 }
                 State::Incremental { ops, back } => {
@@ -231,15 +233,15 @@ fn round(
                             tree::modify(&mut sink, red, root.as_ref(), &ops)
                         })?;
                     }
+                    trees = started.elapsed();
                     back
                 }
             };
             Ok((last_seq, done, back_index))
         })();
-        (
-            work,
-            back_writer.join().expect("back-index writer panicked"),
-        )
+        let written = back_writer.join().expect("back-index writer panicked");
+        back = started.elapsed();
+        (work, written)
     });
     // The writer's failure first: the pipeline then only saw it stop.
     let (last_seq, done, mut back_index) = written.and(work)?;
@@ -265,7 +267,7 @@ fn round(
     batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
     let built = started.elapsed();
     store.write_unlogged(batch)?;
-    tracing::debug!(ddoc = %g.ddoc_id, seq = last_seq, fresh, ?mapped, ?built,
+    tracing::debug!(ddoc = %g.ddoc_id, seq = last_seq, fresh, ?mapped, ?trees, ?back, ?built,
         committed = ?started.elapsed(), "view update round");
     Ok(done)
 }
