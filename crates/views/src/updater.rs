@@ -184,7 +184,7 @@ fn round(
     let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
     let mut js = views.reducers(g);
     // Phase timings for the debug log.
-    let (mut mapped, mut trees, mut back) = Default::default();
+    let (mut mapped, mut trees, mut back_done) = Default::default();
     // A bulk load's back-index entries are written by a thread of their own, beside the
     // pipeline and then beside the tree build (nothing refers to them before the
     // checkpoint): on the build's critical path they were a fifth of the time after mapping.
@@ -240,7 +240,7 @@ fn round(
             Ok((last_seq, done, back_index))
         })();
         let written = back_writer.join().expect("back-index writer panicked");
-        back = started.elapsed();
+        back_done = started.elapsed();
         (work, written)
     });
     // The writer's failure first: the pipeline then only saw it stop.
@@ -267,7 +267,7 @@ fn round(
     batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
     let built = started.elapsed();
     store.write_unlogged(batch)?;
-    tracing::debug!(ddoc = %g.ddoc_id, seq = last_seq, fresh, ?mapped, ?trees, ?back, ?built,
+    tracing::debug!(ddoc = %g.ddoc_id, seq = last_seq, fresh, ?mapped, ?trees, ?back_done, ?built,
         committed = ?started.elapsed(), "view update round");
     Ok(done)
 }
