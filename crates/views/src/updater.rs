@@ -221,7 +221,6 @@ fn round(
                             tree::build(&mut sink, red, rows.into_sorted_rows())
                         });
                     }
-                    trees = started.elapsed();
                     Vec::new()
                 }
                 State::Incremental { ops, back } => {
@@ -233,10 +232,10 @@ fn round(
                             tree::modify(&mut sink, red, root.as_ref(), &ops)
                         })?;
                     }
-                    trees = started.elapsed();
                     back
                 }
             };
+            trees = started.elapsed();
             Ok((last_seq, done, back_index))
         })();
         let written = back_writer.join().expect("back-index writer panicked");
