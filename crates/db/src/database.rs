@@ -619,13 +619,36 @@ impl Database {
         self.read_info(snap, id)
     }
 
-    /// Every document (deleted ones too) as of `snap`, in id order: its id, latest
-    /// sequence and leaves (winner first). Decodes no whole revision tree, so it is far
-    /// cheaper per document than [`Database::changes_in`]'s lookups when a caller wants them
-    /// all and can order them itself; read from both ends at once, as
-    /// [`Database::winners_in`] reads.
-    pub fn all_leaves_in(&self, snap: &Snapshot<'_>) -> Result<Vec<DocLeaves>> {
-        self.both_ends_in(snap, b"", None, DocLeaves::decode, |d| &d.id)
+    /// The documents (deleted ones too) with sequences in `after+1..=upto` as of `snap`,
+    /// in sequence order, at most `max` of them (the lowest): their ids, sequences and
+    /// leaves (winner first). One pass over the documents, read from both ends at once as
+    /// [`Database::winners_in`] reads, that decodes only the leaves of documents it may
+    /// keep and holds at most about `max` of them per walker; far cheaper per document than
+    /// [`Database::changes_in`]'s lookups by id when a caller wants most of them. Each call
+    /// costs a pass over every document, so a caller pages through a large database in
+    /// few, large pages.
+    pub fn leaves_by_seq_in(
+        &self,
+        snap: &Snapshot<'_>,
+        after: u64,
+        upto: u64,
+        max: usize,
+    ) -> Result<Vec<DocLeaves>> {
+        let max = max.max(1);
+        let [mut docs, down] = self.both_ends_fold(
+            snap,
+            b"",
+            None,
+            || LowestSeqs::new(max, upto),
+            |low, k, v| low.offer(k, v, after),
+        )?;
+        docs.docs.extend(down.docs);
+        let mut docs = docs.docs;
+        docs.sort_unstable_by_key(|d| d.seq);
+        // The walkers may both have met a few documents where they crossed.
+        docs.dedup_by_key(|d| d.seq);
+        docs.truncate(max);
+        Ok(docs)
     }
 
     /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after
@@ -813,42 +836,10 @@ impl Database {
         decode: impl Fn(&[u8], &[u8]) -> Result<Option<T>> + Sync,
         id: impl Fn(&T) -> &str + Sync,
     ) -> Result<Vec<T>> {
-        // The last id each walker has passed (published every `STEP` documents); a walker
-        // stops once it reaches the other's: between them they have covered the range.
-        const STEP: usize = 512;
-        let reached: Mutex<[Option<String>; 2]> = Mutex::new([None, None]);
-        let walk = |descending: bool| -> Result<Vec<T>> {
-            let (me, other) = if descending { (1, 0) } else { (0, 1) };
-            let mut out = Vec::new();
-            self.scan_in(snap, lower, upper, descending, &decode, |doc| {
-                let crossed = if out.len() % STEP == 0 {
-                    let mut r = reached.lock().unwrap();
-                    r[me] = Some(id(&doc).to_string());
-                    r[other].as_deref().is_some_and(|o| {
-                        if descending {
-                            id(&doc) <= o
-                        } else {
-                            id(&doc) >= o
-                        }
-                    })
-                } else {
-                    false
-                };
-                out.push(doc);
-                if crossed {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            })?;
-            Ok(out)
-        };
-        let (up, down) = std::thread::scope(|s| {
-            let down = s.spawn(|| walk(true));
-            let up = walk(false);
-            (up, down.join().expect("walker thread"))
-        });
-        let (mut up, down) = (up?, down?);
+        let [mut up, down] = self.both_ends_fold(snap, lower, upper, Vec::new, |out, k, v| {
+            out.extend(decode(k, v)?);
+            Ok(())
+        })?;
         let last = up.last().map(|d| id(d).to_string());
         up.extend(
             down.into_iter()
@@ -856,6 +847,58 @@ impl Database {
                 .filter(|d| last.as_deref().is_none_or(|l| id(d) > l)),
         );
         Ok(up)
+    }
+
+    /// Folds every entry with `lower <= id < upper` as of `snap` into one accumulator per
+    /// walker: `[ascending, descending]`, two threads, one from each end, which stop where
+    /// they meet. Between them they see every entry; a few near the meeting point reach
+    /// both.
+    fn both_ends_fold<A: Send>(
+        &self,
+        snap: &Snapshot<'_>,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+        init: impl Fn() -> A + Sync,
+        step: impl Fn(&mut A, &[u8], &[u8]) -> Result<()> + Sync,
+    ) -> Result<[A; 2]> {
+        // The last key each walker has passed (published every `STEP` entries); a walker
+        // stops once it reaches the other's: between them they have covered the range.
+        const STEP: usize = 512;
+        let (lo, hi) = self.id_bounds(lower, upper);
+        let reached: Mutex<[Option<Vec<u8>>; 2]> = Mutex::new([None, None]);
+        let walk = |descending: bool| -> Result<A> {
+            let (me, other) = if descending { (1, 0) } else { (0, 1) };
+            let mut acc = init();
+            let (mut seen, mut failure) = (0usize, None);
+            snap.each(Cf::Docs, &lo, &hi, descending, |k, v| {
+                if let Err(e) = step(&mut acc, k, v) {
+                    failure = Some(e);
+                    return ControlFlow::Break(());
+                }
+                seen += 1;
+                if seen % STEP != 1 {
+                    return ControlFlow::Continue(());
+                }
+                let mut r = reached.lock().unwrap();
+                r[me] = Some(k.to_vec());
+                let crossed =
+                    r[other]
+                        .as_deref()
+                        .is_some_and(|o| if descending { k <= o } else { k >= o });
+                if crossed {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })?;
+            failure.map_or(Ok(acc), Err)
+        };
+        let (up, down) = std::thread::scope(|s| {
+            let down = s.spawn(|| walk(true));
+            let up = walk(false);
+            (up, down.join().expect("walker thread"))
+        });
+        Ok([up?, down?])
     }
 
     /// Walks documents with `lower <= id < upper` (byte order), ascending or descending.
@@ -1150,6 +1193,42 @@ impl LiveDoc {
             info: info.into(),
             winner,
         }))
+    }
+}
+
+/// The documents with the lowest sequences up to a bound that a walker has met: at most
+/// `max` of them once trimmed, trimmed whenever they reach a quarter more.
+struct LowestSeqs {
+    docs: Vec<DocLeaves>,
+    max: usize,
+    /// The highest sequence that may still be kept: the bound, then the highest kept at
+    /// the last trim.
+    cutoff: u64,
+}
+
+impl LowestSeqs {
+    fn new(max: usize, upto: u64) -> LowestSeqs {
+        LowestSeqs {
+            docs: Vec::new(),
+            max,
+            cutoff: upto,
+        }
+    }
+
+    /// Keeps the entry if its sequence is above `after` and may be among the lowest.
+    fn offer(&mut self, key: &[u8], info: &[u8], after: u64) -> Result<()> {
+        let seq = DocInfo::decode_seq(info)?;
+        if seq <= after || seq > self.cutoff {
+            return Ok(());
+        }
+        self.docs.extend(DocLeaves::decode(key, info)?);
+        if self.docs.len() > self.max + self.max / 4 {
+            let last = self.max - 1;
+            self.docs.select_nth_unstable_by_key(last, |d| d.seq);
+            self.docs.truncate(self.max);
+            self.cutoff = self.docs[last].seq;
+        }
+        Ok(())
     }
 }
 

@@ -59,6 +59,11 @@ impl DocInfo {
         Ok((seq, RevTree::decode_leaves(tree).ok_or_else(corrupt_info)?))
     }
 
+    /// An encoded info's sequence alone.
+    pub fn decode_seq(bytes: &[u8]) -> Result<u64, StorageError> {
+        Ok(Self::split(bytes)?.0)
+    }
+
     /// An encoded info's sequence and its encoded tree.
     fn split(bytes: &[u8]) -> Result<(u64, &[u8]), StorageError> {
         let (&v, mut rest) = bytes.split_first().ok_or_else(corrupt_info)?;

@@ -2,11 +2,12 @@
 //!
 //! One update runs at a time per index (the caller holds the index's lock). Work goes in
 //! rounds: a reader thread walks `_changes` from the checkpoint (ids and revision trees
-//! only; a fresh index of a database of up to [`FRESH_SCAN_DOCS`] documents reads them in
-//! one pass over the ids instead, sorted by seq) and sends chunks of documents to N map
-//! workers (one QuickJS runtime each, or the group's shared [`NativeMap`] when its
-//! language is native or has a query server, given a whole chunk per call; N = cores, or
-//! what the [`NativeMap`] asks for); each worker reads its chunk's bodies
+//! only; a fresh index of a database of up to [`FRESH_PAGES`] × [`FRESH_PAGE_DOCS`]
+//! documents reads them in pages of seq order instead, each from one pass over the ids)
+//! and sends chunks of documents to N map workers (one QuickJS runtime each, or the
+//! group's shared [`NativeMap`] when its language is native or has a query server, given a
+//! whole chunk per call; N = cores, or what the [`NativeMap`] asks for); each worker reads
+//! its chunk's bodies
 //! from the reader's snapshot (decompressing them is a large share of the work, so it is
 //! spread over the workers), maps, encodes keys in collation order and sends rows back to
 //! the collector (the calling thread). At the end of a round the collector applies the
@@ -49,9 +50,12 @@ const CHUNK_DOCS: usize = 256;
 /// chunk's ends are shared with the neighbouring chunks, and caching them saves
 /// decompressing them twice (150-byte docs: ~8% faster).
 const UNCACHED_BODY_BYTES: usize = 2048;
-/// Most documents whose infos a fresh index reads in one sequential pass (~200 bytes each
-/// in memory) rather than through the changes feed.
-const FRESH_SCAN_DOCS: u64 = 250_000;
+/// Most documents whose infos a fresh index reads per pass over the database (~110 bytes
+/// each in memory) rather than through the changes feed.
+const FRESH_PAGE_DOCS: usize = 500_000;
+/// Most passes a fresh index makes: each reads every document's info, so a database of
+/// more documents is read through the changes feed.
+const FRESH_PAGES: u64 = 8;
 /// Rows a round holds in memory before it is written.
 const ROUND_ROWS: usize = 1_500_000;
 /// Pending node bytes, and back-index entries, that a bulk load writes out before its
@@ -464,17 +468,35 @@ fn read_changes(
         }
         ControlFlow::Continue(())
     };
-    match fresh_changes(source, since)? {
-        Some(docs) => {
-            let _ = docs.into_iter().try_for_each(on_doc);
+    if let Some(pages) = fresh_pages(source, since)? {
+        // Pages of documents in seq order (see `fresh_pages`), each over an even share of
+        // the seqs and cut short if that share holds too many documents.
+        let update_seq = db.stats_in(snap)?.update_seq;
+        let span = update_seq.div_ceil(pages).max(1);
+        let mut after = 0;
+        while after < update_seq {
+            let upto = after.saturating_add(span);
+            let page = db.leaves_by_seq_in(snap, after, upto, FRESH_PAGE_DOCS)?;
+            after = match page.last() {
+                Some(d) if page.len() == FRESH_PAGE_DOCS => d.seq,
+                _ => upto,
+            };
+            let stopped = (page.into_iter())
+                .filter(|d| d.leaves.first().is_some_and(|w| !w.deleted) && g.indexes(&d.id))
+                .try_for_each(&mut on_doc)
+                .is_break();
+            if stopped {
+                break;
+            }
         }
-        None => db.changes_in(snap, since, false, false, |c| {
+    } else {
+        db.changes_in(snap, since, false, false, |c| {
             on_doc(DocLeaves {
                 id: c.id,
                 seq: c.seq,
                 leaves: c.info.tree.leaves(),
             })
-        })?,
+        })?
     }
     if !chunk.is_empty() && tx.send(chunk).is_err() {
         done = false;
@@ -482,21 +504,16 @@ fn read_changes(
     Ok((last, done))
 }
 
-/// The documents a fresh index maps, in seq order, from one pass over the documents that
-/// decodes only their leaves (a point lookup per change was half of a 100k-doc build's
-/// reader time, and decoding whole revision trees a third of the rest); `None` when the
-/// index is not fresh or the database holds too many documents to keep them in memory
-/// (the changes feed is walked then). Deleted and unindexed documents are left out: a
-/// fresh index has no rows of theirs to remove.
-fn fresh_changes(Source { db, snap, g }: Source<'_>, since: u64) -> Result<Option<Vec<DocLeaves>>> {
+/// How many pages of seq order a fresh index reads the documents it maps in, each from
+/// one pass over the documents that decodes only their leaves (a point lookup per change
+/// was half of a 100k-doc build's reader time, and decoding whole revision trees a third of
+/// the rest); `None` when the index is not fresh or the database is too large for few
+/// passes (the changes feed is read then). Deleted and unindexed documents are left out of
+/// the pages: a fresh index has no rows of theirs to remove.
+fn fresh_pages(Source { db, snap, .. }: Source<'_>, since: u64) -> Result<Option<u64>> {
     let stats = db.stats_in(snap)?;
-    if since != 0 || stats.doc_count + stats.doc_del_count > FRESH_SCAN_DOCS {
-        return Ok(None);
-    }
-    let mut docs = db.all_leaves_in(snap)?;
-    docs.retain(|d| d.leaves.first().is_some_and(|w| !w.deleted) && g.indexes(&d.id));
-    docs.sort_unstable_by_key(|d| d.seq);
-    Ok(Some(docs))
+    let pages = (stats.doc_count + stats.doc_del_count).div_ceil(FRESH_PAGE_DOCS as u64);
+    Ok((since == 0 && pages <= FRESH_PAGES).then_some(pages.max(1)))
 }
 
 fn item(g: &Group, d: DocLeaves, last: &mut u64) -> Item {
