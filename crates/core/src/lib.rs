@@ -8,6 +8,7 @@ pub mod design;
 mod doc;
 mod error;
 pub mod etf;
+pub mod json_raw;
 pub mod json_scan;
 mod names;
 pub mod node;

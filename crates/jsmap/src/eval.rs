@@ -1,11 +1,12 @@
-//! Runs a parsed map function on a document's JSON text (read in place, [`crate::raw`])
+//! Runs a parsed map function on a document's JSON text (read in place, [`settee_core::json_raw`])
 //! with JavaScript's semantics for the values it can meet. Where those semantics need what is not modelled (an exception, an
 //! object's identity or `toString`, a prototype's member, Unicode case mapping), the run
 //! stops with [`Fallback`] and the engine maps the document instead.
 
 use crate::parse::{BinOp, Expr, Function, Lit, Method, Stmt};
-use crate::{number, raw, Fallback, Rows};
+use crate::{number, Fallback, Rows};
 use serde_json::{Map, Value};
+use settee_core::json_raw as raw;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::rc::Rc;

@@ -21,7 +21,6 @@ mod eval;
 mod lex;
 pub mod number;
 mod parse;
-mod raw;
 
 use serde_json::Value;
 

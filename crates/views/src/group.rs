@@ -2,7 +2,7 @@
 //! a runtime compiles, and which reduce each view uses.
 
 use crate::layout::{collation_tag, IndexPrefix};
-use crate::native_js::NativeJs;
+use crate::native_fns::NativeFns;
 use crate::reducer::{BuiltinReducer, JsReducers};
 use crate::tree::{NoReduce, Reducer};
 use settee_core::design::ViewGroupDef;
@@ -24,9 +24,10 @@ pub struct Group {
     pub sig: [u8; 16],
     pub prefix: IndexPrefix,
     pub fns: ViewFns,
-    /// The map functions run without QuickJS, when every view's is in [`settee_jsmap`]'s
-    /// subset; a document any of them cannot answer goes to QuickJS whole.
-    pub native_js: Option<NativeJs>,
+    /// The map functions run without their engine (QuickJS or the query server), when
+    /// every view's is in [`settee_jsmap`]'s or [`settee_pymap`]'s subset; a document any
+    /// of them cannot answer goes to the engine whole.
+    pub native_fns: Option<NativeFns>,
     pub reduces: Vec<ReduceKind>,
     /// Whether rows are kept per partition (`options.partitioned`, by default the
     /// database's): queries then name a partition and read only its rows.
@@ -67,13 +68,13 @@ impl Group {
             lib: def.lib.clone(),
             dialect: Dialect::of(Some(&def.language)).unwrap_or_default(),
         };
-        let native_js = NativeJs::compile(&def);
+        let native_fns = NativeFns::compile(&def);
         Group {
             ddoc_id: ddoc_id.to_owned(),
             prefix: IndexPrefix::new(db, &sig),
             sig,
             fns,
-            native_js,
+            native_fns,
             reduces,
             def,
             partitioned,

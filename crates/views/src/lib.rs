@@ -13,7 +13,7 @@ mod external;
 mod group;
 pub mod layout;
 mod native;
-mod native_js;
+mod native_fns;
 mod query;
 mod reducer;
 mod tasks;

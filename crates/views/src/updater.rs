@@ -361,10 +361,13 @@ fn pipeline(
     task: &TaskHandle,
 ) -> Result<(u64, bool)> {
     let native = views.native_map(&g.def)?;
-    let workers = native
-        .as_ref()
-        .map_or(views.workers, |n| n.workers(views.workers))
-        .max(1);
+    // A group whose functions run natively needs no more workers than cores, whatever
+    // its engine would.
+    let workers = match &native {
+        Some(n) if g.native_fns.is_none() => n.workers(views.workers),
+        _ => views.workers,
+    }
+    .max(1);
     // `abort`: a failure, queued work is dropped; `enough`: the round is full, the reader
     // stops and queued work is still mapped.
     let abort = AtomicBool::new(false);
@@ -572,7 +575,7 @@ impl Mapper<'_> {
         let json = || doc.json(id, stored);
         match self {
             Mapper::Js { limits, rt } => {
-                if let Some(rows) = g.native_js.as_ref().and_then(|n| n.map(stored, json)) {
+                if let Some(rows) = g.native_fns.as_ref().and_then(|n| n.map(stored, json)) {
                     return Ok(rows);
                 }
                 if rt.is_none() {
@@ -673,15 +676,32 @@ fn map_chunk(
     let mut bodies = bodies.into_iter();
     let mut batch = match mapper {
         Mapper::Native(_) => {
-            let docs: Vec<Vec<u8>> = chunk
-                .iter()
-                .filter_map(|item| {
-                    let doc = item.doc.as_ref()?;
-                    let body = bodies.next().expect("one body per document");
-                    Some(doc.json(&item.id, &body))
-                })
-                .collect();
-            mapper.map_all(&docs).transpose()?.map(Vec::into_iter)
+            // The group's native functions answer what they can; the rest goes to the
+            // native map in one call.
+            let mut answers: Vec<Option<Vec<Emits>>> = Vec::with_capacity(chunk.len());
+            let mut docs: Vec<Vec<u8>> = Vec::new();
+            for item in &chunk {
+                let Some(doc) = &item.doc else { continue };
+                let body = bodies.next().expect("one body per document");
+                let json = || doc.json(&item.id, &body);
+                let answer = g.native_fns.as_ref().and_then(|n| n.map(&body, json));
+                if answer.is_none() {
+                    docs.push(json());
+                }
+                answers.push(answer);
+            }
+            let mut mapped = match docs.is_empty() {
+                true => Vec::new(),
+                false => mapper.map_all(&docs).transpose()?.unwrap_or_default(),
+            }
+            .into_iter();
+            for a in answers.iter_mut().filter(|a| a.is_none()) {
+                *a = mapped.next();
+            }
+            let answers: Option<Vec<Vec<Emits>>> = answers.into_iter().collect();
+            let answers =
+                answers.ok_or_else(|| Error::Internal("a native map lost documents".into()))?;
+            Some(answers.into_iter())
         }
         Mapper::Js { .. } => None,
     };

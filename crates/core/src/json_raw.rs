@@ -1,15 +1,16 @@
-//! Reading a document's JSON text in place: members and elements are found by skipping
-//! values, and a value is decoded only when the function reads it. The text is a stored
-//! document (valid JSON, member names unique at every level, as every stored body is
-//! re-serialised from a parsed object), so the first member of a name is the one
-//! `JSON.parse` would keep; text that is not as expected answers `None`, never a panic.
+//! Reading a document's JSON text in place, for the map functions run without their
+//! language's engine (`settee-jsmap`, `settee-pymap`): members and elements are found by
+//! skipping values, and a value is decoded only when the function reads it. The text is a
+//! stored document (valid JSON, member names unique at every level, as every stored body
+//! is re-serialised from a parsed object), so the first member of a name is the one a
+//! decoder would keep; text that is not as expected answers `None`, never a panic.
 
-use settee_core::json_scan::{skip_string, skip_value, ws};
+use crate::json_scan::{skip_string, skip_value, ws};
 use std::borrow::Cow;
 
 /// The members of the object `obj` (its text, braces included): each name's text (quotes
 /// included) and its value's text.
-pub(crate) fn members(obj: &str) -> Members<'_> {
+pub fn members(obj: &str) -> Members<'_> {
     Members {
         s: obj,
         i: 1,
@@ -17,7 +18,7 @@ pub(crate) fn members(obj: &str) -> Members<'_> {
     }
 }
 
-pub(crate) struct Members<'a> {
+pub struct Members<'a> {
     s: &'a str,
     i: usize,
     done: bool,
@@ -67,7 +68,7 @@ impl<'a> Iterator for Members<'a> {
 }
 
 /// The elements of the array `arr` (its text, brackets included).
-pub(crate) fn elements(arr: &str) -> Elements<'_> {
+pub fn elements(arr: &str) -> Elements<'_> {
     Elements {
         s: arr,
         i: 1,
@@ -75,7 +76,7 @@ pub(crate) fn elements(arr: &str) -> Elements<'_> {
     }
 }
 
-pub(crate) struct Elements<'a> {
+pub struct Elements<'a> {
     s: &'a str,
     i: usize,
     done: bool,
@@ -111,7 +112,7 @@ impl<'a> Iterator for Elements<'a> {
 }
 
 /// Whether the name text `quoted` (quotes included) is `name`.
-pub(crate) fn name_is(quoted: &str, name: &str) -> bool {
+pub fn name_is(quoted: &str, name: &str) -> bool {
     let inner = &quoted[1..quoted.len() - 1];
     if inner == name && !name.contains('\\') {
         return true;
@@ -121,7 +122,7 @@ pub(crate) fn name_is(quoted: &str, name: &str) -> bool {
 }
 
 /// The value of the string text `quoted` (quotes included).
-pub(crate) fn string(quoted: &str) -> Option<Cow<'_, str>> {
+pub fn string(quoted: &str) -> Option<Cow<'_, str>> {
     let inner = quoted.get(1..quoted.len().checked_sub(1)?)?;
     if !inner.contains('\\') {
         return Some(Cow::Borrowed(inner));
