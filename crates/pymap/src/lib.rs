@@ -213,6 +213,33 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Sources are client input: any soup of the subset's tokens, and any text, is
+        /// compiled or refused without a panic, and so is any document mapped.
+        #[test]
+        fn never_panics(
+            words in proptest::collection::vec(proptest::sample::select(vec![
+                "def", "f", "(", "doc", ")", ":", "\n", "    ", "  ", "yield", "if", "elif",
+                "else", "return", "pass", "=", ",", "[", "]", "'a'", "\"-\"", "0", "-1", "in",
+                "not", "is", "None", "and", "or", "==", "<", ".get", ".split", "x", "#", "é",
+                "\t", "\\", "1.5", "'''",
+            ]), 0..40),
+            text in ".{0,60}",
+            doc in proptest::sample::select(vec![
+                r#"{"a": [1, -0, 1e999, "\ud800", {"b": "x-y"}], "x": "é-1", "n": -9223372036854775808}"#,
+                r#"{"a": "a-b", "0": 1, "x": [[[]]], "doc": null}"#,
+                "{}", "[1]", "{\"a\":", "",
+            ]),
+        ) {
+            let src = words.join(" ").replace(" \n ", "\n");
+            for s in [src.as_str(), text.as_str()] {
+                if let Some(f) = MapFn::compile(s) {
+                    let _ = f.map(doc);
+                }
+            }
+        }
+    }
+
     #[test]
     fn refuses_sources_outside_the_subset() {
         for src in [
