@@ -651,6 +651,36 @@ impl Database {
         Ok(docs)
     }
 
+    /// Every document (deleted ones too) as of `snap`, in sequence order, in `pages`
+    /// calls of `f` (more when a page's share of the seqs holds more than `max`
+    /// documents: it is cut short there and the next page starts after it), until `f`
+    /// breaks. Each page is one [`Database::leaves_by_seq_in`] over an even share of the
+    /// seqs: a pass over every document, so the fewer pages the better.
+    pub fn pages_by_seq_in(
+        &self,
+        snap: &Snapshot<'_>,
+        pages: u64,
+        max: usize,
+        mut f: impl FnMut(Vec<DocLeaves>) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let max = max.max(1);
+        let update_seq = self.stats_in(snap)?.update_seq;
+        let span = update_seq.div_ceil(pages.max(1)).max(1);
+        let mut after = 0;
+        while after < update_seq {
+            let upto = after.saturating_add(span);
+            let page = self.leaves_by_seq_in(snap, after, upto, max)?;
+            after = match page.last() {
+                Some(d) if page.len() == max => d.seq,
+                _ => upto,
+            };
+            if f(page).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// The database's `purge_seq` as of `snap`, and the ids of the documents purged after
     /// purge `since` (in purge order); `None` when some of those purges are no longer
     /// recorded (only the last `_purged_infos_limit` are kept).
@@ -1222,7 +1252,7 @@ impl LowestSeqs {
             return Ok(());
         }
         self.docs.extend(DocLeaves::decode(key, info)?);
-        if self.docs.len() > self.max + self.max / 4 {
+        if self.docs.len() > self.max.saturating_add(self.max / 4) {
             let last = self.max - 1;
             self.docs.select_nth_unstable_by_key(last, |d| d.seq);
             self.docs.truncate(self.max);

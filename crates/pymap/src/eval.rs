@@ -265,25 +265,30 @@ fn items(v: V<'_>) -> R<Vec<V<'_>>> {
 fn subscript<'a>(obj: &V<'a>, index: &V<'a>) -> R<V<'a>> {
     match (obj, index) {
         (V::Dict(text), V::Str(key)) => member(text, key)?.ok_or(Fallback), // KeyError
-        (V::DocList(_) | V::List(_), V::Int(i)) => {
-            let items = items(obj.clone())?;
-            let len = items.len() as i64;
-            let at = if *i < 0 { i + len } else { *i };
-            if !(0..len).contains(&at) {
-                return Err(Fallback); // IndexError
-            }
-            Ok(items[at as usize].clone())
+        (V::List(items), V::Int(i)) => Ok(items[position(*i, items.len())?].clone()),
+        (V::DocList(_), V::Int(i)) => {
+            let mut items = items(obj.clone())?;
+            let at = position(*i, items.len())?;
+            Ok(items.swap_remove(at))
         }
         (V::Str(s), V::Int(i)) => {
-            let len = s.chars().count() as i64;
-            let at = if *i < 0 { i + len } else { *i };
-            if !(0..len).contains(&at) {
-                return Err(Fallback);
-            }
-            let c = s.chars().nth(at as usize).ok_or(Fallback)?;
+            let at = position(*i, s.chars().count())?;
+            let c = s.chars().nth(at).ok_or(Fallback)?;
             Ok(V::Str(Cow::Owned(c.to_string())))
         }
         _ => Err(Fallback),
+    }
+}
+
+/// Where Python's index `i` (negative from the end) falls in a sequence of `len` items;
+/// out of range it raises `IndexError`.
+fn position(i: i64, len: usize) -> R<usize> {
+    let len = len as i64;
+    let at = if i < 0 { i + len } else { i };
+    if (0..len).contains(&at) {
+        Ok(at as usize)
+    } else {
+        Err(Fallback)
     }
 }
 

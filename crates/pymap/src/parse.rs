@@ -304,10 +304,11 @@ impl Parser<'_> {
             Some(Tok::Op(">")) => Cmp::Gt,
             Some(Tok::Op(">=")) => Cmp::Ge,
             Some(Tok::Name(n)) if n == "in" => Cmp::In,
-            Some(Tok::Name(n)) if n == "not" => {
-                self.i += 1;
-                self.name("in")?;
-                self.i -= 1;
+            Some(Tok::Name(n))
+                if n == "not"
+                    && matches!(self.t.get(self.i + 1), Some(Tok::Name(m)) if m == "in") =>
+            {
+                self.i += 1; // `not`; `in` below
                 Cmp::NotIn
             }
             Some(Tok::Name(n)) if n == "is" => {
@@ -332,6 +333,20 @@ impl Parser<'_> {
         (!chained).then_some(e)
     }
 
+    /// Expressions separated by commas (a trailing one allowed) up to and including
+    /// `close`.
+    fn items(&mut self, close: &str) -> Option<Vec<Expr>> {
+        let mut items = Vec::new();
+        while !self.eat_op(close) {
+            items.push(self.expr()?);
+            if !self.eat_op(",") {
+                self.op(close)?;
+                break;
+            }
+        }
+        Some(items)
+    }
+
     fn primary(&mut self) -> Option<Expr> {
         let mut e = self.atom()?;
         loop {
@@ -346,14 +361,7 @@ impl Parser<'_> {
                     _ => return None,
                 };
                 self.op("(")?;
-                let mut args = Vec::new();
-                while !self.eat_op(")") {
-                    args.push(self.expr()?);
-                    if !self.eat_op(",") {
-                        self.op(")")?;
-                        break;
-                    }
-                }
+                let args = self.items(")")?;
                 let arity_ok = match method {
                     Method::Get => (1..=2).contains(&args.len()),
                     Method::Split => args.len() == 1,
@@ -402,27 +410,12 @@ impl Parser<'_> {
                 if self.eat_op(")") {
                     return Some(first);
                 }
+                self.op(",")?;
                 let mut items = vec![first];
-                while self.eat_op(",") {
-                    if self.is_op(")") {
-                        break;
-                    }
-                    items.push(self.expr()?);
-                }
-                self.op(")")?;
+                items.extend(self.items(")")?);
                 Expr::List(items)
             }
-            Tok::Op("[") => {
-                let mut items = Vec::new();
-                while !self.eat_op("]") {
-                    items.push(self.expr()?);
-                    if !self.eat_op(",") {
-                        self.op("]")?;
-                        break;
-                    }
-                }
-                Expr::List(items)
-            }
+            Tok::Op("[") => Expr::List(self.items("]")?),
             _ => return None,
         })
     }

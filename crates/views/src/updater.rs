@@ -7,9 +7,9 @@
 //! and sends chunks of documents to N map workers (one QuickJS runtime each, or the
 //! group's shared [`NativeMap`] when its language is native or has a query server, given a
 //! whole chunk per call; N = cores, or what the [`NativeMap`] asks for); each worker reads
-//! its chunk's bodies
-//! from the reader's snapshot (decompressing them is a large share of the work, so it is
-//! spread over the workers), maps, encodes keys in collation order and sends rows back to
+//! its chunk's bodies from the reader's snapshot (decompressing them is a large share of
+//! the work, so it is spread over the workers), maps, encodes keys in collation order and
+//! sends rows back to
 //! the collector (the calling thread). At the end of a round the collector applies the
 //! rows to each view's tree and writes the new roots and the round's last seq in the same
 //! batch as the back index.
@@ -472,26 +472,11 @@ fn read_changes(
         ControlFlow::Continue(())
     };
     if let Some(pages) = fresh_pages(source, since)? {
-        // Pages of documents in seq order (see `fresh_pages`), each over an even share of
-        // the seqs and cut short if that share holds too many documents.
-        let update_seq = db.stats_in(snap)?.update_seq;
-        let span = update_seq.div_ceil(pages).max(1);
-        let mut after = 0;
-        while after < update_seq {
-            let upto = after.saturating_add(span);
-            let page = db.leaves_by_seq_in(snap, after, upto, FRESH_PAGE_DOCS)?;
-            after = match page.last() {
-                Some(d) if page.len() == FRESH_PAGE_DOCS => d.seq,
-                _ => upto,
-            };
-            let stopped = (page.into_iter())
+        db.pages_by_seq_in(snap, pages, FRESH_PAGE_DOCS, |page| {
+            (page.into_iter())
                 .filter(|d| d.leaves.first().is_some_and(|w| !w.deleted) && g.indexes(&d.id))
                 .try_for_each(&mut on_doc)
-                .is_break();
-            if stopped {
-                break;
-            }
-        }
+        })?
     } else {
         db.changes_in(snap, since, false, false, |c| {
             on_doc(DocLeaves {
