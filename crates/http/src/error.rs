@@ -165,6 +165,9 @@ impl From<settee_views::Error> for ApiError {
                 ApiError::Named(status, error.into(), reason)
             }
             V::Reduce(f) => ApiError::Named(S::INTERNAL_SERVER_ERROR, f.error, f.reason),
+            V::Spill(e) if e.kind() == std::io::ErrorKind::StorageFull => ApiError::Db(
+                DbError::InsufficientStorage(settee_db::disk::NO_SPACE.into()),
+            ),
             // A server's own error answer goes through the table design functions' errors
             // go through (`not_found` is a 404, ...), as CouchDB throws it.
             V::QueryServer(settee_views::queryserver::Error::Server { error, reason }) => {

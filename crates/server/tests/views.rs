@@ -626,3 +626,48 @@ fn view_compaction_rewrites_trees_without_changing_answers() {
     let s2 = Server::start_in(dir.path());
     assert_eq!(answers(&s2), after);
 }
+
+/// A fresh build whose rows outgrow the indexer's memory bound (~46 MB of rows here) writes
+/// them as sorted runs and merges them back: every row, in collation order, reduced right.
+#[test]
+fn a_fresh_build_larger_than_memory_merges_its_spilled_runs() {
+    let s = Server::start();
+    s.create_db("db");
+    for part in 0..4 {
+        let docs: Vec<Value> = (part * 250..(part + 1) * 250)
+            .map(|i| json!({"_id": format!("d{i:04}"), "n": i}))
+            .collect();
+        bulk(&s, "db", json!(docs));
+    }
+    let ddoc = json!({"views": {
+        "wide": {"map": "function(doc) { var pad = Array(81).join('x'); \
+                 for (var j = 0; j < 200; j++) emit([j, doc.n, pad], doc.n); }",
+                 "reduce": "_sum"},
+        "ids": {"map": "function(doc) { emit(doc._id, null); }", "reduce": "_count"}
+    }});
+    assert_eq!(s.put("/db/_design/v", &ddoc.to_string()).status, 201);
+    let pad = "x".repeat(80);
+    let r = s.get("/db/_design/v/_view/wide?reduce=false&skip=123456&limit=3");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["total_rows"], 200_000);
+    let expected: Vec<Value> = [(123, 456), (123, 457), (123, 458)]
+        .iter()
+        .map(|&(j, n)| json!({"id": format!("d{n:04}"), "key": [j, n, pad], "value": n}))
+        .collect();
+    assert_eq!(v["rows"], json!(expected));
+    let groups = s.get("/db/_design/v/_view/wide?group_level=1").json();
+    let groups = groups["rows"].as_array().unwrap();
+    assert_eq!(groups.len(), 200);
+    for (j, g) in groups.iter().enumerate() {
+        assert_eq!(g, &json!({"key": [j], "value": 499_500}));
+    }
+    let ids = s
+        .get("/db/_design/v/_view/ids?reduce=false&skip=998")
+        .json();
+    assert_eq!(keys(&ids), vec![json!("d0998"), json!("d0999")]);
+    assert_eq!(
+        s.get("/db/_design/v/_view/ids").json()["rows"][0]["value"],
+        1000
+    );
+}

@@ -133,6 +133,11 @@ fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
 }
 
 impl Store {
+    /// The database's directory (where work files that outgrow memory may go too).
+    pub fn path(&self) -> &Path {
+        self.db.path()
+    }
+
     pub fn open(path: &Path, opts: &StoreOptions) -> Result<Store> {
         let cache = Cache::new_lru_cache(opts.block_cache_bytes);
         let mut db_opts = Options::default();

@@ -16,6 +16,7 @@ mod native;
 mod native_fns;
 mod query;
 mod reducer;
+mod runs;
 mod tasks;
 pub mod tree;
 mod updater;
@@ -52,6 +53,9 @@ pub enum Error {
     /// A query-server call failed (map during an index update).
     #[error(transparent)]
     QueryServer(settee_queryserver::Error),
+    /// Writing or reading back the sorted runs of a bulk load.
+    #[error("spilling the rows of an index build: {0}")]
+    Spill(std::io::Error),
     #[error("{0}")]
     Internal(String),
 }

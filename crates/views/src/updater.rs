@@ -28,6 +28,7 @@
 
 use crate::group::Group;
 use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Meta, RowSizes};
+use crate::runs::BulkRows;
 use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
@@ -36,6 +37,7 @@ use settee_db::{Database, DocLeaves};
 use settee_js::{JsError, Limits, ViewRuntime};
 use settee_queryserver::Emits;
 use settee_storage::{Cf, Read, Snapshot, Store};
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,8 +58,11 @@ const FRESH_PAGE_DOCS: usize = 500_000;
 /// Most passes a fresh index makes: each reads every document's info, so a database of
 /// more documents is read through the changes feed.
 const FRESH_PAGES: u64 = 8;
-/// Rows a round holds in memory before it is written.
+/// Rows a round maps before it is written.
 const ROUND_ROWS: usize = 1_500_000;
+/// Bytes of rows a bulk load holds in memory; past this they are spilled as sorted runs
+/// (a 1M-row build held ~110 MB of rows at its end).
+const SPILL_BYTES: usize = 32 << 20;
 /// Pending node bytes, and back-index entries, that a bulk load writes out before its
 /// checkpoint (bounding the round's memory).
 const EARLY_FLUSH_BYTES: usize = 8 << 20;
@@ -221,9 +226,11 @@ fn round(
                     send_back(&back_tx, back)?;
                     drop(back_tx);
                     for (i, rows) in rows.into_iter().enumerate() {
+                        let failed = Cell::new(None);
                         meta.roots[i] = g.with_reducer(i, &mut js, |red| {
-                            tree::build(&mut sink, red, rows.into_sorted_rows())
+                            tree::build(&mut sink, red, rows.into_sorted(&failed))
                         });
+                        failed.take().map_or(Ok(()), |e| Err(Error::Spill(e)))?;
                     }
                     Vec::new()
                 }
@@ -780,68 +787,10 @@ fn push_rows(
     }
 }
 
-/// The rows of a bulk load, packed: their bytes in blocks of `BLOCK` (never reallocated),
-/// one small index entry per row. About 120 bytes per typical row instead of ~200 as two
-/// `Vec`s each, which is most of an initial build's memory.
-#[derive(Default)]
-struct RowBuffer {
-    blocks: Vec<Vec<u8>>,
-    /// (block, offset, key length, value length)
-    index: Vec<(u32, u32, u32, u32)>,
-}
-
-impl RowBuffer {
-    const BLOCK: usize = 1 << 20;
-
-    fn push(&mut self, key: &[u8], value: &[u8]) {
-        let len = key.len() + value.len();
-        let fits = self
-            .blocks
-            .last()
-            .is_some_and(|b| b.capacity() - b.len() >= len);
-        if !fits {
-            self.blocks.push(Vec::with_capacity(Self::BLOCK.max(len)));
-        }
-        let block = self.blocks.len() - 1;
-        let b = &mut self.blocks[block];
-        let offset = b.len();
-        b.extend_from_slice(key);
-        b.extend_from_slice(value);
-        self.index.push((
-            block as u32,
-            offset as u32,
-            key.len() as u32,
-            value.len() as u32,
-        ));
-    }
-
-    fn slices<'a>(
-        blocks: &'a [Vec<u8>],
-        &(b, o, k, v): &(u32, u32, u32, u32),
-    ) -> (&'a [u8], &'a [u8]) {
-        let (o, k, v) = (o as usize, k as usize, v as usize);
-        let bytes = &blocks[b as usize][o..o + k + v];
-        bytes.split_at(k)
-    }
-
-    /// The rows in key order.
-    fn into_sorted_rows(self) -> impl Iterator<Item = Row> {
-        let RowBuffer { blocks, mut index } = self;
-        index.sort_unstable_by(|a, b| Self::slices(&blocks, a).0.cmp(Self::slices(&blocks, b).0));
-        index.into_iter().map(move |e| {
-            let (key, value) = Self::slices(&blocks, &e);
-            Row {
-                key: key.to_vec(),
-                value: value.to_vec(),
-            }
-        })
-    }
-}
-
 enum State {
     /// An empty index: rows per view, back-index entries not yet written.
     Fresh {
-        rows: Vec<RowBuffer>,
+        rows: Vec<BulkRows>,
         back: Vec<(String, Vec<u8>)>,
     },
     /// Changes to existing trees: ops per view (sorted), back-index puts and deletes.
@@ -863,7 +812,7 @@ impl<'a> Collector<'a> {
         let n = g.def.views.len();
         let state = if fresh {
             State::Fresh {
-                rows: (0..n).map(|_| RowBuffer::default()).collect(),
+                rows: (0..n).map(|_| BulkRows::default()).collect(),
                 back: Vec::new(),
             }
         } else {
@@ -898,6 +847,12 @@ impl<'a> Collector<'a> {
                 }
                 if back.len() >= EARLY_BACK_ENTRIES {
                     send_back(early, std::mem::take(back))?;
+                }
+                let bytes: usize = rows.iter().map(BulkRows::bytes).sum();
+                if bytes >= SPILL_BYTES {
+                    tracing::debug!(ddoc = %self.g.ddoc_id, bytes, "view build spills its rows");
+                    let dir = self.store.path();
+                    (rows.iter_mut().try_for_each(|r| r.spill(dir))).map_err(Error::Spill)?;
                 }
             }
             State::Incremental { ops, back } => {
@@ -1098,31 +1053,5 @@ impl<R: Read> NodeRead for SnapNodes<'_, R> {
             .get(Cf::Views, &self.g.prefix.node(id))?
             .ok_or(TreeError::Corrupted(id))?;
         Node::decode(&bytes).ok_or(TreeError::Corrupted(id))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn row_buffer_yields_rows_in_key_order() {
-        let mut buf = RowBuffer::default();
-        let mut expected = Vec::new();
-        let big = vec![7u8; RowBuffer::BLOCK + 10];
-        for i in (0..5000u32).rev() {
-            let key = format!("k{:05}", (i * 7919) % 5000).into_bytes();
-            let value = if i == 1234 {
-                big.clone()
-            } else {
-                i.to_be_bytes().to_vec()
-            };
-            buf.push(&key, &value);
-            expected.push(Row { key, value });
-        }
-        expected.sort_by(|a, b| a.key.cmp(&b.key));
-        assert!(buf.blocks.len() > 1, "the big row took its own block");
-        let got: Vec<Row> = buf.into_sorted_rows().collect();
-        assert_eq!(got, expected);
     }
 }
