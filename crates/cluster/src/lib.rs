@@ -24,7 +24,7 @@ mod state;
 pub mod testing;
 
 pub use map::{Candidate, Copies, PlanError, ShardMap};
-pub use nodes::NodeDoc;
+pub use nodes::{ListStats, NodeDoc};
 pub use state::{Cluster, Member};
 
 use std::time::Duration;

@@ -1,10 +1,17 @@
 //! The membership list's documents (CouchDB's `_nodes` database): one per node, `_id` the
-//! node's name, edited with CouchDB's single-revision rules. Pure: an edit is a function of
-//! the current document and the request; `state.rs` stores the result in one transaction.
+//! node's name, edited with CouchDB's single-revision rules. A removed node's document stays
+//! as a deletion (a tombstone, as in any CouchDB database): it is not listed, reads say
+//! `deleted`, and adding the node again extends it. Pure: an edit is a function of the
+//! current document and the request; `state.rs` stores the result in one transaction.
 
 use crate::{Error, Result};
 use serde_json::{Map, Value};
 use settee_core::{new_rev_id, Rev};
+
+/// The member of a stored document naming the write that stored it, so that a write which
+/// finds the document as it would have left it can tell its own retried write (done) from
+/// another writer's identical one (a conflict, as in CouchDB). Never shown.
+const WRITE: &str = "_settee_write";
 
 /// One node's document as stored: its name, revision and body (`zone`, …).
 #[derive(Clone, Debug, PartialEq)]
@@ -12,6 +19,8 @@ pub struct NodeDoc {
     pub name: String,
     pub rev: Rev,
     pub body: Map<String, Value>,
+    /// Removed from the list: only its revision is kept.
+    pub deleted: bool,
 }
 
 impl NodeDoc {
@@ -22,6 +31,18 @@ impl NodeDoc {
         doc.insert("_rev".into(), Value::String(self.rev.to_string()));
         doc.extend(self.body.clone());
         Value::Object(doc)
+    }
+
+    /// The stored form: the document, `_deleted` on a tombstone, and the write's token.
+    pub(crate) fn stored(&self, write: &str) -> Vec<u8> {
+        let Value::Object(mut doc) = self.to_json() else {
+            unreachable!("an object")
+        };
+        if self.deleted {
+            doc.insert("_deleted".into(), Value::Bool(true));
+        }
+        doc.insert(WRITE.into(), Value::String(write.to_owned()));
+        serde_json::to_vec(&doc).expect("json")
     }
 
     /// Reads a stored document.
@@ -38,6 +59,8 @@ impl NodeDoc {
         // `shift_remove`: the body keeps its members' order (a plain `remove` swaps the
         // last member into the hole).
         body.shift_remove("_id");
+        body.shift_remove(WRITE);
+        let deleted = body.shift_remove("_deleted") == Some(Value::Bool(true));
         let rev = body
             .shift_remove("_rev")
             .and_then(|r| r.as_str().and_then(|r| Rev::parse(r).ok()))
@@ -46,6 +69,7 @@ impl NodeDoc {
             name: name.to_owned(),
             rev,
             body,
+            deleted,
         })
     }
 
@@ -86,26 +110,62 @@ pub(crate) fn put(
         name: name.to_owned(),
         rev: Rev::new(parent.map_or(1, |p| p.pos + 1), id),
         body,
+        deleted: false,
     })
 }
 
-/// The revision a `DELETE` of `current` at `rev` gives the removed document.
-pub(crate) fn delete(current: Option<&NodeDoc>, rev: Option<&str>) -> Result<Rev> {
-    let current = current.ok_or(Error::NotFound("missing"))?;
+/// The tombstone a `DELETE` of `current` at `rev` leaves.
+pub(crate) fn delete(current: Option<&NodeDoc>, rev: Option<&str>) -> Result<NodeDoc> {
+    let current = match current {
+        None => return Err(Error::NotFound("missing")),
+        Some(c) if c.deleted => return Err(Error::NotFound("deleted")),
+        Some(c) => c,
+    };
     let asked = rev.map(Rev::parse).transpose()?;
     let parent = edited(Some(current), asked.as_ref())?.expect("current exists");
     let id = new_rev_id(Some(&parent), true, b"{}");
-    Ok(Rev::new(parent.pos + 1, id))
+    Ok(NodeDoc {
+        name: current.name.clone(),
+        rev: Rev::new(parent.pos + 1, id),
+        body: Map::new(),
+        deleted: true,
+    })
 }
 
 /// The parent of an edit of `current` that names `asked`: CouchDB's conflict rules for a
-/// document without branches.
+/// document without branches. A document written over a deletion without a revision
+/// extends it; naming the deletion's revision is a conflict (as CouchDB 3.5.2 answers).
 fn edited(current: Option<&NodeDoc>, asked: Option<&Rev>) -> Result<Option<Rev>> {
     match (current, asked) {
         (None, None) => Ok(None),
-        (Some(c), Some(a)) if c.rev == *a => Ok(Some(c.rev.clone())),
+        (Some(c), None) if c.deleted => Ok(Some(c.rev.clone())),
+        (Some(c), Some(a)) if !c.deleted && c.rev == *a => Ok(Some(c.rev.clone())),
         _ => Err(Error::Conflict),
     }
+}
+
+/// What CouchDB's `GET /_node/_local/_nodes` counts of the list: documents, deletions,
+/// edits (each revision is one, so the sum of the revisions' numbers) and the bodies'
+/// JSON bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ListStats {
+    pub doc_count: u64,
+    pub doc_del_count: u64,
+    pub update_seq: u64,
+    pub external: u64,
+}
+
+pub(crate) fn stats<'a>(docs: impl IntoIterator<Item = &'a NodeDoc>) -> ListStats {
+    docs.into_iter().fold(ListStats::default(), |mut s, d| {
+        if d.deleted {
+            s.doc_del_count += 1;
+        } else {
+            s.doc_count += 1;
+        }
+        s.update_seq += d.rev.pos;
+        s.external += serde_json::to_vec(&d.body).map_or(0, |b| b.len() as u64);
+        s
+    })
 }
 
 #[cfg(test)]
@@ -119,11 +179,37 @@ mod tests {
         // adding a zone, and a DELETE of the first revision.
         let first = put(None, "x@h", json!({}), None).unwrap();
         assert_eq!(first.rev.to_string(), "1-967a00dff5e02add41819138abb3284d");
+        let deleted = delete(Some(&first), Some("1-967a00dff5e02add41819138abb3284d")).unwrap();
         assert_eq!(
-            delete(Some(&first), Some("1-967a00dff5e02add41819138abb3284d"))
-                .unwrap()
-                .to_string(),
+            deleted.rev.to_string(),
             "2-eec205a9d413992850a6e32678485900"
+        );
+        // Added again without a revision: the deletion is extended.
+        let again = put(Some(&deleted), "x@h", json!({}), None).unwrap();
+        assert_eq!(again.rev.to_string(), "3-5570e8bbb34412db757c2df4bfa1099b");
+        assert!(matches!(
+            put(
+                Some(&deleted),
+                "x@h",
+                json!({}),
+                Some("2-eec205a9d413992850a6e32678485900")
+            ),
+            Err(Error::Conflict)
+        ));
+        assert!(matches!(
+            delete(Some(&deleted), None),
+            Err(Error::NotFound("deleted"))
+        ));
+        let stored = deleted.stored("w1");
+        assert_eq!(NodeDoc::from_json("x@h", &stored).unwrap(), deleted);
+        assert_eq!(
+            stats([&first, &deleted, &again]),
+            ListStats {
+                doc_count: 2,
+                doc_del_count: 1,
+                update_seq: 6,
+                external: 6
+            }
         );
         let second = put(
             Some(&first),
@@ -138,7 +224,7 @@ mod tests {
             second.to_json(),
             json!({"_id": "x@h", "_rev": second.rev.to_string(), "zone": "a"})
         );
-        let stored = serde_json::to_vec(&second.to_json()).unwrap();
+        let stored = second.stored("w2");
         assert_eq!(NodeDoc::from_json("x@h", &stored).unwrap(), second);
     }
 

@@ -1,7 +1,7 @@
 //! [`Cluster`]: this node's view of the cluster state in etcd, and the writes to it.
 
 use crate::map::{self, Candidate, ShardMap};
-use crate::nodes::{self, NodeDoc};
+use crate::nodes::{self, ListStats, NodeDoc};
 use crate::{Config, Error, Result};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
@@ -154,13 +154,25 @@ impl Cluster {
         self.cache.read().unwrap().live.values().cloned().collect()
     }
 
-    /// The membership list, by name (CouchDB's `cluster_nodes`).
+    /// The membership list, by name (CouchDB's `cluster_nodes`): removed nodes left out.
     pub fn nodes(&self) -> Vec<NodeDoc> {
-        self.cache.read().unwrap().nodes.values().cloned().collect()
+        let cache = self.cache.read().unwrap();
+        cache
+            .nodes
+            .values()
+            .filter(|d| !d.deleted)
+            .cloned()
+            .collect()
     }
 
+    /// A node's document, a removed node's tombstone too.
     pub fn node_doc(&self, name: &str) -> Option<NodeDoc> {
         self.cache.read().unwrap().nodes.get(name).cloned()
+    }
+
+    /// What the list holds, counted as CouchDB counts a database.
+    pub fn list_stats(&self) -> ListStats {
+        nodes::stats(self.cache.read().unwrap().nodes.values())
     }
 
     /// Adds or edits a node's document (`PUT /_node/_local/_nodes/{name}`): its new
@@ -169,30 +181,31 @@ impl Cluster {
         let key = self.key(NODES, name);
         let (current, version) = self.read_node(&key, name).await?;
         let doc = nodes::put(current.as_ref(), name, body, rev)?;
-        let value = serde_json::to_vec(&doc.to_json()).expect("json");
-        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, version);
+        self.store_node(&key, version, &doc).await?;
+        Ok(doc.rev)
+    }
+
+    /// Removes a node's document, leaving its tombstone: the deletion's revision.
+    pub async fn delete_node(&self, name: &str, rev: Option<&str>) -> Result<Rev> {
+        let key = self.key(NODES, name);
+        let (current, version) = self.read_node(&key, name).await?;
+        let doc = nodes::delete(current.as_ref(), rev)?;
+        self.store_node(&key, version, &doc).await?;
+        Ok(doc.rev)
+    }
+
+    /// Stores `doc` if its key is still at `version`: a conflict otherwise, unless this
+    /// very write was made by an earlier attempt (its token is the one stored).
+    async fn store_node(&self, key: &str, version: i64, doc: &NodeDoc) -> Result<()> {
+        let value = doc.stored(&format!("{:032x}", rand::random::<u128>()));
+        let when = Compare::mod_revision(key, CompareOp::Equal, version);
         let done = self
-            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
+            .txn(key, when, TxnOp::put(key, value.as_slice(), None))
             .await?;
         if !done.applied_or_holds(&value) {
             return Err(Error::Conflict);
         }
-        Ok(doc.rev)
-    }
-
-    /// Removes a node's document: the revision CouchDB would give the deletion.
-    pub async fn delete_node(&self, name: &str, rev: Option<&str>) -> Result<Rev> {
-        let key = self.key(NODES, name);
-        let (current, version) = self.read_node(&key, name).await?;
-        let rev = nodes::delete(current.as_ref(), rev)?;
-        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, version);
-        let done = self
-            .txn(&key, when, TxnOp::delete(key.as_str(), None))
-            .await?;
-        if !done.applied_or_gone() {
-            return Err(Error::Conflict);
-        }
-        Ok(rev)
+        Ok(())
     }
 
     /// A node's document as etcd has it now, with its key's modification revision (0:

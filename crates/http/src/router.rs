@@ -24,7 +24,7 @@ pub fn is_node_local(endpoint: &Endpoint) -> bool {
             | Endpoint::Reshard(_)
             | Endpoint::DbOp(_, DbOp::Shards(_))
             // CouchDB's `_nodes` database, behind its node-local interface.
-            | Endpoint::Node(_, NodeOp::NodeDoc(_) | NodeOp::NodeDocs)
+            | Endpoint::Node(_, NodeOp::NodeDoc(_) | NodeOp::NodeDocs | NodeOp::NodesInfo)
     ) || own_welcome(endpoint)
 }
 

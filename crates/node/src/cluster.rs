@@ -55,13 +55,52 @@ impl Node {
     /// A node's document (`GET /_node/_local/_nodes/{name}`).
     pub fn node_doc(&self, name: &str) -> Result<Value> {
         match self.cluster() {
-            Some(c) => c.node_doc(name).map(|d| d.to_json()),
+            Some(c) => match c.node_doc(name) {
+                Some(d) if d.deleted => Err(Error::NotFound("deleted".into())),
+                Some(d) => Ok(d.to_json()),
+                None => Err(Error::NotFound("missing".into())),
+            },
             None if name == settee_core::node::name() => {
-                Some(json!({"_id": name, "_rev": FIRST_REV}))
+                Ok(json!({"_id": name, "_rev": FIRST_REV}))
             }
-            None => None,
+            None => Err(Error::NotFound("missing".into())),
         }
-        .ok_or_else(|| Error::NotFound("missing".into()))
+    }
+
+    /// The membership list as a database (`GET /_node/_local/_nodes`), members in the order
+    /// CouchDB 3.5.2 shows a node-local database's. The counts are the list's; what has no
+    /// equivalent in etcd is shown as a fresh database shows it (file sizes are the
+    /// documents' bytes, `uuid` is derived from the cluster's key prefix).
+    pub fn nodes_info(&self) -> Value {
+        let (s, scope) = match self.cluster() {
+            Some(c) => (c.list_stats(), c.config().prefix.clone()),
+            None => (
+                settee_cluster::ListStats {
+                    doc_count: 1,
+                    doc_del_count: 0,
+                    update_seq: 1,
+                    external: 2,
+                },
+                settee_core::node::name().to_owned(),
+            ),
+        };
+        let uuid = hex::encode(<md5::Md5 as md5::Digest>::digest(format!("_nodes {scope}")));
+        json!({
+            "db_name": "_nodes",
+            "engine": "couch_bt_engine",
+            "doc_count": s.doc_count,
+            "doc_del_count": s.doc_del_count,
+            "update_seq": s.update_seq,
+            "purge_seq": 0,
+            "compact_running": false,
+            "sizes": {"active": s.external, "external": s.external, "file": s.external},
+            "instance_start_time": "0",
+            "disk_format_version": 8,
+            "committed_update_seq": s.update_seq,
+            "compacted_seq": 0,
+            "props": {},
+            "uuid": uuid,
+        })
     }
 
     /// The list's documents as `_all_docs` rows' (id, rev), by id.

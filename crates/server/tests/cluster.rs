@@ -143,6 +143,71 @@ fn members_join_list_each_other_and_leave_when_they_die() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["ok"], true);
     eventually("n3 gone from n1's list", || membership(&n1).1 == both);
+    let rev4 = r.json()["rev"].as_str().unwrap().to_string();
+    // CouchDB 3.5.2 gives the same edits of its `_nodes` these revisions.
+    assert_eq!(rev4, "4-a13644523773ea735cbf854c02cc02fe");
+
+    // The removed node's document stays as a deletion, as in CouchDB's `_nodes`: reads say
+    // so, another DELETE finds it gone, and adding the node again without a revision
+    // extends it (naming the deletion's revision conflicts).
+    let node3 = "/_node/_local/_nodes/settee3@127.0.0.1";
+    let gone = json!({"error": "not_found", "reason": "deleted"});
+    assert_eq!(n1.get(node3).json(), gone);
+    assert_eq!(n1.delete(&format!("{node3}?rev={rev4}")).json(), gone);
+    assert_eq!(
+        n1.put(node3, &format!(r#"{{"_rev": "{rev4}"}}"#)).status,
+        409
+    );
+    // The list as a database: what CouchDB 3.5.2 counts of its `_nodes`.
+    let info = n1.get("/_node/_local/_nodes").json();
+    assert_eq!(
+        (
+            &info["db_name"],
+            &info["doc_count"],
+            &info["doc_del_count"],
+            &info["update_seq"]
+        ),
+        (&json!("_nodes"), &json!(2), &json!(1), &json!(6))
+    );
+    assert_eq!(n1.get("/_node/_local/_nodes/").json(), info);
+    let r = n1.put(node3, "{}");
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["rev"], "5-ea0be06d1ddb1cf26a73df3b01a19ff1");
+    let r = n1.delete(&format!("{node3}?rev=5-ea0be06d1ddb1cf26a73df3b01a19ff1"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    eventually("n3 gone again", || membership(&n1).1 == both);
+
+    // Two members adding the same node at once: one adds it, the other conflicts, as two
+    // writers of one CouchDB document would.
+    let answers = std::thread::scope(|s| {
+        let a = s.spawn(|| n1.put("/_node/_local/_nodes/twin@h", "{}").status);
+        let b = s.spawn(|| n2.put("/_node/_local/_nodes/twin@h", "{}").status);
+        let mut both = [a.join().unwrap(), b.join().unwrap()];
+        both.sort();
+        both
+    });
+    assert_eq!(answers, [201, 409]);
+    let r = n1.delete("/_node/_local/_nodes/twin@h?rev=1-967a00dff5e02add41819138abb3284d");
+    assert_eq!(r.status, 200, "{}", r.text);
+    eventually("twin gone", || membership(&n1).1 == both);
+
+    // couch_httpd's words for what it refuses on these documents.
+    let r = n1.put("/_node/_local/_nodes/x@h", "{bad");
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"error": "bad_request", "reason": "invalid_json"})
+        )
+    );
+    let r = n1.post("/_node/_local/_nodes/x@h", "{}");
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            400,
+            json!({"error": "bad_request", "reason": "Referer header required."})
+        )
+    );
 
     // Only admins see the list, as CouchDB's node-local databases.
     assert_eq!(
@@ -283,6 +348,16 @@ fn a_single_node_lists_itself_and_refuses_list_edits() {
         json!({"total_rows": 1, "offset": 0, "rows": [
             {"id": me, "key": me, "value": {"rev": "1-967a00dff5e02add41819138abb3284d"}}
         ]})
+    );
+    // As a fresh CouchDB node's `_nodes`: one document, one edit.
+    let info = s.get("/_node/_local/_nodes").json();
+    assert_eq!(
+        (
+            &info["doc_count"],
+            &info["doc_del_count"],
+            &info["update_seq"]
+        ),
+        (&json!(1), &json!(0), &json!(1))
     );
     let r = s.put("/_node/_local/_nodes/other@h", "{}");
     assert_eq!(r.status, 503);

@@ -145,6 +145,8 @@ pub enum NodeOp {
     Prometheus,
     /// `_versions`
     Versions,
+    /// `_nodes` (or `_nodes/`): the membership list as a database
+    NodesInfo,
     /// `_nodes/_all_docs`: the membership list's documents
     NodeDocs,
     /// `_nodes/{node-name}`: one node's document in the membership list
@@ -283,6 +285,7 @@ fn parse_node(rest: &[&str]) -> NodeOp {
         ["_system"] => NodeOp::System,
         ["_prometheus"] => NodeOp::Prometheus,
         ["_versions"] => NodeOp::Versions,
+        ["_nodes"] | ["_nodes", ""] => NodeOp::NodesInfo,
         ["_nodes", "_all_docs"] => NodeOp::NodeDocs,
         ["_nodes", name] => NodeOp::NodeDoc(name.to_string()),
         ["_smoosh", "status"] => U("compaction scheduling (_smoosh)", "GET"),
@@ -609,6 +612,12 @@ mod tests {
             parse("/_node/_local/_nodes/_all_docs").unwrap(),
             Endpoint::Node("_local".into(), NodeOp::NodeDocs)
         );
+        for path in ["/_node/_local/_nodes", "/_node/_local/_nodes/"] {
+            assert_eq!(
+                parse(path).unwrap(),
+                Endpoint::Node("_local".into(), NodeOp::NodesInfo)
+            );
+        }
         assert_eq!(
             parse("/_node").unwrap(),
             Endpoint::Node(String::new(), NodeOp::Incomplete)

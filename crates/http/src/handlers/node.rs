@@ -77,6 +77,11 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
             check_node(node)?;
             Ok(json(StatusCode::OK, &settee_node::status::versions()))
         }
+        NodeOp::NodesInfo => {
+            allow(&req.method, "GET,HEAD")?;
+            check_node(node)?;
+            Ok(json(StatusCode::OK, &state.nodes_info()))
+        }
         NodeOp::NodeDocs => {
             allow(&req.method, "GET,HEAD")?;
             check_node(node)?;
@@ -136,11 +141,18 @@ async fn forward(state: &AppState, node: &str, mut req: Req) -> ApiResult<Respon
 /// A document of the membership list (CouchDB's `_nodes` database): reading it, adding a
 /// node (`PUT {}`), editing it (`zone`, `decom`) or removing it.
 async fn node_doc(state: &AppState, node: &str, name: &str, mut req: Req) -> ApiResult<Response> {
-    allow(&req.method, "GET,HEAD,PUT,DELETE")?;
+    allow(&req.method, "GET,HEAD,PUT,DELETE,POST")?;
     check_node(node)?;
     match req.method.as_str() {
+        // couch_httpd takes a POST to a document as a form upload of attachments; the
+        // membership list's documents hold none, so only its refusals are answered.
+        "POST" => Err(form_refusal(&req)),
         "PUT" => {
-            let body = req.json().await?;
+            // couch_httpd's word for a body that is not JSON (chttpd says `invalid UTF-8
+            // JSON`).
+            let body = req.bytes().await?;
+            let body = settee_wire::parse_json(&body)
+                .map_err(|_| ApiError::bad_request("invalid_json"))?;
             let query = crate::req::parse_rev_param(&req)?.map(|r| r.to_string());
             let rev = state.put_node_doc(name, body, query.as_deref()).await?;
             // As CouchDB's: the node-local `_nodes` database's path.
@@ -174,6 +186,36 @@ async fn node_doc(state: &AppState, node: &str, name: &str, mut req: Req) -> Api
             Ok(resp)
         }
     }
+}
+
+/// Why couch_httpd refuses a form upload (`POST /{db}/{docid}`) to a membership list
+/// document: no `Referer`, one naming another host, or a body that is not a form. A form
+/// itself is refused too: the list's documents hold no attachments.
+fn form_refusal(req: &Req) -> ApiError {
+    let Some(referer) = req.header("referer") else {
+        return ApiError::bad_request("Referer header required.");
+    };
+    let host = req.header("host").unwrap_or_default();
+    let referer_host = referer
+        .split_once("://")
+        .map_or(referer, |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    if referer_host != host {
+        return ApiError::bad_request("Referer header must match host.");
+    }
+    let form = req
+        .header("content-type")
+        .is_some_and(|ct| ct.starts_with("multipart/form-data"));
+    if !form {
+        return ApiError::Named(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_content_type".into(),
+            "Content-Type must be multipart/form-data".into(),
+        );
+    }
+    ApiError::bad_request("The membership list's documents take no attachments.")
 }
 
 /// `_local` or this node's name; CouchDB's 404 for any other.
