@@ -53,6 +53,9 @@ impl Default for HttpConfig {
 /// What handlers share: the node they ask, and what HTTP keeps of its own.
 pub struct Inner {
     pub node: Arc<Node>,
+    /// What every database operation goes through: the node itself, or a coordinator
+    /// that fans operations out to shard copies (`settee_node::fabric`).
+    pub fabric: Arc<dyn settee_node::Fabric>,
     pub http: HttpConfig,
     /// The node's replication manager: jobs, `_replicator` documents, local endpoints.
     pub replicator: Arc<Replicator>,
@@ -81,6 +84,7 @@ impl AppState {
         let hooks = Arc::new(handlers::replicate::HttpHooks);
         let replicator = Replicator::new(node.clone(), hooks, http.server_uuid.clone());
         AppState(Arc::new(Inner {
+            fabric: Arc::new(node.clone()),
             node,
             http,
             replicator,

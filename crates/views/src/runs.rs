@@ -180,10 +180,13 @@ impl Iterator for RunReader {
     }
 }
 
+/// A source's next row in the merge's heap: (key, source, value), least key first.
+type Head = Reverse<(Vec<u8>, usize, Vec<u8>)>;
+
 /// A k-way merge of sorted sources: the heap holds each source's next row.
 struct Merge {
     sources: Vec<Box<dyn Iterator<Item = io::Result<Row>>>>,
-    heads: BinaryHeap<Reverse<(Vec<u8>, usize, Vec<u8>)>>,
+    heads: BinaryHeap<Head>,
 }
 
 impl Merge {

@@ -79,10 +79,10 @@ async fn all_docs_in(
         Some(p) => Query::for_partition(args, p, partition_query_limit(state))?,
         None => Query::from_args(args)?,
     };
-    let (node, user) = (state.node.clone(), req.user.clone());
+    let (node, user) = (state.fabric.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
         let out = &mut |b: &[u8]| sink.write(b);
-        Ok(Fabric::all_docs(&node, &db.name, &user, q, ns, out)?)
+        Ok(Fabric::all_docs(&*node, &db.name, &user, q, ns, out)?)
     })
     .await)
 }

@@ -122,7 +122,7 @@ async fn put(
             })
             .boxed(),
     };
-    let rev = Fabric::upload_attachment(&state.node, &db.name, &req.user, &id, up).await?;
+    let rev = Fabric::upload_attachment(&*state.fabric, &db.name, &req.user, &id, up).await?;
     Ok(changed(state, &req, &id, &name, &rev, StatusCode::CREATED))
 }
 
@@ -135,7 +135,7 @@ async fn delete(
 ) -> ApiResult<Response> {
     check_name(&name)?;
     let rev = crate::req::reconcile_rev(&req, None)?;
-    let deleted = Fabric::delete_attachment(&state.node, &db.name, &req.user, &id, &name, rev);
+    let deleted = Fabric::delete_attachment(&*state.fabric, &db.name, &req.user, &id, &name, rev);
     Ok(changed(
         state,
         &req,
@@ -245,10 +245,10 @@ async fn get(
     req: Req,
 ) -> ApiResult<Response> {
     let rev = req.params.get("rev").map(Rev::parse).transpose()?;
-    let (node, db_name) = (state.node.clone(), db.name.clone());
+    let (node, db_name) = (state.fabric.clone(), db.name.clone());
     let att = blocking(move || {
         Ok(Fabric::open_attachment(
-            &node,
+            &*node,
             &db_name,
             &id,
             &name,
@@ -314,11 +314,11 @@ async fn get(
     let mut resp = if head || body_len == 0 {
         Response::new(axum::body::Body::empty())
     } else {
-        let node = state.node.clone();
+        let node = state.fabric.clone();
         stream("application/octet-stream", move |out| {
             let out = &mut |b: &[u8]| out.write(b);
             Ok(Fabric::attachment_content(
-                &node, &db.name, &att, piece, out,
+                &*node, &db.name, &att, piece, out,
             )?)
         })
         .await
@@ -378,7 +378,7 @@ async fn multiple_ranges(
     let mut resp = if req.method == "HEAD" {
         Response::new(axum::body::Body::empty())
     } else {
-        let (ranges, node) = (ranges.to_vec(), state.node.clone());
+        let (ranges, node) = (ranges.to_vec(), state.fabric.clone());
         stream("application/octet-stream", move |out| {
             let marker = format!("\r\n--{}", framing.boundary);
             out.write(&marker.as_bytes()[2..]);
@@ -386,7 +386,7 @@ async fn multiple_ranges(
                 out.write(head.as_bytes());
                 let mut gone = false;
                 let piece = Piece::Stored(*from..to + 1);
-                Fabric::attachment_content(&node, &db.name, &att, piece, &mut |b: &[u8]| {
+                Fabric::attachment_content(&*node, &db.name, &att, piece, &mut |b: &[u8]| {
                     gone = !out.write(b);
                     !gone
                 })?;

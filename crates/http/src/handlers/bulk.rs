@@ -29,7 +29,7 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
-    let answer = Fabric::bulk_docs(&state.node, &db.name, &req.user, body).await?;
+    let answer = Fabric::bulk_docs(&*state.fabric, &db.name, &req.user, body).await?;
     let entries: Vec<Value> = match answer {
         BulkAnswer::AllOrNothingRefused(docs) => {
             let entries = docs
@@ -66,7 +66,7 @@ pub async fn bulk_get(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiR
         .and_then(Value::as_array)
         .cloned()
         .ok_or_else(|| ApiError::bad_request("Missing JSON list of 'docs'."))?;
-    let (node, user) = (state.node.clone(), req.user.clone());
+    let (node, user) = (state.fabric.clone(), req.user.clone());
     let out = blocking(move || {
         let mut out = b"{\"results\":[".to_vec();
         let mut first = true;
@@ -120,7 +120,7 @@ pub async fn revs_diff(
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let asked = id_revs(&req.json().await?)?;
-    let node = state.node.clone();
+    let node = state.fabric.clone();
     let diff = blocking(move || Ok(node.revs_diff(&db.name, asked)?)).await?;
     let strs = |revs: &[Rev]| revs.iter().map(|r| r.to_string()).collect::<Vec<_>>();
     let mut out = Map::new();
@@ -146,7 +146,7 @@ pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResu
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let asked = id_revs(&req.json().await?)?;
-    let purged = Fabric::purge(&state.node, &db.name, asked).await?;
+    let purged = Fabric::purge(&*state.fabric, &db.name, asked).await?;
     let mut out = Map::new();
     for (id, revs) in purged {
         out.insert(

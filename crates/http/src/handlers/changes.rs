@@ -87,7 +87,7 @@ fn normal_body(
 ) -> ApiResult<()> {
     out(b"{\"results\":[\n");
     let mut first = true;
-    let end = Fabric::changes(&state.node, db, o, &mut |_, row| {
+    let end = Fabric::changes(&*state.fabric, db, o, &mut |_, row| {
         let ok = out(if first { b"" } else { ROW_SEPARATOR }) && out(row);
         first = false;
         ok
@@ -126,12 +126,12 @@ pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiRes
     // `doc_ids` and `view` are read as sent (CouchDB's `configure_filter`); `filter` folded.
     let spec = FilterSpec::parse(params.get("filter"), &req.params, post, body.as_ref())?;
     let req_info = Box::new(|| crate::req_info::of_request(&req, body.as_ref()));
-    let o = Fabric::changes_filter(&state.node, &db.name, &req.user, spec, o, req_info).await?;
+    let o = Fabric::changes_filter(&*state.fabric, &db.name, &req.user, spec, o, req_info).await?;
     match Feed::for_changes(&params)? {
         Feed::Normal => {
             // chttpd_db: the ETag is the database's info, whatever the query, and a match is
             // a 304.
-            let info = Fabric::db_info(&state.node, &db.name)?;
+            let info = Fabric::db_info(&*state.fabric, &db.name)?;
             let etag = settee_node::render::make_etag(info.to_string().as_bytes());
             let tag = HeaderValue::from_str(&etag).expect("etags are ASCII");
             if crate::req::etag_matches(&req.headers, &etag) {
@@ -333,7 +333,7 @@ async fn live_feed(
     let out = Box::new(LiveOut::new(feed, o.seqs.clone(), tx));
     tokio::spawn(async move {
         let _client = LiveClient::new();
-        Fabric::live_changes(&state.node, &db, o, live, out).await
+        Fabric::live_changes(&*state.fabric, &db, o, live, out).await
     });
     let mut resp = delayed(content_type, rx).await;
     if content_type != JSON {

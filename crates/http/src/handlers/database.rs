@@ -20,7 +20,7 @@ pub fn shards(state: &AppState, db: &Database, id: Option<&str>, req: &Req) -> A
     allow(&req.method, "GET")?;
     Ok(json(
         StatusCode::OK,
-        &Fabric::shards(&state.node, &db.name, id)?,
+        &Fabric::shards(&*state.fabric, &db.name, id)?,
     ))
 }
 
@@ -72,9 +72,9 @@ fn partitioned_param(req: &Req) -> ApiResult<bool> {
 pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
-            let (node, name) = (state.node.clone(), name.to_string());
+            let (node, name) = (state.fabric.clone(), name.to_string());
             let started = std::time::Instant::now();
-            let v = blocking(move || Ok(Fabric::db_info(&node, &name)?)).await?;
+            let v = blocking(move || Ok(Fabric::db_info(&*node, &name)?)).await?;
             settee_metrics::global()
                 .dbinfo
                 .record(started.elapsed().as_secs_f64() * 1000.0);
@@ -85,8 +85,8 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 q: shards_params(&req)?,
                 partitioned: partitioned_param(&req)?,
             };
-            let (node, name2) = (state.node.clone(), name.to_string());
-            blocking(move || Ok(Fabric::create_db(&node, &name2, opts)?)).await?;
+            let (node, name2) = (state.fabric.clone(), name.to_string());
+            blocking(move || Ok(Fabric::create_db(&*node, &name2, opts)?)).await?;
             let mut resp = ok_true(StatusCode::CREATED);
             let path = format!("/{}", crate::location::url_encode(name));
             if let Some(loc) = crate::location::absolute_uri(&state.config, &req, &path) {
@@ -100,8 +100,8 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                     "You tried to DELETE a database with a ?=rev parameter. Did you mean to DELETE a document instead?",
                 ));
             }
-            let (node, name2) = (state.node.clone(), name.to_string());
-            blocking(move || Ok(Fabric::delete_db(&node, &name2)?)).await?;
+            let (node, name2) = (state.fabric.clone(), name.to_string());
+            blocking(move || Ok(Fabric::delete_db(&*node, &name2)?)).await?;
             Ok(ok_true(StatusCode::OK))
         }
         "POST" => {
@@ -132,7 +132,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 new_edits: true,
                 batch,
             };
-            let rev = Fabric::update_doc(&state.node, name, &req.user, parsed, opts).await?;
+            let rev = Fabric::update_doc(&*state.fabric, name, &req.user, parsed, opts).await?;
             if batch {
                 return Ok(crate::reply::accepted(&id));
             }
@@ -158,7 +158,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
 pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    Fabric::compact_db(&state.node, &db.name)?;
+    Fabric::compact_db(&*state.fabric, &db.name)?;
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
@@ -195,11 +195,11 @@ pub async fn revs_limit(
                 ApiError::bad_request("`purged_infos_limit` must be positive integer")
             }
         })?;
-        let node = state.node.clone();
-        blocking(move || Ok(Fabric::set_limit(&node, &db.name, which, n)?)).await?;
+        let node = state.fabric.clone();
+        blocking(move || Ok(Fabric::set_limit(&*node, &db.name, which, n)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }
-    let limit = Fabric::get_limit(&state.node, &db.name, which)?;
+    let limit = Fabric::get_limit(&*state.fabric, &db.name, which)?;
     Ok(json(StatusCode::OK, &json!(limit)))
 }
 
@@ -207,11 +207,11 @@ pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiR
     allow(&req.method, "PUT,GET")?;
     if req.method == "PUT" {
         let v = req.json().await?;
-        let (node, name) = (state.node.clone(), db.name.clone());
-        blocking(move || Ok(Fabric::set_security(&node, &name, v)?)).await?;
+        let (node, name) = (state.fabric.clone(), db.name.clone());
+        blocking(move || Ok(Fabric::set_security(&*node, &name, v)?)).await?;
         return Ok(ok_true(StatusCode::OK));
     }
-    let node = state.node.clone();
+    let node = state.fabric.clone();
     let security = blocking(move || Ok(node.get_security(&db.name)?)).await?;
     Ok(json(StatusCode::OK, &security))
 }

@@ -68,11 +68,11 @@ async fn show(
     };
     let accept = req.header("accept").map(str::to_owned);
     let headers = req.headers.clone();
-    let node = state.node.clone();
+    let node = state.fabric.clone();
     let shown = blocking(move || {
         let matches = |etag: &str| etag_matches(&headers, etag);
         Ok(Fabric::show(
-            &node,
+            &*node,
             &db.name,
             &call,
             accept.as_deref(),
@@ -107,7 +107,7 @@ async fn update(
     };
     // Any method but GET (and HEAD, which CouchDB takes for a GET); without `Allow`.
     let refused = matches!(req.method.as_str(), "GET" | "HEAD");
-    let updated = Fabric::update(&state.node, &db.name, &req.user, call, refused).await?;
+    let updated = Fabric::update(&*state.fabric, &db.name, &req.user, call, refused).await?;
     external_response(updated.response, &state)
 }
 
@@ -142,6 +142,6 @@ async fn list(
         req: crate::req_info::for_render(&req, &body, None),
         csp: showlist_csp(&state),
     };
-    let pieces = Fabric::list(&state.node, &db.name, &req.user, call).await?;
+    let pieces = Fabric::list(&*state.fabric, &db.name, &req.user, call).await?;
     Ok(list_response(pieces).await)
 }

@@ -142,9 +142,13 @@ async fn open_revs(
     opts: ReadOpts,
 ) -> ApiResult<Response> {
     let multipart = opts.multipart;
-    let (node, name) = (state.node.clone(), db.name.clone());
-    let revs =
-        blocking(move || Ok(Fabric::open_revs(&node, &name, &user, &id, &wanted, &opts)?)).await?;
+    let (node, name) = (state.fabric.clone(), db.name.clone());
+    let revs = blocking(move || {
+        Ok(Fabric::open_revs(
+            &*node, &name, &user, &id, &wanted, &opts,
+        )?)
+    })
+    .await?;
     if multipart {
         return Ok(crate::multipart::multipart_mixed(db, revs).await);
     }
@@ -227,8 +231,14 @@ async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> Ap
         atts: None,
         body_term: None,
     };
-    let rev =
-        Fabric::update_doc(&state.node, &db.name, &req.user, doc, WriteOpts::default()).await?;
+    let rev = Fabric::update_doc(
+        &*state.fabric,
+        &db.name,
+        &req.user,
+        doc,
+        WriteOpts::default(),
+    )
+    .await?;
     let rev = rev.map(|r| r.to_string()).unwrap_or_default();
     Ok(write_response(
         StatusCode::OK,
@@ -301,7 +311,7 @@ async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiR
         false => reconcile_rev(&req, None)?,
     };
     let (source, dest) = ((id.as_str(), rev), (dest_id.as_str(), dest_rev));
-    let rev = Fabric::copy_doc(&state.node, &db.name, &req.user, source, dest).await?;
+    let rev = Fabric::copy_doc(&*state.fabric, &db.name, &req.user, source, dest).await?;
     let location = doc_location(&state.config, &req, &db.name, &dest_id);
     let etag = Some(rev_etag(&rev));
     Ok(write_response(
@@ -340,7 +350,7 @@ async fn local(
                 let wanted = wanted.to_string();
                 return open_revs(state, db, id, wanted, req.user, opts).await;
             }
-            let node = state.node.clone();
+            let node = state.fabric.clone();
             let d = blocking(move || Ok(node.open_local(&db.name, &id)?)).await?;
             let tag = crate::reply::local_etag(d.rev, &d.body);
             if etag_matches(&req.headers, tag.to_str().unwrap_or("")) {
@@ -374,7 +384,7 @@ async fn local(
                 deleted: true,
                 body: b"{}".to_vec(),
             };
-            Fabric::put_local(&state.node, &db.name, update, false).await?;
+            Fabric::put_local(&*state.fabric, &db.name, update, false).await?;
             Ok(write_response(
                 StatusCode::OK,
                 &id,

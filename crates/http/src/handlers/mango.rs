@@ -43,14 +43,14 @@ pub async fn find(
         opts.partition = p;
     }
     if explain {
-        let node = state.node.clone();
-        let explained = blocking(move || Ok(Fabric::explain(&node, &db.name, &opts)?)).await?;
+        let node = state.fabric.clone();
+        let explained = blocking(move || Ok(Fabric::explain(&*node, &db.name, &opts)?)).await?;
         return Ok(json(StatusCode::OK, &explained));
     }
-    let (node, user) = (state.node.clone(), req.user.clone());
+    let (node, user) = (state.fabric.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
         let out = &mut |b: &[u8]| sink.write(b);
-        Ok(Fabric::find(&node, &db.name, &user, &opts, out)?)
+        Ok(Fabric::find(&*node, &db.name, &user, &opts, out)?)
     })
     .await)
 }
@@ -63,7 +63,7 @@ pub async fn index(
     mut req: Req,
 ) -> ApiResult<Response> {
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-    let node = &state.node;
+    let node = &*state.fabric;
     match rest.as_slice() {
         [] => match req.method.as_str() {
             "GET" | "HEAD" => list(&state, db, &req).await,
@@ -117,8 +117,8 @@ async fn list(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Respo
     if limit.is_some_and(|l| l < 1) || skip.is_some_and(|s| s < 0) {
         return Err(settee_mango::Error::InvalidListIndexParams.into());
     }
-    let node = state.node.clone();
-    let all = blocking(move || Ok(Fabric::indexes(&node, &db.name)?)).await?;
+    let node = state.fabric.clone();
+    let all = blocking(move || Ok(Fabric::indexes(&*node, &db.name)?)).await?;
     let total = all.len();
     let page: Vec<Value> = all
         .iter()

@@ -87,7 +87,7 @@ pub async fn put_local(
     let (mut update, body_rev) = settee_node::write::local_update(&id, body)?;
     update.rev = crate::req::local_rev(req, body_rev.as_ref())?;
     let (deleted, etag_body) = (update.deleted, update.body.clone());
-    let Some(n) = Fabric::put_local(&state.node, &db.name, update, batch).await? else {
+    let Some(n) = Fabric::put_local(&*state.fabric, &db.name, update, batch).await? else {
         return Ok(accepted(&id));
     };
     let status = if deleted {

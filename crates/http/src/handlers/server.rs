@@ -140,7 +140,7 @@ fn no_sub_path(extra: bool) -> ApiResult<()> {
 pub fn all_dbs(state: &AppState, req: &Req, extra: bool) -> ApiResult<Response> {
     allow(&req.method, "GET,HEAD")?;
     no_sub_path(extra)?;
-    let names = Fabric::all_dbs(&state.node, &name_range(req)?)?;
+    let names = Fabric::all_dbs(&*state.fabric, &name_range(req)?)?;
     // As chttpd_misc: an ETag of the list, and a 304 when it still matches.
     let body = serde_json::to_vec(&names).expect("json");
     let etag = settee_node::render::make_etag(&body);
@@ -175,11 +175,11 @@ pub async fn dbs_info(state: &AppState, mut req: Req, extra: bool) -> ApiResult<
         keys
     } else {
         no_sub_path(extra)?;
-        let names = Fabric::all_dbs(&state.node, &name_range(&req)?)?;
+        let names = Fabric::all_dbs(&*state.fabric, &name_range(&req)?)?;
         names.into_iter().map(Value::String).collect()
     };
-    let node = state.node.clone();
-    let out = blocking(move || Ok(Fabric::dbs_info(&node, names)?)).await?;
+    let node = state.fabric.clone();
+    let out = blocking(move || Ok(Fabric::dbs_info(&*node, names)?)).await?;
     Ok(json(StatusCode::OK, &Value::Array(out)))
 }
 

@@ -46,11 +46,11 @@ pub async fn view(
     } else {
         MrArgs::from_query(&req.params)?
     };
-    let (node, user) = (state.node.clone(), req.user.clone());
+    let (node, user) = (state.fabric.clone(), req.user.clone());
     Ok(stream(JSON, move |sink| {
         let out = &mut |b: &[u8]| sink.write(b);
         Ok(Fabric::query_view(
-            &node, &db.name, &user, &ddoc, &view, args, out,
+            &*node, &db.name, &user, &ddoc, &view, args, out,
         )?)
     })
     .await)
@@ -72,7 +72,7 @@ pub async fn view_queries(
     let base = MrArgs::from_query(&req.params)?;
     let out = blocking(move || {
         let mut bodies = vec![Vec::new(); list.len()];
-        let (node, user) = (&state.node, &req.user);
+        let (node, user) = (&*state.fabric, &req.user);
         Fabric::view_queries(
             node,
             &db.name,
@@ -102,7 +102,7 @@ pub async fn design_info(
     req: Req,
 ) -> ApiResult<Response> {
     allow_in_ddoc(&db, &ddoc, &req, "GET").await?;
-    let body = blocking(move || Ok(Fabric::design_info(&state.node, &db.name, &ddoc)?)).await?;
+    let body = blocking(move || Ok(Fabric::design_info(&*state.fabric, &db.name, &ddoc)?)).await?;
     Ok(json(StatusCode::OK, &body))
 }
 
@@ -114,7 +114,7 @@ pub async fn compact_design(
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    blocking(move || Ok(Fabric::compact_design(&state.node, &db.name, &ddoc)?)).await?;
+    blocking(move || Ok(Fabric::compact_design(&*state.fabric, &db.name, &ddoc)?)).await?;
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
@@ -122,7 +122,7 @@ pub async fn compact_design(
 pub async fn view_cleanup(state: AppState, db: Arc<Database>, req: Req) -> ApiResult<Response> {
     // chttpd_db's handle_view_cleanup_req checks no content type.
     allow(&req.method, "POST")?;
-    blocking(move || Ok(Fabric::view_cleanup(&state.node, &db.name)?)).await?;
+    blocking(move || Ok(Fabric::view_cleanup(&*state.fabric, &db.name)?)).await?;
     Ok(ok_true(StatusCode::ACCEPTED))
 }
 
