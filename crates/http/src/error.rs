@@ -133,6 +133,7 @@ impl From<settee_node::Error> for ApiError {
                 name,
             ),
             N::Cluster(c) => c.into(),
+            n @ N::NotOnCluster(_) => ApiError::NotImplemented(n.to_string()),
             // CouchDB's `{service_unavailable, Reason}`.
             n @ N::NotClustered => ApiError::Named(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -9,9 +9,8 @@ use crate::handlers::{
 };
 use crate::{AppState, Req};
 use axum::response::Response;
-use settee_db::Database;
+use settee_node::fabric::DbRef;
 pub use settee_wire::path::{check_url_encoding, design_fn, parse, DbOp, Endpoint, NodeOp};
-use std::sync::Arc;
 
 /// Whether CouchDB answers the endpoint from its node-local `couch_httpd` rather than
 /// chttpd (see [`crate::reply::NodeLocal`]).
@@ -61,7 +60,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Node(name, op) => node::node(&state, &name, op, req).await,
         Endpoint::Db(db) => database::db(&state, &db, req).await,
         Endpoint::DbOp(db, op) => {
-            let handle = state.couch.get(&db)?;
+            let handle = state.fabric.open_db(&db)?;
             match op {
                 DbOp::AllDocs => {
                     all_docs::all_docs(&state, handle, req, all_docs::Namespace::All).await
@@ -118,15 +117,15 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         }
         // A form upload (`multipart/form-data`), local documents' too.
         Endpoint::Doc(db, id) if req.method == "POST" => {
-            attachments::form(&state, state.couch.get(&db)?, id, req).await
+            attachments::form(&state, state.fabric.open_db(&db)?, id, req).await
         }
-        Endpoint::Doc(db, id) => doc::doc(&state, state.couch.get(&db)?, id, req).await,
+        Endpoint::Doc(db, id) => doc::doc(&state, state.fabric.open_db(&db)?, id, req).await,
         Endpoint::NotUtf8(name) => doc::not_utf8(&state, name, &req).await,
         Endpoint::Attachment(db, id, name) => {
-            attachments::attachment(&state, state.couch.get(&db)?, id, name, req).await
+            attachments::attachment(&state, state.fabric.open_db(&db)?, id, name, req).await
         }
         Endpoint::DbBadRequest(db, reason) => {
-            state.couch.get(&db)?;
+            state.fabric.open_db(&db)?;
             Err(ApiError::bad_request(reason))
         }
         Endpoint::DbUnimplemented(_, what) => Err(ApiError::NotImplemented(format!(
@@ -154,11 +153,11 @@ fn not_partitioned() -> ApiError {
 
 async fn partition(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     segs: Vec<String>,
     req: Req,
 ) -> crate::error::ApiResult<Response> {
-    let partitioned = db.props().partitioned;
+    let partitioned = db.partitioned;
     match segs.as_slice() {
         [] => Err(ApiError::bad_request("invalid_partition_req")),
         [p] if matches!(req.method.as_str(), "GET" | "HEAD") => {
@@ -214,7 +213,7 @@ async fn partition(
 /// partition only to view queries).
 async fn design(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     partition: &str,
     ddoc: String,
     f: &str,

@@ -89,6 +89,10 @@ pub enum Error {
     /// What needs a cluster, asked of a node that is in none.
     #[error("This node is not a member of a cluster (start it with --cluster).")]
     NotClustered,
+    /// An endpoint whose work is not yet behind the fabric, asked of a database this node
+    /// does not hold whole (a clustered one): 501 `not_implemented`.
+    #[error("{0} is not yet supported on clustered databases")]
+    NotOnCluster(&'static str),
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),

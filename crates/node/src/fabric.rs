@@ -9,6 +9,10 @@
 //! CouchDB's JSON; `out` returns false when the reader has gone, and the call then stops
 //! early and returns `Ok`. Implementations are `Send + Sync`.
 //!
+//! `http` reaches a database through [`Fabric::open_db`]'s [`DbRef`]; the endpoints whose
+//! work is not yet behind the trait take the database's handle from [`DbRef::engine`],
+//! which a clustered database (one this node holds only copies of) does not have.
+//!
 //! Still one node's shape: sequences are this node's integers (`ChangesOpts` carries the
 //! database's `SeqCodec`, rows and `FeedEnd` give `u64`s), not the opaque vectors a
 //! cluster resumes from, and `r`/`w` are accepted and ignored by `http` before they reach
@@ -31,7 +35,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use settee_auth::UserCtx;
 use settee_core::{ParsedDoc, Rev};
-use settee_db::{LocalDoc, LocalUpdate, RevsDiff};
+use settee_db::{Database, LocalDoc, LocalUpdate, RevsDiff};
 use settee_mango::index::Index;
 use settee_mango::opts::{FindOpts, IndexOpts};
 use settee_wire::mrargs::MrArgs;
@@ -54,8 +58,46 @@ pub struct FeedEnd {
     pub pending: u64,
 }
 
+/// A database a request names, as [`Fabric::open_db`] finds it: its name and properties,
+/// and its handle when this node holds it whole (not as shard copies).
+#[derive(Clone)]
+pub struct DbRef {
+    pub name: String,
+    pub partitioned: bool,
+    local: Option<Arc<Database>>,
+}
+
+impl DbRef {
+    /// A database this node holds whole.
+    pub fn on_node(db: Arc<Database>) -> DbRef {
+        DbRef {
+            name: db.name.clone(),
+            partitioned: db.props().partitioned,
+            local: Some(db),
+        }
+    }
+
+    /// A database held as shard copies across a cluster.
+    pub fn clustered(name: &str, partitioned: bool) -> DbRef {
+        DbRef {
+            name: name.to_owned(),
+            partitioned,
+            local: None,
+        }
+    }
+
+    /// The database's handle on this node, for the work of `what` that is not yet behind
+    /// the fabric: `not_implemented` for a clustered database.
+    pub fn engine(&self, what: &'static str) -> Result<&Arc<Database>> {
+        self.local.as_ref().ok_or(crate::Error::NotOnCluster(what))
+    }
+}
+
 /// The operations of a node, by database name, for `user`.
 pub trait Fabric: Send + Sync {
+    /// The database `name` (`not_found` when there is none).
+    fn open_db(&self, name: &str) -> Result<DbRef>;
+
     /// Whether `user` may call `endpoint` with `method` (see [`crate::access`]).
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()>;
 
@@ -337,6 +379,10 @@ pub trait Fabric: Send + Sync {
 }
 
 impl Fabric for Arc<Node> {
+    fn open_db(&self, name: &str) -> Result<DbRef> {
+        Ok(DbRef::on_node(self.couch.get(name)?))
+    }
+
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
         crate::access::authorize(self, endpoint, method, user)
     }

@@ -9,25 +9,19 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
-use settee_db::Database;
 pub use settee_node::all_docs::Namespace;
 use settee_node::all_docs::{run, Query};
+use settee_node::fabric::DbRef;
 use settee_node::Fabric;
-use std::sync::Arc;
 
-pub async fn all_docs(
-    state: &AppState,
-    db: Arc<Database>,
-    req: Req,
-    ns: Namespace,
-) -> ApiResult<Response> {
+pub async fn all_docs(state: &AppState, db: DbRef, req: Req, ns: Namespace) -> ApiResult<Response> {
     all_docs_in(state, db, req, ns, None).await
 }
 
 /// `/{db}/_partition/{partition}/_all_docs`: `_all_docs` over one partition's ids.
 pub async fn partition_all_docs(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     req: Req,
     partition: &str,
 ) -> ApiResult<Response> {
@@ -36,7 +30,7 @@ pub async fn partition_all_docs(
 
 async fn all_docs_in(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     mut req: Req,
     ns: Namespace,
     partition: Option<&str>,
@@ -65,7 +59,7 @@ async fn all_docs_in(
     // `?partition=` on a partitioned database's `_all_docs` is the partition's `_all_docs`
     // (`couch_mrview_util:validate_all_docs_args`); elsewhere `from_args` refuses it.
     let partition = match (partition, &args.partition) {
-        (None, Some(p)) if ns == Namespace::All && db.props().partitioned => {
+        (None, Some(p)) if ns == Namespace::All && db.partitioned => {
             if p.is_empty() {
                 return Err(ApiError::QueryParse(
                     "Invalid value for `partition`.".into(),
@@ -98,19 +92,14 @@ fn partition_query_limit(state: &AppState) -> u64 {
 /// `POST /{db}/_all_docs/queries` (CouchDB does not check this request's content type).
 /// `POST /{db}/_all_docs/queries` (and `_design_docs/queries`, `_local_docs/queries`):
 /// each query object over the namespace, as CouchDB's `multi_all_docs_view`.
-pub async fn queries(
-    state: &AppState,
-    db: Arc<Database>,
-    req: Req,
-    ns: Namespace,
-) -> ApiResult<Response> {
+pub async fn queries(state: &AppState, db: DbRef, req: Req, ns: Namespace) -> ApiResult<Response> {
     queries_in(state, db, req, ns, None).await
 }
 
 /// `POST /{db}/_partition/{partition}/_all_docs/queries`.
 pub async fn partition_queries(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     req: Req,
     partition: &str,
 ) -> ApiResult<Response> {
@@ -119,11 +108,12 @@ pub async fn partition_queries(
 
 async fn queries_in(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     mut req: Req,
     ns: Namespace,
     partition: Option<&str>,
 ) -> ApiResult<Response> {
+    let db = db.engine("_all_docs/queries")?.clone();
     allow(&req.method, "POST")?;
     let body = req.json().await?;
     let body = body

@@ -14,21 +14,20 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use serde_json::{json, Map};
 use settee_core::Rev;
-use settee_db::Database;
 use settee_docs::Followed;
 use settee_node::att_read::{AttInfo, Piece};
 use settee_node::att_write::{check_name, edited, written as written_rev, AttUpload};
+use settee_node::fabric::DbRef;
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
 use settee_wire::{boundary_of, byte_ranges};
-use std::sync::Arc;
 
 use crate::multipart::ByteRanges;
 
 /// `/{db}/{docid}/{attname}`: `GET`/`HEAD` read, `PUT` uploads (streamed), `DELETE`.
 pub async fn attachment(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     id: String,
     name: String,
     req: Req,
@@ -100,7 +99,7 @@ fn upload_encoding(req: &Req) -> ApiResult<bool> {
 
 async fn put(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     id: String,
     name: String,
     mut req: Req,
@@ -128,7 +127,7 @@ async fn put(
 
 async fn delete(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     id: String,
     name: String,
     req: Req,
@@ -151,12 +150,8 @@ async fn delete(
 /// it is), and `_attachments` file fields, named by their file names, which replace
 /// same-named attachments. CouchDB requires a `Referer` of the same host (a guard against
 /// forms posted from other sites) and answers 201 with the new revision as `ETag`.
-pub async fn form(
-    state: &AppState,
-    db: Arc<Database>,
-    id: String,
-    mut req: Req,
-) -> ApiResult<Response> {
+pub async fn form(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult<Response> {
+    let db = db.engine("form uploads")?.clone();
     crate::req::check_referer(&req)?;
     settee_core::validate_doc_id(&id)?;
     let ct = req.header("content-type").unwrap_or("").to_string();
@@ -239,7 +234,7 @@ pub async fn form(
 
 async fn get(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     id: String,
     name: String,
     req: Req,
@@ -367,7 +362,7 @@ fn accepts_gzip(req: &Req) -> bool {
 /// `Content-Range`, as CouchDB's `send_ranges_multipart` frames them.
 async fn multiple_ranges(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     att: AttInfo,
     ranges: &[(u64, u64)],
     req: &Req,

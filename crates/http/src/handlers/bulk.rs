@@ -9,11 +9,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use settee_core::Rev;
-use settee_db::Database;
 use settee_node::atts::AttOpts;
+use settee_node::fabric::DbRef;
 use settee_node::write::{id_revs, BulkAnswer, BulkDocs, BulkEntry, BulkGetItem, BulkGetOpts};
 use settee_node::Fabric;
-use std::sync::Arc;
 
 /// A failed document's entry; a replicated write's names the revision too
 /// (`update_doc_result_to_json/1`).
@@ -25,7 +24,7 @@ fn failed_entry(id: &str, rev: Option<String>, e: ApiError) -> Value {
     }
 }
 
-pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
@@ -52,7 +51,7 @@ pub async fn bulk_docs(state: &AppState, db: Arc<Database>, mut req: Req) -> Api
     Ok(json(StatusCode::CREATED, &Value::Array(entries)))
 }
 
-pub async fn bulk_get(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn bulk_get(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let opts = BulkGetOpts {
@@ -113,7 +112,7 @@ fn bulk_get_item(out: &mut Vec<u8>, item: BulkGetItem) {
 
 pub async fn revs_diff(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     mut req: Req,
     missing_revs_shape: bool,
 ) -> ApiResult<Response> {
@@ -142,7 +141,7 @@ pub async fn revs_diff(
     Ok(json(StatusCode::OK, &body))
 }
 
-pub async fn purge(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn purge(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let asked = id_revs(&req.json().await?)?;

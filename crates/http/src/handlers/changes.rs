@@ -11,11 +11,10 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use settee_core::{SeqArg, SeqCodec};
-use settee_db::Database;
 use settee_node::changes::{self, wait_past, ChangesOpts, FeedOut, FilterSpec, Live};
+use settee_node::fabric::DbRef;
 use settee_node::seqs;
 use settee_node::Fabric;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -96,7 +95,8 @@ fn normal_body(
     Ok(())
 }
 
-pub async fn changes(state: AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn changes(state: AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
+    let db = db.engine("_changes")?.clone();
     allow(&req.method, "GET,POST,HEAD")?;
     let post = req.method == "POST";
     let body = if post {

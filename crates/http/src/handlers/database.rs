@@ -9,14 +9,13 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Value};
-use settee_db::Database;
 use settee_node::dbs::CreateDb;
+use settee_node::fabric::DbRef;
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
-use std::sync::Arc;
 
 /// `GET /{db}/_shards` and `/{db}/_shards/{docid}` (`mem3_httpd`).
-pub fn shards(state: &AppState, db: &Database, id: Option<&str>, req: &Req) -> ApiResult<Response> {
+pub fn shards(state: &AppState, db: &DbRef, id: Option<&str>, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "GET")?;
     Ok(json(
         StatusCode::OK,
@@ -105,7 +104,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             Ok(ok_true(StatusCode::OK))
         }
         "POST" => {
-            let db = state.couch.get(name)?;
+            let db = state.fabric.open_db(name)?;
             require_json(&req.headers)?;
             let body = req.json().await?;
             let batch = crate::req::batch_ok(&req)?;
@@ -149,13 +148,13 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
         }
         // CouchDB opens the database first: a missing one is a 404 whatever the method.
         _ => {
-            state.couch.get(name)?;
+            state.fabric.open_db(name)?;
             Err(ApiError::MethodNotAllowed("DELETE,GET,HEAD,POST"))
         }
     }
 }
 
-pub fn compact(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
+pub fn compact(state: &AppState, db: DbRef, req: &Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     Fabric::compact_db(&*state.fabric, &db.name)?;
@@ -176,7 +175,7 @@ pub use settee_node::dbs::Limit;
 
 pub async fn revs_limit(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     mut req: Req,
     which: Limit,
 ) -> ApiResult<Response> {
@@ -203,7 +202,7 @@ pub async fn revs_limit(
     Ok(json(StatusCode::OK, &json!(limit)))
 }
 
-pub async fn security(state: &AppState, db: Arc<Database>, mut req: Req) -> ApiResult<Response> {
+pub async fn security(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "PUT,GET")?;
     if req.method == "PUT" {
         let v = req.json().await?;

@@ -13,6 +13,7 @@ use crate::{AppState, Req};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use settee_db::Database;
+use settee_node::fabric::DbRef;
 use settee_node::list::ListCall;
 use settee_node::render::{DesignDoc, FnCall, Shown};
 use settee_node::Fabric;
@@ -25,11 +26,12 @@ pub use settee_wire::DesignFn;
 /// it before it looks at the rest of the path.
 pub async fn design_fn(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     ddoc: String,
     fun: DesignFn,
     req: Req,
 ) -> ApiResult<Response> {
+    let db = db.engine("design functions")?.clone();
     match fun {
         DesignFn::Show { name, doc } => show(state, db, ddoc, name, doc, req).await,
         DesignFn::List {

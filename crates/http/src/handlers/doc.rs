@@ -11,16 +11,17 @@ use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
-use settee_db::{Database, LocalUpdate};
-use settee_docs::Followed;
+use settee_db::Database;
+use settee_db::LocalUpdate;
 use settee_node::atts::AttOpts;
+use settee_node::fabric::DbRef;
 use settee_node::read::{ReadOpts, Rendered, Revision};
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
 use settee_wire::path::NotUtf8;
 use std::sync::Arc;
 
-pub async fn doc(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+pub async fn doc(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Response> {
     if id.starts_with("_local/") {
         return local(state, db, id, req).await;
     }
@@ -41,7 +42,7 @@ pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<R
     let method = req.method.as_str();
     match name {
         NotUtf8::Doc(db) => {
-            state.couch.get(&db)?;
+            state.fabric.open_db(&db)?;
             match method {
                 "GET" | "HEAD" | "DELETE" | "COPY" => missing("missing"),
                 "PUT" => Err(bad_id().into()),
@@ -53,7 +54,7 @@ pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<R
             }
         }
         NotUtf8::Attachment(db, id) => {
-            let db = state.couch.get(&db)?;
+            let db = state.fabric.open_db(&db)?.engine("attachments")?.clone();
             match (method, id) {
                 ("GET" | "HEAD" | "DELETE", None) => missing("missing"),
                 ("PUT", None) => Err(bad_id().into()),
@@ -92,7 +93,7 @@ fn design_redirect(state: &AppState, req: &Req) -> Option<Response> {
     Some(resp)
 }
 
-async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+async fn get(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Response> {
     if req.method == "GET" {
         if let Some(redirect) = design_redirect(state, &req) {
             return Ok(redirect);
@@ -107,13 +108,14 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     if let Some(wanted) = req.params.get("open_revs") {
         // As chttpd_db: multipart for any client whose Accept admits it.
         opts.multipart = settee_wire::accepts(req.header("accept"), "multipart/mixed");
+        let db = db.engine("open_revs")?.clone();
         return open_revs(state, db, id, wanted.to_string(), req.user, opts).await;
     }
     opts.rev = parse_rev_param(&req)?;
     // As chttpd_db's send_doc_efficiently: multipart for any client whose Accept admits it
     // (no Accept header does), JSON otherwise.
     opts.multipart = settee_wire::accepts(req.header("accept"), "multipart/related");
-    let (node, name, user) = (state.node.clone(), db.name.clone(), req.user.clone());
+    let (node, name, user) = (state.fabric.clone(), db.name.clone(), req.user.clone());
     let read = blocking(move || Ok(node.open_doc(&name, &user, &id, &opts)?)).await?;
     let tag = read.rev.to_string();
     if !read.has_meta && etag_matches(&req.headers, &format!("\"{tag}\"")) {
@@ -121,6 +123,7 @@ async fn get(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiRe
     }
     let mut resp = match read.body {
         Rendered::Multipart { doc, parts } => {
+            let db = db.engine("multipart documents")?.clone();
             crate::multipart::multipart_response(db, doc, parts).await
         }
         Rendered::Json(doc) => json_bytes(StatusCode::OK, doc),
@@ -170,17 +173,21 @@ async fn open_revs(
     Ok(json_bytes(StatusCode::OK, out))
 }
 
-async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> ApiResult<Response> {
+async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult<Response> {
     validate_doc_id(&id)?;
     let new_edits = new_edits(&req);
     let batch = batch_ok(&req)?;
     let multipart = req
         .header("content-type")
         .is_some_and(|c| c.to_ascii_lowercase().starts_with("multipart/related"));
+    // Attachments that follow a multipart body are written before the document, to the
+    // database's own store.
     let (body, followed) = if multipart {
-        crate::multipart::read_multipart(state, &db, &mut req).await?
+        let engine = db.engine("multipart document writes")?.clone();
+        let (body, followed) = crate::multipart::read_multipart(state, &engine, &mut req).await?;
+        (body, Some((engine, followed)))
     } else {
-        (req.json().await?, Followed::new())
+        (req.json().await?, None)
     };
     let mut doc = parse_doc(body)?;
     doc.id = Some(id.clone());
@@ -194,9 +201,14 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
     }
     let deleted = doc.deleted;
     let opts = WriteOpts { new_edits, batch };
-    let rev = (state.node)
-        .update_doc_with(db.clone(), &req.user, doc, opts, followed)
-        .await?;
+    let rev = match followed {
+        Some((engine, followed)) => {
+            (state.node)
+                .update_doc_with(engine, &req.user, doc, opts, followed)
+                .await?
+        }
+        None => Fabric::update_doc(&*state.fabric, &db.name, &req.user, doc, opts).await?,
+    };
     if batch {
         return Ok(accepted(&id));
     }
@@ -219,9 +231,20 @@ async fn put(state: &AppState, db: Arc<Database>, id: String, mut req: Req) -> A
 
 /// `DELETE /{db}/{docid}`: the document must exist (404 `missing` or `deleted`
 /// otherwise, before any revision check); the revision comes from `?rev=` or `If-Match`.
-async fn delete(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
-    let (db2, id2) = (db.clone(), id.clone());
-    blocking(move || Ok(db2.open_doc(&id2, None).map(drop)?)).await?;
+async fn delete(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Response> {
+    // As chttpd_db: the document is opened first (a missing one is a 404).
+    let (node, name, id2, user) = (
+        state.fabric.clone(),
+        db.name.clone(),
+        id.clone(),
+        req.user.clone(),
+    );
+    blocking(move || {
+        Ok(node
+            .open_doc(&name, &user, &id2, &ReadOpts::default())
+            .map(drop)?)
+    })
+    .await?;
     let rev = reconcile_rev(&req, None)?;
     let doc = ParsedDoc {
         id: Some(id.clone()),
@@ -303,7 +326,7 @@ fn unquote(req: &Req, s: &[u8]) -> ApiResult<String> {
 
 /// `COPY /{db}/{docid}` (or of a local document): the copy's revision is its `ETag`,
 /// local destinations too.
-async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiResult<Response> {
+async fn copy(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Response> {
     let (dest_id, dest_rev) = copy_destination(&req)?;
     validate_doc_id(&dest_id)?;
     let rev = match id.starts_with("_local/") {
@@ -328,12 +351,7 @@ async fn copy(state: &AppState, db: Arc<Database>, id: String, req: Req) -> ApiR
 /// Local documents: no revision tree and no MVCC (CouchDB's `_local` documents, which
 /// replication checkpoints use). Reads of a given `rev` find nothing, as CouchDB looks
 /// revisions up in the document tree where local documents are not.
-async fn local(
-    state: &AppState,
-    db: Arc<Database>,
-    id: String,
-    mut req: Req,
-) -> ApiResult<Response> {
+async fn local(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult<Response> {
     match req.method.as_str() {
         "GET" | "HEAD" => {
             if req.params.get("rev").is_some() || req.params.get("open_revs") == Some("all") {
@@ -348,6 +366,7 @@ async fn local(
                     ..Default::default()
                 };
                 let wanted = wanted.to_string();
+                let db = db.engine("open_revs")?.clone();
                 return open_revs(state, db, id, wanted, req.user, opts).await;
             }
             let node = state.fabric.clone();

@@ -11,11 +11,10 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
-use settee_db::Database;
 use settee_mango::index::Index;
 use settee_mango::opts::{FindOpts, IndexOpts};
+use settee_node::fabric::DbRef;
 use settee_node::Fabric;
-use std::sync::Arc;
 
 /// The body of a Mango POST: JSON content, a JSON object.
 async fn object_body(req: &mut Req) -> ApiResult<Map<String, Value>> {
@@ -30,7 +29,7 @@ async fn object_body(req: &mut Req) -> ApiResult<Map<String, Value>> {
 /// `/{db}/_partition/{p}/_find`, which takes the place of the body's.
 pub async fn find(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     mut req: Req,
     explain: bool,
     partition: Option<String>,
@@ -58,7 +57,7 @@ pub async fn find(
 /// `/{db}/_index[/…]`; `rest` is the path after `_index`.
 pub async fn index(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     rest: Vec<String>,
     mut req: Req,
 ) -> ApiResult<Response> {
@@ -103,7 +102,7 @@ pub async fn index(
 }
 
 /// `GET /{db}/_index`.
-async fn list(state: &AppState, db: Arc<Database>, req: &Req) -> ApiResult<Response> {
+async fn list(state: &AppState, db: DbRef, req: &Req) -> ApiResult<Response> {
     let int = |k: &str| -> ApiResult<Option<i64>> {
         req.params
             .get(k)

@@ -25,9 +25,8 @@ use crate::{AppState, Req};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
-use settee_db::Database;
+use settee_node::fabric::DbRef;
 use settee_node::Fabric;
-use std::sync::Arc;
 
 /// `Ok(())` if `method` is one of `allowed`; else CouchDB's 405 with an `Allow` header.
 pub fn allow(method: &Method, allowed: &'static str) -> ApiResult<()> {
@@ -78,7 +77,7 @@ pub fn query_results<Q>(
 /// stored; a body with `_deleted: true` removes it (200, `0-0`).
 pub async fn put_local(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     id: String,
     body: Value,
     req: &Req,

@@ -8,13 +8,13 @@ use crate::reply::json;
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
-use settee_db::Database;
-use std::sync::Arc;
+use settee_node::fabric::DbRef;
 
 /// `GET /{db}/_partition/{partition}` (`fabric_db_partition_info`). Sizes are those
 /// Settee keeps per database, restricted to the partition: `external` the bytes of
 /// current bodies, `active` those of live keys and values, uncompressed.
-pub async fn info(db: Arc<Database>, partition: String) -> ApiResult<Response> {
+pub async fn info(db: DbRef, partition: String) -> ApiResult<Response> {
+    let db = db.engine("partition info")?.clone();
     let v = blocking(move || {
         let s = db.partition_stats(&partition)?;
         Ok(json!({

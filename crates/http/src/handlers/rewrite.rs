@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::http::{request, HeaderName, HeaderValue, Method, Request, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use settee_db::Database;
+use settee_node::fabric::DbRef;
 use settee_node::rewrite::{Failure, Rewrite, Rewrites};
 use std::sync::{Arc, Mutex};
 
@@ -30,11 +30,12 @@ impl Rewritten {
 
 pub async fn rewrite(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     ddoc: String,
     path: Vec<String>,
     mut req: Req,
 ) -> ApiResult<Response> {
+    let db = db.engine("_rewrite")?.clone();
     let limit = state
         .config
         .chttpd("rewrite_limit")

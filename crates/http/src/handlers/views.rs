@@ -9,19 +9,19 @@ use crate::req::require_json;
 use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
-use settee_db::Database;
+use settee_node::fabric::DbRef;
 use settee_node::render::DesignDoc;
 use settee_node::Fabric;
-use std::sync::Arc;
 
 /// The method check of a path below `_design/{ddoc}/`: CouchDB opens the design document
 /// first, so a missing one is a 404 whatever the method.
 pub async fn allow_in_ddoc(
-    db: &Arc<Database>,
+    db: &DbRef,
     ddoc: &str,
     req: &Req,
     methods: &'static str,
 ) -> ApiResult<()> {
+    let db = db.engine("views")?.clone();
     let refused = allow(&req.method, methods);
     if refused.is_err() {
         let (db, ddoc) = (db.clone(), ddoc.to_string());
@@ -32,7 +32,7 @@ pub async fn allow_in_ddoc(
 
 pub async fn view(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     ddoc: String,
     view: String,
     mut req: Req,
@@ -58,7 +58,7 @@ pub async fn view(
 
 pub async fn view_queries(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     ddoc: String,
     view: String,
     mut req: Req,
@@ -97,7 +97,7 @@ pub async fn view_queries(
 
 pub async fn design_info(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     ddoc: String,
     req: Req,
 ) -> ApiResult<Response> {
@@ -108,7 +108,7 @@ pub async fn design_info(
 
 pub async fn compact_design(
     state: AppState,
-    db: Arc<Database>,
+    db: DbRef,
     ddoc: String,
     req: Req,
 ) -> ApiResult<Response> {
@@ -119,7 +119,7 @@ pub async fn compact_design(
 }
 
 /// Removes indexes no design document uses any more.
-pub async fn view_cleanup(state: AppState, db: Arc<Database>, req: Req) -> ApiResult<Response> {
+pub async fn view_cleanup(state: AppState, db: DbRef, req: Req) -> ApiResult<Response> {
     // chttpd_db's handle_view_cleanup_req checks no content type.
     allow(&req.method, "POST")?;
     blocking(move || Ok(Fabric::view_cleanup(&*state.fabric, &db.name)?)).await?;
