@@ -25,6 +25,9 @@ pub struct ShardMap {
     pub uuid: String,
     /// The copies of each range, ranges in ring order, nodes in the order chosen.
     pub by_range: Vec<Copies>,
+    /// When the database was created (unix seconds): the suffix of its copies' names.
+    #[serde(default)]
+    pub created: u64,
 }
 
 /// The nodes holding one range.
@@ -143,10 +146,16 @@ pub fn plan(
                 nodes,
             })
             .collect(),
+        created: 0,
     })
 }
 
 impl ShardMap {
+    /// The database name of `db`'s copy of `range` (`shards/{range}/{db}.{created}`).
+    pub fn copy_name(&self, db: &str, range: &str) -> String {
+        settee_core::shard_name(range, db, self.created)
+    }
+
     /// The copies of the range holding document `id`.
     pub fn copies_of(&self, id: &str) -> &Copies {
         let h = shards::hash(id, self.partitioned);

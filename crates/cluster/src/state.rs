@@ -254,7 +254,10 @@ impl Cluster {
             .collect();
         let rotate = rand::random::<usize>() % candidates.len().max(1);
         let uuid = format!("{:032x}", rand::random::<u128>());
-        let planned = map::plan(q, n, placement, partitioned, &candidates, rotate, &uuid)?;
+        let mut planned = map::plan(q, n, placement, partitioned, &candidates, rotate, &uuid)?;
+        planned.created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let key = self.key(DBS, name);
         let value = serde_json::to_vec(&planned).expect("json");
         let when = Compare::create_revision(key.as_str(), CompareOp::Equal, 0);

@@ -28,6 +28,31 @@ pub fn validate_db_name(name: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// The database name of a shard copy, CouchDB's `shards/{range}/{db}.{suffix}`.
+pub fn shard_name(range: &str, db: &str, suffix: u64) -> String {
+    format!("shards/{range}/{db}.{suffix}")
+}
+
+/// Whether `name` is a shard copy's database name ([`shard_name`]): a range of two
+/// 8-digit lowercase hex bounds, a valid database name and a decimal suffix.
+pub fn is_shard_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("shards/") else {
+        return false;
+    };
+    let Some((range, copy)) = rest.split_once('/') else {
+        return false;
+    };
+    let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let range_ok = range.split_once('-').is_some_and(|(b, e)| hex8(b) && hex8(e));
+    let Some((db, suffix)) = copy.rsplit_once('.') else {
+        return false;
+    };
+    range_ok
+        && !suffix.is_empty()
+        && suffix.bytes().all(|b| b.is_ascii_digit())
+        && validate_db_name(db).is_ok()
+}
+
 /// Which namespace a document id lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DocKind {
@@ -116,6 +141,24 @@ pub fn partition_of(id: &str) -> Option<&str> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn shard_names() {
+        let name = shard_name("00000000-7fffffff", "my/db", 1_700_000_000);
+        assert_eq!(name, "shards/00000000-7fffffff/my/db.1700000000");
+        assert!(is_shard_name(&name));
+        for bad in [
+            "shards/00000000-7fffffff/db",
+            "shards/0000000-7fffffff/db.1",
+            "shards/00000000-7FFFFFFF/db.1",
+            "shards/00000000-7fffffff/Db.1",
+            "shards/00000000-7fffffff/db.1x",
+            "shards/00000000-7fffffff/.1",
+            "db.1",
+        ] {
+            assert!(!is_shard_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn partitioned_ids() {

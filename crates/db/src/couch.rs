@@ -280,8 +280,21 @@ impl Couch {
     }
 
     /// Creates a database with the given properties (security object, partitioning, q).
-    pub fn create_with(&self, name: &str, mut props: Props) -> Result<Arc<Database>> {
+    pub fn create_with(&self, name: &str, props: Props) -> Result<Arc<Database>> {
         validate_db_name(name)?;
+        self.create_named(name, props)
+    }
+
+    /// Creates the database of a shard copy (`shards/{range}/{db}.{suffix}`, a name
+    /// clients cannot create: a cluster's coordinator creates them).
+    pub fn create_copy(&self, name: &str, props: Props) -> Result<Arc<Database>> {
+        if !settee_core::is_shard_name(name) {
+            validate_db_name(name)?;
+        }
+        self.create_named(name, props)
+    }
+
+    fn create_named(&self, name: &str, mut props: Props) -> Result<Arc<Database>> {
         if props.uuid.is_empty() {
             props.uuid = Props::new_uuid();
         }

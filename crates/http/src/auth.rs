@@ -113,26 +113,43 @@ pub fn authenticate(node: &Node, creds: &Credentials) -> Result<Authenticated, A
 }
 
 /// A request another member of the cluster sends on behalf of a server admin it has
-/// authenticated (`/_node/{name}/…` for this node): a server admin, named after that
-/// member, for this node's node-local paths only, so that the cluster's secret never opens
-/// a database.
+/// authenticated (`/_node/{name}/…` for this node), or as a database's coordinator (a shard
+/// copy's database): a server admin, named after that member, for this node's node-local
+/// paths and shard copies only, so that the cluster's secret never opens a database a
+/// client names.
 fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authenticated, ApiError> {
     let refused = |why: &str| Err(ApiError::Unauthorized(why.into()));
     let Some(cluster) = node.cluster() else {
         return refused("Cluster credentials were sent to a node in no cluster.");
     };
-    if !(creds.target == "/_node/_local" || creds.target.starts_with("/_node/_local/")) {
+    // A shard copy's database (`shards/…`, `/` encoded in its path segment) is node-local
+    // too: the coordinator on another member reads and writes it.
+    let shard_copy = creds.target.get(..10).is_some_and(|p| p.eq_ignore_ascii_case("/shards%2f"));
+    let node_local = creds.target == "/_node/_local" || creds.target.starts_with("/_node/_local/");
+    if !(node_local || shard_copy) {
         return refused("Cluster credentials are taken for node-local requests only.");
     }
     let secret = &cluster.config().secret;
     let now = now_secs();
-    match settee_cluster::peer::verify(secret, value, creds.method, creds.target, now) {
-        Some(member) => Ok(Authenticated::by(
-            UserCtx::named(&member, vec!["_admin".into()]),
-            Some("cluster"),
-        )),
-        None => refused("Invalid cluster credentials."),
-    }
+    let Some(signed) = settee_cluster::peer::verify(secret, value, creds.method, creds.target, now)
+    else {
+        return refused("Invalid cluster credentials.");
+    };
+    let user = match signed.user {
+        // The client a coordinator acts for, with that client's rights.
+        Some(user) => {
+            let v: serde_json::Value = serde_json::from_str(&user)
+                .map_err(|_| ApiError::Unauthorized("Invalid cluster credentials.".into()))?;
+            UserCtx {
+                name: v["name"].as_str().map(str::to_owned),
+                roles: (v["roles"].as_array().into_iter().flatten())
+                    .filter_map(|r| r.as_str().map(str::to_owned))
+                    .collect(),
+            }
+        }
+        None => UserCtx::named(&signed.from, vec!["_admin".into()]),
+    };
+    Ok(Authenticated::by(user, Some("cluster")))
 }
 
 fn by_basic(node: &Node, creds: &Credentials) -> Result<Option<Authenticated>, ApiError> {

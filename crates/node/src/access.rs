@@ -92,6 +92,18 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
 /// database that does not exist fall through to the handler's 404 only for those allowed
 /// to create it (server admins); others get the same 404 from here.
 pub fn authorize(node: &Node, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
+    authorize_with(node, endpoint, method, user, |db| security_of(node, db))
+}
+
+/// [`authorize`], with the databases' security objects from `security` (a coordinator
+/// finds a clustered database's elsewhere than in this node's databases).
+pub fn authorize_with(
+    node: &Node,
+    endpoint: &Endpoint,
+    method: &str,
+    user: &UserCtx,
+    security: impl Fn(&str) -> Result<SecurityObject>,
+) -> Result<()> {
     if node.config.get_bool("chttpd", "require_valid_user", false)
         && user.name.is_none()
         && !(matches!(endpoint, Endpoint::Session) && method == "POST")
@@ -112,7 +124,7 @@ pub fn authorize(node: &Node, endpoint: &Endpoint, method: &str, user: &UserCtx)
             if user.is_server_admin() {
                 return Ok(());
             }
-            let sec = security_of(node, db)?;
+            let sec = security(db)?;
             match need {
                 // chttpd_auth_request checks membership first for every database path
                 // but the few `require_*admin` ones.

@@ -138,6 +138,22 @@ impl Node {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
+        self.peer_request(name, method, target, None, content_type, body)
+            .await
+    }
+
+    /// Sends a request for `target` (path and query) to member `name`, signed as this node,
+    /// for `user` when given (the member then applies that user's rights): its answer, or
+    /// `None` when `name` is no running member.
+    pub async fn peer_request(
+        &self,
+        name: &str,
+        method: &str,
+        target: &str,
+        user: Option<&settee_auth::UserCtx>,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Option<Forwarded>> {
         let Some(cluster) = self.cluster() else {
             return Ok(None);
         };
@@ -146,7 +162,15 @@ impl Node {
         };
         let config = cluster.config();
         let now = crate::users::now_secs();
-        let auth = peer::sign(&config.secret, &config.node, method, target, now);
+        let user = user.map(|u| json!({"name": u.name, "roles": u.roles}).to_string());
+        let auth = peer::sign_for(
+            &config.secret,
+            &config.node,
+            user.as_deref(),
+            method,
+            target,
+            now,
+        );
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|_| Error::bad_request("Bad method"))?;
         let mut request = peer_client()

@@ -54,7 +54,7 @@ impl Node {
             atts: None,
             body_term: None,
         };
-        let rev = Fabric::update_doc(self, db, user, doc, Default::default()).await?;
-        Ok(rev.map(|r| r.to_string()).unwrap_or_default())
+        let written = Fabric::update_doc(self, db, user, doc, Default::default()).await?;
+        Ok(written.rev.map(|r| r.to_string()).unwrap_or_default())
     }
 }

@@ -10,10 +10,14 @@ use settee_db::{Couch, Database};
 use std::cmp::Ordering;
 
 /// How a database is created (`PUT /{db}?q=…&partitioned=…`).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct CreateDb {
     /// Shard ranges; `None`: `[cluster] q`, else 1.
     pub q: Option<u32>,
+    /// Copies of each range; `None`: `[cluster] n`, else 3 (one node holds one).
+    pub n: Option<u32>,
+    /// CouchDB's `placement` (`zone:n,…`), checked well-formed (one node has one zone).
+    pub placement: Option<String>,
     pub partitioned: bool,
 }
 
@@ -127,21 +131,7 @@ impl Node {
         if opts.partitioned {
             refuse_partitioned_system_db(&self.config, name)?;
         }
-        let q = opts.q.unwrap_or_else(|| {
-            self.config
-                .get("cluster", "q")
-                .and_then(|q| q.trim().parse::<u32>().ok().filter(|n| *n > 0))
-                .unwrap_or(1)
-        });
-        let props = settee_db::Props {
-            security: settee_auth::security::default_for(
-                self.config.get("couchdb", "default_security").as_deref(),
-            ),
-            partitioned: opts.partitioned,
-            q,
-            ..Default::default()
-        };
-        self.couch.create_with(name, props)?;
+        self.couch.create_with(name, self.new_props(&opts))?;
         if name == crate::settings::auth_db(&self.config) {
             // Born with `_design/_auth`, as CouchDB's auth cache gives it.
             if let Err(e) = ensure_auth_ddoc(&self.couch, &self.config) {
@@ -149,6 +139,29 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// Creates the database of a shard copy held here (`shards/{range}/{db}.{suffix}`).
+    pub fn create_copy(&self, name: &str, opts: CreateDb) -> Result<()> {
+        self.couch.create_copy(name, self.new_props(&opts))?;
+        Ok(())
+    }
+
+    fn new_props(&self, opts: &CreateDb) -> settee_db::Props {
+        let q = opts.q.unwrap_or_else(|| {
+            self.config
+                .get("cluster", "q")
+                .and_then(|q| q.trim().parse::<u32>().ok().filter(|n| *n > 0))
+                .unwrap_or(1)
+        });
+        settee_db::Props {
+            security: settee_auth::security::default_for(
+                self.config.get("couchdb", "default_security").as_deref(),
+            ),
+            partitioned: opts.partitioned,
+            q,
+            ..Default::default()
+        }
     }
 
     /// Deletes database `name`.

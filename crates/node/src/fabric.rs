@@ -58,6 +58,17 @@ pub struct FeedEnd {
     pub pending: u64,
 }
 
+/// A document write's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// The new revision; `None` when acknowledged early (`batch=ok`) or when a replicated
+    /// revision needs none.
+    pub rev: Option<Rev>,
+    /// Fewer copies than the write quorum (`w`) hold it yet, though at least one does:
+    /// CouchDB's 202 `accepted`.
+    pub accepted: bool,
+}
+
 /// A database a request names, as [`Fabric::open_db`] finds it: its name and properties,
 /// and its handle when this node holds it whole (not as shard copies).
 #[derive(Clone)]
@@ -189,15 +200,14 @@ pub trait Fabric: Send + Sync {
         out: Box<dyn FeedOut>,
     ) -> BoxFuture<'a, ()>;
 
-    /// Writes one document: its new revision, or `None` when acknowledged early
-    /// (`opts.batch`) or when a replicated revision needs none.
+    /// Writes one document: its new revision (see [`Written`]).
     fn update_doc<'a>(
         &'a self,
         db: &'a str,
         user: &'a UserCtx,
         doc: ParsedDoc,
         opts: WriteOpts,
-    ) -> Fut<'a, Option<Rev>>;
+    ) -> Fut<'a, Written>;
 
     /// `_bulk_docs`.
     fn bulk_docs<'a>(
@@ -517,10 +527,14 @@ impl Fabric for Arc<Node> {
         user: &'a UserCtx,
         doc: ParsedDoc,
         opts: WriteOpts,
-    ) -> Fut<'a, Option<Rev>> {
+    ) -> Fut<'a, Written> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
-            Node::update_doc_with(self, db, user, doc, opts, Default::default()).await
+            let rev = Node::update_doc_with(self, db, user, doc, opts, Default::default()).await?;
+            Ok(Written {
+                rev,
+                accepted: false,
+            })
         })
     }
 

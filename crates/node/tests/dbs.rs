@@ -25,6 +25,7 @@ fn databases_are_created_secured_and_deleted() {
     let opts = CreateDb {
         q: Some(2),
         partitioned: true,
+        ..Default::default()
     };
     fabric.create_db("parts", opts).unwrap();
     let props = f.node.couch.get("parts").unwrap().props();
@@ -119,6 +120,7 @@ fn shards_limits_and_compaction() {
     let opts = CreateDb {
         q: Some(2),
         partitioned: true,
+        ..Default::default()
     };
     fabric.create_db("parts", opts).unwrap();
     let shards = fabric.shards("parts", None).unwrap();

@@ -186,6 +186,7 @@ async fn single_writes_and_local_documents() {
         .update_doc("db", &user(), doc, WriteOpts::default())
         .await
         .unwrap()
+        .rev
         .unwrap();
     assert_eq!(rev.pos, 1);
     let stale = parse_doc(json!({"_id": "d", "v": 2})).unwrap();
@@ -253,6 +254,7 @@ async fn bulk_get_reads_leaves_latest_revisions_and_errors() {
         .update_doc("db", &user(), next, WriteOpts::default())
         .await
         .unwrap()
+        .rev
         .unwrap();
     let items = json!([
         {"id": "a", "rev": a1.to_string()},

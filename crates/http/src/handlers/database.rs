@@ -32,7 +32,8 @@ pub fn sync_shards(req: &Req) -> ApiResult<Response> {
 
 /// `?n=`, `?q=` and `?placement=` on creation, checked in CouchDB's order
 /// (`chttpd_db:parse_shards_opt`); the `q` to keep. One node holds one copy in one zone, so
-/// `n` and a well-formed `placement` change nothing, as on a single CouchDB node.
+/// `n` and a well-formed `placement` change nothing on a single node, as on a single
+/// CouchDB node; a cluster's coordinator plans the copies by them.
 fn shards_params(req: &Req) -> ApiResult<Option<u32>> {
     let positive = |v: &str| v.parse::<u32>().ok().filter(|n| *n > 0);
     for k in ["n", "q"] {
@@ -80,8 +81,12 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
+            let q = shards_params(&req)?;
+            let positive = |k| req.params.get(k).and_then(|v| v.parse::<u32>().ok());
             let opts = CreateDb {
-                q: shards_params(&req)?,
+                q,
+                n: positive("n"),
+                placement: req.params.get("placement").map(str::to_owned),
                 partitioned: partitioned_param(&req)?,
             };
             let (node, name2) = (state.fabric.clone(), name.to_string());
@@ -131,15 +136,20 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 new_edits: true,
                 batch,
             };
-            let rev = Fabric::update_doc(&*state.fabric, name, &req.user, parsed, opts).await?;
+            let written = Fabric::update_doc(&*state.fabric, name, &req.user, parsed, opts).await?;
             if batch {
                 return Ok(crate::reply::accepted(&id));
             }
-            let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+            let rev = written.rev.map(|r| r.to_string()).unwrap_or_default();
             // CouchDB's answer to a POST has a Location but no ETag.
             let location = crate::location::doc_location(&state.config, &req, name, &id);
+            let status = if written.accepted {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::CREATED
+            };
             Ok(crate::reply::write_response(
-                StatusCode::CREATED,
+                status,
                 &id,
                 &rev,
                 None,

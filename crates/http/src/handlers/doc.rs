@@ -14,7 +14,7 @@ use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
 use settee_db::Database;
 use settee_db::LocalUpdate;
 use settee_node::atts::AttOpts;
-use settee_node::fabric::DbRef;
+use settee_node::fabric::{DbRef, Written};
 use settee_node::read::{ReadOpts, Rendered, Revision};
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
@@ -201,23 +201,25 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
     }
     let deleted = doc.deleted;
     let opts = WriteOpts { new_edits, batch };
-    let rev = match followed {
-        Some((engine, followed)) => {
-            (state.node)
+    let written = match followed {
+        Some((engine, followed)) => Written {
+            rev: (state.node)
                 .update_doc_with(engine, &req.user, doc, opts, followed)
-                .await?
-        }
+                .await?,
+            accepted: false,
+        },
         None => Fabric::update_doc(&*state.fabric, &db.name, &req.user, doc, opts).await?,
     };
     if batch {
         return Ok(accepted(&id));
     }
-    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
-    // A deletion answers 200, anything else 201 (`chttpd_db:update_doc`).
-    let status = if deleted {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
+    let rev = written.rev.map(|r| r.to_string()).unwrap_or_default();
+    // A deletion answers 200, anything else 201 (`chttpd_db:update_doc`); 202 either
+    // way when fewer copies than the quorum hold it.
+    let status = match (written.accepted, deleted) {
+        (true, _) => StatusCode::ACCEPTED,
+        (false, true) => StatusCode::OK,
+        (false, false) => StatusCode::CREATED,
     };
     let location = doc_location(&state.config, &req, &db.name, &id);
     Ok(write_response(
@@ -254,7 +256,7 @@ async fn delete(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<
         atts: None,
         body_term: None,
     };
-    let rev = Fabric::update_doc(
+    let written = Fabric::update_doc(
         &*state.fabric,
         &db.name,
         &req.user,
@@ -262,9 +264,14 @@ async fn delete(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<
         WriteOpts::default(),
     )
     .await?;
-    let rev = rev.map(|r| r.to_string()).unwrap_or_default();
+    let rev = written.rev.map(|r| r.to_string()).unwrap_or_default();
+    let status = if written.accepted {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
     Ok(write_response(
-        StatusCode::OK,
+        status,
         &id,
         &rev,
         Some(rev_etag(&rev)),
