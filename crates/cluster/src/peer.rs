@@ -39,7 +39,9 @@ pub fn sign_for(
     now: u64,
 ) -> String {
     let user = user.map(|u| hex::encode(u.as_bytes())).unwrap_or_default();
-    let tag = mac(secret, from, &user, method, path, now).finalize().into_bytes();
+    let tag = mac(secret, from, &user, method, path, now)
+        .finalize()
+        .into_bytes();
     let value = format!("{from} {now} {}", hex::encode(tag));
     if user.is_empty() {
         value
@@ -106,7 +108,10 @@ mod tests {
         let other = hex::encode(r#"{"name":"bob","roles":["_admin"]}"#);
         let mut parts: Vec<&str> = v2.split(' ').collect();
         parts[3] = &other;
-        assert_eq!(verify("s", &parts.join(" "), "GET", "/shards%2Fx/d", 1000), None);
+        assert_eq!(
+            verify("s", &parts.join(" "), "GET", "/shards%2Fx/d", 1000),
+            None
+        );
         assert_eq!(
             verify("t", &v, "GET", "/_node/_local/_stats?x=1", 1000),
             None

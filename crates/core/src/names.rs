@@ -43,7 +43,9 @@ pub fn is_shard_name(name: &str) -> bool {
         return false;
     };
     let hex8 = |s: &str| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    let range_ok = range.split_once('-').is_some_and(|(b, e)| hex8(b) && hex8(e));
+    let range_ok = range
+        .split_once('-')
+        .is_some_and(|(b, e)| hex8(b) && hex8(e));
     let Some((db, suffix)) = copy.rsplit_once('.') else {
         return false;
     };

@@ -124,7 +124,10 @@ fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authentica
     };
     // A shard copy's database (`shards/…`, `/` encoded in its path segment) is node-local
     // too: the coordinator on another member reads and writes it.
-    let shard_copy = creds.target.get(..10).is_some_and(|p| p.eq_ignore_ascii_case("/shards%2f"));
+    let shard_copy = creds
+        .target
+        .get(..10)
+        .is_some_and(|p| p.eq_ignore_ascii_case("/shards%2f"));
     let node_local = creds.target == "/_node/_local" || creds.target.starts_with("/_node/_local/");
     if !(node_local || shard_copy) {
         return refused("Cluster credentials are taken for node-local requests only.");

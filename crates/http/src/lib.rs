@@ -81,10 +81,19 @@ impl std::ops::Deref for AppState {
 
 impl AppState {
     pub fn new(node: Arc<Node>, http: HttpConfig) -> AppState {
+        AppState::with_fabric(node.clone(), Arc::new(node), http)
+    }
+
+    /// A state whose database operations go through `fabric` (a cluster's coordinator).
+    pub fn with_fabric(
+        node: Arc<Node>,
+        fabric: Arc<dyn settee_node::Fabric>,
+        http: HttpConfig,
+    ) -> AppState {
         let hooks = Arc::new(handlers::replicate::HttpHooks);
         let replicator = Replicator::new(node.clone(), hooks, http.server_uuid.clone());
         AppState(Arc::new(Inner {
-            fabric: Arc::new(node.clone()),
+            fabric,
             node,
             http,
             replicator,
@@ -389,7 +398,9 @@ async fn route(
             limit: state.max_http_request_size(),
             body_time: body_time.clone(),
         };
-        settee_node::access::authorize(&state.node, &endpoint, req.method.as_str(), &req.user)?;
+        state
+            .fabric
+            .authorize(&endpoint, req.method.as_str(), &req.user)?;
         let node_local = router::is_node_local(&endpoint);
         let own_refusals = router::own_refusals(&endpoint);
         let resp = match router::dispatch(state.clone(), endpoint, req).await {

@@ -27,7 +27,7 @@ fn databases_are_created_secured_and_deleted() {
         partitioned: true,
         ..Default::default()
     };
-    fabric.create_db("parts", opts).unwrap();
+    fabric.create_db("parts", opts.clone()).unwrap();
     let props = f.node.couch.get("parts").unwrap().props();
     assert_eq!((props.q, props.partitioned), (2, true));
     assert!(matches!(

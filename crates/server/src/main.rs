@@ -111,7 +111,15 @@ fn serve(
         views,
         std::sync::Arc::new(settings.node),
     ));
-    let state = AppState::new(node.clone(), http_config);
+    // A cluster member serves clustered databases from their copies (the coordinator
+    // finds the cluster state once it is joined, below).
+    let state = match settings.cluster {
+        Some(_) => {
+            let coordinator = settee_coordinator::Coordinator::new(node.clone());
+            AppState::with_fabric(node.clone(), std::sync::Arc::new(coordinator), http_config)
+        }
+        None => AppState::new(node.clone(), http_config),
+    };
     disk::spawn(
         settings.data_dir.clone(),
         couch.disk().clone(),

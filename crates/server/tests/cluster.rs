@@ -1,6 +1,6 @@
 //! Settee nodes joined to a cluster through a real etcd (`--cluster`): membership as
-//! CouchDB's `_membership` and `_nodes` show it, liveness by lease, and what still works
-//! while etcd is away. (Databases are not sharded across the members yet.)
+//! CouchDB's `_membership` and `_nodes` show it, liveness by lease, what still works
+//! while etcd is away, and clustered databases (the coordinator's first operations).
 
 mod common;
 
@@ -320,13 +320,17 @@ fn without_etcd_membership_edits_are_refused_and_documents_work() {
         let me = json!(["settee1@127.0.0.1"]);
         membership(&n1) == (me.clone(), me)
     });
+    assert_eq!(n1.put("/db", "").status, 201);
     etcd.kill(0);
     let r = n1.put("/_node/_local/_nodes/settee9@127.0.0.1", "{}");
     assert_eq!(r.status, 503, "{}", r.text);
     assert_eq!(r.json()["error"], "service unavailable");
-    // What does not need the cluster state goes on.
+    // Creating a database needs the cluster state ...
+    let r = n1.put("/db2", "");
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert_eq!(r.json()["error"], "service unavailable");
+    // ... what does not goes on: the existing database's documents, from its copy.
     assert_eq!(membership(&n1).1, json!(["settee1@127.0.0.1"]));
-    assert_eq!(n1.put("/db", "").status, 201);
     assert_eq!(n1.put("/db/doc", r#"{"a": 1}"#).status, 201);
     assert_eq!(n1.get("/db/doc").json()["a"], 1);
     etcd.restart(0);
@@ -391,4 +395,132 @@ fn a_member_needs_a_name_and_the_secret() {
     assert!(no_secret.contains("SETTEE_CLUSTER_SECRET"), "{no_secret}");
     let no_name = run(&cluster, &[SECRET]);
     assert!(no_name.contains("--node-name"), "{no_name}");
+}
+
+/// Clustered databases (the coordinator's first operations): a database created on any
+/// member is cut into `q` ranges of `n` copies on the members; single documents are written
+/// to every copy of their range (201 with `w` copies, 202 with fewer) and read from all,
+/// the newest winning and stale copies repaired; what is not served from copies yet is a
+/// 501, never a local answer.
+#[test]
+fn clustered_databases_keep_documents_on_their_copies() {
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let names = [
+        "settee1@127.0.0.1",
+        "settee2@127.0.0.1",
+        "settee3@127.0.0.1",
+    ];
+    let mut nodes: Vec<Server> = (0..3)
+        .map(|i| member(&etcd, names[i], dirs[i].path()))
+        .collect();
+    eventually("three members", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 3
+    });
+
+    let r = nodes[0].put("/cdb?q=2&n=2", "");
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(nodes[1].put("/cdb", "").status, 412);
+    for n in &nodes {
+        eventually("cdb listed everywhere", || {
+            n.get("/_all_dbs").json() == json!(["_replicator", "_users", "cdb"])
+        });
+    }
+    let shards = nodes[2].get("/cdb/_shards").json();
+    let ranges = shards["shards"].as_object().unwrap();
+    assert_eq!(
+        ranges.keys().collect::<Vec<_>>(),
+        ["00000000-7fffffff", "80000000-ffffffff"]
+    );
+    assert!(ranges.values().all(|n| n.as_array().unwrap().len() == 2));
+    let info = nodes[1].get("/cdb").json();
+    assert_eq!(info["db_name"], "cdb");
+    assert_eq!(info["doc_count"], 0);
+    assert_eq!(info["cluster"], json!({"q": 2, "n": 2, "w": 2, "r": 2}));
+
+    // Written on one member, read on the others; CouchDB's revision rules on every copy.
+    let r = nodes[0].put("/cdb/d1", r#"{"a": 1}"#);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev1 = r.json()["rev"].as_str().unwrap().to_string();
+    for n in &nodes {
+        assert_eq!(
+            n.get("/cdb/d1").json(),
+            json!({"_id": "d1", "_rev": rev1, "a": 1})
+        );
+    }
+    assert_eq!(nodes[2].put("/cdb/d1", r#"{"a": 2}"#).status, 409);
+    let r = nodes[1].post("/cdb", r#"{"_id": "d2", "b": 1}"#);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = nodes[2].delete(&format!("/cdb/d1?rev={rev1}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        nodes[0].get("/cdb/d1").json(),
+        json!({"error": "not_found", "reason": "deleted"})
+    );
+    for i in 0..20 {
+        let r = nodes[i % 3].put(&format!("/cdb/k{i}"), "{}");
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let info = nodes[2].get("/cdb").json();
+    assert_eq!(
+        (&info["doc_count"], &info["doc_del_count"]),
+        (&json!(21), &json!(1))
+    );
+    // Only admins, as the copies' default security has it; no answer about a database
+    // this member holds no whole copy of.
+    assert_eq!(nodes[0].anon("GET", "/cdb/d2", None, &[]).status, 401);
+    let r = nodes[0].get("/cdb/_all_docs");
+    assert_eq!(r.status, 501, "{}", r.text);
+    assert_eq!(r.json()["error"], "not_implemented");
+
+    // A member down: a write to its range reaches one copy of two (202), reads still
+    // answer, and once it is back a read repairs its copy.
+    let id = (0..)
+        .map(|i| format!("x{i}"))
+        .find(|id| {
+            let s = nodes[0].get(&format!("/cdb/_shards/{id}")).json();
+            s["nodes"].as_array().unwrap().iter().any(|n| n == names[2])
+        })
+        .unwrap();
+    let holders = nodes[0].get(&format!("/cdb/_shards/{id}")).json()["nodes"].clone();
+    let other = (0..2)
+        .find(|i| holders.as_array().unwrap().iter().any(|n| n == names[*i]))
+        .expect("the range's other copy");
+    let reader = 1 - other;
+    nodes[2].kill9();
+    eventually("settee3 down", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 2
+    });
+    let r = nodes[reader].put(&format!("/cdb/{id}"), r#"{"late": true}"#);
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json()["ok"], true);
+    let rev = r.json()["rev"].as_str().unwrap().to_string();
+    assert_eq!(nodes[other].get(&format!("/cdb/{id}")).json()["_rev"], rev);
+    nodes[2] = member(&etcd, names[2], dirs[2].path());
+    eventually("settee3 back", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 3
+    });
+    // One copy of two had it: the read repairs settee3's before answering. With the other
+    // copy's member gone, settee3's copy alone answers, repaired.
+    assert_eq!(nodes[reader].get(&format!("/cdb/{id}")).json()["_rev"], rev);
+    nodes[other].kill9();
+    eventually("the other copy down", || {
+        membership(&nodes[2]).0.as_array().unwrap().len() == 2
+    });
+    let r = nodes[reader].get(&format!("/cdb/{id}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json(), json!({"_id": id, "_rev": rev, "late": true}));
+    nodes[other] = member(&etcd, names[other], dirs[other].path());
+    eventually("all back", || {
+        membership(&nodes[2]).0.as_array().unwrap().len() == 3
+    });
+
+    let r = nodes[1].delete("/cdb");
+    assert_eq!(r.status, 200, "{}", r.text);
+    for n in &nodes {
+        eventually("cdb gone everywhere", || {
+            n.get("/_all_dbs").json() == json!(["_replicator", "_users"])
+        });
+        assert_eq!(n.get("/cdb").status, 404);
+    }
 }

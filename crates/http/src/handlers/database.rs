@@ -149,11 +149,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 StatusCode::CREATED
             };
             Ok(crate::reply::write_response(
-                status,
-                &id,
-                &rev,
-                None,
-                location,
+                status, &id, &rev, None, location,
             ))
         }
         // CouchDB opens the database first: a missing one is a 404 whatever the method.

@@ -1,0 +1,846 @@
+//! The cluster's coordinator (CouchDB's `fabric` over `mem3`): [`Coordinator`] is the
+//! [`Fabric`] a cluster member's HTTP layer calls.
+//!
+//! A database with a shard map in the cluster state (etcd) is a clustered one: its
+//! documents live in `q` ranges, each range in `n` copies, each copy a database of its own
+//! on the node that holds it (`shards/{range}/{db}.{created}`). The coordinator serves
+//! such a database from its copies, through the copies' own HTTP API on their members
+//! (signed as this member, on behalf of the client: the copy applies the client's
+//! rights), and combines their answers as CouchDB does ([`merge`]). Every other database
+//! (system databases, shard copies themselves, databases created before the node joined)
+//! is this node's own, and every call on it goes to the local node unchanged.
+//!
+//! What a clustered database serves so far: creation and deletion, its information,
+//! `_all_dbs`/`_dbs_info`/`_shards`, and single JSON documents (`PUT`, `POST`, `GET`,
+//! `DELETE`) with CouchDB's write quorum (`w`, 202 below it) and newest-wins reads with
+//! read repair. Every other operation on it answers 501 `not_implemented` (never a local
+//! answer about a database this node does not hold).
+//!
+//! Threading: the [`Fabric`] contract's blocking calls wait for the copies with the Tokio
+//! runtime's handle, so they must run on a blocking thread (as `http` runs them).
+
+pub mod merge;
+
+use bytes::Bytes;
+use futures_util::future::{join_all, BoxFuture};
+use merge::{ReadOutcome, Reply, WriteOutcome};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use serde_json::{json, Value};
+use settee_auth::security::SecurityObject;
+use settee_auth::UserCtx;
+use settee_cluster::{Cluster, ShardMap};
+use settee_core::{ParsedDoc, Rev};
+use settee_db::{LocalDoc, LocalUpdate, RevsDiff};
+use settee_mango::index::Index;
+use settee_mango::opts::{FindOpts, IndexOpts};
+use settee_node::all_docs::{self, Namespace};
+use settee_node::att_read::{self, AttInfo};
+use settee_node::att_write::AttUpload;
+use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live};
+use settee_node::dbs::{CreateDb, Limit, NameRange};
+use settee_node::fabric::{DbRef, FeedEnd, Fut, Out, ReqFn, Written};
+use settee_node::list::{ListCall, Piece};
+use settee_node::mango_index::{BulkDeleted, Created};
+use settee_node::read::{Read, ReadOpts, Rendered, Revision};
+use settee_node::render::{FnCall, Shown, Updated};
+use settee_node::write::{BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
+use settee_node::{Error, Fabric, Node, Result};
+use settee_wire::mrargs::MrArgs;
+use settee_wire::path::Endpoint;
+use std::sync::Arc;
+
+/// A cluster member's fabric: clustered databases from their copies, the rest from the
+/// node.
+pub struct Coordinator {
+    node: Arc<Node>,
+}
+
+/// `q` of a database created without one (CouchDB's `[cluster] q` default).
+const DEFAULT_Q: u32 = 2;
+/// `n` of a database created without one (CouchDB's `[cluster] n` default).
+const DEFAULT_N: u32 = 3;
+
+impl Coordinator {
+    pub fn new(node: Arc<Node>) -> Coordinator {
+        Coordinator { node }
+    }
+
+    /// The cluster and `db`'s shard map, when `db` is clustered.
+    fn clustered(&self, db: &str) -> Option<(&Arc<Cluster>, Arc<ShardMap>)> {
+        let cluster = self.node.cluster()?;
+        cluster.db(db).map(|map| (cluster, map))
+    }
+
+    /// The local node, for an operation on `db` unless `db` is clustered (then 501:
+    /// `what` is not served from copies yet).
+    fn local(&self, db: &str, what: &'static str) -> Result<&Arc<Node>> {
+        match self.clustered(db) {
+            Some(_) => Err(Error::NotOnCluster(what)),
+            None => Ok(&self.node),
+        }
+    }
+
+    /// A request of one copy's member (a path under the copy's database), for `user`.
+    async fn ask(
+        &self,
+        member: &str,
+        method: &str,
+        target: &str,
+        user: Option<&UserCtx>,
+        body: Option<&Value>,
+    ) -> Reply {
+        let bytes = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let ct = body.map(|_| "application/json");
+        match (self.node)
+            .peer_request(member, method, target, user, ct, bytes)
+            .await
+        {
+            Ok(Some(answer)) => Reply::Answered {
+                status: answer.status,
+                body: serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
+            },
+            Ok(None) => Reply::Unreachable(format!("{member} is not running")),
+            Err(e) => Reply::Unreachable(e.to_string()),
+        }
+    }
+
+    /// `db`'s copies of the range holding `id`: (member, path of the document).
+    fn doc_copies(map: &ShardMap, db: &str, id: &str) -> Vec<(String, String)> {
+        let copies = map.copies_of(id);
+        let path = format!("/{}/{}", enc(&map.copy_name(db, &copies.range)), enc_id(id));
+        copies
+            .nodes
+            .iter()
+            .map(|n| (n.clone(), path.clone()))
+            .collect()
+    }
+
+    fn create_clustered(&self, cluster: &Arc<Cluster>, name: &str, opts: CreateDb) -> Result<()> {
+        settee_core::validate_db_name(name)?;
+        if self.node.couch.exists(name) {
+            return Err(settee_db::Error::DbExists.into());
+        }
+        let setting = |key: &str, default: u32| {
+            (self.node.config.get("cluster", key))
+                .and_then(|v| v.trim().parse::<u32>().ok().filter(|n| *n > 0))
+                .unwrap_or(default)
+        };
+        let q = opts.q.unwrap_or_else(|| setting("q", DEFAULT_Q));
+        let n = opts.n.unwrap_or_else(|| setting("n", DEFAULT_N));
+        let map =
+            block_on(cluster.create_db(name, q, n, opts.placement.as_deref(), opts.partitioned))
+                .map_err(|e| match e {
+                    settee_cluster::Error::Exists => settee_db::Error::DbExists.into(),
+                    e => Error::from(e),
+                })?;
+        // Each copy's database, on its member (CouchDB creates them all and accepts those
+        // that fail: internal replication fills them once they exist).
+        let query = if opts.partitioned {
+            "?partitioned=true"
+        } else {
+            ""
+        };
+        let asks = map.by_range.iter().flat_map(|copies| {
+            let path = format!("/{}{query}", enc(&map.copy_name(name, &copies.range)));
+            copies
+                .nodes
+                .iter()
+                .map(move |node| (node.clone(), path.clone()))
+        });
+        let asks: Vec<(String, String)> = asks.collect();
+        let replies = block_on(join_all(
+            asks.iter()
+                .map(|(node, path)| self.ask(node, "PUT", path, None, None)),
+        ));
+        for ((node, path), reply) in asks.iter().zip(&replies) {
+            if !matches!(reply, Reply::Answered { status: 201, .. }) {
+                tracing::warn!(%node, %path, ?reply, "creating a shard copy");
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_clustered(&self, cluster: &Arc<Cluster>, name: &str, map: &ShardMap) -> Result<()> {
+        block_on(cluster.delete_db(name))?;
+        let asks: Vec<(String, String)> = (map.by_range.iter())
+            .flat_map(|c| {
+                let path = format!("/{}", enc(&map.copy_name(name, &c.range)));
+                c.nodes.iter().map(move |n| (n.clone(), path.clone()))
+            })
+            .collect();
+        let replies = block_on(join_all(
+            asks.iter()
+                .map(|(node, path)| self.ask(node, "DELETE", path, None, None)),
+        ));
+        for ((node, path), reply) in asks.iter().zip(&replies) {
+            if !matches!(reply, Reply::Answered { status: 200, .. }) {
+                tracing::warn!(%node, %path, ?reply, "deleting a shard copy");
+            }
+        }
+        Ok(())
+    }
+
+    fn clustered_info(&self, name: &str, map: &ShardMap) -> Result<Value> {
+        let mut infos = Vec::new();
+        for copies in &map.by_range {
+            let path = format!("/{}", enc(&map.copy_name(name, &copies.range)));
+            let mut answered = None;
+            for node in &copies.nodes {
+                if let Reply::Answered { status: 200, body } =
+                    block_on(self.ask(node, "GET", &path, None, None))
+                {
+                    answered = Some((node.as_str(), body));
+                    break;
+                }
+            }
+            let Some((node, info)) = answered else {
+                return Err(unavailable(format!(
+                    "no copy of range {} of {name} answered",
+                    copies.range
+                )));
+            };
+            infos.push((copies.range.as_str(), node, info));
+        }
+        let ranges: Vec<merge::RangeInfo<'_>> = infos
+            .iter()
+            .map(|(range, node, info)| merge::RangeInfo { range, node, info })
+            .collect();
+        Ok(merge::db_info(name, &ranges, map.q, map.n))
+    }
+
+    async fn write_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+    ) -> Result<Written> {
+        if opts.batch {
+            return Err(Error::NotOnCluster("batch=ok"));
+        }
+        let id = doc
+            .id
+            .clone()
+            .ok_or_else(|| Error::internal("a document write without an id"))?;
+        let copies = Self::doc_copies(map, db, &id);
+        let w = copies.len() / 2 + 1;
+        let body = merge::doc_json(&doc, !opts.new_edits);
+        let query = if opts.new_edits {
+            ""
+        } else {
+            "?new_edits=false"
+        };
+        let replies = join_all(copies.iter().map(|(node, path)| {
+            let target = format!("{path}{query}");
+            let body = &body;
+            async move { self.ask(node, "PUT", &target, Some(user), Some(body)).await }
+        }))
+        .await;
+        match merge::write(&replies, w) {
+            WriteOutcome::Ok(rev) => Ok(Written {
+                rev: Some(rev),
+                accepted: false,
+            }),
+            WriteOutcome::Accepted(rev) => Ok(Written {
+                rev: Some(rev),
+                accepted: true,
+            }),
+            WriteOutcome::Refused { status, body } => Err(copy_error(status, &body)),
+            WriteOutcome::Unanswered(why) => Err(unavailable(why)),
+        }
+    }
+
+    fn read_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        id: &str,
+        opts: &ReadOpts,
+    ) -> Result<Read> {
+        if opts.atts.since_pos > 0 || (opts.atts.inline && opts.multipart) {
+            return Err(Error::NotOnCluster("attachments with a document read"));
+        }
+        let d = &opts.doc;
+        let mut query: Vec<(&str, String)> = vec![("revs", "true".into())];
+        for (flag, on) in [
+            ("revs_info", d.revs_info),
+            ("conflicts", d.conflicts),
+            ("deleted_conflicts", d.deleted_conflicts),
+            ("local_seq", d.local_seq),
+            ("attachments", opts.atts.inline),
+            ("att_encoding_info", opts.atts.encoding_info),
+            ("latest", opts.latest),
+        ] {
+            if on {
+                query.push((flag, "true".into()));
+            }
+        }
+        if let Some(rev) = &opts.rev {
+            query.push(("rev", rev.to_string()));
+        }
+        let query: String = form_query(&query);
+        let copies = Self::doc_copies(map, db, id);
+        let replies = block_on(join_all(copies.iter().map(|(node, path)| {
+            let target = format!("{path}?{query}");
+            async move { self.ask(node, "GET", &target, Some(user), None).await }
+        })));
+        match merge::read(&replies) {
+            ReadOutcome::Found {
+                mut doc,
+                rev,
+                stale,
+            } => {
+                // Read repair: the copies without the newest revision get it, as a
+                // replicated write (its history in `_revisions`): before the answer when
+                // fewer than `r` copies had it, as CouchDB, else in the background.
+                // Documents with attachments wait for internal replication.
+                if opts.rev.is_none() && !stale.is_empty() && doc.get("_attachments").is_none() {
+                    let answered = (replies.iter())
+                        .filter(|r| matches!(r, Reply::Answered { .. }))
+                        .count();
+                    let r = copies.len() / 2 + 1;
+                    let repair = self.repair(&copies, &stale, doc.clone());
+                    if answered - stale.len() < r {
+                        block_on(repair);
+                    } else {
+                        tokio::runtime::Handle::current().spawn(repair);
+                    }
+                }
+                if !d.revs {
+                    if let Value::Object(m) = &mut doc {
+                        m.shift_remove("_revisions");
+                    }
+                }
+                let has_meta = d.revs_info || d.conflicts || d.deleted_conflicts || d.local_seq;
+                Ok(Read {
+                    rev,
+                    has_meta,
+                    body: Rendered::Json(serde_json::to_vec(&doc).expect("json")),
+                })
+            }
+            ReadOutcome::NotFound(reason) => Err(settee_db::Error::NotFound(reason).into()),
+            ReadOutcome::Failed { status, body } => Err(copy_error(status, &body)),
+            ReadOutcome::Unanswered(why) => Err(unavailable(why)),
+        }
+    }
+
+    /// Writes `doc` (with its `_revisions`) to the copies at `stale`.
+    fn repair(
+        &self,
+        copies: &[(String, String)],
+        stale: &[usize],
+        doc: Value,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let node = self.node.clone();
+        let targets: Vec<(String, String)> = stale.iter().map(|i| copies[*i].clone()).collect();
+        async move {
+            let body = Bytes::from(doc.to_string());
+            for (member, path) in targets {
+                let target = format!("{path}?new_edits=false");
+                let ct = Some("application/json");
+                let sent =
+                    (node.peer_request(&member, "PUT", &target, None, ct, body.clone())).await;
+                let status = sent.as_ref().map(|a| a.as_ref().map(|a| a.status));
+                tracing::debug!(%member, %path, ?status, "read repair");
+            }
+        }
+    }
+}
+
+/// Waits for `fut` from a blocking thread.
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    tokio::runtime::Handle::current().block_on(fut)
+}
+
+/// A database name or document id as one path segment.
+fn enc(s: &str) -> String {
+    utf8_percent_encode(s, NON_ALPHANUMERIC).to_string()
+}
+
+/// A document id in a path: `_design/` and `_local/` keep their slash, as CouchDB's paths.
+fn enc_id(id: &str) -> String {
+    for prefix in ["_design/", "_local/"] {
+        if let Some(rest) = id.strip_prefix(prefix) {
+            return format!("{prefix}{}", enc(rest));
+        }
+    }
+    enc(id)
+}
+
+fn form_query(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn unavailable(why: String) -> Error {
+    Error::Cluster(settee_cluster::Error::Unavailable(why))
+}
+
+/// A copy's refusal as the node's error of the same name and status.
+fn copy_error(status: u16, body: &Value) -> Error {
+    let reason = body["reason"].as_str().unwrap_or_default().to_owned();
+    match (status, body["error"].as_str().unwrap_or_default()) {
+        (409, "conflict") => settee_db::Error::Conflict.into(),
+        (404, _) => Error::NotFound(reason),
+        (400, _) => Error::BadRequest(reason),
+        (401, _) => Error::Unauthorized(reason),
+        (403, _) => Error::Forbidden(reason),
+        (_, error) => Error::Bare(format!("{error}: {reason}")),
+    }
+}
+
+/// Whether `name` stays on the node that has it whatever the cluster (CouchDB's
+/// node-local and system databases: `_users`, `_replicator`, …; shard copies).
+fn node_only(name: &str) -> bool {
+    name.starts_with('_') || settee_core::is_shard_name(name)
+}
+
+impl Fabric for Coordinator {
+    fn open_db(&self, name: &str) -> Result<DbRef> {
+        match self.clustered(name) {
+            Some((_, map)) => Ok(DbRef::clustered(name, map.partitioned)),
+            None => Fabric::open_db(&self.node, name),
+        }
+    }
+
+    fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
+        settee_node::access::authorize_with(&self.node, endpoint, method, user, |db| {
+            match self.clustered(db) {
+                // Copies keep the security object a database is created with (editing
+                // it is not served from copies yet).
+                Some(_) => Ok(SecurityObject::from_json(
+                    &settee_auth::security::default_for(
+                        self.node
+                            .config
+                            .get("couchdb", "default_security")
+                            .as_deref(),
+                    ),
+                )),
+                None => settee_node::access::security_of(&self.node, db),
+            }
+        })
+    }
+
+    fn all_dbs(&self, range: &NameRange) -> Result<Vec<String>> {
+        let mut names: Vec<String> = (Fabric::all_dbs(&self.node, &NameRange::default())?)
+            .into_iter()
+            .filter(|n| !settee_core::is_shard_name(n))
+            .collect();
+        if let Some(cluster) = self.node.cluster() {
+            names.extend(cluster.dbs());
+        }
+        names.sort();
+        names.dedup();
+        Ok(range.select(names))
+    }
+
+    fn dbs_info(&self, keys: Vec<Value>) -> Result<Vec<Value>> {
+        keys.into_iter()
+            .map(|key| match key.as_str().and_then(|n| self.clustered(n)) {
+                Some((_, map)) => {
+                    let name = key.as_str().unwrap_or_default().to_owned();
+                    Ok(json!({"key": key, "info": self.clustered_info(&name, &map)?}))
+                }
+                None => Ok(Fabric::dbs_info(&self.node, vec![key])?.remove(0)),
+            })
+            .collect()
+    }
+
+    fn shards(&self, db: &str, id: Option<&str>) -> Result<Value> {
+        let Some((_, map)) = self.clustered(db) else {
+            return Fabric::shards(&self.node, db, id);
+        };
+        Ok(match id {
+            None => {
+                let shards: serde_json::Map<String, Value> = (map.by_range.iter())
+                    .map(|c| (c.range.clone(), json!(c.nodes)))
+                    .collect();
+                json!({ "shards": shards })
+            }
+            Some(id) => {
+                if map.partitioned {
+                    settee_core::validate_partitioned_doc_id(id)?;
+                }
+                let copies = map.copies_of(id);
+                json!({"range": copies.range, "nodes": copies.nodes})
+            }
+        })
+    }
+
+    fn get_limit(&self, db: &str, which: Limit) -> Result<u64> {
+        Fabric::get_limit(self.local(db, "database limits")?, db, which)
+    }
+
+    fn set_limit(&self, db: &str, which: Limit, n: u64) -> Result<()> {
+        Fabric::set_limit(self.local(db, "database limits")?, db, which, n)
+    }
+
+    fn compact_db(&self, db: &str) -> Result<()> {
+        Fabric::compact_db(self.local(db, "_compact")?, db)
+    }
+
+    fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {
+        if settee_core::is_shard_name(name) {
+            return self.node.create_copy(name, opts);
+        }
+        match self.node.cluster() {
+            Some(cluster) if !node_only(name) => self.create_clustered(cluster, name, opts),
+            _ => Fabric::create_db(&self.node, name, opts),
+        }
+    }
+
+    fn delete_db(&self, name: &str) -> Result<()> {
+        match self.clustered(name) {
+            Some((cluster, map)) => self.delete_clustered(cluster, name, &map),
+            None => Fabric::delete_db(&self.node, name),
+        }
+    }
+
+    fn get_security(&self, db: &str) -> Result<Value> {
+        Fabric::get_security(self.local(db, "_security")?, db)
+    }
+
+    fn set_security(&self, db: &str, security: Value) -> Result<()> {
+        Fabric::set_security(self.local(db, "_security")?, db, security)
+    }
+
+    fn db_info(&self, db: &str) -> Result<Value> {
+        match self.clustered(db) {
+            Some((_, map)) => self.clustered_info(db, &map),
+            None => Fabric::db_info(&self.node, db),
+        }
+    }
+
+    fn all_docs(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        q: all_docs::Query,
+        ns: Namespace,
+        out: Out<'_>,
+    ) -> Result<()> {
+        Fabric::all_docs(self.local(db, "_all_docs")?, db, user, q, ns, out)
+    }
+
+    fn query_view(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        args: MrArgs,
+        out: Out<'_>,
+    ) -> Result<()> {
+        Fabric::query_view(self.local(db, "views")?, db, user, ddoc, view, args, out)
+    }
+
+    fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()> {
+        Fabric::find(self.local(db, "_find")?, db, user, opts, out)
+    }
+
+    fn changes_filter<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        spec: FilterSpec,
+        opts: ChangesOpts,
+        req: ReqFn<'a>,
+    ) -> Fut<'a, ChangesOpts> {
+        match self.local(db, "_changes") {
+            Ok(node) => Fabric::changes_filter(node, db, user, spec, opts, req),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn changes(
+        &self,
+        db: &str,
+        opts: &ChangesOpts,
+        row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
+    ) -> Result<FeedEnd> {
+        Fabric::changes(self.local(db, "_changes")?, db, opts, row)
+    }
+
+    fn live_changes<'a>(
+        &'a self,
+        db: &'a str,
+        opts: ChangesOpts,
+        live: Live,
+        out: Box<dyn FeedOut>,
+    ) -> BoxFuture<'a, ()> {
+        // A clustered database's feed is refused earlier, by `changes_filter`.
+        Fabric::live_changes(&self.node, db, opts, live, out)
+    }
+
+    fn update_doc<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+    ) -> Fut<'a, Written> {
+        Box::pin(async move {
+            match self.clustered(db) {
+                Some((_, map)) => self.write_clustered(db, &map, user, doc, opts).await,
+                None => Fabric::update_doc(&self.node, db, user, doc, opts).await,
+            }
+        })
+    }
+
+    fn bulk_docs<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        req: BulkDocs,
+    ) -> Fut<'a, BulkAnswer> {
+        match self.local(db, "_bulk_docs") {
+            Ok(node) => Fabric::bulk_docs(node, db, user, req),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn put_local<'a>(
+        &'a self,
+        db: &'a str,
+        update: LocalUpdate,
+        batch: bool,
+    ) -> Fut<'a, Option<u64>> {
+        match self.local(db, "local documents") {
+            Ok(node) => Fabric::put_local(node, db, update, batch),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn purge<'a>(
+        &'a self,
+        db: &'a str,
+        asked: Vec<(String, Vec<Rev>)>,
+    ) -> Fut<'a, Vec<(String, Vec<Rev>)>> {
+        match self.local(db, "_purge") {
+            Ok(node) => Fabric::purge(node, db, asked),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn copy_doc<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        source: (&'a str, Option<Rev>),
+        dest: (&'a str, Option<Rev>),
+    ) -> Fut<'a, String> {
+        match self.local(db, "COPY") {
+            Ok(node) => Fabric::copy_doc(node, db, user, source, dest),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read> {
+        match self.clustered(db) {
+            Some((_, map)) => self.read_clustered(db, &map, user, id, opts),
+            None => Fabric::open_doc(&self.node, db, user, id, opts),
+        }
+    }
+
+    fn open_revs(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        id: &str,
+        wanted: &str,
+        opts: &ReadOpts,
+    ) -> Result<Vec<Revision>> {
+        Fabric::open_revs(self.local(db, "open_revs")?, db, user, id, wanted, opts)
+    }
+
+    fn show(
+        &self,
+        db: &str,
+        call: &FnCall,
+        accept: Option<&str>,
+        matches: &dyn Fn(&str) -> bool,
+    ) -> Result<Shown> {
+        Fabric::show(
+            self.local(db, "design functions")?,
+            db,
+            call,
+            accept,
+            matches,
+        )
+    }
+
+    fn update<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        call: FnCall,
+        refused: bool,
+    ) -> Fut<'a, Updated> {
+        match self.local(db, "design functions") {
+            Ok(node) => Fabric::update(node, db, user, call, refused),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc> {
+        Fabric::open_local(self.local(db, "local documents")?, db, id)
+    }
+
+    fn bulk_get(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        items: &[Value],
+        opts: BulkGetOpts,
+        out: &mut dyn FnMut(BulkGetItem) -> bool,
+    ) -> Result<()> {
+        Fabric::bulk_get(self.local(db, "_bulk_get")?, db, user, items, opts, out)
+    }
+
+    fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff> {
+        Fabric::revs_diff(self.local(db, "_revs_diff")?, db, asked)
+    }
+
+    fn list<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        call: ListCall,
+    ) -> Fut<'a, tokio::sync::mpsc::Receiver<Piece>> {
+        match self.local(db, "design functions") {
+            Ok(node) => Fabric::list(node, db, user, call),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn open_attachment(
+        &self,
+        db: &str,
+        id: &str,
+        name: &str,
+        rev: Option<&Rev>,
+    ) -> Result<AttInfo> {
+        Fabric::open_attachment(self.local(db, "attachments")?, db, id, name, rev)
+    }
+
+    fn attachment_content(
+        &self,
+        db: &str,
+        att: &AttInfo,
+        piece: att_read::Piece,
+        out: Out<'_>,
+    ) -> Result<()> {
+        Fabric::attachment_content(self.local(db, "attachments")?, db, att, piece, out)
+    }
+
+    fn upload_attachment<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        id: &'a str,
+        up: AttUpload<'a>,
+    ) -> Fut<'a, Rev> {
+        match self.local(db, "attachments") {
+            Ok(node) => Fabric::upload_attachment(node, db, user, id, up),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn delete_attachment<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        id: &'a str,
+        name: &'a str,
+        rev: Option<Rev>,
+    ) -> Fut<'a, Rev> {
+        match self.local(db, "attachments") {
+            Ok(node) => Fabric::delete_attachment(node, db, user, id, name, rev),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn view_queries(
+        &self,
+        db: &str,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        base: MrArgs,
+        queries: &[Value],
+        out: &mut dyn FnMut(usize, &[u8]) -> bool,
+    ) -> Result<()> {
+        Fabric::view_queries(
+            self.local(db, "views")?,
+            db,
+            user,
+            ddoc,
+            view,
+            base,
+            queries,
+            out,
+        )
+    }
+
+    fn design_info(&self, db: &str, ddoc: &str) -> Result<Value> {
+        Fabric::design_info(self.local(db, "design document info")?, db, ddoc)
+    }
+
+    fn compact_design(&self, db: &str, ddoc: &str) -> Result<()> {
+        Fabric::compact_design(self.local(db, "view compaction")?, db, ddoc)
+    }
+
+    fn view_cleanup(&self, db: &str) -> Result<()> {
+        Fabric::view_cleanup(self.local(db, "_view_cleanup")?, db)
+    }
+
+    fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value> {
+        Fabric::explain(self.local(db, "_explain")?, db, opts)
+    }
+
+    fn indexes(&self, db: &str) -> Result<Vec<Index>> {
+        Fabric::indexes(self.local(db, "_index")?, db)
+    }
+
+    fn create_index<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        opts: IndexOpts,
+    ) -> Fut<'a, Created> {
+        match self.local(db, "_index") {
+            Ok(node) => Fabric::create_index(node, db, user, opts),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn delete_index<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        ddoc: &'a str,
+        name: Option<&'a str>,
+    ) -> Fut<'a, bool> {
+        match self.local(db, "_index") {
+            Ok(node) => Fabric::delete_index(node, db, user, ddoc, name),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn bulk_delete_indexes<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        ddocs: Vec<String>,
+    ) -> Fut<'a, BulkDeleted> {
+        match self.local(db, "_index") {
+            Ok(node) => Fabric::bulk_delete_indexes(node, db, user, ddocs),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+}
