@@ -121,10 +121,12 @@ async fn node_documents_follow_couchdbs_revision_rules() {
         Err(Error::Conflict)
     ));
     a.delete_node("x@h", Some(&rev2.to_string())).await.unwrap();
-    assert!(a.node_doc("x@h").is_none());
+    // A tombstone stays, out of the list.
+    assert!(a.node_doc("x@h").unwrap().deleted);
+    assert!(a.nodes().iter().all(|d| d.name != "x@h"));
     assert!(matches!(
         a.delete_node("x@h", None).await,
-        Err(Error::NotFound(_))
+        Err(Error::NotFound("deleted"))
     ));
 }
 
