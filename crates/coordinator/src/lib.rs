@@ -89,10 +89,9 @@ impl Coordinator {
         user: Option<&UserCtx>,
         body: Option<&Value>,
     ) -> Reply {
-        let bytes = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        let ct = body.map(|_| "application/json");
+        let bytes = body.map(|b| Bytes::from(b.to_string()));
         match (self.node)
-            .peer_request(member, method, target, user, ct, bytes)
+            .peer_json(member, method, target, user, bytes)
             .await
         {
             Ok(Some(answer)) => Reply::Answered {
@@ -286,7 +285,35 @@ impl Coordinator {
             let target = format!("{path}?{query}");
             async move { self.ask(node, "GET", &target, Some(user), None).await }
         })));
-        match merge::read(&replies) {
+        let outcome = merge::read(&replies);
+        // Copies that say `deleted` may hold a deletion the others missed (a 202): their
+        // deleted leaves, when one descends from the newest live revision, win.
+        if let ReadOutcome::Found { rev, .. } = &outcome {
+            let said_deleted: Vec<usize> = (0..replies.len())
+                .filter(|i| {
+                    matches!(&replies[*i], Reply::Answered { status: 404, body }
+                        if body["reason"] == "deleted")
+                })
+                .collect();
+            if opts.rev.is_none() && !said_deleted.is_empty() {
+                let leaves = block_on(join_all(said_deleted.iter().map(|i| {
+                    let (node, path) = &copies[*i];
+                    let target = format!("{path}?open_revs=all&revs=true");
+                    async move { self.ask(node, "GET", &target, Some(user), None).await }
+                })));
+                let deletion = (leaves.iter().flat_map(merge::deleted_leaves))
+                    .find(|leaf| merge::deletion_supersedes(leaf, rev));
+                if let Some(deletion) = deletion {
+                    let stale: Vec<usize> = (0..copies.len())
+                        .filter(|i| !said_deleted.contains(i))
+                        .filter(|i| matches!(replies[*i], Reply::Answered { .. }))
+                        .collect();
+                    block_on(self.repair(&copies, &stale, deletion));
+                    return Err(settee_db::Error::NotFound("deleted").into());
+                }
+            }
+        }
+        match outcome {
             ReadOutcome::Found {
                 mut doc,
                 rev,
@@ -339,9 +366,8 @@ impl Coordinator {
             let body = Bytes::from(doc.to_string());
             for (member, path) in targets {
                 let target = format!("{path}?new_edits=false");
-                let ct = Some("application/json");
                 let sent =
-                    (node.peer_request(&member, "PUT", &target, None, ct, body.clone())).await;
+                    (node.peer_json(&member, "PUT", &target, None, Some(body.clone()))).await;
                 let status = sent.as_ref().map(|a| a.as_ref().map(|a| a.status));
                 tracing::debug!(%member, %path, ?status, "read repair");
             }

@@ -142,6 +142,33 @@ pub fn read(replies: &[Reply]) -> ReadOutcome {
     }
 }
 
+/// Whether the deletion `deleted` (a document with its `_revisions`) descends from `rev`:
+/// a copy whose newest revision is `rev` then only missed the deletion.
+pub fn deletion_supersedes(deleted: &Value, rev: &Rev) -> bool {
+    let history = &deleted["_revisions"];
+    let (Some(start), Some(ids)) = (history["start"].as_u64(), history["ids"].as_array()) else {
+        return false;
+    };
+    let Some(back) = start.checked_sub(rev.pos) else {
+        return false;
+    };
+    ids.get(back as usize)
+        .and_then(Value::as_str)
+        .is_some_and(|id| id == rev.id.to_string())
+}
+
+/// The deleted leaves in a copy's `open_revs=all&revs=true` answer.
+pub fn deleted_leaves(reply: &Reply) -> Vec<Value> {
+    let Reply::Answered { status: 200, body } = reply else {
+        return Vec::new();
+    };
+    (body.as_array().into_iter().flatten())
+        .filter_map(|leaf| leaf.get("ok"))
+        .filter(|doc| doc["_deleted"] == true)
+        .cloned()
+        .collect()
+}
+
 /// One range's part of a database's information: the range, the copy that answered and
 /// its `GET /{copy}` body.
 pub struct RangeInfo<'a> {
@@ -324,6 +351,28 @@ mod tests {
         );
         assert_eq!(read(&[missing, down()]), ReadOutcome::NotFound("missing"));
         assert!(matches!(read(&[down()]), ReadOutcome::Unanswered(_)));
+    }
+
+    #[test]
+    fn a_deletion_supersedes_the_revisions_it_descends_from() {
+        let deleted = json!({"_id": "d", "_rev": "3-c", "_deleted": true,
+            "_revisions": {"start": 3, "ids": ["c", "b", "a"]}});
+        let rev = |r: &str| Rev::parse(r).unwrap();
+        assert!(deletion_supersedes(&deleted, &rev("2-b")));
+        assert!(deletion_supersedes(&deleted, &rev("1-a")));
+        assert!(
+            !deletion_supersedes(&deleted, &rev("2-x")),
+            "a conflicting branch"
+        );
+        assert!(
+            !deletion_supersedes(&deleted, &rev("4-d")),
+            "a later revision"
+        );
+        let leaves = Reply::Answered {
+            status: 200,
+            body: json!([{"ok": deleted.clone()}, {"ok": {"_id": "d", "_rev": "2-x"}}]),
+        };
+        assert_eq!(deleted_leaves(&leaves), vec![deleted]);
     }
 
     #[test]

@@ -142,6 +142,28 @@ impl Node {
             .await
     }
 
+    /// [`Node::peer_request`] of JSON: the member answers JSON (never multipart).
+    pub async fn peer_json(
+        &self,
+        name: &str,
+        method: &str,
+        target: &str,
+        user: Option<&settee_auth::UserCtx>,
+        body: Option<Bytes>,
+    ) -> Result<Option<Forwarded>> {
+        let ct = body.as_ref().map(|_| "application/json");
+        self.peer_send(
+            name,
+            method,
+            target,
+            user,
+            ct,
+            Some("application/json"),
+            body.unwrap_or_default(),
+        )
+        .await
+    }
+
     /// Sends a request for `target` (path and query) to member `name`, signed as this node,
     /// for `user` when given (the member then applies that user's rights): its answer, or
     /// `None` when `name` is no running member.
@@ -152,6 +174,20 @@ impl Node {
         target: &str,
         user: Option<&settee_auth::UserCtx>,
         content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<Option<Forwarded>> {
+        (self.peer_send(name, method, target, user, content_type, None, body)).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn peer_send(
+        &self,
+        name: &str,
+        method: &str,
+        target: &str,
+        user: Option<&settee_auth::UserCtx>,
+        content_type: Option<&str>,
+        accept: Option<&str>,
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
         let Some(cluster) = self.cluster() else {
@@ -179,6 +215,9 @@ impl Node {
             .body(body);
         if let Some(ct) = content_type {
             request = request.header(reqwest::header::CONTENT_TYPE, ct);
+        }
+        if let Some(accept) = accept {
+            request = request.header(reqwest::header::ACCEPT, accept);
         }
         let unreachable = |e: reqwest::Error| {
             Error::Cluster(settee_cluster::Error::Unavailable(format!(

@@ -482,6 +482,17 @@ fn clustered_databases_keep_documents_on_their_copies() {
             s["nodes"].as_array().unwrap().iter().any(|n| n == names[2])
         })
         .unwrap();
+    // A second document of that range, deleted while settee3 is down.
+    let gone = (0..)
+        .map(|i| format!("y{i}"))
+        .find(|g| {
+            let s = nodes[0].get(&format!("/cdb/_shards/{g}")).json();
+            s["range"] == nodes[0].get(&format!("/cdb/_shards/{id}")).json()["range"]
+        })
+        .unwrap();
+    let r = nodes[0].put(&format!("/cdb/{gone}"), "{}");
+    assert_eq!(r.status, 201, "{}", r.text);
+    let gone_rev = r.json()["rev"].as_str().unwrap().to_string();
     let holders = nodes[0].get(&format!("/cdb/_shards/{id}")).json()["nodes"].clone();
     let other = (0..2)
         .find(|i| holders.as_array().unwrap().iter().any(|n| n == names[*i]))
@@ -496,6 +507,8 @@ fn clustered_databases_keep_documents_on_their_copies() {
     assert_eq!(r.json()["ok"], true);
     let rev = r.json()["rev"].as_str().unwrap().to_string();
     assert_eq!(nodes[other].get(&format!("/cdb/{id}")).json()["_rev"], rev);
+    let r = nodes[reader].delete(&format!("/cdb/{gone}?rev={gone_rev}"));
+    assert_eq!(r.status, 202, "{}", r.text);
     nodes[2] = member(&etcd, names[2], dirs[2].path());
     eventually("settee3 back", || {
         membership(&nodes[0]).0.as_array().unwrap().len() == 3
@@ -503,6 +516,10 @@ fn clustered_databases_keep_documents_on_their_copies() {
     // One copy of two had it: the read repairs settee3's before answering. With the other
     // copy's member gone, settee3's copy alone answers, repaired.
     assert_eq!(nodes[reader].get(&format!("/cdb/{id}")).json()["_rev"], rev);
+    // settee3's copy still has the live revision; the deletion on the other copy wins,
+    // and is repaired onto settee3's.
+    let deleted = json!({"error": "not_found", "reason": "deleted"});
+    assert_eq!(nodes[reader].get(&format!("/cdb/{gone}")).json(), deleted);
     nodes[other].kill9();
     eventually("the other copy down", || {
         membership(&nodes[2]).0.as_array().unwrap().len() == 2
@@ -510,6 +527,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     let r = nodes[reader].get(&format!("/cdb/{id}"));
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json(), json!({"_id": id, "_rev": rev, "late": true}));
+    assert_eq!(nodes[reader].get(&format!("/cdb/{gone}")).json(), deleted);
     nodes[other] = member(&etcd, names[other], dirs[other].path());
     eventually("all back", || {
         membership(&nodes[2]).0.as_array().unwrap().len() == 3
