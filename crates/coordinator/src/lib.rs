@@ -11,9 +11,9 @@
 //! is this node's own, and every call on it goes to the local node unchanged.
 //!
 //! What a clustered database serves so far: creation and deletion, its information,
-//! `_all_dbs`/`_dbs_info`/`_shards`, and single JSON documents (`PUT`, `POST`, `GET`,
-//! `DELETE`) with CouchDB's write quorum (`w`, 202 below it) and newest-wins reads with
-//! read repair. Every other operation on it answers 501 `not_implemented` (never a local
+//! `_all_dbs`/`_dbs_info`/`_shards`, single JSON documents (`PUT`, `POST`, `GET`,
+//! `DELETE`) and `_bulk_docs` with CouchDB's write quorum (`w`, 202 below it), and
+//! newest-wins reads with read repair. Every other operation on it answers 501 `not_implemented` (never a local
 //! answer about a database this node does not hold).
 //!
 //! Threading: the [`Fabric`] contract's blocking calls wait for the copies with the Tokio
@@ -43,7 +43,7 @@ use settee_node::list::{ListCall, Piece};
 use settee_node::mango_index::{BulkDeleted, Created};
 use settee_node::read::{Read, ReadOpts, Rendered, Revision};
 use settee_node::render::{FnCall, Shown, Updated};
-use settee_node::write::{BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
+use settee_node::write::{BulkAnswer, BulkDocs, BulkEntry, BulkGetItem, BulkGetOpts, WriteOpts};
 use settee_node::{Error, Fabric, Node, Result};
 use settee_wire::mrargs::MrArgs;
 use settee_wire::path::Endpoint;
@@ -248,6 +248,80 @@ impl Coordinator {
             WriteOutcome::Refused { status, body } => Err(copy_error(status, &body)),
             WriteOutcome::Unanswered(why) => Err(unavailable(why)),
         }
+    }
+
+    /// `_bulk_docs` on a clustered database: each range's documents to every copy of the
+    /// range in one `_bulk_docs`, each document's answers combined as a single write's.
+    async fn bulk_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        req: BulkDocs,
+    ) -> Result<BulkAnswer> {
+        if req.all_or_nothing {
+            return Err(Error::NotOnCluster("all_or_nothing"));
+        }
+        let ids: Vec<String> = (req.docs.iter())
+            .map(|d| d.id.clone().unwrap_or_default())
+            .collect();
+        // Documents by range, in request order within each.
+        let mut by_range: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, id) in ids.iter().enumerate() {
+            by_range
+                .entry(&map.copies_of(id).range)
+                .or_default()
+                .push(i);
+        }
+        let mut per_doc: Vec<Vec<Reply>> = vec![Vec::new(); ids.len()];
+        for (range, docs) in &by_range {
+            let copies = &map
+                .by_range
+                .iter()
+                .find(|c| c.range == *range)
+                .expect("a range")
+                .nodes;
+            let body = json!({
+                "docs": docs.iter().map(|i| merge::doc_json(&req.docs[*i], !req.new_edits)).collect::<Vec<_>>(),
+                "new_edits": req.new_edits,
+            });
+            let path = format!("/{}/_bulk_docs", enc(&map.copy_name(db, range)));
+            let replies = join_all(copies.iter().map(|node| {
+                let (path, body) = (&path, &body);
+                async move { self.ask(node, "POST", path, Some(user), Some(body)).await }
+            }))
+            .await;
+            for reply in &replies {
+                for (k, i) in docs.iter().enumerate() {
+                    per_doc[*i].push(merge::bulk_entry(reply, k, &ids[*i], req.new_edits));
+                }
+            }
+        }
+        let mut entries = Vec::with_capacity(ids.len());
+        for (i, replies) in per_doc.iter().enumerate() {
+            let id = ids[i].clone();
+            let copies = map.copies_of(&id).nodes.len();
+            let outcome = merge::write(replies, copies / 2 + 1);
+            entries.push(match outcome {
+                // A replicated revision written: no entry, as CouchDB.
+                _ if !req.new_edits && replies.iter().any(merge::replicated_ok) => continue,
+                WriteOutcome::Ok(rev) => BulkEntry::Written {
+                    id,
+                    rev: rev.to_string(),
+                },
+                WriteOutcome::Accepted(rev) => BulkEntry::Accepted {
+                    id,
+                    rev: rev.to_string(),
+                },
+                WriteOutcome::Refused { status, body } => BulkEntry::Failed {
+                    id,
+                    rev: body["rev"].as_str().map(str::to_owned),
+                    error: copy_error(status, &body),
+                },
+                WriteOutcome::Unanswered(why) => return Err(unavailable(why)),
+            });
+        }
+        Ok(BulkAnswer::Entries(entries))
     }
 
     fn read_clustered(
@@ -624,10 +698,12 @@ impl Fabric for Coordinator {
         user: &'a UserCtx,
         req: BulkDocs,
     ) -> Fut<'a, BulkAnswer> {
-        match self.local(db, "_bulk_docs") {
-            Ok(node) => Fabric::bulk_docs(node, db, user, req),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        Box::pin(async move {
+            match self.clustered(db) {
+                Some((_, map)) => self.bulk_clustered(db, &map, user, req).await,
+                None => Fabric::bulk_docs(&self.node, db, user, req).await,
+            }
+        })
     }
 
     fn put_local<'a>(

@@ -69,6 +69,57 @@ fn unreachable_reason(replies: &[Reply]) -> String {
     format!("no copy answered: {}", why.join("; "))
 }
 
+/// One document's part of a copy's `_bulk_docs` answer (`k`: its place among the
+/// documents sent to that copy), as a single write's reply: its entry with the status a
+/// single write would have had. A replicated write (`new_edits=false`) that succeeded has
+/// no entry: a 201 without a body then.
+pub fn bulk_entry(reply: &Reply, k: usize, id: &str, new_edits: bool) -> Reply {
+    let Reply::Answered { status, body } = reply else {
+        return reply.clone();
+    };
+    if !(200..300).contains(status) {
+        return reply.clone();
+    }
+    let entries = body.as_array().map(Vec::as_slice).unwrap_or_default();
+    let entry = if new_edits {
+        entries.get(k).cloned()
+    } else {
+        entries.iter().find(|e| e["id"] == id).cloned()
+    };
+    match entry {
+        None if !new_edits => Reply::Answered {
+            status: 201,
+            body: Value::Null,
+        },
+        None => Reply::Unreachable("a copy's _bulk_docs answer is short".into()),
+        Some(e) if e["ok"] == true => Reply::Answered {
+            status: 201,
+            body: e,
+        },
+        Some(e) => {
+            let status = match e["error"].as_str().unwrap_or_default() {
+                "conflict" => 409,
+                "forbidden" => 403,
+                "unauthorized" => 401,
+                "not_found" => 404,
+                _ => 400,
+            };
+            Reply::Answered { status, body: e }
+        }
+    }
+}
+
+/// A replicated write's success in a [`bulk_entry`] reply.
+pub fn replicated_ok(reply: &Reply) -> bool {
+    matches!(
+        reply,
+        Reply::Answered {
+            status: 201,
+            body: Value::Null
+        }
+    )
+}
+
 /// A document read's combined answer: the newest revision any copy has (higher position,
 /// then higher id), and which copies lack it (to be repaired).
 #[derive(Debug, PartialEq)]
@@ -373,6 +424,37 @@ mod tests {
             body: json!([{"ok": deleted.clone()}, {"ok": {"_id": "d", "_rev": "2-x"}}]),
         };
         assert_eq!(deleted_leaves(&leaves), vec![deleted]);
+    }
+
+    #[test]
+    fn bulk_answers_split_into_single_writes() {
+        let answer = Reply::Answered {
+            status: 201,
+            body: json!([{"ok": true, "id": "a", "rev": "1-x"},
+                         {"id": "b", "error": "conflict", "reason": "Document update conflict."}]),
+        };
+        assert_eq!(
+            bulk_entry(&answer, 0, "a", true),
+            Reply::Answered {
+                status: 201,
+                body: json!({"ok": true, "id": "a", "rev": "1-x"})
+            }
+        );
+        assert!(matches!(
+            bulk_entry(&answer, 1, "b", true),
+            Reply::Answered { status: 409, .. }
+        ));
+        // Replicated writes: only failures have entries.
+        let replicated = Reply::Answered {
+            status: 201,
+            body: json!([{"id": "b", "error": "forbidden", "reason": "no"}]),
+        };
+        assert!(replicated_ok(&bulk_entry(&replicated, 0, "a", false)));
+        assert!(matches!(
+            bulk_entry(&replicated, 1, "b", false),
+            Reply::Answered { status: 403, .. }
+        ));
+        assert_eq!(bulk_entry(&down(), 0, "a", true), down());
     }
 
     #[test]

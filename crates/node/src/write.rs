@@ -103,6 +103,12 @@ pub enum BulkEntry {
         id: String,
         rev: String,
     },
+    /// Written to fewer copies than the write quorum, though to one (CouchDB's
+    /// `"accepted": true` entry, and a 202 for the request).
+    Accepted {
+        id: String,
+        rev: String,
+    },
     /// A refused document; `rev` is the revision a replicated write named (`0-` for
     /// none), which CouchDB shows (`update_doc_result_to_json/1`).
     Failed {

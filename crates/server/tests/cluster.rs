@@ -461,10 +461,34 @@ fn clustered_databases_keep_documents_on_their_copies() {
         let r = nodes[i % 3].put(&format!("/cdb/k{i}"), "{}");
         assert_eq!(r.status, 201, "{}", r.text);
     }
+    // `_bulk_docs`: each range's documents to its copies, one answer per document in
+    // request order; a conflict is that document's entry.
+    let mut body: Vec<Value> = (0..10)
+        .map(|i| json!({"_id": format!("b{i}"), "i": i}))
+        .collect();
+    body.push(json!({"_id": "d2", "b": 2}));
+    let r = nodes[1].post("/cdb/_bulk_docs", &json!({ "docs": body }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let entries = r.json();
+    let entries = entries.as_array().unwrap();
+    assert_eq!(entries.len(), 11);
+    for (i, e) in entries[..10].iter().enumerate() {
+        assert_eq!(
+            (&e["ok"], &e["id"]),
+            (&json!(true), &json!(format!("b{i}"))),
+            "{e}"
+        );
+        let doc = nodes[2].get(&format!("/cdb/b{i}")).json();
+        assert_eq!((&doc["_rev"], &doc["i"]), (&e["rev"], &json!(i)));
+    }
+    assert_eq!(
+        entries[10],
+        json!({"id": "d2", "error": "conflict", "reason": "Document update conflict."})
+    );
     let info = nodes[2].get("/cdb").json();
     assert_eq!(
         (&info["doc_count"], &info["doc_del_count"]),
-        (&json!(21), &json!(1))
+        (&json!(31), &json!(1))
     );
     // Only admins, as the copies' default security has it; no answer about a database
     // this member holds no whole copy of.
@@ -509,6 +533,18 @@ fn clustered_databases_keep_documents_on_their_copies() {
     assert_eq!(nodes[other].get(&format!("/cdb/{id}")).json()["_rev"], rev);
     let r = nodes[reader].delete(&format!("/cdb/{gone}?rev={gone_rev}"));
     assert_eq!(r.status, 202, "{}", r.text);
+    // In `_bulk_docs`, the document of settee3's range is accepted, and the request 202.
+    let body = json!({"docs": [{"_id": format!("{id}-bulk")}, {"_id": id, "_rev": rev, "x": 1}]});
+    let r = nodes[reader].post("/cdb/_bulk_docs", &body.to_string());
+    assert_eq!(r.status, 202, "{}", r.text);
+    let second = &r.json()[1];
+    assert_eq!(
+        (&second["id"], &second["accepted"]),
+        (&json!(id), &json!(true)),
+        "{}",
+        r.text
+    );
+    let rev = second["rev"].as_str().unwrap().to_string();
     nodes[2] = member(&etcd, names[2], dirs[2].path());
     eventually("settee3 back", || {
         membership(&nodes[0]).0.as_array().unwrap().len() == 3
@@ -526,7 +562,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     });
     let r = nodes[reader].get(&format!("/cdb/{id}"));
     assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.json(), json!({"_id": id, "_rev": rev, "late": true}));
+    assert_eq!(r.json(), json!({"_id": id, "_rev": rev, "x": 1}));
     assert_eq!(nodes[reader].get(&format!("/cdb/{gone}")).json(), deleted);
     nodes[other] = member(&etcd, names[other], dirs[other].path());
     eventually("all back", || {

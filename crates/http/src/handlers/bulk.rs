@@ -29,7 +29,7 @@ pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<R
     require_json(&req.headers)?;
     let body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
     let answer = Fabric::bulk_docs(&*state.fabric, &db.name, &req.user, body).await?;
-    let entries: Vec<Value> = match answer {
+    let entries = match answer {
         BulkAnswer::AllOrNothingRefused(docs) => {
             let entries = docs
                 .into_iter()
@@ -40,15 +40,27 @@ pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<R
                 .collect();
             return Ok(json(StatusCode::EXPECTATION_FAILED, &Value::Array(entries)));
         }
-        BulkAnswer::Entries(entries) => entries
-            .into_iter()
-            .map(|e| match e {
-                BulkEntry::Written { id, rev } => json!({"ok": true, "id": id, "rev": rev}),
-                BulkEntry::Failed { id, rev, error } => failed_entry(&id, rev, error.into()),
-            })
-            .collect(),
+        BulkAnswer::Entries(entries) => entries,
     };
-    Ok(json(StatusCode::CREATED, &Value::Array(entries)))
+    // Some document written below the quorum: CouchDB's 202.
+    let status = if entries
+        .iter()
+        .any(|e| matches!(e, BulkEntry::Accepted { .. }))
+    {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CREATED
+    };
+    let entries: Vec<Value> = (entries.into_iter())
+        .map(|e| match e {
+            BulkEntry::Written { id, rev } => json!({"ok": true, "id": id, "rev": rev}),
+            BulkEntry::Accepted { id, rev } => {
+                json!({"ok": true, "id": id, "rev": rev, "accepted": true})
+            }
+            BulkEntry::Failed { id, rev, error } => failed_entry(&id, rev, error.into()),
+        })
+        .collect();
+    Ok(json(status, &Value::Array(entries)))
 }
 
 pub async fn bulk_get(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
