@@ -139,44 +139,33 @@ impl Coordinator {
         } else {
             ""
         };
-        let asks = map.by_range.iter().flat_map(|copies| {
-            let path = format!("/{}{query}", enc(&map.copy_name(name, &copies.range)));
-            copies
-                .nodes
-                .iter()
-                .map(move |node| (node.clone(), path.clone()))
-        });
-        let asks: Vec<(String, String)> = asks.collect();
-        let replies = block_on(join_all(
-            asks.iter()
-                .map(|(node, path)| self.ask(node, "PUT", path, None, None)),
-        ));
-        for ((node, path), reply) in asks.iter().zip(&replies) {
-            if !matches!(reply, Reply::Answered { status: 201, .. }) {
-                tracing::warn!(%node, %path, ?reply, "creating a shard copy");
-            }
-        }
+        self.every_copy(name, &map, "PUT", query, 201);
         Ok(())
     }
 
     fn delete_clustered(&self, cluster: &Arc<Cluster>, name: &str, map: &ShardMap) -> Result<()> {
         block_on(cluster.delete_db(name))?;
+        self.every_copy(name, map, "DELETE", "", 200);
+        Ok(())
+    }
+
+    /// Asks every copy's member for `method` on the copy's database (with `query`), and
+    /// logs those that do not answer `expected`: CouchDB goes on without them.
+    fn every_copy(&self, name: &str, map: &ShardMap, method: &str, query: &str, expected: u16) {
         let asks: Vec<(String, String)> = (map.by_range.iter())
             .flat_map(|c| {
-                let path = format!("/{}", enc(&map.copy_name(name, &c.range)));
+                let path = format!("/{}{query}", enc(&map.copy_name(name, &c.range)));
                 c.nodes.iter().map(move |n| (n.clone(), path.clone()))
             })
             .collect();
         let replies = block_on(join_all(
-            asks.iter()
-                .map(|(node, path)| self.ask(node, "DELETE", path, None, None)),
+            (asks.iter()).map(|(node, path)| self.ask(node, method, path, None, None)),
         ));
         for ((node, path), reply) in asks.iter().zip(&replies) {
-            if !matches!(reply, Reply::Answered { status: 200, .. }) {
-                tracing::warn!(%node, %path, ?reply, "deleting a shard copy");
+            if !matches!(reply, Reply::Answered { status, .. } if *status == expected) {
+                tracing::warn!(%node, %path, method, ?reply, "a shard copy's database");
             }
         }
-        Ok(())
     }
 
     fn clustered_info(&self, name: &str, map: &ShardMap) -> Result<Value> {

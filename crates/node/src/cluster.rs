@@ -138,11 +138,11 @@ impl Node {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
-        self.peer_request(name, method, target, None, content_type, body)
-            .await
+        (self.peer_send(name, method, target, None, content_type, None, body)).await
     }
 
-    /// [`Node::peer_request`] of JSON: the member answers JSON (never multipart).
+    /// A request of JSON to member `name` (see `peer_send`): the member answers JSON (never
+    /// multipart).
     pub async fn peer_json(
         &self,
         name: &str,
@@ -167,18 +167,6 @@ impl Node {
     /// Sends a request for `target` (path and query) to member `name`, signed as this node,
     /// for `user` when given (the member then applies that user's rights): its answer, or
     /// `None` when `name` is no running member.
-    pub async fn peer_request(
-        &self,
-        name: &str,
-        method: &str,
-        target: &str,
-        user: Option<&settee_auth::UserCtx>,
-        content_type: Option<&str>,
-        body: Bytes,
-    ) -> Result<Option<Forwarded>> {
-        (self.peer_send(name, method, target, user, content_type, None, body)).await
-    }
-
     #[allow(clippy::too_many_arguments)]
     async fn peer_send(
         &self,
