@@ -28,7 +28,7 @@ use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use settee_auth::security::SecurityObject;
 use settee_auth::UserCtx;
-use settee_cluster::{Cluster, ShardMap};
+use settee_cluster::{Cluster, Copies, ShardMap};
 use settee_core::{ParsedDoc, Rev};
 use settee_db::{LocalDoc, LocalUpdate, RevsDiff};
 use settee_mango::index::Index;
@@ -106,7 +106,7 @@ impl Coordinator {
     /// `db`'s copies of the range holding `id`: (member, path of the document).
     fn doc_copies(map: &ShardMap, db: &str, id: &str) -> Vec<(String, String)> {
         let copies = map.copies_of(id);
-        let path = format!("/{}/{}", enc(&map.copy_name(db, &copies.range)), enc_id(id));
+        let path = format!("{}/{}", copy_path(map, db, &copies.range), enc_id(id));
         copies
             .nodes
             .iter()
@@ -119,13 +119,9 @@ impl Coordinator {
         if self.node.couch.exists(name) {
             return Err(settee_db::Error::DbExists.into());
         }
-        let setting = |key: &str, default: u32| {
-            (self.node.config.get("cluster", key))
-                .and_then(|v| v.trim().parse::<u32>().ok().filter(|n| *n > 0))
-                .unwrap_or(default)
-        };
-        let q = opts.q.unwrap_or_else(|| setting("q", DEFAULT_Q));
-        let n = opts.n.unwrap_or_else(|| setting("n", DEFAULT_N));
+        let config = &self.node.config;
+        let q = (opts.q).unwrap_or_else(|| config.get_positive("cluster", "q", DEFAULT_Q));
+        let n = (opts.n).unwrap_or_else(|| config.get_positive("cluster", "n", DEFAULT_N));
         let map =
             block_on(cluster.create_db(name, q, n, opts.placement.as_deref(), opts.partitioned))
                 .map_err(|e| match e {
@@ -154,7 +150,7 @@ impl Coordinator {
     fn every_copy(&self, name: &str, map: &ShardMap, method: &str, query: &str, expected: u16) {
         let asks: Vec<(String, String)> = (map.by_range.iter())
             .flat_map(|c| {
-                let path = format!("/{}{query}", enc(&map.copy_name(name, &c.range)));
+                let path = format!("{}{query}", copy_path(map, name, &c.range));
                 c.nodes.iter().map(move |n| (n.clone(), path.clone()))
             })
             .collect();
@@ -171,7 +167,7 @@ impl Coordinator {
     fn clustered_info(&self, name: &str, map: &ShardMap) -> Result<Value> {
         let mut infos = Vec::new();
         for copies in &map.by_range {
-            let path = format!("/{}", enc(&map.copy_name(name, &copies.range)));
+            let path = copy_path(map, name, &copies.range);
             let mut answered = None;
             for node in &copies.nodes {
                 if let Reply::Answered { status: 200, body } =
@@ -212,7 +208,7 @@ impl Coordinator {
             .clone()
             .ok_or_else(|| Error::internal("a document write without an id"))?;
         let copies = Self::doc_copies(map, db, &id);
-        let w = copies.len() / 2 + 1;
+        let w = merge::quorum(copies.len());
         let body = merge::doc_json(&doc, !opts.new_edits);
         let query = if opts.new_edits {
             ""
@@ -255,42 +251,41 @@ impl Coordinator {
             .map(|d| d.id.clone().unwrap_or_default())
             .collect();
         // Documents by range, in request order within each.
-        let mut by_range: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        let mut by_range: std::collections::BTreeMap<&str, (&Copies, Vec<usize>)> =
+            Default::default();
         for (i, id) in ids.iter().enumerate() {
-            by_range
-                .entry(&map.copies_of(id).range)
-                .or_default()
+            let copies = map.copies_of(id);
+            (by_range.entry(&copies.range))
+                .or_insert_with(|| (copies, Vec::new()))
+                .1
                 .push(i);
         }
-        let mut per_doc: Vec<Vec<Reply>> = vec![Vec::new(); ids.len()];
-        for (range, docs) in &by_range {
-            let copies = &map
-                .by_range
-                .iter()
-                .find(|c| c.range == *range)
-                .expect("a range")
-                .nodes;
+        // Each document's quorum and its copies' answers.
+        let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
+        for (range, (copies, docs)) in &by_range {
             let body = json!({
                 "docs": docs.iter().map(|i| merge::doc_json(&req.docs[*i], !req.new_edits)).collect::<Vec<_>>(),
                 "new_edits": req.new_edits,
             });
-            let path = format!("/{}/_bulk_docs", enc(&map.copy_name(db, range)));
-            let replies = join_all(copies.iter().map(|node| {
+            let path = format!("{}/_bulk_docs", copy_path(map, db, range));
+            let replies = join_all(copies.nodes.iter().map(|node| {
                 let (path, body) = (&path, &body);
                 async move { self.ask(node, "POST", path, Some(user), Some(body)).await }
             }))
             .await;
-            for reply in &replies {
-                for (k, i) in docs.iter().enumerate() {
-                    per_doc[*i].push(merge::bulk_entry(reply, k, &ids[*i], req.new_edits));
-                }
+            for (k, i) in docs.iter().enumerate() {
+                per_doc[*i] = (
+                    merge::quorum(copies.nodes.len()),
+                    (replies.iter())
+                        .map(|reply| merge::bulk_entry(reply, k, &ids[*i], req.new_edits))
+                        .collect(),
+                );
             }
         }
         let mut entries = Vec::with_capacity(ids.len());
-        for (i, replies) in per_doc.iter().enumerate() {
+        for (i, (w, replies)) in per_doc.iter().enumerate() {
             let id = ids[i].clone();
-            let copies = map.copies_of(&id).nodes.len();
-            let outcome = merge::write(replies, copies / 2 + 1);
+            let outcome = merge::write(replies, *w);
             entries.push(match outcome {
                 // A replicated revision written: no entry, as CouchDB.
                 _ if !req.new_edits && replies.iter().any(merge::replicated_ok) => continue,
@@ -349,31 +344,9 @@ impl Coordinator {
             async move { self.ask(node, "GET", &target, Some(user), None).await }
         })));
         let outcome = merge::read(&replies);
-        // Copies that say `deleted` may hold a deletion the others missed (a 202): their
-        // deleted leaves, when one descends from the newest live revision, win.
         if let ReadOutcome::Found { rev, .. } = &outcome {
-            let said_deleted: Vec<usize> = (0..replies.len())
-                .filter(|i| {
-                    matches!(&replies[*i], Reply::Answered { status: 404, body }
-                        if body["reason"] == "deleted")
-                })
-                .collect();
-            if opts.rev.is_none() && !said_deleted.is_empty() {
-                let leaves = block_on(join_all(said_deleted.iter().map(|i| {
-                    let (node, path) = &copies[*i];
-                    let target = format!("{path}?open_revs=all&revs=true");
-                    async move { self.ask(node, "GET", &target, Some(user), None).await }
-                })));
-                let deletion = (leaves.iter().flat_map(merge::deleted_leaves))
-                    .find(|leaf| merge::deletion_supersedes(leaf, rev));
-                if let Some(deletion) = deletion {
-                    let stale: Vec<usize> = (0..copies.len())
-                        .filter(|i| !said_deleted.contains(i))
-                        .filter(|i| matches!(replies[*i], Reply::Answered { .. }))
-                        .collect();
-                    block_on(self.repair(&copies, &stale, deletion));
-                    return Err(settee_db::Error::NotFound("deleted").into());
-                }
+            if opts.rev.is_none() && self.missed_deletion(&copies, &replies, rev, user) {
+                return Err(settee_db::Error::NotFound("deleted").into());
             }
         }
         match outcome {
@@ -390,7 +363,7 @@ impl Coordinator {
                     let answered = (replies.iter())
                         .filter(|r| matches!(r, Reply::Answered { .. }))
                         .count();
-                    let r = copies.len() / 2 + 1;
+                    let r = merge::quorum(copies.len());
                     let repair = self.repair(&copies, &stale, doc.clone());
                     if answered - stale.len() < r {
                         block_on(repair);
@@ -414,6 +387,43 @@ impl Coordinator {
             ReadOutcome::Failed { status, body } => Err(copy_error(status, &body)),
             ReadOutcome::Unanswered(why) => Err(unavailable(why)),
         }
+    }
+
+    /// Whether copies that answered `deleted` hold a deletion descending from `rev`, the
+    /// newest live revision the others have (a deletion they missed, acknowledged with
+    /// 202): if so, it is repaired onto the copies that answered, before the answer.
+    fn missed_deletion(
+        &self,
+        copies: &[(String, String)],
+        replies: &[Reply],
+        rev: &Rev,
+        user: &UserCtx,
+    ) -> bool {
+        let said_deleted: Vec<usize> = (0..replies.len())
+            .filter(|i| {
+                matches!(&replies[*i], Reply::Answered { status: 404, body }
+                    if body["reason"] == "deleted")
+            })
+            .collect();
+        if said_deleted.is_empty() {
+            return false;
+        }
+        let leaves = block_on(join_all(said_deleted.iter().map(|i| {
+            let (node, path) = &copies[*i];
+            let target = format!("{path}?open_revs=all&revs=true");
+            async move { self.ask(node, "GET", &target, Some(user), None).await }
+        })));
+        let Some(deletion) = (leaves.iter().flat_map(merge::deleted_leaves))
+            .find(|leaf| merge::deletion_supersedes(leaf, rev))
+        else {
+            return false;
+        };
+        let stale: Vec<usize> = (0..copies.len())
+            .filter(|i| !said_deleted.contains(i))
+            .filter(|i| matches!(replies[*i], Reply::Answered { .. }))
+            .collect();
+        block_on(self.repair(copies, &stale, deletion));
+        true
     }
 
     /// Writes `doc` (with its `_revisions`) to the copies at `stale`.
@@ -441,6 +451,11 @@ impl Coordinator {
 /// Waits for `fut` from a blocking thread.
 fn block_on<F: std::future::Future>(fut: F) -> F::Output {
     tokio::runtime::Handle::current().block_on(fut)
+}
+
+/// The path of `db`'s copy of `range` (its database, one path segment).
+fn copy_path(map: &ShardMap, db: &str, range: &str) -> String {
+    format!("/{}", enc(&map.copy_name(db, range)))
 }
 
 /// A database name or document id as one path segment.

@@ -5,6 +5,11 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use settee_core::Rev;
 
+/// The quorum (`w` and `r`) of a range of `copies` copies: a majority.
+pub fn quorum(copies: usize) -> usize {
+    copies / 2 + 1
+}
+
 /// One copy's answer to a request: its status and JSON body, or no answer at all (the
 /// member is not running, or did not answer).
 #[derive(Clone, Debug, PartialEq)]
@@ -275,7 +280,7 @@ pub fn db_info(name: &str, ranges: &[RangeInfo<'_>], q: u32, n: u32) -> Value {
     } else {
         json!({})
     };
-    let quorum = n / 2 + 1;
+    let quorum = quorum(n as usize);
     json!({
         "instance_start_time": "0",
         "db_name": name,

@@ -148,6 +148,16 @@ pub fn write_response(
     resp
 }
 
+/// A document write's status: `ok` (201, or 200 for a deletion), or 202 when fewer copies
+/// than the write quorum hold it (`Written::accepted`).
+pub fn written_status(written: &settee_node::fabric::Written, ok: StatusCode) -> StatusCode {
+    if written.accepted {
+        StatusCode::ACCEPTED
+    } else {
+        ok
+    }
+}
+
 /// 202 `{"ok":true,"id"}`: a `batch=ok` write acknowledged before its commit.
 pub fn accepted(id: &str) -> Response {
     json(StatusCode::ACCEPTED, &json!({"ok": true, "id": id}))

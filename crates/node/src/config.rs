@@ -397,6 +397,13 @@ impl NodeConfig {
             .unwrap_or(default)
     }
 
+    /// Positive integer values; missing, unparsable or zero ones are `default`.
+    pub fn get_positive(&self, section: &str, key: &str, default: u32) -> u32 {
+        self.get(section, key)
+            .and_then(|v| v.trim().parse::<u32>().ok().filter(|n| *n > 0))
+            .unwrap_or(default)
+    }
+
     pub fn section(&self, section: &str) -> Section {
         self.state.read().unwrap().section(section)
     }

@@ -148,12 +148,7 @@ impl Node {
     }
 
     fn new_props(&self, opts: &CreateDb) -> settee_db::Props {
-        let q = opts.q.unwrap_or_else(|| {
-            self.config
-                .get("cluster", "q")
-                .and_then(|q| q.trim().parse::<u32>().ok().filter(|n| *n > 0))
-                .unwrap_or(1)
-        });
+        let q = (opts.q).unwrap_or_else(|| self.config.get_positive("cluster", "q", 1));
         settee_db::Props {
             security: settee_auth::security::default_for(
                 self.config.get("couchdb", "default_security").as_deref(),

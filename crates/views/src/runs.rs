@@ -60,17 +60,23 @@ impl RowBuffer {
         bytes.split_at(k)
     }
 
-    /// The rows in key order, as (key, value) slices.
-    fn sorted(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
+    /// Puts the index in key order.
+    fn sort(&mut self) {
         let blocks = &self.blocks;
         (self.index)
             .sort_unstable_by(|a, b| Self::slices(blocks, a).0.cmp(Self::slices(blocks, b).0));
+    }
+
+    /// The rows in key order, as (key, value) slices.
+    fn sorted(&mut self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.sort();
+        let blocks = &self.blocks;
         self.index.iter().map(move |e| Self::slices(blocks, e))
     }
 
     /// The rows in key order.
     fn into_sorted_rows(mut self) -> impl Iterator<Item = Row> {
-        self.sorted().for_each(drop);
+        self.sort();
         let RowBuffer { blocks, index } = self;
         index.into_iter().map(move |e| {
             let (key, value) = Self::slices(&blocks, &e);

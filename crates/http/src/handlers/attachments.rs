@@ -145,6 +145,17 @@ async fn delete(
     ))
 }
 
+/// The `Content-Type` of a form upload: `multipart/form-data`, else CouchDB's 415.
+pub fn form_content_type(req: &Req) -> ApiResult<String> {
+    let ct = req.header("content-type").unwrap_or("").to_string();
+    if !ct.to_ascii_lowercase().starts_with("multipart/form-data") {
+        return Err(ApiError::BadContentType(
+            "Content-Type must be multipart/form-data",
+        ));
+    }
+    Ok(ct)
+}
+
 /// `POST /{db}/{docid}` with a `multipart/form-data` body, as an HTML form uploads files:
 /// a `_doc` field (the document's JSON) or a `_rev` field (the revision to edit, kept as
 /// it is), and `_attachments` file fields, named by their file names, which replace
@@ -154,12 +165,7 @@ pub async fn form(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiR
     let db = db.engine("form uploads")?.clone();
     crate::req::check_referer(&req)?;
     settee_core::validate_doc_id(&id)?;
-    let ct = req.header("content-type").unwrap_or("").to_string();
-    if !ct.to_ascii_lowercase().starts_with("multipart/form-data") {
-        return Err(ApiError::BadContentType(
-            "Content-Type must be multipart/form-data",
-        ));
-    }
+    let ct = form_content_type(&req)?;
     let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
     let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
     let (mut doc_field, mut rev_field, mut files) = (None, None, Vec::new());

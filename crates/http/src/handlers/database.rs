@@ -31,10 +31,10 @@ pub fn sync_shards(req: &Req) -> ApiResult<Response> {
 }
 
 /// `?n=`, `?q=` and `?placement=` on creation, checked in CouchDB's order
-/// (`chttpd_db:parse_shards_opt`); the `q` to keep. One node holds one copy in one zone, so
+/// (`chttpd_db:parse_shards_opt`); the `q` and `n` to keep. One node holds one copy in one zone, so
 /// `n` and a well-formed `placement` change nothing on a single node, as on a single
 /// CouchDB node; a cluster's coordinator plans the copies by them.
-fn shards_params(req: &Req) -> ApiResult<Option<u32>> {
+fn shards_params(req: &Req) -> ApiResult<(Option<u32>, Option<u32>)> {
     let positive = |v: &str| v.parse::<u32>().ok().filter(|n| *n > 0);
     for k in ["n", "q"] {
         if let Some(v) = req.params.get(k) {
@@ -57,7 +57,8 @@ fn shards_params(req: &Req) -> ApiResult<Option<u32>> {
             ));
         }
     }
-    Ok(req.params.get("q").map(|q| q.parse().unwrap_or(1)))
+    let param = |k| req.params.get(k).and_then(positive);
+    Ok((param("q"), param("n")))
 }
 
 /// `?partitioned=` on creation (`chttpd_db:parse_partitioned_opt`).
@@ -81,11 +82,10 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             Ok(json(StatusCode::OK, &v))
         }
         "PUT" => {
-            let q = shards_params(&req)?;
-            let positive = |k| req.params.get(k).and_then(|v| v.parse::<u32>().ok());
+            let (q, n) = shards_params(&req)?;
             let opts = CreateDb {
                 q,
-                n: positive("n"),
+                n,
                 placement: req.params.get("placement").map(str::to_owned),
                 partitioned: partitioned_param(&req)?,
             };
@@ -140,16 +140,19 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             if batch {
                 return Ok(crate::reply::accepted(&id));
             }
-            let rev = written.rev.map(|r| r.to_string()).unwrap_or_default();
+            let rev = written
+                .rev
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_default();
             // CouchDB's answer to a POST has a Location but no ETag.
             let location = crate::location::doc_location(&state.config, &req, name, &id);
-            let status = if written.accepted {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::CREATED
-            };
             Ok(crate::reply::write_response(
-                status, &id, &rev, None, location,
+                crate::reply::written_status(&written, StatusCode::CREATED),
+                &id,
+                &rev,
+                None,
+                location,
             ))
         }
         // CouchDB opens the database first: a missing one is a 404 whatever the method.

@@ -11,8 +11,7 @@ use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
-use settee_db::Database;
-use settee_db::LocalUpdate;
+use settee_db::{Database, LocalUpdate};
 use settee_node::atts::AttOpts;
 use settee_node::fabric::{DbRef, Written};
 use settee_node::read::{ReadOpts, Rendered, Revision};
@@ -213,14 +212,19 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
     if batch {
         return Ok(accepted(&id));
     }
-    let rev = written.rev.map(|r| r.to_string()).unwrap_or_default();
+    let rev = written
+        .rev
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
     // A deletion answers 200, anything else 201 (`chttpd_db:update_doc`); 202 either
     // way when fewer copies than the quorum hold it.
-    let status = match (written.accepted, deleted) {
-        (true, _) => StatusCode::ACCEPTED,
-        (false, true) => StatusCode::OK,
-        (false, false) => StatusCode::CREATED,
+    let ok = if deleted {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
     };
+    let status = crate::reply::written_status(&written, ok);
     let location = doc_location(&state.config, &req, &db.name, &id);
     Ok(write_response(
         status,
@@ -264,12 +268,12 @@ async fn delete(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<
         WriteOpts::default(),
     )
     .await?;
-    let rev = written.rev.map(|r| r.to_string()).unwrap_or_default();
-    let status = if written.accepted {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::OK
-    };
+    let rev = written
+        .rev
+        .as_ref()
+        .map(|r| r.to_string())
+        .unwrap_or_default();
+    let status = crate::reply::written_status(&written, StatusCode::OK);
     Ok(write_response(
         status,
         &id,

@@ -189,33 +189,15 @@ async fn node_doc(state: &AppState, node: &str, name: &str, mut req: Req) -> Api
 }
 
 /// Why couch_httpd refuses a form upload (`POST /{db}/{docid}`) to a membership list
-/// document: no `Referer`, one naming another host, or a body that is not a form. A form
-/// itself is refused too: the list's documents hold no attachments.
+/// document: the checks of any form upload (`Referer`, `Content-Type`), then the form
+/// itself, as the list's documents hold no attachments.
 fn form_refusal(req: &Req) -> ApiError {
-    let Some(referer) = req.header("referer") else {
-        return ApiError::bad_request("Referer header required.");
-    };
-    let host = req.header("host").unwrap_or_default();
-    let referer_host = referer
-        .split_once("://")
-        .map_or(referer, |(_, rest)| rest)
-        .split('/')
-        .next()
-        .unwrap_or_default();
-    if referer_host != host {
-        return ApiError::bad_request("Referer header must match host.");
+    let checked = crate::req::check_referer(req)
+        .and_then(|()| super::attachments::form_content_type(req).map(drop));
+    match checked {
+        Err(e) => e,
+        Ok(()) => ApiError::bad_request("The membership list's documents take no attachments."),
     }
-    let form = req
-        .header("content-type")
-        .is_some_and(|ct| ct.starts_with("multipart/form-data"));
-    if !form {
-        return ApiError::Named(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "bad_content_type".into(),
-            "Content-Type must be multipart/form-data".into(),
-        );
-    }
-    ApiError::bad_request("The membership list's documents take no attachments.")
 }
 
 /// `_local` or this node's name; CouchDB's 404 for any other.
