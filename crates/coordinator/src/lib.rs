@@ -12,28 +12,33 @@
 //!
 //! What a clustered database serves so far: creation and deletion, its information,
 //! `_all_dbs`/`_dbs_info`/`_shards`, single JSON documents (`PUT`, `POST`, `GET`,
-//! `DELETE`) and `_bulk_docs` with CouchDB's write quorum (`w`, 202 below it), and
-//! newest-wins reads with read repair. Every other operation on it answers 501 `not_implemented` (never a local
-//! answer about a database this node does not hold).
+//! `DELETE`) and `_bulk_docs` with CouchDB's write quorum (`w`, 202 below it),
+//! newest-wins reads with read repair, `_all_docs`/`_design_docs` merged across ranges
+//! ([`all_docs`]), `_bulk_get`/`_revs_diff`/`_missing_revs` ([`revs`]) and the security
+//! object kept on every copy, which authorizes its requests ([`security`]). Every other
+//! operation on it answers 501 `not_implemented` (never a local answer about a database
+//! this node does not hold).
 //!
 //! Threading: the [`Fabric`] contract's blocking calls wait for the copies with the Tokio
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
 
+mod all_docs;
 pub mod merge;
+mod revs;
+mod security;
 
 use bytes::Bytes;
 use futures_util::future::{join_all, BoxFuture};
 use merge::{ReadOutcome, Reply, WriteOutcome};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
-use settee_auth::security::SecurityObject;
 use settee_auth::UserCtx;
 use settee_cluster::{Cluster, Copies, ShardMap};
 use settee_core::{ParsedDoc, Rev};
 use settee_db::{LocalDoc, LocalUpdate, RevsDiff};
 use settee_mango::index::Index;
 use settee_mango::opts::{FindOpts, IndexOpts};
-use settee_node::all_docs::{self, Namespace};
+use settee_node::all_docs::{Namespace, Query};
 use settee_node::att_read::{self, AttInfo};
 use settee_node::att_write::AttUpload;
 use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live};
@@ -53,6 +58,7 @@ use std::sync::Arc;
 /// node.
 pub struct Coordinator {
     node: Arc<Node>,
+    security: security::SecurityCache,
 }
 
 /// `q` of a database created without one (CouchDB's `[cluster] q` default).
@@ -62,7 +68,10 @@ const DEFAULT_N: u32 = 3;
 
 impl Coordinator {
     pub fn new(node: Arc<Node>) -> Coordinator {
-        Coordinator { node }
+        Coordinator {
+            node,
+            security: Default::default(),
+        }
     }
 
     /// The cluster and `db`'s shard map, when `db` is clustered.
@@ -515,16 +524,7 @@ impl Fabric for Coordinator {
     fn authorize(&self, endpoint: &Endpoint, method: &str, user: &UserCtx) -> Result<()> {
         settee_node::access::authorize_with(&self.node, endpoint, method, user, |db| {
             match self.clustered(db) {
-                // Copies keep the security object a database is created with (editing
-                // it is not served from copies yet).
-                Some(_) => Ok(SecurityObject::from_json(
-                    &settee_auth::security::default_for(
-                        self.node
-                            .config
-                            .get("couchdb", "default_security")
-                            .as_deref(),
-                    ),
-                )),
+                Some((_, map)) => self.authorizing_security(db, &map),
                 None => settee_node::access::security_of(&self.node, db),
             }
         })
@@ -606,11 +606,17 @@ impl Fabric for Coordinator {
     }
 
     fn get_security(&self, db: &str) -> Result<Value> {
-        Fabric::get_security(self.local(db, "_security")?, db)
+        match self.clustered(db) {
+            Some((_, map)) => self.security_clustered(db, &map),
+            None => Fabric::get_security(&self.node, db),
+        }
     }
 
     fn set_security(&self, db: &str, security: Value) -> Result<()> {
-        Fabric::set_security(self.local(db, "_security")?, db, security)
+        match self.clustered(db) {
+            Some((_, map)) => self.set_security_clustered(db, &map, security),
+            None => Fabric::set_security(&self.node, db, security),
+        }
     }
 
     fn db_info(&self, db: &str) -> Result<Value> {
@@ -624,11 +630,14 @@ impl Fabric for Coordinator {
         &self,
         db: &str,
         user: &UserCtx,
-        q: all_docs::Query,
+        q: Query,
         ns: Namespace,
         out: Out<'_>,
     ) -> Result<()> {
-        Fabric::all_docs(self.local(db, "_all_docs")?, db, user, q, ns, out)
+        match self.clustered(db) {
+            Some((_, map)) => self.all_docs_clustered(db, &map, user, q, ns, out),
+            None => Fabric::all_docs(&self.node, db, user, q, ns, out),
+        }
     }
 
     fn query_view(
@@ -805,11 +814,17 @@ impl Fabric for Coordinator {
         opts: BulkGetOpts,
         out: &mut dyn FnMut(BulkGetItem) -> bool,
     ) -> Result<()> {
-        Fabric::bulk_get(self.local(db, "_bulk_get")?, db, user, items, opts, out)
+        match self.clustered(db) {
+            Some((_, map)) => self.bulk_get_clustered(db, &map, user, items, opts, out),
+            None => Fabric::bulk_get(&self.node, db, user, items, opts, out),
+        }
     }
 
     fn revs_diff(&self, db: &str, asked: Vec<(String, Vec<Rev>)>) -> Result<RevsDiff> {
-        Fabric::revs_diff(self.local(db, "_revs_diff")?, db, asked)
+        match self.clustered(db) {
+            Some((_, map)) => self.revs_diff_clustered(db, &map, asked),
+            None => Fabric::revs_diff(&self.node, db, asked),
+        }
     }
 
     fn list<'a>(

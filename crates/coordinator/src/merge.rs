@@ -234,7 +234,7 @@ pub struct RangeInfo<'a> {
 }
 
 /// The leading number of a copy's sequence (`"12-…"` or `12`).
-fn seq_number(v: &Value) -> u64 {
+pub fn seq_number(v: &Value) -> u64 {
     match v {
         Value::Number(n) => n.as_u64().unwrap_or(0),
         Value::String(s) => s
@@ -327,6 +327,136 @@ pub fn doc_json(doc: &settee_core::ParsedDoc, replicated: bool) -> Value {
         out.insert("_attachments".into(), Value::Object(atts.clone()));
     }
     Value::Object(out)
+}
+
+/// The rows of every range's `_all_docs` (each in its copy's order, which is `descending`
+/// or not) merged in document id order, CouchDB's raw byte order of ids as a copy scans
+/// them, `skip` rows dropped and at most `limit` kept (`fabric_view_all_docs`: the copies
+/// were asked for `skip + limit` rows from the start).
+pub fn all_docs_rows(
+    ranges: Vec<Vec<Value>>,
+    descending: bool,
+    skip: u64,
+    limit: Option<u64>,
+) -> Vec<Value> {
+    let mut heads: Vec<std::iter::Peekable<std::vec::IntoIter<Value>>> = ranges
+        .into_iter()
+        .map(|rows| rows.into_iter().peekable())
+        .collect();
+    let id = |row: &Value| row["id"].as_str().unwrap_or_default().to_owned();
+    let mut out = Vec::new();
+    let mut skip = skip;
+    let limit = limit.unwrap_or(u64::MAX);
+    while (out.len() as u64) < limit {
+        let next = (0..heads.len())
+            .filter_map(|i| heads[i].peek().map(|row| (i, id(row))))
+            .reduce(|a, b| {
+                let b_first = if descending { b.1 > a.1 } else { b.1 < a.1 };
+                if b_first {
+                    b
+                } else {
+                    a
+                }
+            });
+        let Some((i, _)) = next else { break };
+        let row = heads[i].next().expect("peeked");
+        if skip > 0 {
+            skip -= 1;
+        } else {
+            out.push(row);
+        }
+    }
+    out
+}
+
+/// `_all_docs`' `offset` in a cluster: the rows before the range on every range's copy,
+/// plus the `skip` the copies were not given, at most `total_rows` (as
+/// `fabric_view_all_docs` computes it).
+pub fn all_docs_offset(total: u64, offsets: &[u64], skip: u64) -> u64 {
+    offsets.iter().sum::<u64>().saturating_add(skip).min(total)
+}
+
+/// `_all_docs` with `keys`: each key's row from the answer of its range's copy, in the
+/// order of the keys. `routes[i]` is the range key `i` was sent to (keys went to each
+/// range in their order); `answers[r]` the rows range `r`'s copy gave for them. `None`
+/// when a copy's answer has fewer rows than it was sent keys.
+pub fn rows_by_keys(routes: &[usize], answers: Vec<Vec<Value>>) -> Option<Vec<Value>> {
+    let mut answers: Vec<std::vec::IntoIter<Value>> =
+        answers.into_iter().map(Vec::into_iter).collect();
+    routes
+        .iter()
+        .map(|r| answers.get_mut(*r).and_then(Iterator::next))
+        .collect()
+}
+
+/// Whether `doc`'s revision (`_rev`) is an ancestor of `other`'s: one of the older
+/// revisions in `other`'s `_revisions`.
+fn is_ancestor(doc: &Value, other: &Value) -> bool {
+    let Some(rev) = doc["_rev"].as_str().and_then(|r| Rev::parse(r).ok()) else {
+        return false;
+    };
+    let history = &other["_revisions"];
+    let (Some(start), Some(ids)) = (history["start"].as_u64(), history["ids"].as_array()) else {
+        return false;
+    };
+    match start.checked_sub(rev.pos) {
+        Some(back) if back > 0 => ids
+            .get(back as usize)
+            .and_then(Value::as_str)
+            .is_some_and(|id| id == rev.id.to_string()),
+        _ => false,
+    }
+}
+
+/// One `_bulk_get` item's answer from the copies of its range (each copy's
+/// `{"id","docs":[…]}`, asked with `revs=true`): the revisions any copy found, once
+/// each, without those another copy's answer shows to be ancestors (CouchDB merges the
+/// copies' rev trees and answers their leaves), in the order the copies gave them. When no
+/// copy found a revision, the first copy's error entry.
+pub fn bulk_get_docs(answers: &[&Value]) -> Vec<Value> {
+    let mut found: Vec<Value> = Vec::new();
+    for answer in answers {
+        for entry in answer["docs"].as_array().into_iter().flatten() {
+            let Some(doc) = entry.get("ok") else { continue };
+            if !found.iter().any(|d| d["_rev"] == doc["_rev"]) {
+                found.push(doc.clone());
+            }
+        }
+    }
+    let leaves: Vec<Value> = (found.iter())
+        .filter(|d| !found.iter().any(|o| is_ancestor(d, o)))
+        .map(|d| json!({ "ok": d }))
+        .collect();
+    if !leaves.is_empty() {
+        return leaves;
+    }
+    (answers.iter())
+        .find_map(|a| a["docs"].as_array().filter(|d| !d.is_empty()).cloned())
+        .unwrap_or_default()
+}
+
+/// The security object most copies answered with (the first such when as many answered
+/// with another); `None` when none answered.
+pub fn security(answers: &[Value]) -> Option<Value> {
+    let count = |v: &Value| answers.iter().filter(|a| *a == v).count();
+    answers
+        .iter()
+        .fold(None::<(&Value, usize)>, |best, v| {
+            let n = count(v);
+            match best {
+                Some((_, m)) if m >= n => best,
+                _ => Some((v, n)),
+            }
+        })
+        .map(|(v, _)| v.clone())
+}
+
+/// Whether a security object's write is done: a majority of all copies took it, and
+/// every range has one that did (CouchDB's `check_sec_set`). `took[r]` counts range `r`'s
+/// copies that took it, of `copies[r]`.
+pub fn security_written(took: &[usize], copies: &[usize]) -> bool {
+    let all: usize = copies.iter().sum();
+    took.iter().sum::<usize>() >= quorum(all) && took.iter().all(|n| *n > 0)
 }
 
 #[cfg(test)]
@@ -490,5 +620,98 @@ mod tests {
         assert!(info["update_seq"].as_str().unwrap().starts_with("12-"));
         assert!(info["purge_seq"].as_str().unwrap().starts_with("1-"));
         assert_eq!(info["cluster"], json!({"q": 2, "n": 3, "w": 2, "r": 2}));
+    }
+
+    fn row(id: &str) -> Value {
+        json!({"id": id, "key": id, "value": {"rev": "1-a"}})
+    }
+
+    fn ids(rows: &[Value]) -> Vec<&str> {
+        rows.iter().map(|r| r["id"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn all_docs_rows_merge_in_byte_order_then_skip_and_limit() {
+        let ranges = || {
+            vec![
+                vec![row("B"), row("b"), row("c")],
+                vec![row("_design/x"), row("a"), row("d"), row("é")],
+            ]
+        };
+        // Raw byte order: uppercase before `_` before lowercase, UTF-8 last.
+        assert_eq!(
+            ids(&all_docs_rows(ranges(), false, 0, None)),
+            ["B", "_design/x", "a", "b", "c", "d", "é"]
+        );
+        assert_eq!(
+            ids(&all_docs_rows(ranges(), false, 2, Some(3))),
+            ["a", "b", "c"]
+        );
+        let desc = ranges()
+            .into_iter()
+            .map(|mut r| {
+                r.reverse();
+                r
+            })
+            .collect();
+        assert_eq!(ids(&all_docs_rows(desc, true, 1, Some(2))), ["d", "c"]);
+        assert!(all_docs_rows(ranges(), false, 0, Some(0)).is_empty());
+        assert!(all_docs_rows(ranges(), false, 10, None).is_empty());
+    }
+
+    #[test]
+    fn all_docs_offset_adds_skip_up_to_the_total() {
+        assert_eq!(all_docs_offset(6, &[1, 1], 1), 3);
+        assert_eq!(all_docs_offset(6, &[3, 3], 5), 6);
+        assert_eq!(all_docs_offset(0, &[], 0), 0);
+    }
+
+    #[test]
+    fn rows_by_keys_follow_the_keys() {
+        // Keys k0..k4 went to ranges 1, 0, 1, 1, 0 (a duplicate key gets its own row).
+        let answers = vec![
+            vec![row("k1"), row("k4")],
+            vec![row("k0"), row("k2"), row("k0")],
+        ];
+        let rows = rows_by_keys(&[1, 0, 1, 1, 0], answers.clone()).unwrap();
+        assert_eq!(ids(&rows), ["k0", "k1", "k2", "k0", "k4"]);
+        assert_eq!(rows_by_keys(&[1, 1, 1, 1], answers), None);
+    }
+
+    #[test]
+    fn bulk_get_answers_keep_the_leaves_of_every_copy() {
+        let doc = |rev: &str, ids: &[&str]| {
+            let start: u64 = rev[..1].parse().unwrap();
+            json!({"ok": {"_id": "d", "_rev": rev, "_revisions": {"start": start, "ids": ids}}})
+        };
+        let stale = json!({"id": "d", "docs": [doc("1-a", &["a"])]});
+        let fresh = json!({"id": "d", "docs": [doc("2-b", &["b", "a"]), doc("1-x", &["x"])]});
+        // The stale copy's leaf is the other's ancestor; a conflict stays.
+        assert_eq!(
+            bulk_get_docs(&[&stale, &fresh]),
+            vec![doc("2-b", &["b", "a"]), doc("1-x", &["x"])]
+        );
+        let missing = json!({"id": "d", "docs": [{"error": {"id": "d", "rev": "3-c",
+            "error": "not_found", "reason": "missing"}}]});
+        assert_eq!(bulk_get_docs(&[&missing, &stale]), vec![doc("1-a", &["a"])]);
+        assert_eq!(
+            bulk_get_docs(&[&missing, &missing]),
+            missing["docs"].as_array().unwrap().clone()
+        );
+    }
+
+    #[test]
+    fn security_takes_the_most_common_answer_and_needs_a_majority_to_write() {
+        let (a, b) = (json!({"admins": {"names": ["x"]}}), json!({}));
+        assert_eq!(
+            security(&[b.clone(), a.clone(), a.clone()]),
+            Some(a.clone())
+        );
+        assert_eq!(security(&[b.clone(), a.clone()]), Some(b.clone()));
+        assert_eq!(security(&[]), None);
+        assert!(!security_written(&[1, 1], &[2, 2]));
+        assert!(security_written(&[2, 1], &[2, 2]));
+        assert!(!security_written(&[2, 0], &[2, 1]), "a range without it");
+        assert!(security_written(&[1], &[1]));
     }
 }

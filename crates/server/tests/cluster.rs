@@ -493,7 +493,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     // Only admins, as the copies' default security has it; no answer about a database
     // this member holds no whole copy of.
     assert_eq!(nodes[0].anon("GET", "/cdb/d2", None, &[]).status, 401);
-    let r = nodes[0].get("/cdb/_all_docs");
+    let r = nodes[0].get("/cdb/_changes");
     assert_eq!(r.status, 501, "{}", r.text);
     assert_eq!(r.json()["error"], "not_implemented");
 
@@ -576,5 +576,274 @@ fn clustered_databases_keep_documents_on_their_copies() {
             n.get("/_all_dbs").json() == json!(["_replicator", "_users"])
         });
         assert_eq!(n.get("/cdb").status, 404);
+    }
+}
+
+/// The rows' ids of an `_all_docs` answer.
+fn row_ids(v: &Value) -> Vec<String> {
+    (v["rows"].as_array().unwrap().iter())
+        .map(|r| r["id"].as_str().unwrap_or("-").to_string())
+        .collect()
+}
+
+/// Reads of a clustered database across its ranges (`_all_docs`, `_design_docs`,
+/// `_bulk_get`, `_revs_diff`, `_missing_revs`) and its security object, kept on every copy
+/// and used to authorize; with a member down, the other copies of its ranges answer.
+#[test]
+fn clustered_databases_list_and_guard_documents_across_ranges() {
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let names = [
+        "settee1@127.0.0.1",
+        "settee2@127.0.0.1",
+        "settee3@127.0.0.1",
+    ];
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| member(&etcd, names[i], dirs[i].path()))
+        .collect();
+    eventually("three members", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 3
+    });
+    let r = nodes[0].put("/ldb?q=2&n=2", "");
+    assert_eq!(r.status, 201, "{}", r.text);
+
+    // Ids on both ranges, a design document, a deletion.
+    let mut ids: Vec<String> = (0..12).map(|i| format!("d{i:02}")).collect();
+    ids.extend(["A".to_string(), "_design/v".to_string(), "é".to_string()]);
+    let docs: Vec<Value> = ids.iter().map(|id| json!({"_id": id, "n": id})).collect();
+    let r = nodes[1].post("/ldb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let revs: Vec<String> = (r.json().as_array().unwrap().iter())
+        .map(|e| e["rev"].as_str().unwrap().to_string())
+        .collect();
+    let rev_of = |id: &str| revs[ids.iter().position(|i| i == id).unwrap()].clone();
+    let r = nodes[2].delete(&format!("/ldb/d03?rev={}", rev_of("d03")));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let mut live: Vec<String> = ids.iter().filter(|i| *i != "d03").cloned().collect();
+    live.sort();
+    let ranges: Vec<Value> = (ids.iter())
+        .map(|id| nodes[0].get(&format!("/ldb/_shards/{id}")).json()["range"].clone())
+        .collect();
+    assert!(
+        ranges.iter().any(|r| *r != ranges[0]),
+        "both ranges hold ids"
+    );
+
+    // `_all_docs`: every range's rows in id order (raw bytes), counted across ranges, in
+    // CouchDB's framing.
+    let check_listing = |via: &Server| {
+        let r = via.get("/ldb/_all_docs");
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(
+            r.text
+                .starts_with("{\"total_rows\":14,\"offset\":0,\"rows\":[\r\n{\"id\":\"A\""),
+            "{}",
+            r.text
+        );
+        assert!(r.text.ends_with("}\r\n]}\n"), "{}", r.text);
+        assert_eq!(row_ids(&r.json()), live);
+        assert_eq!(
+            r.json()["rows"][0],
+            json!({"id": "A", "key": "A", "value": {"rev": rev_of("A")}})
+        );
+        // skip and limit over the merged rows; offset as CouchDB's coordinator counts it.
+        let v = via.get("/ldb/_all_docs?skip=2&limit=3").json();
+        assert_eq!((&v["total_rows"], &v["offset"]), (&json!(14), &json!(2)));
+        assert_eq!(row_ids(&v), live[2..5]);
+        let v = via
+            .get("/ldb/_all_docs?start_key=%22d05%22&end_key=%22d09%22&inclusive_end=false&skip=1")
+            .json();
+        assert_eq!(row_ids(&v), ["d06", "d07", "d08"]);
+        let before = live.iter().filter(|i| i.as_str() < "d05").count();
+        assert_eq!(v["offset"], json!(before + 1));
+        let v = via
+            .get("/ldb/_all_docs?descending=true&start_key=%22d05%22&limit=2&skip=1")
+            .json();
+        assert_eq!(row_ids(&v), ["d04", "d02"]);
+        let after = live.iter().filter(|i| i.as_str() > "d05").count();
+        assert_eq!(v["offset"], json!(after + 1));
+        // A non-string end key: no id sorts below it.
+        let v = via.get("/ldb/_all_docs?end_key=1").json();
+        assert_eq!((row_ids(&v).len(), &v["total_rows"]), (0, &json!(14)));
+        let v = via
+            .get("/ldb/_all_docs?include_docs=true&conflicts=true&update_seq=true&start_key=%22d10%22&limit=1")
+            .json();
+        assert_eq!(
+            v["rows"][0]["doc"],
+            json!({"_id": "d10", "_rev": rev_of("d10"), "n": "d10"})
+        );
+        let seq = v["update_seq"].as_str().unwrap();
+        assert!(
+            seq.split_once('-').unwrap().0.parse::<u64>().unwrap() >= 16,
+            "{seq}"
+        );
+        // The offset counts every id before `_design/` ("A"), as CouchDB's does.
+        let v = via.get("/ldb/_design_docs?include_docs=true").json();
+        assert_eq!((&v["total_rows"], &v["offset"]), (&json!(1), &json!(1)));
+        assert_eq!(row_ids(&v), ["_design/v"]);
+
+        // With keys: each key's row from its range, in the keys' order, as CouchDB's
+        // (a deletion shows as such, a missing id as an error row).
+        let keys = json!({"keys": ["d07", "d03", "zz", "A", "d07"]});
+        let r = via.post(
+            "/ldb/_all_docs?include_docs=true&update_seq=true",
+            &keys.to_string(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        let v = r.json();
+        assert_eq!(
+            (&v["total_rows"], &v["offset"], &v["update_seq"]),
+            (&json!(14), &Value::Null, &Value::Null)
+        );
+        let rows = v["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 5);
+        assert_eq!(rows[0]["doc"]["n"], "d07");
+        assert_eq!(rows[4], rows[0]);
+        assert_eq!(rows[1]["value"]["deleted"], true);
+        assert_eq!(rows[1]["doc"], Value::Null);
+        assert_eq!(rows[2], json!({"key": "zz", "error": "not_found"}));
+        assert_eq!(rows[3]["id"], "A");
+        let v = via
+            .post(
+                "/ldb/_all_docs?descending=true&skip=1&limit=2",
+                &keys.to_string(),
+            )
+            .json();
+        assert_eq!(row_ids(&v), ["A", "-"]);
+        let v = via
+            .get("/ldb/_all_docs?keys=%5B%22d11%22%2C%22d00%22%5D")
+            .json();
+        assert_eq!(row_ids(&v), ["d11", "d00"]);
+    };
+    check_listing(&nodes[0]);
+
+    // `_revs_diff` and `_missing_revs`: each id's answer from its range, in request order.
+    let asked = json!({"d01": [rev_of("d01"), "2-x"], "nope": ["1-y"], "d02": [rev_of("d02")],
+                       "A": ["5-z"]});
+    let check_revs = |via: &Server| {
+        let r = via.post("/ldb/_revs_diff", &asked.to_string());
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(
+            r.text.trim_end(),
+            json!({"d01": {"missing": ["2-x"], "possible_ancestors": [rev_of("d01")]},
+                   "nope": {"missing": ["1-y"]},
+                   "A": {"missing": ["5-z"], "possible_ancestors": [rev_of("A")]}})
+            .to_string()
+        );
+        let r = via.post("/ldb/_missing_revs", &asked.to_string());
+        assert_eq!(
+            r.json(),
+            json!({"missing_revs": {"d01": ["2-x"], "nope": ["1-y"], "A": ["5-z"]}})
+        );
+        // `_bulk_get`: every item answered in order, found revisions or CouchDB's errors.
+        let items = json!({"docs": [{"id": "d04"}, {"id": "A", "rev": rev_of("A")},
+            {"id": "nope"}, {"id": "d04", "rev": "9-z"}, {"id": "d03"}, {"rev": "1-a"}]});
+        let r = via.post("/ldb/_bulk_get", &items.to_string());
+        assert_eq!(r.status, 200, "{}", r.text);
+        let v = r.json();
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(
+            results[0],
+            json!({"id": "d04", "docs": [{"ok": {"_id": "d04", "_rev": rev_of("d04"), "n": "d04"}}]})
+        );
+        assert_eq!(results[1]["docs"][0]["ok"]["_rev"], json!(rev_of("A")));
+        assert_eq!(
+            results[2],
+            json!({"id": "nope", "docs": [{"error": {"rev": "undefined", "reason": "missing",
+                "id": "nope", "error": "not_found"}}]})
+        );
+        assert_eq!(
+            results[3],
+            json!({"id": "d04", "docs": [{"error": {"rev": "9-z", "reason": "missing",
+                "id": "d04", "error": "not_found"}}]})
+        );
+        assert_eq!(results[4]["docs"][0]["ok"]["_deleted"], true);
+        assert_eq!(
+            results[5],
+            json!({"id": null, "docs": [{"error": {"rev": null, "reason": "document id missed",
+                "id": null, "error": "bad_request"}}]})
+        );
+        let r = via.post("/ldb/_bulk_get?revs=true", r#"{"docs": [{"id": "d05"}]}"#);
+        let doc = &r.json()["results"][0]["docs"][0]["ok"];
+        assert_eq!(doc["_revisions"]["start"], 1, "{}", r.text);
+    };
+    check_revs(&nodes[1]);
+
+    // The security object lives on every copy: set through one member, read and enforced
+    // through the others.
+    let admin_only = json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}});
+    assert_eq!(nodes[2].get("/ldb/_security").json(), admin_only);
+    for n in &nodes {
+        n.add_user("bob", "pw", &[]);
+    }
+    let bob = ("bob", "pw");
+    assert_eq!(nodes[0].as_user(bob, "GET", "/ldb/d01", None).status, 403);
+    let members = json!({"members": {"names": ["bob"]}});
+    let r = nodes[1].put("/ldb/_security", &members.to_string());
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({"ok": true})),
+        "{}",
+        r.text
+    );
+    for n in &nodes {
+        assert_eq!(n.get("/ldb/_security").json(), members);
+    }
+    eventually("bob a member through settee1", || {
+        nodes[0].as_user(bob, "GET", "/ldb/d01", None).status == 200
+    });
+    let r = nodes[0].as_user(bob, "GET", "/ldb/_all_docs?limit=1", None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    // A member is no admin: the security object is not bob's to change.
+    let r = nodes[2].as_user(bob, "PUT", "/ldb/_security", Some("{}"));
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(
+        nodes[2].anon("GET", "/ldb/_all_docs", None, &[]).status,
+        401
+    );
+
+    // A member down: the other copy of each of its ranges answers. It is the first copy
+    // of some range, asked through a member holding no copy of that range, so that the
+    // coordinator has to pass over it.
+    let shards = nodes[0].get("/ldb/_shards").json();
+    let (down, via) = (shards["shards"].as_object().unwrap().values())
+        .find_map(|copies| {
+            let copies: Vec<&str> = copies
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap())
+                .collect();
+            let first = names.iter().position(|n| *n == copies[0])?;
+            let via = names.iter().position(|n| !copies.contains(n))?;
+            Some((first, via))
+        })
+        .unwrap();
+    nodes[down].kill9();
+    eventually("a member down", || {
+        membership(&nodes[via]).0.as_array().unwrap().len() == 2
+    });
+    check_listing(&nodes[via]);
+    check_revs(&nodes[via]);
+    assert_eq!(nodes[via].get("/ldb/_security").json(), members);
+    assert_eq!(
+        nodes[via]
+            .as_user(bob, "GET", "/ldb/_all_docs", None)
+            .status,
+        200
+    );
+    // Its copies missing, the write is done only if a majority of the copies took it.
+    let held = (shards["shards"].as_object().unwrap().values())
+        .filter(|c| c.as_array().unwrap().iter().any(|n| n == names[down]))
+        .count();
+    let r = nodes[via].put("/ldb/_security", &admin_only.to_string());
+    if held == 1 {
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(nodes[via].get("/ldb/_security").json(), admin_only);
+    } else {
+        assert_eq!(
+            (r.status, r.json()),
+            (500, json!({"error": "error", "reason": "no_majority"}))
+        );
     }
 }

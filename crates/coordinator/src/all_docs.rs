@@ -1,0 +1,290 @@
+//! `_all_docs` and `_design_docs` on a clustered database, as CouchDB's
+//! `fabric_view_all_docs`: without `keys`, one copy of every range asked for the same
+//! range with `skip=0` and `limit=skip+limit`, their rows merged in id order and `skip`,
+//! `limit` applied here; with `keys`, each key asked of its range's copy and the rows given
+//! in the keys' order.
+
+use crate::{copy_error, copy_path, form_query, merge, unavailable, Coordinator};
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+use settee_auth::UserCtx;
+use settee_cluster::ShardMap;
+use settee_node::all_docs::{Namespace, Query};
+use settee_node::fabric::Out;
+use settee_node::{Error, Result};
+
+/// One range's copy's answer to an `_all_docs` request.
+pub(crate) struct RangeAnswer {
+    pub range: String,
+    pub node: String,
+    pub body: Value,
+}
+
+impl Coordinator {
+    pub(crate) fn all_docs_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        q: Query,
+        ns: Namespace,
+        out: Out<'_>,
+    ) -> Result<()> {
+        let endpoint = match ns {
+            Namespace::All => "_all_docs",
+            Namespace::Design => "_design_docs",
+            // Local documents are not served from copies yet.
+            Namespace::Local => return Err(Error::NotOnCluster("_local_docs")),
+        };
+        if q.partition.is_some() {
+            return Err(Error::NotOnCluster("a partition's _all_docs"));
+        }
+        let (head, rows) = match &q.keys {
+            None => self.all_docs_range(db, map, user, &q, endpoint)?,
+            Some(keys) => self.all_docs_keys(db, map, user, &q, keys, endpoint)?,
+        };
+        let mut text = head;
+        text.push_str(",\"rows\":[\r\n");
+        if !out(text.as_bytes()) {
+            return Ok(());
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let sep: &[u8] = if i == 0 { b"" } else { b",\r\n" };
+            if !(out(sep) && out(&serde_json::to_vec(row).expect("json"))) {
+                return Ok(());
+            }
+        }
+        out(b"\r\n]}\n");
+        Ok(())
+    }
+
+    /// The rows of an id range: `(head without its rows, rows)`.
+    fn all_docs_range(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        q: &Query,
+        endpoint: &str,
+    ) -> Result<(String, Vec<Value>)> {
+        let mut params = copy_params(q);
+        // The range's bounds as ids; an upper bound that is no string (no id is below it)
+        // is sent as `null`, which the copies read the same way.
+        let (lower, upper) = if q.descending {
+            ("end_key", "start_key")
+        } else {
+            ("start_key", "end_key")
+        };
+        let (first, last) = if q.descending {
+            (&q.end, &q.start)
+        } else {
+            (&q.start, &q.end)
+        };
+        if let Some(id) = first {
+            params.push((lower, json!(id).to_string()));
+        }
+        match last {
+            _ if q.upper_before_all => params.push((upper, "null".into())),
+            Some(id) => params.push((upper, json!(id).to_string())),
+            None => {}
+        }
+        if !q.inclusive_end {
+            params.push(("inclusive_end", "false".into()));
+        }
+        if let Some(limit) = q.limit {
+            params.push(("limit", limit.saturating_add(q.skip).to_string()));
+        }
+        let query = form_query(&params);
+        let answers = self.one_copy_per_range(
+            map,
+            |range| {
+                let path = format!("{}/{endpoint}?{query}", copy_path(map, db, range));
+                Some(("GET".into(), path, None))
+            },
+            Some(user),
+        )?;
+        let total: u64 = answers
+            .iter()
+            .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
+            .sum();
+        let offsets: Vec<u64> = (answers.iter())
+            .map(|a| a.body["offset"].as_u64().unwrap_or(0))
+            .collect();
+        let offset = merge::all_docs_offset(total, &offsets, q.skip);
+        let mut head = format!("{{\"total_rows\":{total},\"offset\":{offset}");
+        if q.update_seq {
+            head.push_str(&format!(",\"update_seq\":{}", json!(update_seq(&answers))));
+        }
+        let rows = answers.into_iter().map(|a| rows_of(a.body)).collect();
+        let rows = merge::all_docs_rows(rows, q.descending, q.skip, q.limit);
+        Ok((head, rows))
+    }
+
+    /// The rows of a list of keys, as CouchDB's coordinator: the list reversed when
+    /// `descending`, `skip` and `limit` applied to it, each key asked of its range.
+    fn all_docs_keys(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        q: &Query,
+        keys: &[Value],
+        endpoint: &str,
+    ) -> Result<(String, Vec<Value>)> {
+        let mut keys = keys.to_vec();
+        if q.descending {
+            keys.reverse();
+        }
+        let keys: Vec<Value> = (keys.into_iter())
+            .skip(usize::try_from(q.skip).unwrap_or(usize::MAX))
+            .take(
+                q.limit
+                    .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)),
+            )
+            .collect();
+        // Each key goes to the range of the id a copy reads it as.
+        let ranges: Vec<&str> = map.by_range.iter().map(|c| c.range.as_str()).collect();
+        let routes: Vec<usize> = (keys.iter())
+            .map(|k| {
+                let id = k.as_str().map_or_else(|| k.to_string(), str::to_owned);
+                let range = &map.copies_of(&id).range;
+                ranges
+                    .iter()
+                    .position(|r| r == range)
+                    .expect("a range of the map")
+            })
+            .collect();
+        let query = form_query(&copy_params(q));
+        let answers = self.one_copy_per_range(
+            map,
+            |range| {
+                let r = ranges
+                    .iter()
+                    .position(|x| *x == range)
+                    .expect("a range of the map");
+                let mine: Vec<&Value> = (keys.iter().zip(&routes))
+                    .filter(|(_, to)| **to == r)
+                    .map(|(k, _)| k)
+                    .collect();
+                let path = copy_path(map, db, range);
+                if mine.is_empty() {
+                    // Only its count, for `total_rows`.
+                    Some(("GET".into(), format!("{path}/{endpoint}?limit=0"), None))
+                } else {
+                    let path = format!("{path}/{endpoint}?{query}");
+                    Some(("POST".into(), path, Some(json!({ "keys": mine }))))
+                }
+            },
+            Some(user),
+        )?;
+        let total: u64 = answers
+            .iter()
+            .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
+            .sum();
+        let mut head = format!("{{\"total_rows\":{total},\"offset\":null");
+        if q.update_seq {
+            // As CouchDB's coordinator: no sequence with `keys`.
+            head.push_str(",\"update_seq\":null");
+        }
+        let rows = answers.into_iter().map(|a| rows_of(a.body)).collect();
+        let rows = merge::rows_by_keys(&routes, rows)
+            .ok_or_else(|| unavailable("a copy answered fewer rows than keys".into()))?;
+        Ok((head, rows))
+    }
+
+    /// One answer per range `ask(range)` names a request for (method, target, body), in
+    /// ring order: each range's copies asked in turn (this node's first) until one
+    /// answers 200. A copy that is down, fails, or lacks its database is passed over; any
+    /// other refusal is the client's answer.
+    pub(crate) fn one_copy_per_range(
+        &self,
+        map: &ShardMap,
+        ask: impl Fn(&str) -> Option<(String, String, Option<Value>)>,
+        user: Option<&UserCtx>,
+    ) -> Result<Vec<RangeAnswer>> {
+        let asks = map.by_range.iter().filter_map(|copies| {
+            let (method, target, body) = ask(&copies.range)?;
+            Some(async move {
+                let mut failures = Vec::new();
+                for node in preferred(&copies.nodes) {
+                    let reply = self.ask(node, &method, &target, user, body.as_ref()).await;
+                    match reply {
+                        merge::Reply::Answered { status: 200, body } => {
+                            return Ok(RangeAnswer {
+                                range: copies.range.clone(),
+                                node: node.clone(),
+                                body,
+                            })
+                        }
+                        merge::Reply::Answered { status, body } if !passed_over(status, &body) => {
+                            return Err(copy_error(status, &body))
+                        }
+                        other => failures.push(format!("{node}: {other:?}")),
+                    }
+                }
+                Err(unavailable(format!(
+                    "no copy of range {} answered ({})",
+                    copies.range,
+                    failures.join("; ")
+                )))
+            })
+        });
+        crate::block_on(join_all(asks)).into_iter().collect()
+    }
+}
+
+/// The parameters every copy is given as the client gave them (the range's bounds,
+/// `skip` and `limit` aside).
+fn copy_params(q: &Query) -> Vec<(&'static str, String)> {
+    let mut params = Vec::new();
+    for (name, on) in [
+        ("descending", q.descending && q.keys.is_none()),
+        ("include_docs", q.include_docs),
+        ("conflicts", q.opts.conflicts),
+        ("attachments", q.atts.inline),
+        ("att_encoding_info", q.atts.encoding_info),
+        ("update_seq", q.update_seq && q.keys.is_none()),
+    ] {
+        if on {
+            params.push((name, "true".to_string()));
+        }
+    }
+    params
+}
+
+/// A range's copies, this node's first (no network hop), then in the map's order.
+fn preferred(nodes: &[String]) -> impl Iterator<Item = &String> {
+    let me = settee_core::node::name();
+    (nodes.iter().filter(move |n| *n == me)).chain(nodes.iter().filter(move |n| *n != me))
+}
+
+/// Whether a copy's answer means asking another copy: a failure of its own (5xx), or its
+/// database missing (its creation failed; CouchDB would create it on the spot).
+pub(crate) fn passed_over(status: u16, body: &Value) -> bool {
+    status >= 500 || (status == 404 && body["reason"] == "Database does not exist.")
+}
+
+fn rows_of(body: Value) -> Vec<Value> {
+    match body {
+        Value::Object(mut m) => match m.shift_remove("rows") {
+            Some(Value::Array(rows)) => rows,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// The clustered sequence of the copies' `update_seq`s, as the database's information
+/// shows it.
+fn update_seq(answers: &[RangeAnswer]) -> String {
+    let parts: Vec<(&str, &str, u64)> = (answers.iter())
+        .map(|a| {
+            (
+                a.range.as_str(),
+                a.node.as_str(),
+                merge::seq_number(&a.body["update_seq"]),
+            )
+        })
+        .collect();
+    merge::clustered_seq(&parts)
+}
