@@ -1,12 +1,41 @@
 use crate::{Cf, Error, Result};
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IteratorMode, Options,
-    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IngestExternalFileOptions,
+    IteratorMode, Options, ReadOptions, SstFileWriter, WriteBatch, WriteBufferManager,
+    WriteOptions, DB,
 };
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+/// Entries of one family written to a file of its own ([`Store::sst_writer`]); the file is
+/// removed when this is dropped (once ingested, it is the engine's).
+pub struct SstWriter<'s> {
+    cf: Cf,
+    path: PathBuf,
+    writer: SstFileWriter<'s>,
+    entries: u64,
+}
+
+impl SstWriter<'_> {
+    /// Adds an entry; keys must ascend.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.entries += 1;
+        Ok(self.writer.put(key, value)?)
+    }
+
+    /// Bytes written so far.
+    pub fn file_size(&self) -> u64 {
+        self.writer.file_size()
+    }
+}
+
+impl Drop for SstWriter<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
 
 /// Tuning knobs; the defaults suit a 2-core, few-GiB machine.
 #[derive(Clone, Debug)]
@@ -80,7 +109,16 @@ pub struct Store {
     /// recovers (from `NoSpace`, once space returns) or the process restarts. Cleared by
     /// the next write that succeeds.
     write_failed: AtomicBool,
+    /// Each family's options, for files written outside the engine ([`SstWriter`]), so
+    /// they are laid out and compressed as the family's own.
+    cf_opts: Vec<(Cf, Options)>,
+    /// Names the next [`SstWriter`]'s file.
+    next_file: AtomicU64,
 }
+
+/// Where files to ingest are written: beside the engine's own, emptied at open (a crash
+/// can leave files that were never ingested).
+const INGEST_DIR: &str = "ingest";
 
 fn cf_options(cf: Cf, cache: &Cache, opts: &StoreOptions) -> Options {
     let mut table = BlockBasedOptions::default();
@@ -166,10 +204,17 @@ impl Store {
         let mut env = rocksdb::Env::new()?;
         env.lower_thread_pool_cpu_priority();
         db_opts.set_env(&env);
-        let cfs = Cf::ALL
+        let cf_opts: Vec<(Cf, Options)> = Cf::ALL
             .iter()
-            .map(|&cf| ColumnFamilyDescriptor::new(cf.name(), cf_options(cf, &cache, opts)));
+            .map(|&cf| (cf, cf_options(cf, &cache, opts)))
+            .collect();
+        let cfs = (cf_opts.iter()).map(|(cf, o)| ColumnFamilyDescriptor::new(cf.name(), o.clone()));
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
+        let ingest = path.join(INGEST_DIR);
+        match std::fs::remove_dir_all(&ingest) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => std::fs::create_dir(&ingest)?,
+        }
         Ok(Store {
             db,
             db_opts,
@@ -177,7 +222,60 @@ impl Store {
             unflushed_writes: AtomicU64::new(0),
             last_write: Mutex::new(Instant::now()),
             write_failed: AtomicBool::new(false),
+            cf_opts,
+            next_file: AtomicU64::new(0),
         })
+    }
+
+    /// A file of `cf` entries to write in ascending key order and then hand to
+    /// [`Store::ingest`]: a bulk load that bypasses the memtables (nothing to flush later).
+    pub fn sst_writer(&self, cf: Cf) -> Result<SstWriter<'_>> {
+        let opts = &(self.cf_opts.iter())
+            .find(|(c, _)| *c == cf)
+            .expect("every family has options")
+            .1;
+        let n = self.next_file.fetch_add(1, Ordering::Relaxed);
+        let path = self.path().join(INGEST_DIR).join(format!("{n}.sst"));
+        let writer = SstFileWriter::create(opts);
+        writer.open(&path)?;
+        Ok(SstWriter {
+            cf,
+            path,
+            writer,
+            entries: 0,
+        })
+    }
+
+    /// Adds the written files to their families, each whole and at once (on stable storage
+    /// when this returns; later writes to the same keys win). Files of one family must
+    /// not overlap one another.
+    ///
+    /// Snapshots taken before may see the files' keys: ingest only keys that nothing reads
+    /// until a later write refers to them. A file that overlaps no other data then lands in
+    /// the last level with sequence number 0, and no compaction rewrites it later (with a
+    /// number above a live snapshot's, RocksDB compacts every such file again to zero it).
+    pub fn ingest(&self, files: Vec<SstWriter<'_>>) -> Result<()> {
+        // RocksDB refuses an empty file. The writers stay alive (their files on disk)
+        // until every family took its files.
+        let mut files: Vec<SstWriter<'_>> = files.into_iter().filter(|f| f.entries > 0).collect();
+        for f in &mut files {
+            f.writer.finish()?;
+        }
+        let mut opts = IngestExternalFileOptions::default();
+        opts.set_move_files(true);
+        opts.set_snapshot_consistency(false);
+        for cf in Cf::ALL {
+            let paths: Vec<&PathBuf> = (files.iter().filter(|f| f.cf == cf))
+                .map(|f| &f.path)
+                .collect();
+            if !paths.is_empty() {
+                let r = self
+                    .db
+                    .ingest_external_file_cf_opts(self.handle(cf), &opts, paths);
+                self.note(r)?;
+            }
+        }
+        Ok(())
     }
 
     /// The engine's own figures, for monitoring.

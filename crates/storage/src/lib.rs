@@ -13,7 +13,7 @@
 mod engine;
 mod keys;
 
-pub use engine::{Batch, EngineStats, Pinned, Read, Snapshot, Store, StoreOptions};
+pub use engine::{Batch, EngineStats, Pinned, Read, Snapshot, SstWriter, Store, StoreOptions};
 pub use keys::{db_prefix, db_range, key_in_db, seq_key, DbId};
 
 /// The column families. Their key and value layouts are given in `docs/design.md`.
@@ -76,6 +76,8 @@ pub enum Error {
     Engine(#[from] rocksdb::Error),
     #[error("corrupted data: {0}")]
     Corrupted(String),
+    #[error("file for ingestion: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 impl Error {
@@ -87,6 +89,7 @@ impl Error {
                 e.kind() == rocksdb::ErrorKind::IOError
                     && e.as_ref().contains("No space left on device")
             }
+            Error::Io(e) => e.kind() == std::io::ErrorKind::StorageFull,
             Error::Corrupted(_) => false,
         }
     }

@@ -14,10 +14,11 @@
 //! rows to each view's tree and writes the new roots and the round's last seq in the same
 //! batch as the back index.
 //!
-//! A round that starts from an empty index bulk-loads: rows are sorted in memory and the
-//! tree is built bottom-up; its nodes and back-index entries may be written before the
-//! checkpoint because nothing refers to them until it lands (an interrupted build starts
-//! over and wipes them).
+//! A round that starts from an empty index bulk-loads: rows are sorted (in memory, and in
+//! runs spilled past a bound) and the tree is built bottom-up; its nodes and back-index
+//! entries are written to table files ingested before the checkpoint, never through the
+//! memtables (nothing refers to them until the checkpoint lands; an interrupted build
+//! starts over and wipes them).
 //!
 //! Index writes skip the write-ahead log: an index is derived data, and logging (with the
 //! WAL's compression) was a fifth of a 100k-document build. The `views` family then
@@ -36,7 +37,7 @@ use settee_core::{collate, DocJson, Rev};
 use settee_db::{Database, DocLeaves};
 use settee_js::{JsError, Limits, ViewRuntime};
 use settee_queryserver::Emits;
-use settee_storage::{Cf, Read, Snapshot, Store};
+use settee_storage::{Cf, Read, Snapshot, SstWriter, Store};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -63,10 +64,9 @@ const ROUND_ROWS: usize = 1_500_000;
 /// Bytes of rows a bulk load holds in memory; past this they are spilled as sorted runs
 /// (a 1M-row build held ~110 MB of rows at its end).
 const SPILL_BYTES: usize = 32 << 20;
-/// Pending node bytes, and back-index entries, that a bulk load writes out before its
-/// checkpoint (bounding the round's memory).
-const EARLY_FLUSH_BYTES: usize = 8 << 20;
-const EARLY_BACK_ENTRIES: usize = 100_000;
+/// Back-index entries a bulk load's collector gathers before handing them to the writer
+/// (which gathers them all, so it does its share while the pipeline runs).
+const EARLY_BACK_ENTRIES: usize = 8192;
 
 /// A document to map (`doc: None` = deleted or not indexed: only remove its rows).
 struct Item {
@@ -140,7 +140,11 @@ pub(crate) fn update(views: &Views, db: &Database, g: &Group) -> Result<()> {
         db.count_changes_after(meta.seq)?
     };
     let task = views.tasks.start(&db.name, &g.ddoc_id, total);
-    if meta.seq == 0 && meta.roots.iter().all(Option::is_none) {
+    // An empty index may still hold what an interrupted build wrote; only then is its range
+    // deleted. A needless tombstone over it costs the build: RocksDB flushes the memtable
+    // before ingesting a file that overlaps it, and puts the file in level 0, from where
+    // a compaction moves it during later builds.
+    if meta.seq == 0 && meta.roots.iter().all(Option::is_none) && holds_any(store, g)? {
         wipe(store, g)?;
     }
     loop {
@@ -149,6 +153,16 @@ pub(crate) fn update(views: &Views, db: &Database, g: &Group) -> Result<()> {
             return Ok(());
         }
     }
+}
+
+/// Whether anything is stored under the index's prefix.
+fn holds_any(store: &Store, g: &Group) -> Result<bool> {
+    let (lo, hi) = g.prefix.range();
+    Ok(store
+        .range(Cf::Views, &lo, &hi, false)
+        .next()
+        .transpose()?
+        .is_some())
 }
 
 /// Removes everything stored under the index's prefix.
@@ -190,24 +204,21 @@ fn round(
     }
     let mut collector = Collector::new(g, store, fresh);
     let started = std::time::Instant::now();
-    let mut sink = StoreSink::new(store, g, meta.next_node, fresh);
+    let mut sink = StoreSink::new(store, g, meta.next_node, fresh)?;
     let mut js = views.reducers(g);
     // Phase timings for the debug log.
     let (mut mapped, mut trees, mut back_done) = Default::default();
-    // A bulk load's back-index entries are written by a thread of their own, beside the
-    // pipeline and then beside the tree build (nothing refers to them before the
-    // checkpoint): on the build's critical path they were a fifth of the time after mapping.
+    // A bulk load's back-index entries are gathered and written by a thread of their own,
+    // beside the pipeline and then beside the tree build (nothing refers to them before
+    // the checkpoint): on the build's critical path they were a fifth of the time after
+    // mapping.
     let (work, written) = std::thread::scope(|s| {
         let (back_tx, back_rx) = sync_channel::<BackEntries>(1);
         let back_writer = std::thread::Builder::new()
             .name("view-back-index".into())
-            .spawn_scoped(s, move || {
-                back_rx
-                    .into_iter()
-                    .try_for_each(|b| flush_back(store, g, b))
-            })
+            .spawn_scoped(s, move || write_back(store, back_rx))
             .expect("spawn the back-index writer");
-        let work = (|| {
+        let work = (|| -> Result<_> {
             let (last_seq, done) = pipeline(
                 views,
                 db,
@@ -254,7 +265,8 @@ fn round(
         (work, written)
     });
     // The writer's failure first: the pipeline then only saw it stop.
-    let (last_seq, done, mut back_index) = written.and(work)?;
+    let back_file = written?;
+    let (last_seq, done, mut back_index) = work?;
     back_index.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     // A feed read to its end covers the snapshot's update_seq, even when its last seqs
     // belonged to documents purged since (they have no change left).
@@ -267,7 +279,9 @@ fn round(
     meta.next_node = sink.next;
     meta.sizes = Some(sink.sizes_after(meta.sizes.unwrap_or_default()));
     let mut batch = store.batch();
-    sink.finish(&mut batch);
+    let nodes_file = sink.finish(&mut batch)?;
+    // A bulk load's files first: the checkpoint that refers to them comes after.
+    store.ingest([nodes_file, back_file].into_iter().flatten().collect())?;
     for (id, value) in back_index {
         match value {
             Some(v) => batch.put(Cf::Views, &g.prefix.back(&id), &v),
@@ -294,7 +308,7 @@ pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
     let snap = store.snapshot();
     let mut meta = load_meta(&snap, g)?;
     let first_new = meta.next_node;
-    let mut sink = StoreSink::new(store, g, first_new, true);
+    let mut sink = StoreSink::new(store, g, first_new, true)?;
     let mut js = views.reducers(g);
     let nodes = SnapNodes { read: &snap, g };
     let rows: u64 = meta.roots.iter().flatten().map(|r| r.count).sum();
@@ -318,7 +332,8 @@ pub(crate) fn rebuild(views: &Views, db: &Database, g: &Group) -> Result<()> {
     // Every row was written anew.
     meta.sizes = Some(sink.added);
     let mut batch = store.batch();
-    sink.finish(&mut batch);
+    let nodes_file = sink.finish(&mut batch)?;
+    store.ingest(nodes_file.into_iter().collect())?;
     batch.delete_range(Cf::Views, &g.prefix.node(0), &g.prefix.node(first_new));
     batch.put(Cf::Views, &g.prefix.meta(), &meta.encode());
     store.write_unlogged(batch)?;
@@ -791,7 +806,7 @@ enum State {
     /// An empty index: rows per view, back-index entries not yet written.
     Fresh {
         rows: Vec<BulkRows>,
-        back: Vec<(String, Vec<u8>)>,
+        back: BackEntries,
     },
     /// Changes to existing trees: ops per view (sorted), back-index puts and deletes.
     Incremental {
@@ -839,7 +854,7 @@ impl<'a> Collector<'a> {
                     if d.rows.is_empty() {
                         continue;
                     }
-                    back.push((d.id, d.back));
+                    back.push((self.g.prefix.back(&d.id), d.back));
                     self.rows += d.rows.len();
                     for (v, key, value) in d.rows {
                         rows[v as usize].push(&key, &value);
@@ -881,8 +896,8 @@ impl<'a> Collector<'a> {
     }
 }
 
-/// Back-index entries of a bulk load: (document id, entry).
-type BackEntries = Vec<(String, Vec<u8>)>;
+/// Back-index entries of a bulk load: (key, entry).
+type BackEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
 fn send_back(writer: &SyncSender<BackEntries>, entries: BackEntries) -> Result<()> {
     writer
@@ -890,47 +905,61 @@ fn send_back(writer: &SyncSender<BackEntries>, entries: BackEntries) -> Result<(
         .map_err(|_| Error::Internal("the back-index writer stopped".into()))
 }
 
-/// Writes back-index entries of a bulk load (unreferenced until the checkpoint).
-fn flush_back(store: &Store, g: &Group, mut entries: BackEntries) -> Result<()> {
-    if entries.is_empty() {
-        return Ok(());
+/// Gathers a bulk load's back-index entries (spilling sorted runs past [`SPILL_BYTES`])
+/// and writes them, in key order, to a file to ingest: unreferenced until the checkpoint.
+fn write_back(store: &Store, entries: Receiver<BackEntries>) -> Result<Option<SstWriter<'_>>> {
+    let mut all = BulkRows::default();
+    let mut any = false;
+    for batch in entries {
+        any |= !batch.is_empty();
+        for (key, value) in batch {
+            all.push(&key, &value);
+        }
+        if all.bytes() >= SPILL_BYTES {
+            all.spill(store.path()).map_err(Error::Spill)?;
+        }
     }
-    // Ascending keys let RocksDB's memtable reuse its insert position (much cheaper than
-    // random-order inserts of ids that arrive in seq order).
-    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    let mut b = store.batch();
-    for (id, v) in entries {
-        b.put(Cf::Views, &g.prefix.back(&id), &v);
+    if !any {
+        return Ok(None);
     }
-    Ok(store.write_unlogged(b)?)
+    let mut file = store.sst_writer(Cf::Views)?;
+    let failed = Cell::new(None);
+    for row in all.into_sorted(&failed) {
+        file.put(&row.key, &row.value)?;
+    }
+    failed
+        .take()
+        .map_or(Ok(Some(file)), |e| Err(Error::Spill(e)))
 }
 
-/// Tree nodes written by one round, readable before they are committed.
+/// Tree nodes written by one round, readable before they are committed. A bulk load
+/// (a fresh index, or a rebuild's new trees) writes its nodes, in ascending id order, to a
+/// file ingested before the checkpoint instead.
 struct StoreSink<'a> {
     store: &'a Store,
     g: &'a Group,
     pending: HashMap<NodeId, Option<Vec<u8>>>,
-    pending_bytes: usize,
     next: u64,
-    /// A bulk load may write nodes before the checkpoint.
-    early: bool,
+    /// A bulk load's file, and the first error writing it.
+    file: Option<SstWriter<'a>>,
+    failed: Option<settee_storage::Error>,
     /// Sizes of the rows written into leaves, and of the rows of leaves rewritten.
     added: RowSizes,
     removed: RowSizes,
 }
 
 impl<'a> StoreSink<'a> {
-    fn new(store: &'a Store, g: &'a Group, next: u64, early: bool) -> StoreSink<'a> {
-        StoreSink {
+    fn new(store: &'a Store, g: &'a Group, next: u64, bulk: bool) -> Result<StoreSink<'a>> {
+        Ok(StoreSink {
             store,
             g,
             pending: HashMap::new(),
-            pending_bytes: 0,
             next,
-            early,
+            file: bulk.then(|| store.sst_writer(Cf::Views)).transpose()?,
+            failed: None,
             added: RowSizes::default(),
             removed: RowSizes::default(),
-        }
+        })
     }
 
     /// `before` with this change's rows applied.
@@ -941,34 +970,22 @@ impl<'a> StoreSink<'a> {
         }
     }
 
-    /// Pending writes in ascending node order (cheap memtable inserts).
-    fn sorted(pending: &mut HashMap<NodeId, Option<Vec<u8>>>) -> Vec<(NodeId, Option<Vec<u8>>)> {
-        let mut all: Vec<_> = pending.drain().collect();
-        all.sort_unstable_by_key(|(id, _)| *id);
-        all
-    }
-
-    fn finish(mut self, batch: &mut settee_storage::Batch<'_>) {
-        for (id, v) in Self::sorted(&mut self.pending) {
+    /// Adds the pending writes to `batch` (in ascending node order: cheap memtable
+    /// inserts); a bulk load's file is returned, to ingest before `batch` is written.
+    fn finish(self, batch: &mut settee_storage::Batch<'_>) -> Result<Option<SstWriter<'a>>> {
+        if let Some(e) = self.failed {
+            return Err(e.into());
+        }
+        let mut pending: Vec<_> = self.pending.into_iter().collect();
+        pending.sort_unstable_by_key(|(id, _)| *id);
+        for (id, v) in pending {
             let key = self.g.prefix.node(id);
             match v {
                 Some(bytes) => batch.put(Cf::Views, &key, &bytes),
                 None => batch.delete(Cf::Views, &key),
             }
         }
-    }
-
-    fn flush_early(&mut self) {
-        let mut b = self.store.batch();
-        for (id, v) in Self::sorted(&mut self.pending) {
-            if let Some(bytes) = v {
-                b.put(Cf::Views, &self.g.prefix.node(id), &bytes);
-            }
-        }
-        self.pending_bytes = 0;
-        if let Err(e) = self.store.write_unlogged(b) {
-            tracing::error!(error = %e, "writing view nodes");
-        }
+        Ok(self.file)
     }
 }
 
@@ -988,10 +1005,17 @@ impl NodeRead for StoreSink<'_> {
 
 impl NodeSink for StoreSink<'_> {
     fn put(&mut self, id: NodeId, bytes: Vec<u8>) {
-        self.pending_bytes += bytes.len();
-        self.pending.insert(id, Some(bytes));
-        if self.early && self.pending_bytes >= EARLY_FLUSH_BYTES {
-            self.flush_early();
+        match &mut self.file {
+            // Ids are handed out in ascending order and a bulk load writes each node once.
+            Some(file) if self.failed.is_none() => {
+                if let Err(e) = file.put(&self.g.prefix.node(id), &bytes) {
+                    self.failed = Some(e);
+                }
+            }
+            Some(_) => {}
+            None => {
+                self.pending.insert(id, Some(bytes));
+            }
         }
     }
 
