@@ -100,6 +100,11 @@ impl AppState {
         }))
     }
 
+    /// The node's replication manager.
+    pub fn replicator(&self) -> Arc<Replicator> {
+        self.replicator.clone()
+    }
+
     /// Starts the replication scheduler (`_replicator`); needs the Tokio runtime.
     pub fn start_scheduler(&self) {
         self.replicator.start();

@@ -54,6 +54,10 @@ pub struct RemoteSpec {
     pub connections: usize,
 }
 
+/// Signs each request to a peer: the header (name and value) for a request of this method
+/// on this target (path and query, as sent).
+pub type Signer = std::sync::Arc<dyn Fn(&str, &str) -> (&'static str, String) + Send + Sync>;
+
 /// A database of an HTTP peer.
 #[derive(Clone)]
 pub struct Remote {
@@ -61,6 +65,7 @@ pub struct Remote {
     /// The database URL without credentials, ending in `/`.
     base: String,
     headers: HeaderMap,
+    signer: Option<Signer>,
     retries: u32,
     /// Set when the replication stops: a retry's wait ends at once.
     stop: Option<watch::Receiver<bool>>,
@@ -129,9 +134,33 @@ impl Remote {
             client,
             base,
             headers,
+            signer: None,
             retries: spec.retries,
             stop: None,
         })
+    }
+
+    /// This peer with every request signed by `signer` (a cluster member's requests to
+    /// another member).
+    pub fn signed(self, signer: Signer) -> Remote {
+        Remote {
+            signer: Some(signer),
+            ..self
+        }
+    }
+
+    /// A request to `url` with the peer's headers (and signature).
+    fn request(&self, method: Method, url: &str) -> reqwest::RequestBuilder {
+        let mut req = (self.client.request(method.clone(), url)).headers(self.headers.clone());
+        if let (Some(sign), Ok(u)) = (&self.signer, reqwest::Url::parse(url)) {
+            let target = match u.query() {
+                Some(q) => format!("{}?{q}", u.path()),
+                None => u.path().to_owned(),
+            };
+            let (name, value) = sign(method.as_str(), &target);
+            req = req.header(name, value);
+        }
+        req
     }
 
     /// This peer for one run of a replication: waits between retries end when `stop` is
@@ -169,11 +198,7 @@ impl Remote {
         let mut wait = Duration::from_millis(250);
         let mut attempt = 0;
         loop {
-            let mut req = self
-                .client
-                .request(method.clone(), &url)
-                .headers(self.headers.clone())
-                .header("Accept", "application/json");
+            let mut req = (self.request(method.clone(), &url)).header("Accept", "application/json");
             if let Some(b) = body {
                 req = req.json(b);
             }
@@ -237,10 +262,7 @@ impl Remote {
         let url = format!("{}{path}", self.base);
         let (mut attempt, mut wait) = (0, Duration::from_millis(250));
         loop {
-            let req = self
-                .client
-                .get(&url)
-                .headers(self.headers.clone())
+            let req = (self.request(Method::GET, &url))
                 .header(ACCEPT_ENCODING, if gzip { "gzip" } else { "identity" });
             let cause = match req.send().await {
                 Ok(resp) if retried(resp.status()) => Cause::Status(resp.status().as_u16()),
@@ -779,10 +801,7 @@ impl Endpoint for Remote {
             .map(|chunk| chunk.map(http_body::Frame::data));
         let body = reqwest::Body::wrap(http_body_util::StreamBody::new(frames));
         let url = format!("{}{}?new_edits=false", self.base, doc_path(&id));
-        let sent = self
-            .client
-            .put(&url)
-            .headers(self.headers.clone())
+        let sent = (self.request(Method::PUT, &url))
             .header(ACCEPT, "application/json")
             .header(CONTENT_TYPE, framing.content_type)
             .header(CONTENT_LENGTH, length)

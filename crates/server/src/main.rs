@@ -154,6 +154,8 @@ fn serve(
                 .await
                 .map_err(|e| format!("cannot use the cluster state: {e}"))?;
             node.set_cluster(cluster);
+            // Internal replication: this member's copies push what the others lack.
+            settee_sync::start(node.clone(), state.replicator());
         }
         state.start_scheduler();
         eprintln!(

@@ -847,3 +847,88 @@ fn clustered_databases_list_and_guard_documents_across_ranges() {
         );
     }
 }
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// A copy's database info as its member holds it (a server admin reads a copy directly).
+fn copy_info(n: &Server, copy: &str) -> Value {
+    n.get(&format!("/{}", copy.replace('/', "%2F"))).json()
+}
+
+#[test]
+fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let names = [
+        "settee1@127.0.0.1",
+        "settee2@127.0.0.1",
+        "settee3@127.0.0.1",
+    ];
+    let mut nodes: Vec<Server> = (0..3)
+        .map(|i| member(&etcd, names[i], dirs[i].path()))
+        .collect();
+    eventually("three members", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 3
+    });
+    // One range, a copy on every member.
+    let t0 = now_secs();
+    let r = nodes[0].put("/idb?q=1&n=3", "");
+    assert_eq!(r.status, 201, "{}", r.text);
+    let copy = (t0..=now_secs())
+        .map(|t| format!("shards/00000000-ffffffff/idb.{t}"))
+        .find(|c| copy_info(&nodes[2], c)["doc_count"] == 0)
+        .expect("settee3's copy");
+
+    nodes[2].kill9();
+    eventually("settee3 down", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 2
+    });
+    let docs: Vec<Value> = (0..30)
+        .map(|i| json!({"_id": format!("m{i}"), "i": i}))
+        .collect();
+    let r = nodes[0].post("/idb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev0 = r.json()[0]["rev"].as_str().unwrap().to_string();
+    let r = nodes[1].delete(&format!("/idb/m0?rev={rev0}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+
+    // Back, settee3's copy catches up by itself: no read goes through a coordinator.
+    nodes[2] = member(&etcd, names[2], dirs[2].path());
+    eventually("settee3's copy caught up", || {
+        let info = copy_info(&nodes[2], &copy);
+        info["doc_count"] == 29 && info["doc_del_count"] == 1
+    });
+    // Each of the other members pushed to it and left a checkpoint there.
+    let locals = nodes[2]
+        .get(&format!("/{}/_local_docs", copy.replace('/', "%2F")))
+        .json();
+    let syncs: Vec<&Value> = (locals["rows"].as_array().unwrap().iter())
+        .filter(|r| r["id"].as_str().unwrap().starts_with("_local/shard-sync-"))
+        .collect();
+    assert!(!syncs.is_empty(), "{locals}");
+
+    // Down again and back: the pushes resume from their checkpoints, not from zero.
+    nodes[2].kill9();
+    eventually("settee3 down again", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 2
+    });
+    for i in 30..35 {
+        assert_eq!(nodes[0].put(&format!("/idb/m{i}"), "{}").status, 201);
+    }
+    nodes[2] = member(&etcd, names[2], dirs[2].path());
+    eventually("settee3's copy caught up again", || {
+        copy_info(&nodes[2], &copy)["doc_count"] == 34
+    });
+    let id = syncs[0]["id"].as_str().unwrap();
+    let log = nodes[2]
+        .get(&format!("/{}/{id}", copy.replace('/', "%2F")))
+        .json();
+    let history = log["history"].as_array().unwrap();
+    assert!(history.len() >= 2, "{log}");
+    assert_ne!(history[0]["start_last_seq"], json!(0), "{log}");
+}

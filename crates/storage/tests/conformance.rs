@@ -159,19 +159,32 @@ fn ingested_files_hold_their_entries_durably_and_leave_nothing_behind() {
         let empty = s.sst_writer(Cf::Docs).unwrap();
         s.ingest(vec![f, empty]).unwrap();
         // The ingested entry is newer than the one written before.
-        assert_eq!(s.get(Cf::Views, &key(5)).unwrap().as_deref(), Some(&b"v5"[..]));
+        assert_eq!(
+            s.get(Cf::Views, &key(5)).unwrap().as_deref(),
+            Some(&b"v5"[..])
+        );
         // A later write wins over an ingested entry.
         let mut b = s.batch();
         b.put(Cf::Views, &key(6), b"new");
         s.write(b, true).unwrap();
-        assert_eq!(std::fs::read_dir(dir.path().join("ingest")).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("ingest"))
+                .unwrap()
+                .count(),
+            0
+        );
         // A file never ingested (a crash in the middle of a build) is removed at open.
         let mut left = s.sst_writer(Cf::Views).unwrap();
         left.put(&key(2000), b"z").unwrap();
         std::mem::forget(left);
     }
     let s = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-    assert_eq!(std::fs::read_dir(dir.path().join("ingest")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("ingest"))
+            .unwrap()
+            .count(),
+        0
+    );
     let (lo, hi) = db_range(7);
     let all: Vec<_> = s
         .range(Cf::Views, &lo, &hi, false)

@@ -1,0 +1,174 @@
+//! Internal replication (CouchDB's `mem3_sync`). A cluster member pushes the changes of each
+//! shard copy it holds to the other copies of the copy's range, so a copy that missed
+//! writes (its member was down, or a write reached fewer than all copies) catches up
+//! without waiting for a read to repair it.
+//!
+//! A push is a one-shot run of the replicator's algorithm: from the copy on this member,
+//! read in process, to the copy on the other member over HTTP, each request signed as this
+//! member (`settee_cluster::peer`). Its checkpoint (`_local/shard-sync-{hash}` on both
+//! copies, the hash naming the copy and both members) lets a member that comes back resume
+//! where the last push stopped, never from zero.
+//!
+//! Pushes are found by polling: every [`INTERVAL`], each held copy whose update seq moved
+//! since its last successful push to a running member is pushed again. Writes through the
+//! coordinator already reach every running copy; this only repairs the copies that did not
+//! take them, so a second's delay costs no acknowledged write.
+
+use md5::{Digest, Md5};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use settee_auth::UserCtx;
+use settee_cluster::{peer, Cluster};
+use settee_node::replication::Replicator;
+use settee_node::Node;
+use settee_replicator::job::{Job, Options};
+use settee_replicator::remote::{Remote, RemoteSpec};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How often the held copies are looked at.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// How long another member may stay silent in a push before it is left for the next round.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Characters a copy's name keeps unescaped in its URL's path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Starts this member's pushes (needs the Tokio runtime; the node joined its cluster).
+pub fn start(node: Arc<Node>, replicator: Arc<Replicator>) {
+    tokio::spawn(async move {
+        let mut pushed = Pushed::default();
+        let mut tick = tokio::time::interval(INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Some(cluster) = node.cluster() {
+                round(&node, &replicator, cluster, &mut pushed).await;
+            }
+        }
+    });
+}
+
+/// The update seq of each (copy, member) pair's last successful push.
+type Pushed = HashMap<(String, String), u64>;
+
+/// Pushes every held copy that changed since its last push to each other running copy.
+async fn round(
+    node: &Arc<Node>,
+    replicator: &Arc<Replicator>,
+    cluster: &Arc<Cluster>,
+    pushed: &mut Pushed,
+) {
+    let me = cluster.config().node.clone();
+    let running: HashMap<String, String> = (cluster.members().into_iter())
+        .map(|m| (m.name, m.url))
+        .collect();
+    let mut held = HashSet::new();
+    for name in cluster.dbs() {
+        let Some(map) = cluster.db(&name) else {
+            continue;
+        };
+        for copies in map.by_range.iter().filter(|c| c.nodes.contains(&me)) {
+            let copy = map.copy_name(&name, &copies.range);
+            let Ok(db) = node.couch.get(&copy) else {
+                continue;
+            };
+            // The seq before the push: changes made during it are pushed next round.
+            let seq = db.update_seq();
+            for other in copies.nodes.iter().filter(|n| **n != me) {
+                let key = (copy.clone(), other.clone());
+                held.insert(key.clone());
+                let Some(url) = running.get(other) else {
+                    continue;
+                };
+                if pushed.get(&key) == Some(&seq) {
+                    continue;
+                }
+                match push(replicator, cluster, &copy, other, url).await {
+                    Ok(()) => {
+                        pushed.insert(key, seq);
+                    }
+                    Err(e) => {
+                        tracing::warn!(copy = %copy, to = %other, "internal replication: {e}")
+                    }
+                }
+            }
+        }
+    }
+    pushed.retain(|k, _| held.contains(k));
+}
+
+/// One push of `copy` to member `other` (at `url`).
+async fn push(
+    replicator: &Arc<Replicator>,
+    cluster: &Cluster,
+    copy: &str,
+    other: &str,
+    url: &str,
+) -> Result<(), String> {
+    let config = cluster.config();
+    let me = config.node.clone();
+    let secret = config.secret.clone();
+    let target = Remote::new(&RemoteSpec {
+        url: format!(
+            "{}/{}/",
+            url.trim_end_matches('/'),
+            utf8_percent_encode(copy, SEGMENT)
+        ),
+        headers: Default::default(),
+        basic: None,
+        timeout: PEER_TIMEOUT,
+        retries: 1,
+        connections: 2,
+    })
+    .map_err(|e| e.to_string())?
+    .signed(Arc::new(move |method: &str, target: &str| {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        (peer::HEADER, peer::sign(&secret, &me, method, target, now))
+    }));
+    let member = UserCtx::named(&config.node, vec!["_admin".into()]);
+    let source = replicator.local_db(copy, member, format!("{copy}/"));
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let job = Job {
+        source,
+        target,
+        base_id: checkpoint_id(copy, &config.node, other),
+        options: Options {
+            connection_timeout: PEER_TIMEOUT,
+            ..Options::default()
+        },
+        progress: Default::default(),
+        stop,
+    };
+    job.run().await.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// The name of the checkpoint of `copy`'s pushes from member `from` to member `to`.
+pub fn checkpoint_id(copy: &str, from: &str, to: &str) -> String {
+    let digest = Md5::digest(format!("{copy}\n{from}\n{to}").as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("shard-sync-{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn checkpoints_name_the_copy_and_both_members() {
+        let a = super::checkpoint_id("shards/00000000-7fffffff/db.1", "n1@h", "n2@h");
+        assert!(a.starts_with("shard-sync-") && a.len() == "shard-sync-".len() + 32);
+        assert_ne!(
+            a,
+            super::checkpoint_id("shards/00000000-7fffffff/db.1", "n2@h", "n1@h")
+        );
+        assert_ne!(
+            a,
+            super::checkpoint_id("shards/80000000-ffffffff/db.1", "n1@h", "n2@h")
+        );
+    }
+}
