@@ -217,7 +217,7 @@ impl Coordinator {
             .clone()
             .ok_or_else(|| Error::internal("a document write without an id"))?;
         let copies = Self::doc_copies(map, db, &id);
-        let w = merge::quorum(copies.len());
+        let w = (opts.w.map(|w| w as usize)).unwrap_or_else(|| merge::quorum(copies.len()));
         let body = merge::doc_json(&doc, !opts.new_edits);
         let query = if opts.new_edits {
             ""
@@ -284,7 +284,8 @@ impl Coordinator {
             .await;
             for (k, i) in docs.iter().enumerate() {
                 per_doc[*i] = (
-                    merge::quorum(copies.nodes.len()),
+                    (req.w.map(|w| w as usize))
+                        .unwrap_or_else(|| merge::quorum(copies.nodes.len())),
                     (replies.iter())
                         .map(|reply| merge::bulk_entry(reply, k, &ids[*i], req.new_edits))
                         .collect(),
@@ -372,7 +373,8 @@ impl Coordinator {
                     let answered = (replies.iter())
                         .filter(|r| matches!(r, Reply::Answered { .. }))
                         .count();
-                    let r = merge::quorum(copies.len());
+                    let r =
+                        (opts.r.map(|r| r as usize)).unwrap_or_else(|| merge::quorum(copies.len()));
                     let repair = self.repair(&copies, &stale, doc.clone());
                     if answered - stale.len() < r {
                         block_on(repair);

@@ -122,6 +122,21 @@ pub fn batch_ok(req: &Req) -> ApiResult<bool> {
     Ok(req.params.get("batch") == Some("ok"))
 }
 
+/// `w=`: the copies a write waits for; a value that is no positive integer means the default,
+/// as in CouchDB.
+pub fn write_quorum(req: &Req) -> Option<u32> {
+    quorum_param(req, "w")
+}
+
+/// `r=`: the copies a read waits for (as `w=`).
+pub fn read_quorum(req: &Req) -> Option<u32> {
+    quorum_param(req, "r")
+}
+
+fn quorum_param(req: &Req, name: &str) -> Option<u32> {
+    (req.params.get(name)?.parse().ok()).and_then(settee_node::write::quorum_value)
+}
+
 /// `new_edits=false` (a replicated revision); CouchDB takes any other value as `true`.
 pub fn new_edits(req: &Req) -> bool {
     req.params.get("new_edits") != Some("false")

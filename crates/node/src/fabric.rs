@@ -29,7 +29,7 @@ use crate::list::{ListCall, Piece};
 use crate::mango_index::{BulkDeleted, Created};
 use crate::read::{Read, ReadOpts, Revision};
 use crate::render::{FnCall, Shown, Updated};
-use crate::write::{self, BulkAnswer, BulkDocs, BulkGetItem, BulkGetOpts, WriteOpts};
+use crate::write::{self, BulkAnswer, BulkDocs, BulkEntry, BulkGetItem, BulkGetOpts, WriteOpts};
 use crate::{Node, Result};
 use futures_util::future::BoxFuture;
 use serde_json::Value;
@@ -530,11 +530,10 @@ impl Fabric for Arc<Node> {
     ) -> Fut<'a, Written> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
+            // One copy: a `w` above one is never met (CouchDB's single node answers 202).
+            let accepted = opts.short_of_w(1);
             let rev = Node::update_doc_with(self, db, user, doc, opts, Default::default()).await?;
-            Ok(Written {
-                rev,
-                accepted: false,
-            })
+            Ok(Written { rev, accepted })
         })
     }
 
@@ -546,7 +545,19 @@ impl Fabric for Arc<Node> {
     ) -> Fut<'a, BulkAnswer> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
-            Node::write_bulk(self, &db, user, req).await
+            let short = req.w.is_some_and(|w| w > 1);
+            let answer = Node::write_bulk(self, &db, user, req).await?;
+            Ok(match answer {
+                BulkAnswer::Entries(entries) if short => BulkAnswer::Entries(
+                    (entries.into_iter())
+                        .map(|e| match e {
+                            BulkEntry::Written { id, rev } => BulkEntry::Accepted { id, rev },
+                            other => other,
+                        })
+                        .collect(),
+                ),
+                other => other,
+            })
         })
     }
 

@@ -25,6 +25,10 @@ pub struct ReadOpts {
     /// The client accepts a multipart answer (`multipart/related` for a document,
     /// `multipart/mixed` for `open_revs`): attachments then go as parts.
     pub multipart: bool,
+    /// `r`: how many copies must have answered with the winner before the answer (the
+    /// others are repaired first). `None`: a majority; one copy always suffices on a
+    /// single node.
+    pub r: Option<u32>,
 }
 
 /// A document read.

@@ -21,6 +21,16 @@ pub struct WriteOpts {
     pub new_edits: bool,
     /// `batch=ok`: acknowledged before the commit; failures are only logged.
     pub batch: bool,
+    /// `w`: how many copies must hold the revision for a 201 (fewer, but one: 202).
+    /// `None`: a majority of the copies.
+    pub w: Option<u32>,
+}
+
+impl WriteOpts {
+    /// Whether a write that reached `copies` copies falls short of `w` (a 202).
+    pub fn short_of_w(&self, copies: u32) -> bool {
+        self.w.is_some_and(|w| w > copies)
+    }
 }
 
 impl Default for WriteOpts {
@@ -28,6 +38,7 @@ impl Default for WriteOpts {
         WriteOpts {
             new_edits: true,
             batch: false,
+            w: None,
         }
     }
 }
@@ -38,6 +49,8 @@ pub struct BulkDocs {
     pub docs: Vec<ParsedDoc>,
     pub new_edits: bool,
     pub all_or_nothing: bool,
+    /// `w` of the body (a number), else of the query (see [`WriteOpts::w`]).
+    pub w: Option<u32>,
 }
 
 impl BulkDocs {
@@ -85,8 +98,14 @@ impl BulkDocs {
             docs,
             new_edits,
             all_or_nothing: body.get("all_or_nothing") == Some(&Value::Bool(true)),
+            w: body.get("w").and_then(Value::as_u64).and_then(quorum_value),
         })
     }
+}
+
+/// A `w` (or `r`) as CouchDB takes it: a positive count; anything else means the default.
+pub fn quorum_value(n: u64) -> Option<u32> {
+    u32::try_from(n).ok().filter(|n| *n > 0)
 }
 
 /// CouchDB's answer to a replicated write (`new_edits=false`) without a revision.
@@ -189,6 +208,7 @@ impl Node {
             docs: parsed,
             new_edits,
             all_or_nothing,
+            w: _,
         } = req;
         if new_edits && all_or_nothing {
             let refused = parsed

@@ -349,3 +349,62 @@ fn compaction_drops_superseded_bodies() {
     assert_eq!(info["_revs_info"][1]["status"], "missing");
     assert_eq!(s.get("/db/d").json()["v"], 2);
 }
+
+/// `w` and `r` on a single node, as CouchDB 3.5.2's single node answers them: one copy, so
+/// a `w` above one is accepted but not met (202, `accepted` entries); `r` reads as usual;
+/// a `w` that is no positive integer means the default.
+#[test]
+fn write_and_read_quorums_on_one_copy() {
+    let s = Server::start();
+    s.create_db("db");
+    let r = s.put("/db/a?w=2", "{}");
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"ok": true, "id": "a", "rev": "1-967a00dff5e02add41819138abb3284d"})
+    );
+    for (id, w) in [("b", "1"), ("c", "x"), ("d", "0")] {
+        assert_eq!(s.put(&format!("/db/{id}?w={w}"), "{}").status, 201, "w={w}");
+    }
+    assert_eq!(s.post("/db?w=3", r#"{"_id": "p"}"#).status, 202);
+    let r = s.post("/db/_bulk_docs?w=3", r#"{"docs": [{"_id": "q"}]}"#);
+    assert_eq!(r.status, 202);
+    assert_eq!(
+        r.json(),
+        json!([{"ok": true, "id": "q", "rev": "1-967a00dff5e02add41819138abb3284d", "accepted": true}])
+    );
+    // The body's `w` (a number) counts too.
+    let r = s.post("/db/_bulk_docs", r#"{"w": 2, "docs": [{"_id": "q2"}]}"#);
+    assert_eq!((r.status, &r.json()[0]["accepted"]), (202, &json!(true)));
+    assert_eq!(
+        s.post("/db/_bulk_docs?w=1", r#"{"docs": [{"_id": "q3"}]}"#)
+            .status,
+        201
+    );
+    let r = s.get("/db/a?r=2");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["_id"], "a");
+    let r = s.delete("/db/a?w=2&rev=1-967a00dff5e02add41819138abb3284d");
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json()["rev"], "2-eec205a9d413992850a6e32678485900");
+    // Attachments: an upload is accepted with its Location; a deletion stays 200.
+    let r = s.req_with(
+        "PUT",
+        "/db/att/f.txt?w=2",
+        Some("hi"),
+        &[("Content-Type", "text/plain")],
+        true,
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert!(r
+        .header("location")
+        .is_some_and(|l| l.ends_with("/db/att/f.txt")));
+    let rev = r.json()["rev"].as_str().unwrap().to_string();
+    let r = s.delete(&format!("/db/att/f.txt?w=2&rev={rev}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = s.put("/db/_local/x?w=2", "{}");
+    assert_eq!(
+        (r.status, r.json()),
+        (202, json!({"ok": true, "id": "_local/x", "rev": "0-1"}))
+    );
+}

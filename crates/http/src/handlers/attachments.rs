@@ -63,7 +63,8 @@ fn changed(
         status,
         &json!({"ok": true, "id": id, "rev": rev.to_string()}),
     );
-    if status == StatusCode::CREATED {
+    // A deletion (200) has no Location.
+    if status != StatusCode::OK {
         let db = req
             .uri
             .path()
@@ -122,7 +123,13 @@ async fn put(
             .boxed(),
     };
     let rev = Fabric::upload_attachment(&*state.fabric, &db.name, &req.user, &id, up).await?;
-    Ok(changed(state, &req, &id, &name, &rev, StatusCode::CREATED))
+    // One copy (attachments are not served on clustered databases yet): a `w` above one is
+    // not met, as CouchDB's single node answers.
+    let status = match crate::req::write_quorum(&req) {
+        Some(w) if w > 1 => StatusCode::ACCEPTED,
+        _ => StatusCode::CREATED,
+    };
+    Ok(changed(state, &req, &id, &name, &rev, status))
 }
 
 async fn delete(

@@ -27,7 +27,8 @@ fn failed_entry(id: &str, rev: Option<String>, e: ApiError) -> Value {
 pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    let body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
+    let mut body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
+    body.w = body.w.or(crate::req::write_quorum(&req));
     let answer = Fabric::bulk_docs(&*state.fabric, &db.name, &req.user, body).await?;
     let entries = match answer {
         BulkAnswer::AllOrNothingRefused(docs) => {

@@ -135,6 +135,7 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             let opts = WriteOpts {
                 new_edits: true,
                 batch,
+                w: crate::req::write_quorum(&req),
             };
             let written = Fabric::update_doc(&*state.fabric, name, &req.user, parsed, opts).await?;
             if batch {

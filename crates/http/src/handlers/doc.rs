@@ -102,6 +102,7 @@ async fn get(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Res
         doc: crate::req::doc_opts(&req.params),
         atts: AttOpts::from_params(&req.params)?,
         latest: req.params.is_true("latest"),
+        r: crate::req::read_quorum(&req),
         ..Default::default()
     };
     if let Some(wanted) = req.params.get("open_revs") {
@@ -199,13 +200,17 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
         return Err(settee_node::write::needs_revs().into());
     }
     let deleted = doc.deleted;
-    let opts = WriteOpts { new_edits, batch };
+    let opts = WriteOpts {
+        new_edits,
+        batch,
+        w: crate::req::write_quorum(&req),
+    };
     let written = match followed {
         Some((engine, followed)) => Written {
+            accepted: opts.short_of_w(1),
             rev: (state.node)
                 .update_doc_with(engine, &req.user, doc, opts, followed)
                 .await?,
-            accepted: false,
         },
         None => Fabric::update_doc(&*state.fabric, &db.name, &req.user, doc, opts).await?,
     };
@@ -260,14 +265,11 @@ async fn delete(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<
         atts: None,
         body_term: None,
     };
-    let written = Fabric::update_doc(
-        &*state.fabric,
-        &db.name,
-        &req.user,
-        doc,
-        WriteOpts::default(),
-    )
-    .await?;
+    let opts = WriteOpts {
+        w: crate::req::write_quorum(&req),
+        ..WriteOpts::default()
+    };
+    let written = Fabric::update_doc(&*state.fabric, &db.name, &req.user, doc, opts).await?;
     let rev = written
         .rev
         .as_ref()

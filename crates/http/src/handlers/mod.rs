@@ -89,10 +89,11 @@ pub async fn put_local(
     let Some(n) = Fabric::put_local(&*state.fabric, &db.name, update, batch).await? else {
         return Ok(accepted(&id));
     };
-    let status = if deleted {
-        StatusCode::OK
-    } else {
-        StatusCode::CREATED
+    // Local documents have one copy: a `w` above one is not met (202), as in CouchDB.
+    let status = match crate::req::write_quorum(req) {
+        _ if deleted => StatusCode::OK,
+        Some(w) if w > 1 => StatusCode::ACCEPTED,
+        _ => StatusCode::CREATED,
     };
     let location = doc_location(&state.config, req, &db.name, &id);
     Ok(write_response(
