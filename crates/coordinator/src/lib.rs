@@ -43,7 +43,7 @@ use settee_node::att_read::{self, AttInfo};
 use settee_node::att_write::AttUpload;
 use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live};
 use settee_node::dbs::{CreateDb, Limit, NameRange};
-use settee_node::fabric::{DbRef, FeedEnd, Fut, Out, ReqFn, Written};
+use settee_node::fabric::{DbRef, FeedEnd, Fut, Out, Reached, ReqFn, Written};
 use settee_node::list::{ListCall, Piece};
 use settee_node::mango_index::{BulkDeleted, Created};
 use settee_node::read::{Read, ReadOpts, Rendered, Revision};
@@ -123,7 +123,12 @@ impl Coordinator {
             .collect()
     }
 
-    fn create_clustered(&self, cluster: &Arc<Cluster>, name: &str, opts: CreateDb) -> Result<()> {
+    fn create_clustered(
+        &self,
+        cluster: &Arc<Cluster>,
+        name: &str,
+        opts: CreateDb,
+    ) -> Result<Reached> {
         settee_core::validate_db_name(name)?;
         if self.node.couch.exists(name) {
             return Err(settee_db::Error::DbExists.into());
@@ -144,19 +149,30 @@ impl Coordinator {
         } else {
             ""
         };
-        self.every_copy(name, &map, "PUT", query, 201);
-        Ok(())
+        Ok(self.every_copy(name, &map, "PUT", query, 201))
     }
 
-    fn delete_clustered(&self, cluster: &Arc<Cluster>, name: &str, map: &ShardMap) -> Result<()> {
+    fn delete_clustered(
+        &self,
+        cluster: &Arc<Cluster>,
+        name: &str,
+        map: &ShardMap,
+    ) -> Result<Reached> {
         block_on(cluster.delete_db(name))?;
-        self.every_copy(name, map, "DELETE", "", 200);
-        Ok(())
+        Ok(self.every_copy(name, map, "DELETE", "", 200))
     }
 
     /// Asks every copy's member for `method` on the copy's database (with `query`), and
-    /// logs those that do not answer `expected`: CouchDB goes on without them.
-    fn every_copy(&self, name: &str, map: &ShardMap, method: &str, query: &str, expected: u16) {
+    /// logs those that do not answer `expected`: CouchDB goes on without them, and answers
+    /// 202 rather than 201 or 200.
+    fn every_copy(
+        &self,
+        name: &str,
+        map: &ShardMap,
+        method: &str,
+        query: &str,
+        expected: u16,
+    ) -> Reached {
         let asks: Vec<(String, String)> = (map.by_range.iter())
             .flat_map(|c| {
                 let path = format!("{}{query}", copy_path(map, name, &c.range));
@@ -166,11 +182,14 @@ impl Coordinator {
         let replies = block_on(join_all(
             (asks.iter()).map(|(node, path)| self.ask(node, method, path, None, None)),
         ));
+        let mut reached = Reached::All;
         for ((node, path), reply) in asks.iter().zip(&replies) {
             if !matches!(reply, Reply::Answered { status, .. } if *status == expected) {
                 tracing::warn!(%node, %path, method, ?reply, "a shard copy's database");
+                reached = Reached::Some;
             }
         }
+        reached
     }
 
     fn clustered_info(&self, name: &str, map: &ShardMap) -> Result<Value> {
@@ -590,9 +609,9 @@ impl Fabric for Coordinator {
         Fabric::compact_db(self.local(db, "_compact")?, db)
     }
 
-    fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {
+    fn create_db(&self, name: &str, opts: CreateDb) -> Result<Reached> {
         if settee_core::is_shard_name(name) {
-            return self.node.create_copy(name, opts);
+            return self.node.create_copy(name, opts).map(|()| Reached::All);
         }
         match self.node.cluster() {
             Some(cluster) if !node_only(name) => self.create_clustered(cluster, name, opts),
@@ -600,7 +619,7 @@ impl Fabric for Coordinator {
         }
     }
 
-    fn delete_db(&self, name: &str) -> Result<()> {
+    fn delete_db(&self, name: &str) -> Result<Reached> {
         match self.clustered(name) {
             Some((cluster, map)) => self.delete_clustered(cluster, name, &map),
             None => Fabric::delete_db(&self.node, name),

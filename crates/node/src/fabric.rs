@@ -58,6 +58,15 @@ pub struct FeedEnd {
     pub pending: u64,
 }
 
+/// How far a database's creation or deletion got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reached {
+    /// Every copy.
+    All,
+    /// Not every copy (a member down): CouchDB's `accepted`, a 202.
+    Some,
+}
+
 /// A document write's answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Written {
@@ -131,10 +140,10 @@ pub trait Fabric: Send + Sync {
     fn compact_db(&self, db: &str) -> Result<()>;
 
     /// Creates database `name`.
-    fn create_db(&self, name: &str, opts: CreateDb) -> Result<()>;
+    fn create_db(&self, name: &str, opts: CreateDb) -> Result<Reached>;
 
     /// Deletes database `name`.
-    fn delete_db(&self, name: &str) -> Result<()>;
+    fn delete_db(&self, name: &str) -> Result<Reached>;
 
     /// The database's security object.
     fn get_security(&self, db: &str) -> Result<Value>;
@@ -422,12 +431,12 @@ impl Fabric for Arc<Node> {
         Ok(())
     }
 
-    fn create_db(&self, name: &str, opts: CreateDb) -> Result<()> {
-        Node::create_db(self, name, opts)
+    fn create_db(&self, name: &str, opts: CreateDb) -> Result<Reached> {
+        Node::create_db(self, name, opts).map(|()| Reached::All)
     }
 
-    fn delete_db(&self, name: &str) -> Result<()> {
-        Node::delete_db(self, name)
+    fn delete_db(&self, name: &str) -> Result<Reached> {
+        Node::delete_db(self, name).map(|()| Reached::All)
     }
 
     fn get_security(&self, db: &str) -> Result<Value> {

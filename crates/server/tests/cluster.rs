@@ -561,6 +561,23 @@ fn clustered_databases_keep_documents_on_their_copies() {
         r.text
     );
     let rev = second["rev"].as_str().unwrap().to_string();
+    // A database whose copies cannot all be made (settee3 is listed, not running) is
+    // accepted, as CouchDB answers; so is its deletion.
+    let r = nodes[reader].put("/part?q=1&n=3", "");
+    assert_eq!(
+        (r.status, r.json()),
+        (202, json!({"ok": true})),
+        "{}",
+        r.text
+    );
+    assert!(r.header("location").is_some_and(|l| l.ends_with("/part")));
+    let r = nodes[reader].delete("/part");
+    assert_eq!(
+        (r.status, r.json()),
+        (202, json!({"ok": true})),
+        "{}",
+        r.text
+    );
     nodes[2] = member(&etcd, names[2], dirs[2].path());
     eventually("settee3 back", || {
         membership(&nodes[0]).0.as_array().unwrap().len() == 3

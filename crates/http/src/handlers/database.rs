@@ -90,8 +90,8 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 partitioned: partitioned_param(&req)?,
             };
             let (node, name2) = (state.fabric.clone(), name.to_string());
-            blocking(move || Ok(Fabric::create_db(&*node, &name2, opts)?)).await?;
-            let mut resp = ok_true(StatusCode::CREATED);
+            let reached = blocking(move || Ok(Fabric::create_db(&*node, &name2, opts)?)).await?;
+            let mut resp = ok_true(reached_status(reached, StatusCode::CREATED));
             let path = format!("/{}", crate::location::url_encode(name));
             if let Some(loc) = crate::location::absolute_uri(&state.config, &req, &path) {
                 resp.headers_mut().insert("location", loc);
@@ -105,8 +105,8 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
                 ));
             }
             let (node, name2) = (state.fabric.clone(), name.to_string());
-            blocking(move || Ok(Fabric::delete_db(&*node, &name2)?)).await?;
-            Ok(ok_true(StatusCode::OK))
+            let reached = blocking(move || Ok(Fabric::delete_db(&*node, &name2)?)).await?;
+            Ok(ok_true(reached_status(reached, StatusCode::OK)))
         }
         "POST" => {
             let db = state.fabric.open_db(name)?;
@@ -223,4 +223,12 @@ pub async fn security(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Re
     let node = state.fabric.clone();
     let security = blocking(move || Ok(node.get_security(&db.name)?)).await?;
     Ok(json(StatusCode::OK, &security))
+}
+
+/// `done` when a database change reached every copy, else CouchDB's 202.
+fn reached_status(reached: settee_node::fabric::Reached, done: StatusCode) -> StatusCode {
+    match reached {
+        settee_node::fabric::Reached::All => done,
+        settee_node::fabric::Reached::Some => StatusCode::ACCEPTED,
+    }
 }
