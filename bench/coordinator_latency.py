@@ -55,4 +55,5 @@ def main():
               f"read p50 {ms(pct(reads, 50))} p99 {ms(pct(reads, 99))} ms   ({a.docs} docs)")
 
 
-main()
+if __name__ == "__main__":
+    main()

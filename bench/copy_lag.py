@@ -8,25 +8,8 @@ Usage: copy_lag.py [--rate 500] [--seconds 10] [--q 2] [--n 3] URL URL URL
 (the members' URLs with a server admin's credentials, the first takes the writes; the
 database `copylag` is created and deleted). Standard library only.
 """
-import argparse, base64, http.client, json, threading, time, urllib.parse
-
-
-def client(url, timeout=30):
-    u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
-    auth = base64.b64encode(f"{u.username}:{u.password}".encode()).decode()
-    hdrs = {"Authorization": "Basic " + auth, "Content-Type": "application/json"}
-
-    def req(method, path, body=None):
-        conn.request(method, path, body=None if body is None else json.dumps(body), headers=hdrs)
-        r = conn.getresponse()
-        return r.status, r.read()
-    return req
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p / 100))]
+import argparse, json, threading, time, urllib.parse
+from coordinator_latency import client, pct
 
 
 def main():
@@ -68,7 +51,7 @@ def main():
     stop = threading.Event()
 
     def follow(i, url, name):
-        req = client(url, timeout=60)
+        req = client(url)
         since = "0"
         path = "/" + urllib.parse.quote(name, safe="")
         while not stop.is_set():

@@ -103,10 +103,7 @@ impl Coordinator {
             },
             Some(user),
         )?;
-        let total: u64 = answers
-            .iter()
-            .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
-            .sum();
+        let total = total_rows(&answers);
         let offsets: Vec<u64> = (answers.iter())
             .map(|a| a.body["offset"].as_u64().unwrap_or(0))
             .collect();
@@ -177,10 +174,7 @@ impl Coordinator {
             },
             Some(user),
         )?;
-        let total: u64 = answers
-            .iter()
-            .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
-            .sum();
+        let total = total_rows(&answers);
         let mut head = format!("{{\"total_rows\":{total},\"offset\":null");
         if q.update_seq {
             // As CouchDB's coordinator: no sequence with `keys`.
@@ -287,4 +281,11 @@ fn update_seq(answers: &[RangeAnswer]) -> String {
         })
         .collect();
     merge::clustered_seq(&parts)
+}
+
+/// The ranges' `total_rows`, summed.
+fn total_rows(answers: &[RangeAnswer]) -> u64 {
+    (answers.iter())
+        .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
+        .sum()
 }

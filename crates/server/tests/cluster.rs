@@ -402,21 +402,30 @@ fn a_member_needs_a_name_and_the_secret() {
 /// to every copy of their range (201 with `w` copies, 202 with fewer) and read from all,
 /// the newest winning and stale copies repaired; what is not served from copies yet is a
 /// 501, never a local answer.
-#[test]
-fn clustered_databases_keep_documents_on_their_copies() {
+/// The members' names in `three_members`.
+const NAMES: [&str; 3] = [
+    "settee1@127.0.0.1",
+    "settee2@127.0.0.1",
+    "settee3@127.0.0.1",
+];
+
+/// One etcd and three members listing each other (their data directories kept, so a
+/// member can be started again on its own).
+fn three_members() -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>) {
     let etcd = Etcd::start(1);
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let names = [
-        "settee1@127.0.0.1",
-        "settee2@127.0.0.1",
-        "settee3@127.0.0.1",
-    ];
-    let mut nodes: Vec<Server> = (0..3)
-        .map(|i| member(&etcd, names[i], dirs[i].path()))
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| member(&etcd, NAMES[i], dirs[i].path()))
         .collect();
     eventually("three members", || {
         membership(&nodes[0]).0.as_array().unwrap().len() == 3
     });
+    (etcd, dirs, nodes)
+}
+
+#[test]
+fn clustered_databases_keep_documents_on_their_copies() {
+    let (etcd, dirs, mut nodes) = three_members();
 
     let r = nodes[0].put("/cdb?q=2&n=2", "");
     assert_eq!(r.status, 201, "{}", r.text);
@@ -519,7 +528,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
         .map(|i| format!("x{i}"))
         .find(|id| {
             let s = nodes[0].get(&format!("/cdb/_shards/{id}")).json();
-            s["nodes"].as_array().unwrap().iter().any(|n| n == names[2])
+            s["nodes"].as_array().unwrap().iter().any(|n| n == NAMES[2])
         })
         .unwrap();
     // A second document of that range, deleted while settee3 is down.
@@ -535,7 +544,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     let gone_rev = r.json()["rev"].as_str().unwrap().to_string();
     let holders = nodes[0].get(&format!("/cdb/_shards/{id}")).json()["nodes"].clone();
     let other = (0..2)
-        .find(|i| holders.as_array().unwrap().iter().any(|n| n == names[*i]))
+        .find(|i| holders.as_array().unwrap().iter().any(|n| n == NAMES[*i]))
         .expect("the range's other copy");
     let reader = 1 - other;
     nodes[2].kill9();
@@ -578,7 +587,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
         "{}",
         r.text
     );
-    nodes[2] = member(&etcd, names[2], dirs[2].path());
+    nodes[2] = member(&etcd, NAMES[2], dirs[2].path());
     eventually("settee3 back", || {
         membership(&nodes[0]).0.as_array().unwrap().len() == 3
     });
@@ -597,7 +606,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json(), json!({"_id": id, "_rev": rev, "x": 1}));
     assert_eq!(nodes[reader].get(&format!("/cdb/{gone}")).json(), deleted);
-    nodes[other] = member(&etcd, names[other], dirs[other].path());
+    nodes[other] = member(&etcd, NAMES[other], dirs[other].path());
     eventually("all back", || {
         membership(&nodes[2]).0.as_array().unwrap().len() == 3
     });
@@ -624,19 +633,7 @@ fn row_ids(v: &Value) -> Vec<String> {
 /// and used to authorize; with a member down, the other copies of its ranges answer.
 #[test]
 fn clustered_databases_list_and_guard_documents_across_ranges() {
-    let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let names = [
-        "settee1@127.0.0.1",
-        "settee2@127.0.0.1",
-        "settee3@127.0.0.1",
-    ];
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| member(&etcd, names[i], dirs[i].path()))
-        .collect();
-    eventually("three members", || {
-        membership(&nodes[0]).0.as_array().unwrap().len() == 3
-    });
+    let (_etcd, _dirs, nodes) = three_members();
     let r = nodes[0].put("/ldb?q=2&n=2", "");
     assert_eq!(r.status, 201, "{}", r.text);
 
@@ -847,8 +844,8 @@ fn clustered_databases_list_and_guard_documents_across_ranges() {
                 .iter()
                 .map(|n| n.as_str().unwrap())
                 .collect();
-            let first = names.iter().position(|n| *n == copies[0])?;
-            let via = names.iter().position(|n| !copies.contains(n))?;
+            let first = NAMES.iter().position(|n| *n == copies[0])?;
+            let via = NAMES.iter().position(|n| !copies.contains(n))?;
             Some((first, via))
         })
         .unwrap();
@@ -867,7 +864,7 @@ fn clustered_databases_list_and_guard_documents_across_ranges() {
     );
     // Its copies missing, the write is done only if a majority of the copies took it.
     let held = (shards["shards"].as_object().unwrap().values())
-        .filter(|c| c.as_array().unwrap().iter().any(|n| n == names[down]))
+        .filter(|c| c.as_array().unwrap().iter().any(|n| n == NAMES[down]))
         .count();
     let r = nodes[via].put("/ldb/_security", &admin_only.to_string());
     if held == 1 {
@@ -895,19 +892,7 @@ fn copy_info(n: &Server, copy: &str) -> Value {
 
 #[test]
 fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
-    let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let names = [
-        "settee1@127.0.0.1",
-        "settee2@127.0.0.1",
-        "settee3@127.0.0.1",
-    ];
-    let mut nodes: Vec<Server> = (0..3)
-        .map(|i| member(&etcd, names[i], dirs[i].path()))
-        .collect();
-    eventually("three members", || {
-        membership(&nodes[0]).0.as_array().unwrap().len() == 3
-    });
+    let (etcd, dirs, mut nodes) = three_members();
     // One range, a copy on every member.
     let t0 = now_secs();
     let r = nodes[0].put("/idb?q=1&n=3", "");
@@ -931,7 +916,7 @@ fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
     assert_eq!(r.status, 200, "{}", r.text);
 
     // Back, settee3's copy catches up by itself: no read goes through a coordinator.
-    nodes[2] = member(&etcd, names[2], dirs[2].path());
+    nodes[2] = member(&etcd, NAMES[2], dirs[2].path());
     eventually("settee3's copy caught up", || {
         let info = copy_info(&nodes[2], &copy);
         info["doc_count"] == 29 && info["doc_del_count"] == 1
@@ -953,7 +938,7 @@ fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
     for i in 30..35 {
         assert_eq!(nodes[0].put(&format!("/idb/m{i}"), "{}").status, 201);
     }
-    nodes[2] = member(&etcd, names[2], dirs[2].path());
+    nodes[2] = member(&etcd, NAMES[2], dirs[2].path());
     eventually("settee3's copy caught up again", || {
         copy_info(&nodes[2], &copy)["doc_count"] == 34
     });
