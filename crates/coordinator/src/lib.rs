@@ -23,6 +23,7 @@
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
 
 mod all_docs;
+mod local;
 pub mod merge;
 mod revs;
 mod security;
@@ -746,9 +747,12 @@ impl Fabric for Coordinator {
         update: LocalUpdate,
         batch: bool,
     ) -> Fut<'a, Option<u64>> {
-        match self.local(db, "local documents") {
-            Ok(node) => Fabric::put_local(node, db, update, batch),
-            Err(e) => Box::pin(async move { Err(e) }),
+        match self.clustered(db) {
+            Some(_) if batch => Box::pin(async { Err(Error::NotOnCluster("batch=ok")) }),
+            Some((_, map)) => {
+                Box::pin(async move { self.put_local_clustered(db, &map, update).await.map(Some) })
+            }
+            None => Fabric::put_local(&self.node, db, update, batch),
         }
     }
 
@@ -824,7 +828,10 @@ impl Fabric for Coordinator {
     }
 
     fn open_local(&self, db: &str, id: &str) -> Result<LocalDoc> {
-        Fabric::open_local(self.local(db, "local documents")?, db, id)
+        match self.clustered(db) {
+            Some((_, map)) => block_on(self.open_local_clustered(db, &map, id)),
+            None => Fabric::open_local(&self.node, db, id),
+        }
     }
 
     fn bulk_get(

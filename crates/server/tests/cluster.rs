@@ -481,6 +481,36 @@ fn clustered_databases_keep_documents_on_their_copies() {
         r.text
     );
     assert_eq!(nodes[2].get("/cdb/w3?r=2").json()["_id"], "w3");
+    // Local documents (replication checkpoints) on every copy of their range.
+    let r = nodes[0].put("/cdb/_local/cp", r#"{"x": 1}"#);
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"ok": true, "id": "_local/cp", "rev": "0-1"})
+    );
+    assert_eq!(
+        nodes[2].get("/cdb/_local/cp").json(),
+        json!({"_id": "_local/cp", "_rev": "0-1", "x": 1})
+    );
+    let r = nodes[1].put("/cdb/_local/cp", r#"{"_rev": "0-1", "x": 2}"#);
+    assert_eq!(r.json()["rev"], "0-2", "{}", r.text);
+    assert_eq!(nodes[0].get("/cdb/_local/cp").json()["x"], 2);
+    // As CouchDB: a local document's new revision is the one named plus one, never a
+    // conflict.
+    let r = nodes[1].put("/cdb/_local/cp", r#"{"_rev": "0-1", "x": 3}"#);
+    assert_eq!(
+        (r.status, &r.json()["rev"]),
+        (201, &json!("0-2")),
+        "{}",
+        r.text
+    );
+    let r = nodes[2].delete("/cdb/_local/cp?rev=0-2");
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json(),
+        json!({"ok": true, "id": "_local/cp", "rev": "0-0"})
+    );
+    assert_eq!(nodes[0].get("/cdb/_local/cp").status, 404);
     for id in ["w3", "w1", "wb"] {
         let rev = nodes[0].get(&format!("/cdb/{id}")).json()["_rev"].clone();
         let r = nodes[0].delete(&format!("/cdb/{id}?rev={}", rev.as_str().unwrap()));
@@ -953,4 +983,21 @@ fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
             history.len() >= 2 && history[0]["start_last_seq"] != json!(0)
         })
     });
+
+    // A clustered database as a replication target: the replicator's checkpoints are
+    // local documents on its copies, so a second run finds nothing to do.
+    let single = Server::start();
+    single.create_db("src");
+    for i in 0..20 {
+        assert_eq!(single.put(&format!("/src/s{i}"), "{}").status, 201);
+    }
+    let (user, pass) = common::ADMIN;
+    let target = format!("http://{user}:{pass}@{}/idb", nodes[0].addr());
+    let body = json!({"source": "src", "target": target}).to_string();
+    let r = single.post("/_replicate", &body);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["history"][0]["docs_written"], 20, "{}", r.text);
+    let r = single.post("/_replicate", &body);
+    assert_eq!(r.json()["no_changes"], true, "{}", r.text);
+    assert_eq!(nodes[1].get("/idb/s7").status, 200);
 }

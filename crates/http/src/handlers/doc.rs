@@ -407,8 +407,8 @@ async fn local(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResu
             super::put_local(state, db, id, body, &req, batch).await
         }
         "DELETE" => {
-            let (node, db2, id2) = (state.node.clone(), db.name.clone(), id.clone());
-            blocking(move || Ok(node.open_local(&db2, &id2).map(drop)?)).await?;
+            let (fabric, db2, id2) = (state.fabric.clone(), db.name.clone(), id.clone());
+            blocking(move || Ok(fabric.open_local(&db2, &id2).map(drop)?)).await?;
             let rev = crate::req::local_rev(&req, None)?;
             let update = LocalUpdate {
                 id: id.clone(),
