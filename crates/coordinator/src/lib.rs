@@ -237,7 +237,7 @@ impl Coordinator {
             .clone()
             .ok_or_else(|| Error::internal("a document write without an id"))?;
         let copies = Self::doc_copies(map, db, &id);
-        let w = (opts.w.map(|w| w as usize)).unwrap_or_else(|| merge::quorum(copies.len()));
+        let w = merge::quorum_or(opts.w, copies.len());
         let body = merge::doc_json(&doc, !opts.new_edits);
         let query = if opts.new_edits {
             ""
@@ -304,8 +304,7 @@ impl Coordinator {
             .await;
             for (k, i) in docs.iter().enumerate() {
                 per_doc[*i] = (
-                    (req.w.map(|w| w as usize))
-                        .unwrap_or_else(|| merge::quorum(copies.nodes.len())),
+                    merge::quorum_or(req.w, copies.nodes.len()),
                     (replies.iter())
                         .map(|reply| merge::bulk_entry(reply, k, &ids[*i], req.new_edits))
                         .collect(),
@@ -393,8 +392,7 @@ impl Coordinator {
                     let answered = (replies.iter())
                         .filter(|r| matches!(r, Reply::Answered { .. }))
                         .count();
-                    let r =
-                        (opts.r.map(|r| r as usize)).unwrap_or_else(|| merge::quorum(copies.len()));
+                    let r = merge::quorum_or(opts.r, copies.len());
                     let repair = self.repair(&copies, &stale, doc.clone());
                     if answered - stale.len() < r {
                         block_on(repair);

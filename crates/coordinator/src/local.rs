@@ -4,7 +4,7 @@
 //! (done when one took it; the newest revision any copy gave is the answer), reads ask
 //! every copy and the newest revision wins.
 
-use crate::merge::Reply;
+use crate::merge::{self, Reply};
 use crate::{copy_error, unavailable, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
@@ -19,10 +19,7 @@ fn local_rev(v: &Value) -> Option<u64> {
 
 /// The copies' common refusal, or 503 when none answered.
 fn refusal(replies: &[Reply]) -> Error {
-    match replies.iter().find_map(|r| match r {
-        Reply::Answered { status, body } => Some((*status, body)),
-        Reply::Unreachable(_) => None,
-    }) {
+    match merge::first_refusal(replies) {
         Some((status, body)) => copy_error(status, body),
         None => unavailable("no copy of the local document's range answered".into()),
     }

@@ -10,6 +10,19 @@ pub fn quorum(copies: usize) -> usize {
     copies / 2 + 1
 }
 
+/// The quorum a client asked for (`w=`, `r=`), else a majority of `copies`.
+pub fn quorum_or(asked: Option<u32>, copies: usize) -> usize {
+    asked.map_or_else(|| quorum(copies), |n| n as usize)
+}
+
+/// The first copy's refusal when none did what was asked: the client's to hear.
+pub fn first_refusal(replies: &[Reply]) -> Option<(u16, &Value)> {
+    replies.iter().find_map(|r| match r {
+        Reply::Answered { status, body } => Some((*status, body)),
+        Reply::Unreachable(_) => None,
+    })
+}
+
 /// One copy's answer to a request: its status and JSON body, or no answer at all (the
 /// member is not running, or did not answer).
 #[derive(Clone, Debug, PartialEq)]
@@ -53,12 +66,11 @@ pub fn write(replies: &[Reply], w: usize) -> WriteOutcome {
             WriteOutcome::Accepted(first.clone())
         };
     }
-    let refused = replies.iter().find_map(|r| match r {
-        Reply::Answered { status, body } => Some((*status, body.clone())),
-        Reply::Unreachable(_) => None,
-    });
-    match refused {
-        Some((status, body)) => WriteOutcome::Refused { status, body },
+    match first_refusal(replies) {
+        Some((status, body)) => WriteOutcome::Refused {
+            status,
+            body: body.clone(),
+        },
         None => WriteOutcome::Unanswered(unreachable_reason(replies)),
     }
 }

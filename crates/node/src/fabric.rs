@@ -540,7 +540,7 @@ impl Fabric for Arc<Node> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
             // One copy: a `w` above one is never met (CouchDB's single node answers 202).
-            let accepted = opts.short_of_w(1);
+            let accepted = write::short_of(opts.w, 1);
             let rev = Node::update_doc_with(self, db, user, doc, opts, Default::default()).await?;
             Ok(Written { rev, accepted })
         })
@@ -554,7 +554,7 @@ impl Fabric for Arc<Node> {
     ) -> Fut<'a, BulkAnswer> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
-            let short = req.w.is_some_and(|w| w > 1);
+            let short = write::short_of(req.w, 1);
             let answer = Node::write_bulk(self, &db, user, req).await?;
             Ok(match answer {
                 BulkAnswer::Entries(entries) if short => BulkAnswer::Entries(

@@ -26,11 +26,9 @@ pub struct WriteOpts {
     pub w: Option<u32>,
 }
 
-impl WriteOpts {
-    /// Whether a write that reached `copies` copies falls short of `w` (a 202).
-    pub fn short_of_w(&self, copies: u32) -> bool {
-        self.w.is_some_and(|w| w > copies)
-    }
+/// Whether a write that reached `copies` copies falls short of the `w` asked for (a 202).
+pub fn short_of(w: Option<u32>, copies: u32) -> bool {
+    w.is_some_and(|w| w > copies)
 }
 
 impl Default for WriteOpts {

@@ -24,11 +24,6 @@ impl SstWriter<'_> {
         self.entries += 1;
         Ok(self.writer.put(key, value)?)
     }
-
-    /// Bytes written so far.
-    pub fn file_size(&self) -> u64 {
-        self.writer.file_size()
-    }
 }
 
 impl Drop for SstWriter<'_> {

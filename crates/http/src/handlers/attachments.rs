@@ -125,9 +125,10 @@ async fn put(
     let rev = Fabric::upload_attachment(&*state.fabric, &db.name, &req.user, &id, up).await?;
     // One copy (attachments are not served on clustered databases yet): a `w` above one is
     // not met, as CouchDB's single node answers.
-    let status = match crate::req::write_quorum(&req) {
-        Some(w) if w > 1 => StatusCode::ACCEPTED,
-        _ => StatusCode::CREATED,
+    let status = if settee_node::write::short_of(crate::req::write_quorum(&req), 1) {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CREATED
     };
     Ok(changed(state, &req, &id, &name, &rev, status))
 }

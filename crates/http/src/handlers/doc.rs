@@ -207,7 +207,7 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
     };
     let written = match followed {
         Some((engine, followed)) => Written {
-            accepted: opts.short_of_w(1),
+            accepted: settee_node::write::short_of(opts.w, 1),
             rev: (state.node)
                 .update_doc_with(engine, &req.user, doc, opts, followed)
                 .await?,

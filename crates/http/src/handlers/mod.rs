@@ -90,10 +90,12 @@ pub async fn put_local(
         return Ok(accepted(&id));
     };
     // Local documents have one copy: a `w` above one is not met (202), as in CouchDB.
-    let status = match crate::req::write_quorum(req) {
-        _ if deleted => StatusCode::OK,
-        Some(w) if w > 1 => StatusCode::ACCEPTED,
-        _ => StatusCode::CREATED,
+    let status = if deleted {
+        StatusCode::OK
+    } else if settee_node::write::short_of(crate::req::write_quorum(req), 1) {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CREATED
     };
     let location = doc_location(&state.config, req, &db.name, &id);
     Ok(write_response(
