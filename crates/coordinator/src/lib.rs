@@ -23,6 +23,8 @@
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
 
 mod all_docs;
+mod changes;
+pub mod feed;
 mod local;
 pub mod merge;
 mod revs;
@@ -42,7 +44,7 @@ use settee_mango::opts::{FindOpts, IndexOpts};
 use settee_node::all_docs::{Namespace, Query};
 use settee_node::att_read::{self, AttInfo};
 use settee_node::att_write::AttUpload;
-use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live};
+use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live, ShownSeq};
 use settee_node::dbs::{CreateDb, Limit, NameRange};
 use settee_node::fabric::{DbRef, FeedEnd, Fut, Out, Reached, ReqFn, Written};
 use settee_node::list::{ListCall, Piece};
@@ -144,11 +146,13 @@ impl Coordinator {
                     e => Error::from(e),
                 })?;
         // Each copy's database, on its member (CouchDB creates them all and accepts those
-        // that fail: internal replication fills them once they exist).
+        // that fail: internal replication fills them once they exist). A copy holds one
+        // range: its sequences sit on one ring entry, which clustered feeds rely on
+        // (`feed::copy_since`).
         let query = if opts.partitioned {
-            "?partitioned=true"
+            "?q=1&partitioned=true"
         } else {
-            ""
+            "?q=1"
         };
         Ok(self.every_copy(name, &map, "PUT", query, 201))
     }
@@ -684,9 +688,13 @@ impl Fabric for Coordinator {
         opts: ChangesOpts,
         req: ReqFn<'a>,
     ) -> Fut<'a, ChangesOpts> {
-        match self.local(db, "_changes") {
-            Ok(node) => Fabric::changes_filter(node, db, user, spec, opts, req),
-            Err(e) => Box::pin(async move { Err(e) }),
+        match self.clustered(db) {
+            None => Fabric::changes_filter(&self.node, db, user, spec, opts, req),
+            Some(_) => Box::pin(async move {
+                let mut opts = opts;
+                opts.filter = changes::clustered_filter(spec)?;
+                Ok(opts)
+            }),
         }
     }
 
@@ -694,9 +702,12 @@ impl Fabric for Coordinator {
         &self,
         db: &str,
         opts: &ChangesOpts,
-        row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
+        row: &mut dyn FnMut(Option<ShownSeq>, &[u8]) -> bool,
     ) -> Result<FeedEnd> {
-        Fabric::changes(self.local(db, "_changes")?, db, opts, row)
+        match self.clustered(db) {
+            Some((_, map)) => self.changes_clustered(db, map, opts, row),
+            None => Fabric::changes(&self.node, db, opts, row),
+        }
     }
 
     fn live_changes<'a>(
@@ -706,8 +717,10 @@ impl Fabric for Coordinator {
         live: Live,
         out: Box<dyn FeedOut>,
     ) -> BoxFuture<'a, ()> {
-        // A clustered database's feed is refused earlier, by `changes_filter`.
-        Fabric::live_changes(&self.node, db, opts, live, out)
+        match self.clustered(db) {
+            Some((_, map)) => Box::pin(self.live_clustered(db, map, opts, live, out)),
+            None => Fabric::live_changes(&self.node, db, opts, live, out),
+        }
     }
 
     fn update_doc<'a>(

@@ -26,10 +26,13 @@ const MAX_INFLATED: usize = 1 << 20;
 const MALFORMED: &str = "Malformed sequence supplied in 'since' parameter.";
 
 /// A `since` value as a client may send it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SeqArg {
     Seq(u64),
     Now,
+    /// A sequence as the entries it names, unresolved: a clustered database's, which its
+    /// coordinator resolves range by range (see [`SeqCodec::clustered`]).
+    Vector(Vec<ShardSeq>),
 }
 
 /// Where one shard of a packed sequence is.
@@ -251,12 +254,24 @@ impl SeqCodec {
         pack(&entries)
     }
 
+    /// A clustered database's, at its coordinator: no ring of its own, so [`Self::since`]
+    /// gives a packed sequence's entries unresolved ([`SeqArg::Vector`]); the coordinator
+    /// packs the sequences it shows itself, and this codec writes none.
+    pub fn clustered() -> SeqCodec {
+        SeqCodec {
+            node: String::new(),
+            ranges: Vec::new(),
+            uuid: String::new(),
+        }
+    }
+
     /// A `since` as a client sends it: `0`, `now`, or a packed sequence (a bare integer
     /// other than 0 is refused, as CouchDB cannot unpack it either).
     pub fn since(&self, text: &str) -> Result<SeqArg, Error> {
         match text {
             "now" => Ok(SeqArg::Now),
             "0" => Ok(SeqArg::Seq(0)),
+            _ if self.ranges.is_empty() => unpack(text).map(SeqArg::Vector),
             _ => unpack(text).map(|entries| SeqArg::Seq(self.resolve(&entries))),
         }
     }

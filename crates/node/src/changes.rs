@@ -39,6 +39,9 @@ pub enum Filter {
     Selector(Arc<settee_mango::Selector>),
     /// `filter=ddoc/name`: revisions a design document's filter function passes.
     Function(DesignFilter),
+    /// A clustered database's filter as the request named it, for its copies to resolve
+    /// (a coordinator's feed; never a node's).
+    Copies(FilterSpec),
 }
 
 #[derive(Clone)]
@@ -158,7 +161,7 @@ fn selector_passes(
 }
 
 /// The `filter` a request names, before its design document is read.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum FilterSpec {
     None,
     DocIds(HashSet<String>),
@@ -387,7 +390,7 @@ pub fn fold_params(p: &Params) -> (Params, Params) {
 
 /// `limit`'s value when none is given: CouchDB's `#changes_args.limit` default, which
 /// `seq_interval` counts down from.
-const DEFAULT_LIMIT: u64 = 1_000_000_000_000_000;
+pub const DEFAULT_LIMIT: u64 = 1_000_000_000_000_000;
 
 /// What a feed sends, parsed from its request (but for the filter, resolved with
 /// [`Node::changes_filter`]).
@@ -438,7 +441,7 @@ impl ChangesOpts {
             Filter::DocIds { ids, .. } => ids.contains(&c.id),
             Filter::Design => c.id.starts_with("_design/"),
             // Checked in `scan`, which reads the bodies (and owns a runtime).
-            Filter::View(_) | Filter::Selector(_) | Filter::Function(_) => true,
+            Filter::View(_) | Filter::Selector(_) | Filter::Function(_) | Filter::Copies(_) => true,
         }
     }
 }
@@ -606,6 +609,9 @@ fn start_seq(db: &Database, o: &ChangesOpts) -> u64 {
         SeqArg::Now => db.update_seq(),
         SeqArg::Seq(_) if o.descending => u64::MAX - 1,
         SeqArg::Seq(n) => n,
+        // Only a clustered database's codec leaves a vector unresolved, and its feeds run
+        // at its coordinator.
+        SeqArg::Vector(_) => 0,
     }
 }
 
@@ -810,10 +816,28 @@ pub async fn wait_past(rx: &mut watch::Receiver<u64>, seen: u64, wait: Duration)
 
 /// Where a live feed's rows go, and how its reader learns that it waits (an HTTP
 /// response, for `http`).
+/// A sequence a feed shows: this node's counter, which the feed's codec writes, or a
+/// clustered database's vector, packed by its coordinator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShownSeq {
+    Node(u64),
+    Packed(String),
+}
+
+impl ShownSeq {
+    /// As the feed's JSON shows it.
+    pub fn render(&self, seqs: &SeqCodec) -> String {
+        match self {
+            ShownSeq::Node(n) => seqs.changes_seq(*n),
+            ShownSeq::Packed(s) => s.clone(),
+        }
+    }
+}
+
 pub trait FeedOut: Send + 'static {
     /// A row (called on a blocking thread): the seq it shows and its JSON. False once the
     /// reader has gone.
-    fn row(&mut self, seq_shown: Option<u64>, row: &[u8]) -> bool;
+    fn row(&mut self, seq_shown: Option<ShownSeq>, row: &[u8]) -> bool;
     /// Whether the reader is still there.
     fn is_open(&self) -> bool;
     /// The feed is about to wait for an update.
@@ -823,7 +847,7 @@ pub trait FeedOut: Send + 'static {
     /// Resolves once the reader has gone.
     fn gone(&self) -> BoxFuture<'_, ()>;
     /// The feed has ended: with its `last_seq` and `pending`, or with an error.
-    fn end(self: Box<Self>, end: Result<(u64, u64)>) -> BoxFuture<'static, ()>;
+    fn end(self: Box<Self>, end: Result<(ShownSeq, u64)>) -> BoxFuture<'static, ()>;
 }
 
 /// How a live feed runs.
@@ -862,7 +886,9 @@ pub async fn live(db: Arc<Database>, o: ChangesOpts, live: Live, mut out: Box<dy
         let (db2, o2) = (db.clone(), o.clone());
         let (since, left) = (seen_all.last, limit - seen_all.sent);
         let scanned = tokio::task::spawn_blocking(move || {
-            let scanned = scan(&db2, &o2, since, left, &mut |s, row| out.row(s, &row));
+            let scanned = scan(&db2, &o2, since, left, &mut |s, row| {
+                out.row(s.map(ShownSeq::Node), &row)
+            });
             (out, scanned)
         })
         .await;
@@ -903,6 +929,7 @@ pub async fn live(db: Arc<Database>, o: ChangesOpts, live: Live, mut out: Box<dy
             return;
         }
     }
-    out.end(blocking(move || feed_end(&db, &o, start, seen_all)).await)
+    let end = blocking(move || feed_end(&db, &o, start, seen_all)).await;
+    out.end(end.map(|(last, pending)| (ShownSeq::Node(last), pending)))
         .await
 }

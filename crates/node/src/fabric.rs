@@ -13,16 +13,15 @@
 //! work is not yet behind the trait take the database's handle from [`DbRef::engine`],
 //! which a clustered database (one this node holds only copies of) does not have.
 //!
-//! Still one node's shape: sequences are this node's integers (`ChangesOpts` carries the
-//! database's `SeqCodec`, rows and `FeedEnd` give `u64`s), not the opaque vectors a
-//! cluster resumes from, and `r`/`w` are accepted and ignored by `http` before they reach
-//! here. Outside the trait, as in CouchDB (where they are beside `fabric`, not in it):
+//! Sequences: a feed's `ChangesOpts` carries the database's `SeqCodec` ([`DbRef::seqs`]);
+//! the node's rows and ends give its counter, a coordinator's its packed vector
+//! ([`ShownSeq`]). Outside the trait, as in CouchDB (where they are beside `fabric`, not in it):
 //! the replication manager, the configuration, statistics, users and `_rewrite`.
 
 use crate::all_docs::{self, Namespace};
 use crate::att_read::{self, AttInfo};
 use crate::att_write::AttUpload;
-use crate::changes::{self, ChangesOpts, FeedOut, FilterSpec, Live};
+use crate::changes::{self, ChangesOpts, FeedOut, FilterSpec, Live, ShownSeq};
 use crate::dbs::{CreateDb, Limit, NameRange};
 use crate::design_filter::ReqInfo;
 use crate::list::{ListCall, Piece};
@@ -52,9 +51,9 @@ pub type ReqFn<'a> = Box<dyn FnOnce() -> ReqInfo + Send + 'a>;
 pub type Fut<'a, T> = BoxFuture<'a, Result<T>>;
 
 /// Where a normal `_changes` feed ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEnd {
-    pub last_seq: u64,
+    pub last_seq: ShownSeq,
     pub pending: u64,
 }
 
@@ -103,6 +102,15 @@ impl DbRef {
             name: name.to_owned(),
             partitioned,
             local: None,
+        }
+    }
+
+    /// How the feeds of this database write and read their sequences: a clustered
+    /// database's are vectors its coordinator packs and resolves.
+    pub fn seqs(&self) -> settee_core::SeqCodec {
+        match &self.local {
+            Some(db) => crate::seqs(db),
+            None => settee_core::SeqCodec::clustered(),
         }
     }
 
@@ -196,7 +204,7 @@ pub trait Fabric: Send + Sync {
         &self,
         db: &str,
         opts: &ChangesOpts,
-        row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
+        row: &mut dyn FnMut(Option<ShownSeq>, &[u8]) -> bool,
     ) -> Result<FeedEnd>;
 
     /// A longpoll or continuous feed (`opts` from [`Fabric::changes_filter`]), run to its
@@ -508,11 +516,15 @@ impl Fabric for Arc<Node> {
         &self,
         db: &str,
         opts: &ChangesOpts,
-        row: &mut dyn FnMut(Option<u64>, &[u8]) -> bool,
+        row: &mut dyn FnMut(Option<ShownSeq>, &[u8]) -> bool,
     ) -> Result<FeedEnd> {
         let db = self.couch.get(db)?;
-        let (last_seq, pending) = changes::normal(&db, opts, &mut |seq, r| row(seq, &r))?;
-        Ok(FeedEnd { last_seq, pending })
+        let (last, pending) =
+            changes::normal(&db, opts, &mut |seq, r| row(seq.map(ShownSeq::Node), &r))?;
+        Ok(FeedEnd {
+            last_seq: ShownSeq::Node(last),
+            pending,
+        })
     }
 
     fn live_changes<'a>(

@@ -9,7 +9,7 @@ use settee_auth::UserCtx;
 use settee_core::SeqArg;
 use settee_db::Database;
 use settee_node::changes::{
-    self, ChangesOpts, FeedOut, Filter, FilterSpec, Live, ReplicationFilter,
+    self, ChangesOpts, FeedOut, Filter, FilterSpec, Live, ReplicationFilter, ShownSeq,
 };
 use settee_node::design_filter::ReqInfo;
 use settee_node::seqs;
@@ -68,7 +68,10 @@ async fn through(f: &Fixture, o: &ChangesOpts, spec: FilterSpec) -> (Vec<String>
         })
     })
     .unwrap();
-    (ids, end.last_seq, end.pending)
+    let ShownSeq::Node(last) = end.last_seq else {
+        panic!("a node's feed ends at its own counter: {:?}", end.last_seq)
+    };
+    (ids, last, end.pending)
 }
 
 fn ids(list: &[&str]) -> Vec<String> {
@@ -237,7 +240,7 @@ async fn the_replicators_read_waits_for_a_first_change() {
 struct Kept(Arc<Mutex<Vec<String>>>);
 
 impl FeedOut for Kept {
-    fn row(&mut self, _seq: Option<u64>, row: &[u8]) -> bool {
+    fn row(&mut self, _seq: Option<ShownSeq>, row: &[u8]) -> bool {
         let row: Value = serde_json::from_slice(row).unwrap();
         self.0
             .lock()
@@ -259,9 +262,10 @@ impl FeedOut for Kept {
     fn gone(&self) -> BoxFuture<'_, ()> {
         Box::pin(std::future::pending())
     }
-    fn end(self: Box<Self>, end: settee_node::Result<(u64, u64)>) -> BoxFuture<'static, ()> {
+    fn end(self: Box<Self>, end: settee_node::Result<(ShownSeq, u64)>) -> BoxFuture<'static, ()> {
         let said = match end {
-            Ok((last, pending)) => format!("(end {last} {pending})"),
+            Ok((ShownSeq::Node(last), pending)) => format!("(end {last} {pending})"),
+            Ok((packed, _)) => panic!("a node's feed ends at its own counter: {packed:?}"),
             Err(e) => format!("(error {e})"),
         };
         self.0.lock().unwrap().push(said);

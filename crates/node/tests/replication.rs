@@ -44,17 +44,20 @@ async fn edit(fabric: &dyn Fabric, db: &str, docs: Value) -> Vec<Rev> {
 /// how many revisions it copied.
 async fn replicate(f: &Fixture, source: &str, target: &str) -> usize {
     let fabric = f.fabric();
+    let codec = settee_node::seqs(&f.node.couch.get(source).unwrap());
     let since = match fabric.open_local(target, CHECKPOINT) {
-        Ok(doc) => serde_json::from_slice::<Value>(&doc.body).unwrap()["source_last_seq"]
-            .as_u64()
-            .unwrap(),
-        Err(Error::NotFound(_)) => 0,
+        Ok(doc) => {
+            let body = serde_json::from_slice::<Value>(&doc.body).unwrap();
+            codec
+                .since(body["source_last_seq"].as_str().unwrap())
+                .unwrap()
+        }
+        Err(Error::NotFound(_)) => SeqArg::Seq(0),
         Err(e) => panic!("{e:?}"),
     };
     // The source's changes: every leaf of each changed document.
-    let codec = settee_node::seqs(&f.node.couch.get(source).unwrap());
-    let mut o = ChangesOpts::new(codec);
-    o.since = SeqArg::Seq(since);
+    let mut o = ChangesOpts::new(codec.clone());
+    o.since = since;
     o.all_docs_style = true;
     let no_request = Box::new(|| unreachable!("no filter function"));
     let o = (fabric.changes_filter(source, &user(), FilterSpec::None, o, no_request))
@@ -107,8 +110,11 @@ async fn replicate(f: &Fixture, source: &str, target: &str) -> usize {
         );
     }
     // The checkpoint: the source's sequence the target holds everything up to.
-    let (mut update, _) =
-        local_update(CHECKPOINT, json!({"source_last_seq": end.last_seq})).unwrap();
+    let (mut update, _) = local_update(
+        CHECKPOINT,
+        json!({"source_last_seq": end.last_seq.render(&codec)}),
+    )
+    .unwrap();
     update.rev = fabric.open_local(target, CHECKPOINT).ok().map(|d| d.rev);
     fabric.put_local(target, update, false).await.unwrap();
     copied

@@ -548,7 +548,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     // Only admins, as the copies' default security has it; no answer about a database
     // this member holds no whole copy of.
     assert_eq!(nodes[0].anon("GET", "/cdb/d2", None, &[]).status, 401);
-    let r = nodes[0].get("/cdb/_changes");
+    let r = nodes[0].get("/cdb/_local_docs");
     assert_eq!(r.status, 501, "{}", r.text);
     assert_eq!(r.json()["error"], "not_implemented");
 
@@ -1000,4 +1000,144 @@ fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
     let r = single.post("/_replicate", &body);
     assert_eq!(r.json()["no_changes"], true, "{}", r.text);
     assert_eq!(nodes[1].get("/idb/s7").status, 200);
+}
+
+/// A feed's rows: (id, seq).
+fn feed_rows(v: &Value) -> Vec<(String, String)> {
+    let rows = v["results"].as_array().unwrap_or_else(|| panic!("{v}"));
+    rows.iter()
+        .map(|r| {
+            let seq = r["seq"].as_str().unwrap_or_else(|| panic!("{r}"));
+            (r["id"].as_str().unwrap().to_string(), seq.to_string())
+        })
+        .collect()
+}
+
+fn ids_of(rows: &[(String, String)]) -> Vec<String> {
+    rows.iter().map(|(id, _)| id.clone()).collect()
+}
+
+#[test]
+fn clustered_changes_resume_on_any_member_and_feed_replication() {
+    let (_etcd, _dirs, nodes) = three_members();
+    assert_eq!(nodes[0].put("/feed?q=2&n=3", "").status, 201);
+    let docs: Vec<Value> = (0..12)
+        .map(|i| json!({"_id": format!("c{i:02}")}))
+        .collect();
+    let r = nodes[0].post("/feed/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev = r.json()[3]["rev"].as_str().unwrap().to_string();
+    assert_eq!(nodes[0].delete(&format!("/feed/c03?rev={rev}")).status, 200);
+
+    // Every document once, each row's sequence a vector whose `N-` (the sum of its
+    // ranges' places) grows row by row, to the 13 updates made.
+    let all = nodes[1].get("/feed/_changes").json();
+    let rows = feed_rows(&all);
+    let mut ids = ids_of(&rows);
+    ids.sort();
+    let expected: Vec<String> = (0..12).map(|i| format!("c{i:02}")).collect();
+    assert_eq!(ids, expected, "{all}");
+    let sums: Vec<u64> = (rows.iter())
+        .map(|(_, seq)| seq.split('-').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(sums.windows(2).all(|w| w[0] < w[1]), "{sums:?}");
+    assert_eq!(all["pending"], 0);
+    assert!(
+        all["last_seq"].as_str().unwrap().starts_with("13-"),
+        "{all}"
+    );
+    let deleted = &all["results"].as_array().unwrap()
+        [ids_of(&rows).iter().position(|id| id == "c03").unwrap()];
+    assert_eq!(deleted["deleted"], true, "{deleted}");
+
+    // Resumed from any row on another member: exactly the rows after it.
+    let r = nodes[2]
+        .get(&format!("/feed/_changes?since={}", rows[4].1))
+        .json();
+    assert_eq!(ids_of(&feed_rows(&r)), ids_of(&rows[5..]), "{r}");
+    assert_eq!(r["last_seq"], all["last_seq"]);
+
+    // A limit leaves the rest pending, and its last_seq resumes there.
+    let page = nodes[0].get("/feed/_changes?limit=5").json();
+    assert_eq!(feed_rows(&page).len(), 5, "{page}");
+    assert_eq!(page["pending"], 7, "{page}");
+    let rest = nodes[1]
+        .get(&format!(
+            "/feed/_changes?since={}",
+            page["last_seq"].as_str().unwrap()
+        ))
+        .json();
+    let mut both = ids_of(&feed_rows(&page));
+    both.extend(ids_of(&feed_rows(&rest)));
+    both.sort();
+    assert_eq!(both, expected);
+
+    // `since=now`, then one write: a feed from there has that write alone.
+    let now = nodes[2].get("/feed/_changes?since=now").json();
+    assert_eq!(feed_rows(&now), vec![], "{now}");
+    let now_seq = now["last_seq"].as_str().unwrap().to_string();
+    assert_eq!(nodes[2].put("/feed/late", "{}").status, 201);
+    let r = nodes[0]
+        .get(&format!("/feed/_changes?since={now_seq}"))
+        .json();
+    assert_eq!(ids_of(&feed_rows(&r)), vec!["late"], "{r}");
+
+    // A longpoll waits for the next write on any range.
+    let since = r["last_seq"].as_str().unwrap().to_string();
+    let path = format!("/feed/_changes?feed=longpoll&timeout=20000&since={since}");
+    let r = std::thread::scope(|scope| {
+        let poll = scope.spawn(|| nodes[1].get(&path).json());
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(nodes[0].put("/feed/woke", "{}").status, 201);
+        poll.join().unwrap()
+    });
+    assert_eq!(ids_of(&feed_rows(&r)), vec!["woke"], "{r}");
+
+    // Built-in filters go to the copies; filter functions are not served yet.
+    let r = nodes[2].post(
+        "/feed/_changes?filter=_doc_ids&include_docs=true",
+        r#"{"doc_ids": ["c01", "c09", "none"]}"#,
+    );
+    let mut ids = ids_of(&feed_rows(&r.json()));
+    ids.sort();
+    assert_eq!(ids, vec!["c01", "c09"], "{}", r.text);
+    assert_eq!(
+        r.json()["results"][0]["doc"]["_id"],
+        r.json()["results"][0]["id"]
+    );
+    assert_eq!(nodes[2].get("/feed/_changes?filter=d/f").status, 501);
+
+    // A clustered database as a replication source (and target): a second run resumes
+    // from its checkpoint and finds nothing to do.
+    let (user, pass) = common::ADMIN;
+    let source = format!("http://{user}:{pass}@{}/feed", nodes[0].addr());
+    let target = format!("http://{user}:{pass}@{}/feed2", nodes[1].addr());
+    let body = json!({"source": source, "target": target, "create_target": true}).to_string();
+    let r = nodes[0].post("/_replicate", &body);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["history"][0]["docs_written"], 14, "{}", r.text);
+    let info = nodes[2].get("/feed2").json();
+    assert_eq!(
+        (info["doc_count"].clone(), info["doc_del_count"].clone()),
+        (json!(13), json!(1))
+    );
+    let r = nodes[0].post("/_replicate", &body);
+    assert_eq!(r.json()["no_changes"], true, "{}", r.text);
+
+    // With the member whose copies a sequence names down, a feed from it reads other
+    // copies from their start: rows may come again, none is missed.
+    nodes[1].kill9();
+    eventually("settee2 down", || {
+        membership(&nodes[0]).0.as_array().unwrap().len() == 2
+    });
+    let r = nodes[2]
+        .get(&format!("/feed/_changes?since={}", rows[4].1))
+        .json();
+    let seen = ids_of(&feed_rows(&r));
+    for id in ids_of(&rows[5..])
+        .iter()
+        .chain([&"late".into(), &"woke".into()])
+    {
+        assert!(seen.contains(id), "{id} missing: {r}");
+    }
 }

@@ -214,6 +214,14 @@ enum Peer {
 }
 
 /// This server's own address, as endpoint URLs name it.
+/// Whether the in-process path may serve database `name`: this node holds it whole. On a
+/// cluster member every database but the node's own (`_`-named, shard copies) is reached
+/// through the coordinator over HTTP, being clustered or becoming so when `create_target`
+/// makes it.
+fn held_whole(state: &Replicator, name: &str) -> bool {
+    state.node.cluster().is_none() || name.starts_with('_') || settee_core::is_shard_name(name)
+}
+
 fn is_own(state: &Replicator, url: &Url) -> bool {
     let Some(own) = state.local_addr() else {
         return false;
@@ -296,6 +304,17 @@ fn endpoint(
             headers.insert("cookie".into(), json!(cookie));
             let eid = EndpointId::new(&url, &headers, None)
                 .ok_or_else(|| Error::bad_request("invalid endpoint"))?;
+            if !held_whole(state, name) {
+                let remote = Remote::new(&RemoteSpec {
+                    url,
+                    headers,
+                    basic: None,
+                    timeout: r.options.connection_timeout,
+                    retries: r.retries,
+                    connections: r.http_connections.max(1) as usize,
+                })?;
+                return Ok((Peer::Remote(remote), eid));
+            }
             Ok((
                 Peer::Local(state.local_db(name, caller.user.clone(), format!("{url}/"))),
                 eid,
@@ -310,11 +329,10 @@ fn endpoint(
             let parsed = Url::parse(url).map_err(|_| invalid())?;
             let eid = EndpointId::new(url, headers, basic.as_ref().map(|(u, _)| u.as_str()))
                 .ok_or_else(invalid)?;
-            if is_own(state, &parsed) {
-                let name = parsed.path().trim_matches('/');
-                let name = percent_encoding::percent_decode_str(name)
-                    .decode_utf8_lossy()
-                    .into_owned();
+            let name = percent_encoding::percent_decode_str(parsed.path().trim_matches('/'))
+                .decode_utf8_lossy()
+                .into_owned();
+            if is_own(state, &parsed) && held_whole(state, &name) {
                 let user = user_of(state, &parsed, headers, basic)?;
                 let mut shown = without_credentials(url);
                 if !shown.ends_with('/') {
