@@ -268,19 +268,12 @@ fn rows_of(body: Value) -> Vec<Value> {
     }
 }
 
-/// The clustered sequence of the copies' `update_seq`s, as the database's information
-/// shows it.
+/// The clustered sequence of the copies' `update_seq`s, bare, as an index shows it.
 fn update_seq(answers: &[RangeAnswer]) -> String {
-    let parts: Vec<(&str, &str, u64)> = (answers.iter())
-        .map(|a| {
-            (
-                a.range.as_str(),
-                a.node.as_str(),
-                merge::seq_number(&a.body["update_seq"]),
-            )
-        })
+    let parts: Vec<(&str, &str, &Value)> = (answers.iter())
+        .map(|a| (a.range.as_str(), a.node.as_str(), &a.body["update_seq"]))
         .collect();
-    merge::clustered_seq(&parts)
+    merge::clustered_seq(&parts, false)
 }
 
 /// The ranges' `total_rows`, summed.

@@ -153,6 +153,17 @@ fn place(copy_seq: &str, stamp: &Option<(Vec<u8>, Option<String>)>) -> At {
     }
 }
 
+/// A copy's place as one of its own sequences (`N-…`, or a number) shows it: stamped with
+/// the uuid prefix and epoch the sequence carries, or bare.
+pub fn copy_place(copy_seq: &Value, stamped: bool) -> At {
+    match copy_seq {
+        Value::String(s) if stamped => place(s, &stamp_of(s)),
+        Value::String(s) => place(s, &None),
+        Value::Number(n) => At::Bare(n.as_u64().unwrap_or(0)),
+        _ => At::Bare(0),
+    }
+}
+
 /// The uuid prefix and epoch a copy's sequences carry.
 fn stamp_of(copy_seq: &str) -> Option<(Vec<u8>, Option<String>)> {
     seq::unpack(copy_seq)

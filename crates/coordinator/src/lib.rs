@@ -14,10 +14,12 @@
 //! `_all_dbs`/`_dbs_info`/`_shards`, single JSON documents (`PUT`, `POST`, `GET`,
 //! `DELETE`) and `_bulk_docs` with CouchDB's write quorum (`w`, 202 below it),
 //! newest-wins reads with read repair, `_all_docs`/`_design_docs` merged across ranges
-//! ([`all_docs`]), `_bulk_get`/`_revs_diff`/`_missing_revs` ([`revs`]) and the security
-//! object kept on every copy, which authorizes its requests ([`security`]). Every other
-//! operation on it answers 501 `not_implemented` (never a local answer about a database
-//! this node does not hold).
+//! ([`all_docs`]), `_bulk_get`/`_revs_diff`/`_missing_revs` ([`revs`]), the security
+//! object kept on every copy, which authorizes its requests ([`security`]), local
+//! documents ([`local`]), `_changes` with resumable vector sequences ([`changes`],
+//! [`feed`]) and views, the design document given to each range's copy ([`views`]).
+//! Every other operation on it answers 501 `not_implemented` (never a local answer about
+//! a database this node does not hold).
 //!
 //! Threading: the [`Fabric`] contract's blocking calls wait for the copies with the Tokio
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
@@ -29,6 +31,7 @@ mod local;
 pub mod merge;
 mod revs;
 mod security;
+mod views;
 
 use bytes::Bytes;
 use futures_util::future::{join_all, BoxFuture};
@@ -673,7 +676,10 @@ impl Fabric for Coordinator {
         args: MrArgs,
         out: Out<'_>,
     ) -> Result<()> {
-        Fabric::query_view(self.local(db, "views")?, db, user, ddoc, view, args, out)
+        match self.clustered(db) {
+            Some((_, map)) => self.view_clustered(db, &map, user, ddoc, view, args, out),
+            None => Fabric::query_view(&self.node, db, user, ddoc, view, args, out),
+        }
     }
 
     fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()> {

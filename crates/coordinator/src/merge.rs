@@ -1,9 +1,10 @@
 //! How the copies' answers combine (CouchDB's `fabric_doc_update`, `fabric_doc_open`,
 //! `fabric_db_info`). Pure: the answers in, the client's answer out.
 
-use base64::Engine;
 use serde_json::{json, Map, Value};
 use settee_core::Rev;
+use std::cmp::Ordering;
+use std::collections::VecDeque;
 
 /// The quorum (`w` and `r`) of a range of `copies` copies: a majority.
 pub fn quorum(copies: usize) -> usize {
@@ -245,29 +246,20 @@ pub struct RangeInfo<'a> {
     pub info: &'a Value,
 }
 
-/// The leading number of a copy's sequence (`"12-…"` or `12`).
-pub fn seq_number(v: &Value) -> u64 {
-    match v {
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        Value::String(s) => s
-            .split('-')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// A clustered sequence: the sum of the ranges' sequences, then the vector of (range,
-/// node, sequence) it was read from, base64url (CouchDB's are opaque too: `{sum}-{…}`).
-pub fn clustered_seq(parts: &[(&str, &str, u64)]) -> String {
-    let sum: u64 = parts.iter().map(|p| p.2).sum();
-    let vector = json!(parts
-        .iter()
-        .map(|(r, n, s)| json!([r, n, s]))
-        .collect::<Vec<_>>());
-    let packed = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(vector.to_string());
-    format!("{sum}-{packed}")
+/// A clustered database's sequence as its information and its indexes show it
+/// (`update_seq`, `purge_seq`): CouchDB's packed vector of each range's copy and its place
+/// there, last range first as `fabric_db_info` lists them; `stamped` with the copies' uuid
+/// prefixes and epochs (an `update_seq`, which `_changes` takes as a `since`), else bare
+/// numbers. `parts` are (range, member, the copy's own sequence), in ring order.
+pub fn clustered_seq(parts: &[(&str, &str, &Value)], stamped: bool) -> String {
+    let vector: Vec<crate::feed::RangePos> = (parts.iter().rev())
+        .map(|(range, node, seq)| crate::feed::RangePos {
+            bounds: crate::feed::bounds(range).unwrap_or((0, u32::MAX)),
+            node: node.to_string(),
+            at: crate::feed::copy_place(seq, stamped),
+        })
+        .collect();
+    crate::feed::pack(&vector)
 }
 
 /// A clustered database's information from one copy of each range, members in the order
@@ -277,12 +269,12 @@ pub fn db_info(name: &str, ranges: &[RangeInfo<'_>], q: u32, n: u32) -> Value {
     let sum = |f: &dyn Fn(&Value) -> &Value| -> u64 {
         ranges.iter().map(|r| f(r.info).as_u64().unwrap_or(0)).sum()
     };
-    let seqs = |member: &str| -> String {
-        let parts: Vec<(&str, &str, u64)> = ranges
+    let seqs = |member: &str, stamped: bool| -> String {
+        let parts: Vec<(&str, &str, &Value)> = ranges
             .iter()
-            .map(|r| (r.range, r.node, seq_number(&r.info[member])))
+            .map(|r| (r.range, r.node, &r.info[member]))
             .collect();
-        clustered_seq(&parts)
+        clustered_seq(&parts, stamped)
     };
     let partitioned = ranges
         .iter()
@@ -296,8 +288,8 @@ pub fn db_info(name: &str, ranges: &[RangeInfo<'_>], q: u32, n: u32) -> Value {
     json!({
         "instance_start_time": "0",
         "db_name": name,
-        "purge_seq": seqs("purge_seq"),
-        "update_seq": seqs("update_seq"),
+        "purge_seq": seqs("purge_seq", false),
+        "update_seq": seqs("update_seq", true),
         "sizes": {
             "file": sum(&|i| &i["sizes"]["file"]),
             "external": sum(&|i| &i["sizes"]["external"]),
@@ -351,27 +343,40 @@ pub fn all_docs_rows(
     skip: u64,
     limit: Option<u64>,
 ) -> Vec<Value> {
-    let mut heads: Vec<std::iter::Peekable<std::vec::IntoIter<Value>>> = ranges
-        .into_iter()
-        .map(|rows| rows.into_iter().peekable())
-        .collect();
     let id = |row: &Value| row["id"].as_str().unwrap_or_default().to_owned();
+    let order = |a: &Value, b: &Value| {
+        let o = id(a).cmp(&id(b));
+        if descending {
+            o.reverse()
+        } else {
+            o
+        }
+    };
+    merge_sorted(ranges, order, skip, limit)
+}
+
+/// Lists each sorted by `order` merged into one, `skip` rows dropped and at most `limit`
+/// kept.
+pub fn merge_sorted(
+    ranges: Vec<Vec<Value>>,
+    order: impl Fn(&Value, &Value) -> Ordering,
+    skip: u64,
+    limit: Option<u64>,
+) -> Vec<Value> {
+    let mut heads: Vec<VecDeque<Value>> = ranges.into_iter().map(VecDeque::from).collect();
     let mut out = Vec::new();
     let mut skip = skip;
     let limit = limit.unwrap_or(u64::MAX);
     while (out.len() as u64) < limit {
-        let next = (0..heads.len())
-            .filter_map(|i| heads[i].peek().map(|row| (i, id(row))))
-            .reduce(|a, b| {
-                let b_first = if descending { b.1 > a.1 } else { b.1 < a.1 };
-                if b_first {
-                    b
-                } else {
-                    a
-                }
-            });
-        let Some((i, _)) = next else { break };
-        let row = heads[i].next().expect("peeked");
+        let mut next: Option<usize> = None;
+        for (i, rows) in heads.iter().enumerate() {
+            let Some(row) = rows.front() else { continue };
+            if next.is_none_or(|j| order(row, &heads[j][0]) == Ordering::Less) {
+                next = Some(i);
+            }
+        }
+        let Some(i) = next else { break };
+        let row = heads[i].pop_front().expect("a front row");
         if skip > 0 {
             skip -= 1;
         } else {
@@ -379,6 +384,72 @@ pub fn all_docs_rows(
         }
     }
     out
+}
+
+/// A map view's rows for a list of `keys` (CouchDB's `fabric_view_map` with keys): key
+/// after key in the list's order, each key's rows from every range merged by `order`;
+/// each range's rows come in the same key order (`same_key` tells a row of the key).
+pub fn rows_in_key_order(
+    ranges: Vec<Vec<Value>>,
+    keys: &[Value],
+    same_key: impl Fn(&Value, &Value) -> Ordering,
+    order: impl Fn(&Value, &Value) -> Ordering,
+    skip: u64,
+    limit: Option<u64>,
+) -> Vec<Value> {
+    let mut heads: Vec<std::iter::Peekable<std::vec::IntoIter<Value>>> = ranges
+        .into_iter()
+        .map(|rows| rows.into_iter().peekable())
+        .collect();
+    let mut all = Vec::new();
+    for key in keys {
+        let runs: Vec<Vec<Value>> = (heads.iter_mut())
+            .map(|h| {
+                let mut run = Vec::new();
+                while let Some(row) = h.next_if(|r| same_key(&r["key"], key) == Ordering::Equal) {
+                    run.push(row);
+                }
+                run
+            })
+            .collect();
+        all.extend(merge_sorted(runs, &order, 0, None));
+    }
+    let limit = limit.unwrap_or(u64::MAX);
+    all.into_iter()
+        .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect()
+}
+
+/// A reduce view's rows (`{"key", "value"}`, each range's sorted by `order`) merged: rows
+/// of equal keys reduced again by `rereduce` into one (CouchDB's `fabric_view_reduce`),
+/// then `skip` rows dropped and at most `limit` kept.
+pub fn reduced_rows<E>(
+    ranges: Vec<Vec<Value>>,
+    order: impl Fn(&Value, &Value) -> Ordering,
+    skip: u64,
+    limit: Option<u64>,
+    mut rereduce: impl FnMut(&[&Value]) -> Result<Value, E>,
+) -> Result<Vec<Value>, E> {
+    let merged = merge_sorted(ranges, &order, 0, None);
+    let mut out = Vec::new();
+    let mut i = 0;
+    let (mut skip, limit) = (skip, limit.unwrap_or(u64::MAX));
+    while i < merged.len() && (out.len() as u64) < limit {
+        let mut j = i + 1;
+        while j < merged.len() && order(&merged[i], &merged[j]) == Ordering::Equal {
+            j += 1;
+        }
+        if skip > 0 {
+            skip -= 1;
+        } else {
+            let values: Vec<&Value> = merged[i..j].iter().map(|r| &r["value"]).collect();
+            let value = rereduce(&values)?;
+            out.push(json!({"key": merged[i]["key"], "value": value}));
+        }
+        i = j;
+    }
+    Ok(out)
 }
 
 /// `_all_docs`' `offset` in a cluster: the rows before the range on every range's copy,
@@ -725,5 +796,59 @@ mod tests {
         assert!(security_written(&[2, 1], &[2, 2]));
         assert!(!security_written(&[2, 0], &[2, 1]), "a range without it");
         assert!(security_written(&[1], &[1]));
+    }
+
+    fn by_key(a: &Value, b: &Value) -> Ordering {
+        settee_core::collate::compare(&a["key"], &b["key"]).then_with(|| {
+            let id = |r: &Value| r["id"].as_str().unwrap_or_default().to_owned();
+            id(a).cmp(&id(b))
+        })
+    }
+
+    fn kv(k: Value, v: i64) -> Value {
+        json!({"key": k, "value": v})
+    }
+
+    #[test]
+    fn reductions_of_equal_keys_reduce_again_before_skip_and_limit() {
+        let ranges = vec![
+            vec![kv(json!("a"), 1), kv(json!("c"), 3)],
+            vec![kv(json!("a"), 10), kv(json!("b"), 20), kv(json!("c"), 30)],
+        ];
+        let sum = |v: &[&Value]| -> Result<Value, ()> {
+            Ok(json!(v.iter().map(|x| x.as_i64().unwrap()).sum::<i64>()))
+        };
+        let rows = reduced_rows(ranges.clone(), by_key, 0, None, sum).unwrap();
+        assert_eq!(
+            rows,
+            [kv(json!("a"), 11), kv(json!("b"), 20), kv(json!("c"), 33)]
+        );
+        let rows = reduced_rows(ranges, by_key, 1, Some(1), sum).unwrap();
+        assert_eq!(rows, [kv(json!("b"), 20)]);
+    }
+
+    #[test]
+    fn rows_for_keys_come_in_the_keys_order_each_key_by_id() {
+        let row = |k: i64, id: &str| json!({"id": id, "key": k, "value": null});
+        let ranges = vec![
+            vec![row(2, "b"), row(1, "x")],
+            vec![row(2, "a"), row(1, "y"), row(2, "a")],
+        ];
+        let same = |a: &Value, b: &Value| settee_core::collate::compare(a, b);
+        let keys = [json!(2), json!(1), json!(5), json!(2)];
+        let rows = rows_in_key_order(ranges, &keys, same, by_key, 0, None);
+        let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+        // The second 2 finds only the range that repeated its rows for it.
+        assert_eq!(ids, ["a", "b", "x", "y", "a"]);
+    }
+
+    #[test]
+    fn sorted_lists_merge_in_order() {
+        let ranges = vec![
+            vec![kv(json!(1), 0), kv(json!(4), 0)],
+            vec![kv(json!(2), 0)],
+        ];
+        let rows = merge_sorted(ranges, by_key, 1, Some(2));
+        assert_eq!(rows, [kv(json!(2), 0), kv(json!(4), 0)]);
     }
 }

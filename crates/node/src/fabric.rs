@@ -484,9 +484,7 @@ impl Fabric for Arc<Node> {
     ) -> Result<()> {
         let db = self.couch.get(db)?;
         let (g, n) = self.view_group(&db, ddoc, view)?;
-        let mut args = crate::views::ViewArgs::for_view(args, &g, n, &self.config)?;
-        args.reader = crate::replicator_read::reader(&db, user);
-        crate::views::run(&self.views, &db, &g, n, &args, out)
+        self.run_view(&db, user, g, n, args, out)
     }
 
     fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()> {

@@ -226,6 +226,49 @@ impl Node {
                 .map_err(|_| Error::internal("stored body"))?;
         Ok(Arc::new(self.views.group(db, &id, &body)?))
     }
+
+    /// A view query on view `n` of group `g`.
+    pub(crate) fn run_view(
+        &self,
+        db: &Arc<Database>,
+        user: &settee_auth::UserCtx,
+        g: Arc<settee_views::Group>,
+        n: usize,
+        args: settee_wire::mrargs::MrArgs,
+        out: fabric::Out<'_>,
+    ) -> Result<()> {
+        let mut args = views::ViewArgs::for_view(args, &g, n, &self.config)?;
+        args.reader = replicator_read::reader(db, user);
+        views::run(&self.views, db, &g, n, &args, out)
+    }
+
+    /// A view of shard copy `db` from the design document `design` (the body of
+    /// `_design/{ddoc}`) its caller gives: how a cluster's coordinator queries a copy,
+    /// which holds only its own range's design documents (CouchDB's shard workers take
+    /// the design document from their coordinator the same way). The index is the copy's
+    /// own, by the design's signature. Only a shard copy, only for a server admin (a
+    /// member, for its coordinator).
+    #[allow(clippy::too_many_arguments)]
+    pub fn query_given_view(
+        &self,
+        db: &Arc<Database>,
+        user: &settee_auth::UserCtx,
+        ddoc: &str,
+        design: &serde_json::Map<String, Value>,
+        view: &str,
+        args: settee_wire::mrargs::MrArgs,
+        out: fabric::Out<'_>,
+    ) -> Result<()> {
+        if !settee_core::is_shard_name(&db.name) || !user.is_server_admin() {
+            return Err(Error::Forbidden(
+                "A design document is given only to a shard copy, by a member.".into(),
+            ));
+        }
+        let g = self.views.group(db, &format!("_design/{ddoc}"), design)?;
+        let n = (g.def.view(view).map(|(i, _)| i))
+            .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
+        self.run_view(db, user, Arc::new(g), n, args, out)
+    }
 }
 
 /// Runs blocking store work off the async runtime, in the caller's error type (a task that

@@ -28,6 +28,10 @@ pub struct ViewArgs {
     pub reader: Option<std::sync::Arc<crate::replicator_read::Reader>>,
 }
 
+/// The member of a view POST's body in which a coordinator gives a shard copy the design
+/// document to query (see [`crate::Node::query_given_view`]).
+pub const GIVEN_DESIGN: &str = "settee_design";
+
 /// CouchDB's `?MAX_VIEW_LIMIT`: the default of `query_limit` and `partition_query_limit`.
 pub const MAX_VIEW_LIMIT: u64 = 0x1000_0000;
 

@@ -1141,3 +1141,107 @@ fn clustered_changes_resume_on_any_member_and_feed_replication() {
         assert!(seen.contains(id), "{id} missing: {r}");
     }
 }
+
+#[test]
+fn clustered_views_merge_rows_and_reduce_again() {
+    let (_etcd, _dirs, nodes) = three_members();
+    assert_eq!(nodes[0].put("/vdb?q=2&n=2", "").status, 201);
+    let docs: Vec<Value> = (0..20)
+        .map(|i| json!({"_id": format!("v{i:02}"), "n": i, "odd": i % 2 == 1}))
+        .collect();
+    let r = nodes[0].post("/vdb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ddoc = json!({"views": {
+        "by_n": {"map": "function(d) { if (d.n !== undefined) emit(d.n, d._id); }"},
+        "sum": {"map": "function(d) { emit(d.odd, d.n); }", "reduce": "_sum"},
+        "stats": {"map": "function(d) { emit([d.odd, d.n], d.n); }", "reduce": "_stats"},
+        "js": {"map": "function(d) { emit(d.odd, d.n); }",
+               "reduce": "function(k, v, re) { return sum(v); }"},
+        "distinct": {"map": "function(d) { emit(d.n, 1); }", "reduce": "_approx_count_distinct"}
+    }});
+    assert_eq!(
+        nodes[1].put("/vdb/_design/d", &ddoc.to_string()).status,
+        201
+    );
+
+    // Map rows from both ranges in key order, on every member, paged here.
+    for node in &nodes {
+        let r = node.get("/vdb/_design/d/_view/by_n?skip=3&limit=4").json();
+        let keys: Vec<&Value> = r["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["key"])
+            .collect();
+        assert_eq!(keys, [&json!(3), &json!(4), &json!(5), &json!(6)], "{r}");
+        assert_eq!(
+            (r["total_rows"].clone(), r["offset"].clone()),
+            (json!(20), json!(3))
+        );
+    }
+    let r = nodes[2]
+        .get("/vdb/_design/d/_view/by_n?descending=true&limit=2&include_docs=true")
+        .json();
+    assert_eq!(r["rows"][0]["key"], 19, "{r}");
+    assert_eq!(r["rows"][1]["doc"]["_id"], "v18", "{r}");
+    let r = nodes[0]
+        .post("/vdb/_design/d/_view/by_n", r#"{"keys": [7, 100, 2]}"#)
+        .json();
+    let ids: Vec<&Value> = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["id"])
+        .collect();
+    assert_eq!(ids, [&json!("v07"), &json!("v02")], "{r}");
+    let r = nodes[0]
+        .get("/vdb/_design/d/_view/by_n?start_key=17&update_seq=true")
+        .json();
+    assert_eq!(r["rows"].as_array().unwrap().len(), 3, "{r}");
+    assert!(r["update_seq"].as_str().unwrap().starts_with("21-"), "{r}");
+
+    // Reductions of both ranges reduced again, whole or by group.
+    let r = nodes[1].get("/vdb/_design/d/_view/sum").json();
+    assert_eq!(r, json!({"rows": [{"key": null, "value": 190}]}));
+    let r = nodes[2].get("/vdb/_design/d/_view/sum?group=true").json();
+    assert_eq!(
+        r["rows"],
+        json!([{"key": false, "value": 90}, {"key": true, "value": 100}])
+    );
+    let r = nodes[0]
+        .get("/vdb/_design/d/_view/js?group=true&skip=1")
+        .json();
+    assert_eq!(r["rows"], json!([{"key": true, "value": 100}]), "{r}");
+    let r = nodes[0]
+        .get("/vdb/_design/d/_view/stats?group_level=1")
+        .json();
+    assert_eq!(
+        r["rows"][1],
+        json!({"key": [true], "value": {"sum": 100, "count": 10, "min": 1, "max": 19, "sumsqr": 1330}}),
+        "{r}"
+    );
+    let r = nodes[0]
+        .get("/vdb/_design/d/_view/sum?reduce=false&limit=1")
+        .json();
+    assert_eq!(r["rows"][0]["key"], false, "{r}");
+    assert_eq!(nodes[0].get("/vdb/_design/d/_view/distinct").status, 501);
+
+    // CouchDB's errors for what is not there.
+    let r = nodes[1].get("/vdb/_design/d/_view/nope");
+    assert_eq!(
+        (r.status, r.json()["reason"].clone()),
+        (404, json!("missing_named_view"))
+    );
+    assert_eq!(nodes[1].get("/vdb/_design/none/_view/v").status, 404);
+    assert_eq!(nodes[1].delete("/vdb/_design/d/_view/by_n").status, 405);
+
+    // A change shows in the next query: each copy updates its index.
+    assert_eq!(
+        nodes[2]
+            .put("/vdb/late", r#"{"n": 100, "odd": false}"#)
+            .status,
+        201
+    );
+    let r = nodes[1].get("/vdb/_design/d/_view/sum?group=true").json();
+    assert_eq!(r["rows"][0], json!({"key": false, "value": 190}), "{r}");
+}

@@ -10,22 +10,26 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 use settee_node::fabric::DbRef;
-use settee_node::render::DesignDoc;
 use settee_node::Fabric;
 
 /// The method check of a path below `_design/{ddoc}/`: CouchDB opens the design document
 /// first, so a missing one is a 404 whatever the method.
 pub async fn allow_in_ddoc(
+    state: &AppState,
     db: &DbRef,
     ddoc: &str,
     req: &Req,
     methods: &'static str,
 ) -> ApiResult<()> {
-    let db = db.engine("views")?.clone();
     let refused = allow(&req.method, methods);
     if refused.is_err() {
-        let (db, ddoc) = (db.clone(), ddoc.to_string());
-        blocking(move || Ok(DesignDoc::open(&db, &ddoc).map(drop)?)).await?;
+        let (fabric, db, user) = (state.fabric.clone(), db.name.clone(), req.user.clone());
+        let id = format!("_design/{ddoc}");
+        blocking(move || {
+            let opts = settee_node::read::ReadOpts::default();
+            Ok(Fabric::open_doc(&*fabric, &db, &user, &id, &opts).map(drop)?)
+        })
+        .await?;
     }
     refused
 }
@@ -37,16 +41,28 @@ pub async fn view(
     view: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    allow_in_ddoc(&db, &ddoc, &req, "GET,POST,HEAD").await?;
+    allow_in_ddoc(&state, &db, &ddoc, &req, "GET,POST,HEAD").await?;
     settee_metrics::global().view_reads.inc();
+    let mut given = None;
     let args = if req.method == "POST" {
         require_json(&req.headers)?;
         let body = req.bytes().await?;
-        crate::req::args_of_body(&req, &body)?
+        let (args, design) = given_design(&db, &req, &body)?;
+        given = design;
+        args
     } else {
         MrArgs::from_query(&req.params)?
     };
-    let (node, user) = (state.fabric.clone(), req.user.clone());
+    let user = req.user.clone();
+    if let Some(design) = given {
+        let (node, db) = (state.node.clone(), db.engine("views")?.clone());
+        return Ok(stream(JSON, move |sink| {
+            let out = &mut |b: &[u8]| sink.write(b);
+            Ok(node.query_given_view(&db, &user, &ddoc, &design, &view, args, out)?)
+        })
+        .await);
+    }
+    let node = state.fabric.clone();
     Ok(stream(JSON, move |sink| {
         let out = &mut |b: &[u8]| sink.write(b);
         Ok(Fabric::query_view(
@@ -54,6 +70,27 @@ pub async fn view(
         )?)
     })
     .await)
+}
+
+/// A view POST's arguments and, on a shard copy, the design document its coordinator
+/// gives in the body's `settee_design` (see `Node::query_given_view`); any other
+/// database ignores that member, as it ignores every unknown one.
+fn given_design(
+    db: &DbRef,
+    req: &Req,
+    body: &[u8],
+) -> ApiResult<(MrArgs, Option<serde_json::Map<String, serde_json::Value>>)> {
+    if !settee_core::is_shard_name(&db.name) {
+        return Ok((crate::req::args_of_body(req, body)?, None));
+    }
+    let mut object = crate::req::body_object(crate::req::parse_json(body)?)?;
+    let design = match object.shift_remove(settee_node::views::GIVEN_DESIGN) {
+        None => None,
+        Some(serde_json::Value::Object(design)) => Some(design),
+        Some(_) => return Err(ApiError::bad_request("A given design must be an object.")),
+    };
+    let rest = serde_json::Value::Object(object).to_string();
+    Ok((crate::req::args_of_body(req, rest.as_bytes())?, design))
 }
 
 pub async fn view_queries(
@@ -101,7 +138,7 @@ pub async fn design_info(
     ddoc: String,
     req: Req,
 ) -> ApiResult<Response> {
-    allow_in_ddoc(&db, &ddoc, &req, "GET").await?;
+    allow_in_ddoc(&state, &db, &ddoc, &req, "GET").await?;
     let body = blocking(move || Ok(Fabric::design_info(&*state.fabric, &db.name, &ddoc)?)).await?;
     Ok(json(StatusCode::OK, &body))
 }

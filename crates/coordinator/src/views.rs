@@ -1,0 +1,305 @@
+//! Views of a clustered database, as CouchDB's `fabric_view_map` and
+//! `fabric_view_reduce`: the design document read once through the cluster and given to
+//! one copy of every range, which queries its own index of it (built on first use, by
+//! the design's signature, as any index); the copies' rows merged in the view's order,
+//! reductions of equal keys reduced again here, `skip` and `limit` applied here.
+//!
+//! Each range is read from the same copy whichever member coordinates: a range's copies
+//! in the map's order, turned by the range's number, so the ranges' indexes are built on
+//! different members, in parallel, and every coordinator reads the one index built.
+
+use crate::all_docs::passed_over;
+use crate::{copy_error, copy_path, enc_id, form_query, merge, unavailable, Coordinator};
+use futures_util::future::join_all;
+use serde_json::{json, Map, Value};
+use settee_auth::UserCtx;
+use settee_cluster::ShardMap;
+use settee_core::design::ViewGroupDef;
+use settee_core::reduce::Builtin;
+use settee_node::fabric::Out;
+use settee_node::read::{ReadOpts, Rendered};
+use settee_node::views::GIVEN_DESIGN;
+use settee_node::{Error, Result};
+use settee_wire::mrargs::{MrArgs, Update};
+
+/// How a view's values reduce again at the coordinator.
+enum Rereduce {
+    Builtin(Builtin),
+    Js(Box<settee_js::ViewRuntime>),
+}
+
+impl Rereduce {
+    fn of(def: &ViewGroupDef, view: usize) -> Result<Option<Rereduce>> {
+        let v = &def.views[view];
+        let Some(src) = v.reduce.as_deref() else {
+            return Ok(None);
+        };
+        if let Some(b) = Builtin::from_source(src) {
+            return match b {
+                // Copies give these finalized: nothing reduces them again.
+                Builtin::ApproxCountDistinct | Builtin::First | Builtin::Last => Err(
+                    Error::NotOnCluster("_approx_count_distinct, _first and _last reductions"),
+                ),
+                b => Ok(Some(Rereduce::Builtin(b))),
+            };
+        }
+        let Some(dialect) = settee_js::Dialect::of(Some(&def.language)) else {
+            return Err(Error::NotOnCluster("reduce functions of query servers"));
+        };
+        let fns = settee_js::ViewFns {
+            views: vec![settee_js::ViewSource {
+                name: v.name.clone(),
+                map: v.map.clone(),
+                reduce: Some(src.to_owned()),
+            }],
+            lib: def.lib.clone(),
+            dialect,
+        };
+        let rt = settee_js::ViewRuntime::new(&fns, Default::default())
+            .map_err(|e| Error::Views(settee_views::Error::Js(e)))?;
+        Ok(Some(Rereduce::Js(Box::new(rt))))
+    }
+
+    fn run(&mut self, values: &[&Value]) -> Result<Value> {
+        match self {
+            Rereduce::Builtin(b) => b
+                .rereduce(values)
+                .map_err(|e| Error::bad_request(e.to_string())),
+            Rereduce::Js(rt) => rt
+                .rereduce(0, values)
+                .map_err(|e| Error::Views(settee_views::Error::Js(e))),
+        }
+    }
+}
+
+/// The parameters every copy is given: the client's, but `skip` (applied here) and
+/// `limit` (each copy gives `skip + limit`), `keys` going in the body.
+fn copy_params(a: &MrArgs) -> Vec<(&'static str, String)> {
+    let mut p = Vec::new();
+    let json = |v: &Value| v.to_string();
+    if let Some(r) = a.reduce {
+        p.push(("reduce", r.to_string()));
+    }
+    if let Some(k) = &a.start_key {
+        p.push(("start_key", json(k)));
+    }
+    if let Some(k) = &a.end_key {
+        p.push(("end_key", json(k)));
+    }
+    if let Some(id) = &a.start_key_docid {
+        p.push(("start_key_doc_id", id.clone()));
+    }
+    if let Some(id) = &a.end_key_docid {
+        p.push(("end_key_doc_id", id.clone()));
+    }
+    if let Some(limit) = a.limit {
+        p.push(("limit", limit.saturating_add(a.skip).to_string()));
+    }
+    if let Some(g) = a.group {
+        p.push(("group", g.to_string()));
+    }
+    if let Some(level) = a.group_level {
+        p.push(("group_level", level.to_string()));
+    }
+    match a.update {
+        Update::True => {}
+        Update::False => p.push(("update", "false".into())),
+        Update::Lazy => p.push(("update", "lazy".into())),
+    }
+    for (name, on) in [
+        ("descending", a.descending),
+        ("include_docs", a.include_docs),
+        ("attachments", a.attachments),
+        ("att_encoding_info", a.att_encoding_info),
+        ("update_seq", a.update_seq),
+    ] {
+        if on {
+            p.push((name, "true".into()));
+        }
+    }
+    if !a.inclusive_end {
+        p.push(("inclusive_end", "false".into()));
+    }
+    if let Some(c) = a.conflicts {
+        p.push(("conflicts", c.to_string()));
+    }
+    p
+}
+
+/// Range `i`'s copies in the order a view reads them: the map's, turned by `i`.
+fn view_order(nodes: &[String], i: usize) -> Vec<String> {
+    let mut order = nodes.to_vec();
+    if !order.is_empty() {
+        order.rotate_left(i % nodes.len());
+    }
+    order
+}
+
+impl Coordinator {
+    /// `_design/{ddoc}/_view/{view}` of a clustered database.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn view_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        ddoc: &str,
+        view: &str,
+        args: MrArgs,
+        out: Out<'_>,
+    ) -> Result<()> {
+        if args.partition.is_some() {
+            return Err(Error::NotOnCluster("partitioned views"));
+        }
+        let design = self.design(db, map, user, ddoc)?;
+        let def = ViewGroupDef::from_ddoc(&design).map_err(|e| Error::Views(e.into()))?;
+        let n = (def.views.iter().position(|v| v.name == view))
+            .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
+        let raw = def.views[n].raw_collation;
+        let reducing = def.views[n].reduce.is_some() && args.reduce != Some(false);
+        let mut rereduce = if reducing {
+            Rereduce::of(&def, n)?
+        } else {
+            None
+        };
+
+        let mut body = Map::new();
+        body.insert(GIVEN_DESIGN.into(), Value::Object(design));
+        if let Some(keys) = &args.keys {
+            body.insert("keys".into(), keys.clone());
+        }
+        let body = Value::Object(body);
+        let target = |range: &str| {
+            format!(
+                "{}/{}/_view/{}?{}",
+                copy_path(map, db, range),
+                enc_id(&format!("_design/{ddoc}")),
+                crate::enc(view),
+                form_query(&copy_params(&args))
+            )
+        };
+        let answers = crate::block_on(join_all(map.by_range.iter().enumerate().map(
+            |(i, copies)| {
+                let (target, body) = (target(&copies.range), &body);
+                async move {
+                    let mut failures = Vec::new();
+                    for node in view_order(&copies.nodes, i) {
+                        match self.ask(&node, "POST", &target, None, Some(body)).await {
+                            merge::Reply::Answered { status: 200, body } => {
+                                return Ok((copies.range.clone(), node, body))
+                            }
+                            merge::Reply::Answered { status, body }
+                                if !passed_over(status, &body) =>
+                            {
+                                return Err(copy_error(status, &body))
+                            }
+                            other => failures.push(format!("{node}: {other:?}")),
+                        }
+                    }
+                    Err(unavailable(format!(
+                        "no copy of range {} answered ({})",
+                        copies.range,
+                        failures.join("; ")
+                    )))
+                }
+            },
+        )))
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+
+        let cmp_keys = move |a: &Value, b: &Value| {
+            if raw {
+                settee_core::collate::compare_raw(a, b)
+            } else {
+                settee_core::collate::compare(a, b)
+            }
+        };
+        let mut head = String::from("{");
+        if !reducing {
+            let total: u64 = (answers.iter())
+                .map(|(_, _, b)| b["total_rows"].as_u64().unwrap_or(0))
+                .sum();
+            let offsets: Vec<u64> = (answers.iter())
+                .map(|(_, _, b)| b["offset"].as_u64().unwrap_or(0))
+                .collect();
+            let offset = merge::all_docs_offset(total, &offsets, args.skip);
+            head.push_str(&format!("\"total_rows\":{total},\"offset\":{offset},"));
+        }
+        if args.update_seq {
+            let parts: Vec<(&str, &str, &Value)> = (answers.iter())
+                .map(|(range, node, b)| (range.as_str(), node.as_str(), &b["update_seq"]))
+                .collect();
+            head.push_str(&format!(
+                "\"update_seq\":{},",
+                json!(merge::clustered_seq(&parts, false))
+            ));
+        }
+        head.push_str("\"rows\":[\r\n");
+        let rows: Vec<Vec<Value>> = (answers.into_iter())
+            .map(|(_, _, b)| match b {
+                Value::Object(mut m) => match m.shift_remove("rows") {
+                    Some(Value::Array(rows)) => rows,
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            })
+            .collect();
+        let descending = args.descending;
+        let order = move |a: &Value, b: &Value| {
+            let o = cmp_keys(&a["key"], &b["key"])
+                .then_with(|| id_of(a).as_bytes().cmp(id_of(b).as_bytes()));
+            if descending {
+                o.reverse()
+            } else {
+                o
+            }
+        };
+        let rows = match (&mut rereduce, &args.keys) {
+            (Some(r), _) => merge::reduced_rows(rows, order, args.skip, args.limit, |v| r.run(v))?,
+            (None, Some(Value::Array(keys))) => {
+                merge::rows_in_key_order(rows, keys, cmp_keys, order, args.skip, args.limit)
+            }
+            (None, _) => merge::merge_sorted(rows, order, args.skip, args.limit),
+        };
+        if !out(head.as_bytes()) {
+            return Ok(());
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let sep: &[u8] = if i == 0 { b"" } else { b",\r\n" };
+            if !(out(sep) && out(&serde_json::to_vec(row).expect("json"))) {
+                return Ok(());
+            }
+        }
+        out(b"\r\n]}\n");
+        Ok(())
+    }
+
+    /// The body of `_design/{ddoc}`, read through the cluster.
+    fn design(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        ddoc: &str,
+    ) -> Result<Map<String, Value>> {
+        let read = self.read_clustered(
+            db,
+            map,
+            user,
+            &format!("_design/{ddoc}"),
+            &ReadOpts::default(),
+        )?;
+        let text = match &read.body {
+            Rendered::Json(text) => text,
+            Rendered::Multipart { doc, .. } => doc,
+        };
+        match serde_json::from_slice(text) {
+            Ok(Value::Object(m)) => Ok(m),
+            _ => Err(Error::internal("a design document's body")),
+        }
+    }
+}
+
+fn id_of(row: &Value) -> &str {
+    row["id"].as_str().unwrap_or_default()
+}
