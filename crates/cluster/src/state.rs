@@ -99,8 +99,13 @@ pub struct Cluster {
     cache: RwLock<Cache>,
     /// The cache's revision, for writers waiting to see their write (0: not loaded yet).
     seen: watch::Sender<i64>,
-    /// The lease this node's keys are held by, while it has one.
+    /// The lease this node's keys are held by, once it has joined (jobs are claimed under
+    /// it).
     lease: Mutex<Option<i64>>,
+    /// The newest lease granted to this node, from the moment etcd granted it: what a
+    /// stop revokes, even when the stop comes before the node has finished joining (its
+    /// `live` key may already be held by it).
+    granted: Mutex<Option<i64>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -118,6 +123,7 @@ impl Cluster {
             cache: RwLock::default(),
             seen: watch::channel(0).0,
             lease: Mutex::new(None),
+            granted: Mutex::new(None),
             tasks: Mutex::default(),
         });
         let follow = tokio::spawn(cluster.clone().follow());
@@ -132,11 +138,13 @@ impl Cluster {
         for t in self.tasks.lock().unwrap().drain(..) {
             t.abort();
         }
-        let lease = self.lease.lock().unwrap().take();
-        if let Some(id) = lease {
-            let _ = self
-                .call(|mut c| async move { c.lease_revoke(id).await })
-                .await;
+        self.lease.lock().unwrap().take();
+        let granted = self.granted.lock().unwrap().take();
+        if let Some(id) = granted {
+            let revoked = (self.call(|mut c| async move { c.lease_revoke(id).await })).await;
+            if let Err(e) = revoked {
+                tracing::warn!(error = %e, lease = id, "cluster lease not revoked at stop");
+            }
         }
     }
 
@@ -481,7 +489,9 @@ impl Cluster {
             if let Err(e) = self.hold_lease().await {
                 tracing::warn!(error = %e, node = %self.config.node, "cluster lease");
             }
+            // Expired, or holding nothing yet (the `live` key is its last put).
             *self.lease.lock().unwrap() = None;
+            *self.granted.lock().unwrap() = None;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
@@ -492,10 +502,21 @@ impl Cluster {
             .call(|mut c| async move { c.lease_grant(ttl, None).await })
             .await?;
         let lease = granted.id();
+        *self.granted.lock().unwrap() = Some(lease);
         let me = Member {
             name: self.config.node.clone(),
             url: self.config.url.clone(),
         };
+        // Listed before running: the `live` key is put last, so whoever sees this node
+        // running (a later revision) has seen it listed too, and a database created then
+        // places copies on it.
+        match self
+            .put_node(&me.name, Value::Object(Default::default()), None)
+            .await
+        {
+            Ok(_) | Err(Error::Conflict) => {}
+            Err(e) => return Err(e),
+        }
         let value = serde_json::to_vec(&me).expect("json");
         let key = self.key(LIVE, &me.name);
         self.call(|mut c| {
@@ -506,13 +527,6 @@ impl Cluster {
             }
         })
         .await?;
-        match self
-            .put_node(&me.name, Value::Object(Default::default()), None)
-            .await
-        {
-            Ok(_) | Err(Error::Conflict) => {}
-            Err(e) => return Err(e),
-        }
         *self.lease.lock().unwrap() = Some(lease);
         tracing::info!(node = %me.name, lease, "joined the cluster state");
         // Kept alive through whichever member answers: a keep-alive stream that breaks

@@ -87,6 +87,33 @@ async fn members_list_themselves_and_leave_when_they_stop_or_die() {
     assert_eq!(names(&a).1, ["a@h", "b@h", "c@h"]);
 }
 
+/// A node is listed before it is running (whoever sees it running has seen it listed, so a
+/// database created then places copies on it), and a stop revokes its lease however soon
+/// after joining it comes: even with a long lease, it is gone at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_runs_once_listed_and_a_stop_right_after_joining_leaves_at_once() {
+    let etcd = Etcd::start(1);
+    let a = start(&etcd, "a@h", "joining").await;
+    for round in 0..5 {
+        let name = format!("b{round}@h");
+        let mut config = Config::new(&name, "http://b", etcd.endpoints(), "secret");
+        config.prefix = "/test/joining".into();
+        config.lease_ttl = Duration::from_secs(300);
+        let b = Cluster::start(config).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !a.members().iter().any(|m| m.name == name) {
+            assert!(Instant::now() < deadline, "timed out waiting for {name}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(
+            a.nodes().iter().any(|d| d.name == name),
+            "{name} running before it is listed"
+        );
+        b.stop().await;
+        eventually("b gone", || !a.members().iter().any(|m| m.name == name)).await;
+    }
+}
+
 /// A node in a runtime of its own (made on a blocking thread), so that dropping the
 /// runtime stops it as a crash would: its lease is not revoked, it runs out.
 fn crashable(
