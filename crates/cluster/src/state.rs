@@ -113,9 +113,12 @@ impl Cluster {
     /// Starts following the cluster state and keeping this node alive in it. Succeeds
     /// while etcd is unreachable too: both are retried until it answers.
     pub async fn start(config: Config) -> Result<Arc<Cluster>> {
+        // `require_leader`: an etcd member that has lost its leader refuses at once (and
+        // ends its watches) instead of holding requests it cannot commit.
         let options = ConnectOptions::new()
             .with_connect_timeout(config.timeout)
-            .with_keep_alive(Duration::from_secs(2), config.timeout);
+            .with_keep_alive(Duration::from_secs(2), config.timeout)
+            .with_require_leader(true);
         let client = Client::connect(&config.endpoints, Some(options)).await?;
         let cluster = Arc::new(Cluster {
             config,
@@ -160,6 +163,14 @@ impl Cluster {
     /// The running members, by name (CouchDB's `all_nodes`).
     pub fn members(&self) -> Vec<Member> {
         self.cache.read().unwrap().live.values().cloned().collect()
+    }
+
+    /// Completes once `name` is no longer running (its `live` key gone: stopped, or its
+    /// lease ran out).
+    pub async fn stopped_running(&self, name: &str) {
+        let mut rx = self.seen.subscribe();
+        let running = |c: &Cache| c.live.contains_key(name);
+        let _ = rx.wait_for(|_| !running(&self.cache.read().unwrap())).await;
     }
 
     /// The membership list, by name (CouchDB's `cluster_nodes`): removed nodes left out.
@@ -234,6 +245,23 @@ impl Cluster {
     /// A clustered database's map.
     pub fn db(&self, name: &str) -> Option<Arc<ShardMap>> {
         self.cache.read().unwrap().dbs.get(name).cloned()
+    }
+
+    /// Waits until the cache holds the map naming shard copy `copy`
+    /// (`shards/{range}/{db}.{created}`), or `limit` passes: whether it does.
+    pub async fn wait_for_copy(&self, copy: &str, limit: Duration) -> bool {
+        let Some((range, db, created)) = split_copy(copy) else {
+            return false;
+        };
+        let mapped = || {
+            self.db(db).is_some_and(|m| {
+                m.created == created && m.by_range.iter().any(|c| c.range == range)
+            })
+        };
+        let mut rx = self.seen.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|_| mapped()))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// The clustered databases, by name.
@@ -339,18 +367,27 @@ impl Cluster {
     /// timeout; and whether it was made more than once. A request that failed on the way
     /// (a connection to a member that is down, a leader election) is made again, on the
     /// member the client picks next: that is how it reaches a live member when one of
-    /// several is down. An attempt that failed may still have been applied, so every write
-    /// here is a transaction whose outcome tells its own earlier attempt apart
-    /// ([`Outcome`]).
+    /// several is down. So is an attempt with no answer within [`ATTEMPT_SHARE`] of the
+    /// timeout: a proposal an etcd follower forwarded to a leader that has just died is
+    /// never answered (etcd gives up on it after its own 5 s and more), while the members
+    /// left elect a new leader within a second or two. An attempt that failed or was not
+    /// answered may still have been applied, so every write here is a transaction whose
+    /// outcome tells its own earlier attempt apart ([`Outcome`]).
     async fn call<T, F>(&self, mut call: impl FnMut(Client) -> F) -> Result<(T, bool)>
     where
         F: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let patience = (self.config.timeout / ATTEMPT_SHARE).max(MIN_ATTEMPT);
         let mut retried = false;
         loop {
-            let attempt = tokio::time::timeout_at(deadline, call(self.client.clone())).await;
+            let attempt_end = deadline.min(tokio::time::Instant::now() + patience);
+            let attempt = tokio::time::timeout_at(attempt_end, call(self.client.clone())).await;
             match attempt {
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!("etcd request unanswered, made again");
+                    retried = true;
+                }
                 Err(_) => return Err(self.no_answer()),
                 Ok(Err(e)) if transient(&e) && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "etcd request made again");
@@ -560,6 +597,12 @@ impl Cluster {
     }
 }
 
+/// An etcd request attempt waits this fraction of the timeout for its answer before it is
+/// made again (see `Cluster::call`) ...
+const ATTEMPT_SHARE: u32 = 4;
+/// ... and at least this long.
+const MIN_ATTEMPT: Duration = Duration::from_millis(500);
+
 /// Whether a failed request may succeed if made again: the connection failed, or etcd
 /// was between leaders.
 fn transient(e: &etcd_client::Error) -> bool {
@@ -597,8 +640,30 @@ impl Outcome {
     }
 }
 
+/// `(range, db, created)` of a shard copy's name.
+fn split_copy(copy: &str) -> Option<(&str, &str, u64)> {
+    let (range, rest) = copy.strip_prefix("shards/")?.split_once('/')?;
+    let (db, created) = rest.rsplit_once('.')?;
+    Some((range, db, created.parse().ok()?))
+}
+
 /// `(kind, name)` of a key under `prefix` (which ends with `/`).
 fn split_key<'a>(prefix: &str, key: &'a [u8]) -> Option<(&'a str, &'a str)> {
     let rest = std::str::from_utf8(key.strip_prefix(prefix.as_bytes())?).ok()?;
     rest.split_once('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_name_splits_into_range_database_and_creation() {
+        assert_eq!(
+            split_copy("shards/00000000-7fffffff/a.b/c.1700000000"),
+            Some(("00000000-7fffffff", "a.b/c", 1700000000))
+        );
+        assert_eq!(split_copy("shards/00000000-7fffffff/db"), None);
+        assert_eq!(split_copy("db.1700000000"), None);
+    }
 }

@@ -67,6 +67,24 @@ impl Etcd {
             .collect()
     }
 
+    /// The member that leads the etcd cluster now, as the running members report it
+    /// (`/v3/maintenance/status`), if one does.
+    pub fn leader(&self) -> Option<usize> {
+        let status: Vec<Option<serde_json::Value>> = (self.members.iter())
+            .map(|m| {
+                m.child.as_ref()?;
+                let answer = request(m.client, "POST /v3/maintenance/status", "{}")?;
+                let body = answer.split_once("\r\n\r\n")?.1;
+                serde_json::from_str(body).ok()
+            })
+            .collect();
+        let leader = status.iter().flatten().find_map(|s| s["leader"].as_str())?;
+        status.iter().position(|s| {
+            s.as_ref()
+                .is_some_and(|s| s["header"]["member_id"] == leader)
+        })
+    }
+
     /// `kill -9` of member `i`.
     pub fn kill(&mut self, i: usize) {
         if let Some(mut c) = self.members[i].child.take() {
@@ -135,10 +153,18 @@ impl Drop for Etcd {
 
 /// `GET /health` of the member at `port`.
 fn health(port: u16) -> Option<String> {
+    request(port, "GET /health", "")
+}
+
+/// An HTTP/1.0 request (`line`: method and path) of the member at `port`: the whole answer.
+fn request(port: u16, line: &str, body: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .ok()?;
+    let head = format!(
+        "{line} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)

@@ -207,24 +207,33 @@ impl Node {
         if let Some(accept) = accept {
             request = request.header(reqwest::header::ACCEPT, accept);
         }
-        let unreachable = |e: reqwest::Error| {
+        let unreachable = |e: String| {
             Error::Cluster(settee_cluster::Error::Unavailable(format!(
                 "node {name} did not answer: {e}"
             )))
         };
-        let resp = request.send().await.map_err(unreachable)?;
-        let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = resp.bytes().await.map_err(unreachable)?;
-        Ok(Some(Forwarded {
-            status,
-            content_type,
-            body,
-        }))
+        // A member that stops running while it is asked (it hangs, or is cut off, and its
+        // lease runs out) is no answer from then on, as one not running when asked: the
+        // request is not left to wait for its timeout.
+        let exchange = async {
+            let resp = request.send().await?;
+            let status = resp.status().as_u16();
+            let content_type = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = resp.bytes().await?;
+            Ok::<_, reqwest::Error>(Forwarded {
+                status,
+                content_type,
+                body,
+            })
+        };
+        tokio::select! {
+            answer = exchange => answer.map(Some).map_err(|e| unreachable(e.to_string())),
+            () = cluster.stopped_running(name) => Err(unreachable("it stopped running".into())),
+        }
     }
 
     /// Removes a node's document: the deletion's revision.

@@ -144,6 +144,17 @@ impl Node {
     /// Creates the database of a shard copy held here (`shards/{range}/{db}.{suffix}`).
     pub fn create_copy(&self, name: &str, opts: CreateDb) -> Result<()> {
         self.couch.create_copy(name, self.new_props(&opts))?;
+        // A copy is made once its database's map is in etcd. Its creation is answered once
+        // this member's cache shows the map too, so that a database whose creation was
+        // answered is served by every member holding a copy, whose view of the cluster is
+        // then at least as recent as the map (a member's cache lags etcd by its watch).
+        let runtime = tokio::runtime::Handle::try_current();
+        if let (Some(cluster), Ok(runtime)) = (self.cluster(), runtime) {
+            let limit = cluster.config().timeout;
+            if !runtime.block_on(cluster.wait_for_copy(name, limit)) {
+                tracing::warn!(copy = name, "created before its map reached this member");
+            }
+        }
         Ok(())
     }
 
