@@ -296,19 +296,24 @@ impl Coordinator {
                 .1
                 .push(i);
         }
-        // Each document's quorum and its copies' answers.
-        let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
-        for (range, (copies, docs)) in &by_range {
+        // Every range's copies at once; each document's quorum and its copies' answers.
+        let ranges = join_all(by_range.iter().map(|(range, (copies, docs))| {
             let body = json!({
                 "docs": docs.iter().map(|i| merge::doc_json(&req.docs[*i], !req.new_edits)).collect::<Vec<_>>(),
                 "new_edits": req.new_edits,
             });
             let path = format!("{}/_bulk_docs", copy_path(map, db, range));
-            let replies = join_all(copies.nodes.iter().map(|node| {
-                let (path, body) = (&path, &body);
-                async move { self.ask(node, "POST", path, Some(user), Some(body)).await }
-            }))
-            .await;
+            async move {
+                join_all(copies.nodes.iter().map(|node| {
+                    let (path, body) = (&path, &body);
+                    async move { self.ask(node, "POST", path, Some(user), Some(body)).await }
+                }))
+                .await
+            }
+        }))
+        .await;
+        let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
+        for ((copies, docs), replies) in by_range.values().zip(&ranges) {
             for (k, i) in docs.iter().enumerate() {
                 per_doc[*i] = (
                     merge::quorum_or(req.w, copies.nodes.len()),
