@@ -28,6 +28,7 @@ mod all_docs;
 mod changes;
 pub mod feed;
 mod local;
+mod mango;
 pub mod merge;
 mod revs;
 mod security;
@@ -51,7 +52,7 @@ use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live, ShownSeq};
 use settee_node::dbs::{CreateDb, Limit, NameRange};
 use settee_node::fabric::{DbRef, FeedEnd, Fut, Out, Reached, ReqFn, Written};
 use settee_node::list::{ListCall, Piece};
-use settee_node::mango_index::{BulkDeleted, Created};
+use settee_node::mango_index::{self, BulkDeleted, Created};
 use settee_node::read::{Read, ReadOpts, Rendered, Revision};
 use settee_node::render::{FnCall, Shown, Updated};
 use settee_node::write::{BulkAnswer, BulkDocs, BulkEntry, BulkGetItem, BulkGetOpts, WriteOpts};
@@ -105,8 +106,20 @@ impl Coordinator {
         body: Option<&Value>,
     ) -> Reply {
         let bytes = body.map(|b| Bytes::from(b.to_string()));
+        self.ask_raw(member, method, target, user, bytes).await
+    }
+
+    /// [`Self::ask`] with a body already written.
+    async fn ask_raw(
+        &self,
+        member: &str,
+        method: &str,
+        target: &str,
+        user: Option<&UserCtx>,
+        body: Option<Bytes>,
+    ) -> Reply {
         match (self.node)
-            .peer_json(member, method, target, user, bytes)
+            .peer_json(member, method, target, user, body)
             .await
         {
             Ok(Some(answer)) => Reply::Answered {
@@ -245,7 +258,9 @@ impl Coordinator {
             .ok_or_else(|| Error::internal("a document write without an id"))?;
         let copies = Self::doc_copies(map, db, &id);
         let w = merge::quorum_or(opts.w, copies.len());
-        let body = merge::doc_json(&doc, !opts.new_edits);
+        let mut body = Vec::new();
+        merge::write_doc(&doc, !opts.new_edits, &mut body);
+        let body = Bytes::from(body);
         let query = if opts.new_edits {
             ""
         } else {
@@ -253,8 +268,8 @@ impl Coordinator {
         };
         let replies = join_all(copies.iter().map(|(node, path)| {
             let target = format!("{path}{query}");
-            let body = &body;
-            async move { self.ask(node, "PUT", &target, Some(user), Some(body)).await }
+            let body = body.clone();
+            async move { (self.ask_raw(node, "PUT", &target, Some(user), Some(body))).await }
         }))
         .await;
         match merge::write(&replies, w) {
@@ -298,15 +313,23 @@ impl Coordinator {
         }
         // Every range's copies at once; each document's quorum and its copies' answers.
         let ranges = join_all(by_range.iter().map(|(range, (copies, docs))| {
-            let body = json!({
-                "docs": docs.iter().map(|i| merge::doc_json(&req.docs[*i], !req.new_edits)).collect::<Vec<_>>(),
-                "new_edits": req.new_edits,
-            });
+            let mut body = b"{\"docs\":[".to_vec();
+            for (k, i) in docs.iter().enumerate() {
+                if k > 0 {
+                    body.push(b',');
+                }
+                merge::write_doc(&req.docs[*i], !req.new_edits, &mut body);
+            }
+            body.extend_from_slice(format!("],\"new_edits\":{}}}", req.new_edits).as_bytes());
+            let body = Bytes::from(body);
             let path = format!("{}/_bulk_docs", copy_path(map, db, range));
             async move {
                 join_all(copies.nodes.iter().map(|node| {
-                    let (path, body) = (&path, &body);
-                    async move { self.ask(node, "POST", path, Some(user), Some(body)).await }
+                    let (path, body) = (&path, body.clone());
+                    async move {
+                        self.ask_raw(node, "POST", path, Some(user), Some(body))
+                            .await
+                    }
                 }))
                 .await
             }
@@ -688,7 +711,10 @@ impl Fabric for Coordinator {
     }
 
     fn find(&self, db: &str, user: &UserCtx, opts: &FindOpts, out: Out<'_>) -> Result<()> {
-        Fabric::find(self.local(db, "_find")?, db, user, opts, out)
+        match self.clustered(db) {
+            Some((_, map)) => self.find_clustered(db, &map, opts, out),
+            None => Fabric::find(&self.node, db, user, opts, out),
+        }
     }
 
     fn changes_filter<'a>(
@@ -971,11 +997,17 @@ impl Fabric for Coordinator {
     }
 
     fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value> {
-        Fabric::explain(self.local(db, "_explain")?, db, opts)
+        match self.clustered(db) {
+            Some((_, map)) => self.explain_clustered(db, &map, opts),
+            None => Fabric::explain(&self.node, db, opts),
+        }
     }
 
     fn indexes(&self, db: &str) -> Result<Vec<Index>> {
-        Fabric::indexes(self.local(db, "_index")?, db)
+        match self.clustered(db) {
+            Some((_, map)) => self.indexes_clustered(db, &map),
+            None => Fabric::indexes(&self.node, db),
+        }
     }
 
     fn create_index<'a>(
@@ -984,10 +1016,13 @@ impl Fabric for Coordinator {
         user: &'a UserCtx,
         opts: IndexOpts,
     ) -> Fut<'a, Created> {
-        match self.local(db, "_index") {
-            Ok(node) => Fabric::create_index(node, db, user, opts),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        let Some((_, map)) = self.clustered(db) else {
+            return Fabric::create_index(&self.node, db, user, opts);
+        };
+        Box::pin(async move {
+            let store = mango::ClusterDdocs::new(self, db, map, user);
+            mango_index::create_index(&store, db, user, opts).await
+        })
     }
 
     fn delete_index<'a>(
@@ -997,10 +1032,13 @@ impl Fabric for Coordinator {
         ddoc: &'a str,
         name: Option<&'a str>,
     ) -> Fut<'a, bool> {
-        match self.local(db, "_index") {
-            Ok(node) => Fabric::delete_index(node, db, user, ddoc, name),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        let Some((_, map)) = self.clustered(db) else {
+            return Fabric::delete_index(&self.node, db, user, ddoc, name);
+        };
+        Box::pin(async move {
+            let store = mango::ClusterDdocs::new(self, db, map, user);
+            mango_index::delete_index(&store, db, user, ddoc, name).await
+        })
     }
 
     fn bulk_delete_indexes<'a>(
@@ -1009,9 +1047,12 @@ impl Fabric for Coordinator {
         user: &'a UserCtx,
         ddocs: Vec<String>,
     ) -> Fut<'a, BulkDeleted> {
-        match self.local(db, "_index") {
-            Ok(node) => Fabric::bulk_delete_indexes(node, db, user, ddocs),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        let Some((_, map)) = self.clustered(db) else {
+            return Fabric::bulk_delete_indexes(&self.node, db, user, ddocs);
+        };
+        Box::pin(async move {
+            let store = mango::ClusterDdocs::new(self, db, map, user);
+            mango_index::bulk_delete_indexes(&store, db, user, ddocs).await
+        })
     }
 }

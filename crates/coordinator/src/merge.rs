@@ -305,32 +305,49 @@ pub fn db_info(name: &str, ranges: &[RangeInfo<'_>], q: u32, n: u32) -> Value {
 }
 
 /// A document as a write's JSON body: `_id`, `_rev` (and `_revisions` for a replicated
-/// write), `_deleted`, then the body and `_attachments` as the client sent them.
-pub fn doc_json(doc: &settee_core::ParsedDoc, replicated: bool) -> Value {
-    let mut out = Map::new();
+/// write), `_deleted`, then the body's members as the client sent them (its stored bytes,
+/// not parsed again) and `_attachments`.
+pub fn write_doc(doc: &settee_core::ParsedDoc, replicated: bool, out: &mut Vec<u8>) {
+    let mut special = Map::new();
     if let Some(id) = &doc.id {
-        out.insert("_id".into(), json!(id));
+        special.insert("_id".into(), json!(id));
     }
     if let Some((pos, ids)) = &doc.revs {
         if let Some(first) = ids.first() {
-            out.insert("_rev".into(), json!(format!("{pos}-{first}")));
+            special.insert("_rev".into(), json!(format!("{pos}-{first}")));
         }
         if replicated {
             let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-            out.insert("_revisions".into(), json!({"start": pos, "ids": ids}));
+            special.insert("_revisions".into(), json!({"start": pos, "ids": ids}));
         }
     }
     if doc.deleted {
-        out.insert("_deleted".into(), json!(true));
-    }
-    let body = settee_core::split_stored(&doc.body).0;
-    if let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) {
-        out.extend(body);
+        special.insert("_deleted".into(), json!(true));
     }
     if let Some(atts) = &doc.atts {
-        out.insert("_attachments".into(), Value::Object(atts.clone()));
+        special.insert("_attachments".into(), Value::Object(atts.clone()));
     }
-    Value::Object(out)
+    let special = serde_json::to_vec(&Value::Object(special)).expect("json");
+    // Both are compact objects: `{…}`; their members joined in one.
+    let body = settee_core::split_stored(&doc.body).0;
+    let inner = |o: &[u8]| -> std::ops::Range<usize> {
+        let t = o.trim_ascii();
+        match (t.first(), t.last()) {
+            (Some(b'{'), Some(b'}')) => {
+                let start = o.len() - o.trim_ascii_start().len() + 1;
+                start..start + t.len() - 2
+            }
+            _ => 0..0,
+        }
+    };
+    let (a, b) = (&special[inner(&special)], &body[inner(body)]);
+    out.push(b'{');
+    out.extend_from_slice(a);
+    if !a.trim_ascii().is_empty() && !b.trim_ascii().is_empty() {
+        out.push(b',');
+    }
+    out.extend_from_slice(b);
+    out.push(b'}');
 }
 
 /// The rows of every range's `_all_docs` (each in its copy's order, which is `descending`
@@ -384,6 +401,43 @@ pub fn merge_sorted(
         }
     }
     out
+}
+
+/// The order of a Mango index's rows as the copies give them (`{"key", "id", "doc"}`,
+/// see `Node::find_given`): `_all_docs` (`special`) by id, in bytes as a copy scans ids;
+/// a json index by key in CouchDB's collation, then id, as its view holds them; reversed
+/// when the plan reads the index `descending`. Merging in this order gives a single node's
+/// order of the same rows.
+pub fn find_order(special: bool, descending: bool) -> impl Fn(&Value, &Value) -> Ordering {
+    move |a: &Value, b: &Value| {
+        let id = |r: &Value| r["id"].as_str().unwrap_or_default().as_bytes().to_vec();
+        let o = if special {
+            id(a).cmp(&id(b))
+        } else {
+            settee_core::collate::compare(&a["key"], &b["key"]).then_with(|| id(a).cmp(&id(b)))
+        };
+        if descending {
+            o.reverse()
+        } else {
+            o
+        }
+    }
+}
+
+/// A clustered `_find`'s page: the copies' rows (each sorted by `order`, each copy asked
+/// for `skip + limit`) merged and the first `skip + limit` taken; the page is those after
+/// `skip`, and the last row taken (skipped or returned) is where the next page starts,
+/// as a single node's bookmark names the last row it offered.
+pub fn find_page(
+    ranges: Vec<Vec<Value>>,
+    order: impl Fn(&Value, &Value) -> Ordering,
+    skip: u64,
+    limit: u64,
+) -> (Vec<Value>, Option<Value>) {
+    let mut taken = merge_sorted(ranges, order, 0, Some(skip.saturating_add(limit)));
+    let last = taken.last().cloned();
+    let at = usize::try_from(skip).unwrap_or(usize::MAX).min(taken.len());
+    (taken.split_off(at), last)
 }
 
 /// A map view's rows for a list of `keys` (CouchDB's `fabric_view_map` with keys): key
@@ -545,6 +599,57 @@ pub fn security_written(took: &[usize], copies: &[usize]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frow(key: Value, id: &str) -> Value {
+        json!({"key": key, "id": id, "doc": {"_id": id}})
+    }
+
+    fn fids(rows: &[Value]) -> Vec<&str> {
+        rows.iter().map(|r| r["id"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn find_rows_merge_by_key_then_id_in_collation_order() {
+        // Numbers before strings, "a" before "B" (ICU), equal keys by id.
+        let one = vec![frow(json!([1]), "z"), frow(json!(["a"]), "c")];
+        let two = vec![
+            frow(json!([1]), "b"),
+            frow(json!([2]), "a"),
+            frow(json!(["B"]), "d"),
+        ];
+        let (page, last) = find_page(vec![one, two], find_order(false, false), 1, 3);
+        assert_eq!(fids(&page), ["z", "a", "c"]);
+        assert_eq!(last.unwrap()["id"], "c");
+    }
+
+    #[test]
+    fn find_rows_descending_and_by_id_for_all_docs() {
+        let one = vec![frow(json!("b"), "b"), frow(json!("a"), "a")];
+        let two = vec![frow(json!("c"), "c"), frow(json!("B"), "B")];
+        let (page, _) = find_page(vec![one, two], find_order(true, true), 0, 10);
+        // Bytes: "B" < "a" < "b" < "c".
+        assert_eq!(fids(&page), ["c", "b", "a", "B"]);
+        let one = vec![frow(json!([1]), "x"), frow(json!([1]), "a")];
+        let two = vec![frow(json!([3]), "m")];
+        let two_desc: Vec<Value> = two.into_iter().collect();
+        let (page, _) = find_page(vec![two_desc, one], find_order(false, true), 0, 10);
+        assert_eq!(fids(&page), ["m", "x", "a"]);
+    }
+
+    #[test]
+    fn a_find_page_names_the_last_row_taken_even_when_skipped() {
+        let rows = vec![vec![frow(json!([1]), "a"), frow(json!([2]), "b")]];
+        let (page, last) = find_page(rows.clone(), find_order(false, false), 2, 0);
+        assert!(page.is_empty());
+        assert_eq!(last.unwrap()["id"], "b");
+        let (page, last) = find_page(rows.clone(), find_order(false, false), 5, 5);
+        assert!(page.is_empty());
+        assert_eq!(last.unwrap()["id"], "b");
+        let (page, last) = find_page(vec![vec![], vec![]], find_order(false, false), 0, 5);
+        assert!(page.is_empty() && last.is_none());
+        let (page, last) = find_page(rows, find_order(false, false), 0, 0);
+        assert!(page.is_empty() && last.is_none());
+    }
 
     fn ok(rev: &str) -> Reply {
         Reply::Answered {
@@ -850,5 +955,25 @@ mod tests {
         ];
         let rows = merge_sorted(ranges, by_key, 1, Some(2));
         assert_eq!(rows, [kv(json!(2), 0), kv(json!(4), 0)]);
+    }
+
+    #[test]
+    fn a_write_keeps_the_special_members_then_the_body_as_sent() {
+        let written = |doc: Value, replicated: bool| -> Value {
+            let doc = settee_core::parse_doc(doc).unwrap();
+            let mut out = Vec::new();
+            write_doc(&doc, replicated, &mut out);
+            serde_json::from_slice(&out).unwrap()
+        };
+        let doc = json!({"_id": "a", "_rev": "1-abc", "x": 1, "y": {"z": [1, "é"]}});
+        let out = written(doc.clone(), false);
+        assert_eq!(out, doc);
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["_id", "_rev", "x", "y"]);
+        assert_eq!(written(json!({"_id": "b"}), false), json!({"_id": "b"}));
+        assert_eq!(written(json!({"k": 2}), false), json!({"k": 2}));
+        let out = written(json!({"_id": "c", "_rev": "2-def", "_deleted": true}), true);
+        assert_eq!(out["_revisions"], json!({"start": 2, "ids": ["def"]}));
+        assert_eq!(out["_deleted"], true);
     }
 }
