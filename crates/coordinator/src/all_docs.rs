@@ -33,16 +33,22 @@ impl Coordinator {
         let endpoint = match ns {
             Namespace::All => "_all_docs",
             Namespace::Design => "_design_docs",
-            // Local documents are not served from copies yet.
-            Namespace::Local => return Err(Error::NotOnCluster("_local_docs")),
+            Namespace::Local => "_local_docs",
         };
         if q.partition.is_some() {
             return Err(Error::NotOnCluster("a partition's _all_docs"));
         }
-        let (head, rows) = match &q.keys {
+        let (mut head, rows) = match &q.keys {
             None => self.all_docs_range(db, map, user, &q, endpoint)?,
             Some(keys) => self.all_docs_keys(db, map, user, &q, keys, endpoint)?,
         };
+        if ns == Namespace::Local {
+            // Each copy keeps its own local documents; CouchDB counts none of them.
+            head = String::from("{\"total_rows\":null,\"offset\":null");
+            if q.update_seq {
+                head.push_str(",\"update_seq\":null");
+            }
+        }
         let mut text = head;
         text.push_str(",\"rows\":[\r\n");
         if !out(text.as_bytes()) {

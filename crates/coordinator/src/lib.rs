@@ -972,16 +972,21 @@ impl Fabric for Coordinator {
         queries: &[Value],
         out: &mut dyn FnMut(usize, &[u8]) -> bool,
     ) -> Result<()> {
-        Fabric::view_queries(
-            self.local(db, "views")?,
-            db,
-            user,
-            ddoc,
-            view,
-            base,
-            queries,
-            out,
-        )
+        let Some((_, map)) = self.clustered(db) else {
+            return Fabric::view_queries(&self.node, db, user, ddoc, view, base, queries, out);
+        };
+        // Every query checked before any runs, as on a node.
+        let args = (queries.iter())
+            .map(|q| {
+                let q = (q.as_object())
+                    .ok_or_else(|| Error::bad_request("Each query must be a JSON object"))?;
+                Ok(base.for_query_object(q)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (i, a) in args.into_iter().enumerate() {
+            self.view_clustered(db, &map, user, ddoc, view, a, &mut |b| out(i, b))?;
+        }
+        Ok(())
     }
 
     fn design_info(&self, db: &str, ddoc: &str) -> Result<Value> {

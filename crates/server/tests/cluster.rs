@@ -548,7 +548,7 @@ fn clustered_databases_keep_documents_on_their_copies() {
     // Only admins, as the copies' default security has it; no answer about a database
     // this member holds no whole copy of.
     assert_eq!(nodes[0].anon("GET", "/cdb/d2", None, &[]).status, 401);
-    let r = nodes[0].get("/cdb/_local_docs");
+    let r = nodes[0].get("/cdb/_design/d/_info");
     assert_eq!(r.status, 501, "{}", r.text);
     assert_eq!(r.json()["error"], "not_implemented");
 
@@ -1123,6 +1123,21 @@ fn clustered_changes_resume_on_any_member_and_feed_replication() {
     );
     let r = nodes[0].post("/_replicate", &body);
     assert_eq!(r.json()["no_changes"], true, "{}", r.text);
+    // Its checkpoint is a local document of the copies, listed once as CouchDB lists them.
+    let r = nodes[2].get("/feed2/_local_docs").json();
+    assert_eq!(
+        (r["total_rows"].clone(), r["offset"].clone()),
+        (Value::Null, Value::Null)
+    );
+    let checkpoints: Vec<&Value> = (r["rows"].as_array().unwrap().iter())
+        .filter(|row| {
+            !row["id"]
+                .as_str()
+                .unwrap()
+                .starts_with("_local/shard-sync-")
+        })
+        .collect();
+    assert_eq!(checkpoints.len(), 1, "{r}");
 
     // With the member whose copies a sequence names down, a feed from it reads other
     // copies from their start: rows may come again, none is missed.
@@ -1225,6 +1240,31 @@ fn clustered_views_merge_rows_and_reduce_again() {
         .json();
     assert_eq!(r["rows"][0]["key"], false, "{r}");
     assert_eq!(nodes[0].get("/vdb/_design/d/_view/distinct").status, 501);
+
+    // Several queries at once, each as alone.
+    let r = nodes[2].post(
+        "/vdb/_design/d/_view/sum/queries",
+        r#"{"queries": [{}, {"group": true, "limit": 1}, {"reduce": false, "skip": 19}]}"#,
+    );
+    let results = r.json()["results"].clone();
+    assert_eq!(
+        results[0]["rows"],
+        json!([{"key": null, "value": 190}]),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        results[1]["rows"],
+        json!([{"key": false, "value": 90}]),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        results[2]["rows"].as_array().unwrap().len(),
+        1,
+        "{}",
+        r.text
+    );
 
     // CouchDB's errors for what is not there.
     let r = nodes[1].get("/vdb/_design/d/_view/nope");
