@@ -19,29 +19,15 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The member of a `_find` body in which a cluster's coordinator gives a shard copy the
+/// database's Mango index design documents (an array of whole design documents, `_id`
+/// included), which stand in for the copy's own (see [`Node::find_given`]).
+pub const GIVEN_INDEXES: &str = "settee_indexes";
+
 impl Node {
-    /// Plans a `_find` over `db`'s indexes (for `_explain` when `explain`). A sort no index
-    /// serves in a partitioned database names the indexes' scope, as
-    /// `mango_idx:mango_sort_error` does.
+    /// Plans a `_find` over `db`'s indexes (for `_explain` when `explain`).
     pub fn plan_find(&self, db: &Database, opts: &FindOpts, explain: bool) -> Result<Plan> {
-        let partitioned = db.props().partitioned;
-        if !opts.partition.is_empty() && !partitioned {
-            return Err(Error::bad_request(
-                "`partition` parameter is not supported in this db.",
-            ));
-        }
-        let all = indexes(db)?;
-        plan::plan(opts, &all, explain).map_err(|e| match e {
-            settee_mango::Error::NoUsableSortIndex if partitioned => Error::NoUsableIndex(format!(
-                "No {} index exists for this sort, try indexing by the sort fields.",
-                if opts.partition.is_empty() {
-                    "global"
-                } else {
-                    "partitioned"
-                }
-            )),
-            e => e.into(),
-        })
+        plan_over(opts, &indexes(db)?, db.props().partitioned, explain)
     }
 
     /// Runs a planned `_find` as `reader` (whose view of `_replicator` credentials
@@ -57,8 +43,85 @@ impl Node {
         let threshold = self
             .config
             .get_u64("mango", "index_scan_warning_threshold", 10);
-        run(self, db, opts, plan, threshold, reader, out)
+        run(self, db, opts, plan, threshold, reader, None, out)
     }
+
+    /// A `_find` on shard copy `db` over the index design documents `designs` its caller
+    /// gives instead of the copy's own (which hold only its range's design documents):
+    /// how a cluster's coordinator queries a copy, as CouchDB's shard workers are given
+    /// the index's design document. The json indexes are the copy's own views of those
+    /// designs (built on first use, by signature). Each row is written as `{"key", "id",
+    /// "doc"}` (the index key the coordinator merges by). Only a shard copy, only for a
+    /// server admin (a member, for its coordinator).
+    pub fn find_given(
+        &self,
+        db: &Arc<Database>,
+        user: &settee_auth::UserCtx,
+        opts: &FindOpts,
+        designs: &[Value],
+        out: &mut dyn FnMut(&[u8]) -> bool,
+    ) -> Result<()> {
+        if !settee_core::is_shard_name(&db.name) || !user.is_server_admin() {
+            return Err(Error::Forbidden(
+                "Indexes are given only to a shard copy, by a member.".into(),
+            ));
+        }
+        let mut given = Vec::with_capacity(designs.len());
+        for d in designs {
+            match (d.as_object(), d["_id"].as_str()) {
+                (Some(body), Some(id)) if id.starts_with("_design/") => given.push((id, body)),
+                _ => {
+                    return Err(Error::bad_request(
+                        "A given index must be a design document.",
+                    ))
+                }
+            }
+        }
+        let partitioned = db.props().partitioned;
+        let all = indexes_of(given, partitioned);
+        let plan = plan_over(opts, &all, partitioned, false)?;
+        let threshold = self
+            .config
+            .get_u64("mango", "index_scan_warning_threshold", 10);
+        let reader = crate::replicator_read::reader(db, user);
+        run(self, db, opts, &plan, threshold, reader, Some(designs), out)
+    }
+}
+
+/// Plans a `_find` over `all` (for `_explain` when `explain`) in a database that is
+/// `partitioned` or not. A sort no index serves in a partitioned database names the
+/// indexes' scope, as `mango_idx:mango_sort_error` does.
+pub fn plan_over(opts: &FindOpts, all: &[Index], partitioned: bool, explain: bool) -> Result<Plan> {
+    if !opts.partition.is_empty() && !partitioned {
+        return Err(Error::bad_request(
+            "`partition` parameter is not supported in this db.",
+        ));
+    }
+    plan::plan(opts, all, explain).map_err(|e| match e {
+        settee_mango::Error::NoUsableSortIndex if partitioned => Error::NoUsableIndex(format!(
+            "No {} index exists for this sort, try indexing by the sort fields.",
+            if opts.partition.is_empty() {
+                "global"
+            } else {
+                "partitioned"
+            }
+        )),
+        e => e.into(),
+    })
+}
+
+/// Every index of the design documents `designs` (`(id, body)`, any order), in listing
+/// order, `_all_docs` first.
+pub fn indexes_of<'a>(
+    designs: impl IntoIterator<Item = (&'a str, &'a Map<String, Value>)>,
+    partitioned: bool,
+) -> Vec<Index> {
+    let mut out = vec![Index::all_docs()];
+    for (id, body) in designs {
+        out.extend(index::from_design_doc(id, body, partitioned));
+    }
+    index::sort_for_listing(&mut out);
+    out
 }
 
 /// Every index of `db`: `_all_docs`, then the json indexes of its `"language": "query"`
@@ -88,11 +151,16 @@ pub fn indexes(db: &Database) -> Result<Vec<Index>> {
 
 /// `_explain`'s answer for a planned query.
 pub fn explain(db: &Database, opts: &FindOpts, plan: &Plan) -> Value {
+    explain_of(&db.name, db.props().partitioned, opts, plan)
+}
+
+/// `_explain`'s answer for a planned query of database `name` (`partitioned` or not).
+pub fn explain_of(name: &str, partitioned: bool, opts: &FindOpts, plan: &Plan) -> Value {
     let mut out = json!({
-        "dbname": db.name,
+        "dbname": name,
         "index": plan.index.as_ref().map(Index::to_json),
         "partitioned": plan.index.as_ref().is_some_and(|i| if i.is_special() {
-            db.props().partitioned
+            partitioned
         } else {
             i.partitioned
         }),
@@ -140,6 +208,8 @@ struct Run<'a> {
     open: bool,
     /// Whose credentials documents hide (`replicator_read`).
     reader: Option<Arc<crate::replicator_read::Reader>>,
+    /// Rows are written as `{"key", "id", "doc"}` (for a coordinator, [`Node::find_given`]).
+    keyed: bool,
 }
 
 impl Run<'_> {
@@ -203,13 +273,43 @@ impl Run<'_> {
             b",\r\n"
         };
         self.stats.returned += 1;
-        let bytes = render(self.opts.fields.as_ref())?;
+        let mut bytes = render(self.opts.fields.as_ref())?;
+        if self.keyed {
+            let last = self.last.as_ref().expect("set above");
+            bytes = keyed_row(&last.key, id, &bytes);
+        }
         self.open = (self.out)(sep) && (self.out)(&bytes);
         Ok(())
     }
 }
 
-/// Executes a planned `_find`, writing its body.
+/// A row as [`Node::find_given`] writes it: `{"key": key, "id": id, "doc": doc}`.
+fn keyed_row(key: &Value, id: &str, doc: &[u8]) -> Vec<u8> {
+    let mut row = format!("{{\"key\":{key},\"id\":{},\"doc\":", json!(id)).into_bytes();
+    row.extend_from_slice(doc);
+    row.push(b'}');
+    row
+}
+
+/// CouchDB's warning of a query that examined many documents (`examined`, quorum reads
+/// included) for those it returned, given `[mango] index_scan_warning_threshold`.
+pub fn scan_warning(examined: u64, returned: u64, threshold: u64) -> Option<&'static str> {
+    let ratio = if returned == 0 {
+        examined
+    } else {
+        examined / returned.max(1)
+    };
+    let over = if returned == 0 {
+        examined > threshold
+    } else {
+        examined > threshold * returned
+    };
+    (threshold > 0 && over && ratio > 0).then_some("The number of documents examined is high in proportion to the number of results returned. Consider adding a more specific index to improve this.")
+}
+
+/// Executes a planned `_find`, writing its body; with `given` design documents (see
+/// [`Node::find_given`]) json indexes are views of those, and rows carry their index key.
+#[allow(clippy::too_many_arguments)]
 fn run(
     node: &Node,
     db: &Arc<Database>,
@@ -217,6 +317,7 @@ fn run(
     plan: &Plan,
     threshold: u64,
     reader: Option<Arc<crate::replicator_read::Reader>>,
+    given: Option<&[Value]>,
     out: &mut dyn FnMut(&[u8]) -> bool,
 ) -> Result<()> {
     let started = Instant::now();
@@ -236,12 +337,16 @@ fn run(
         last: None,
         open: true,
         reader,
+        keyed: given.is_some(),
     };
     let index = plan.index.as_ref().expect("a _find plan has an index");
     // Even `limit: 0` reads up to the first match, which ends it.
     match &index.kind {
         Kind::Special => scan_all_docs(db, opts, plan, resume.as_ref(), &mut r)?,
-        Kind::Json { .. } => scan_view(node, db, opts, plan, index, resume.as_ref(), &mut r)?,
+        Kind::Json { .. } => {
+            let view = index_view(node, db, index, given)?;
+            scan_view(node, db, opts, plan, index, view, resume.as_ref(), &mut r)?
+        }
     }
     // A scan that ran out of rows sends the counts of those after its last match.
     r.roll(true);
@@ -273,20 +378,9 @@ fn run(
         m.mango_unindexed_queries.inc();
     }
     let mut warnings = plan.warnings.clone();
-    let scanned = s.docs + s.quorum_docs;
-    let ratio = if s.returned == 0 {
-        scanned
-    } else {
-        scanned / s.returned.max(1)
-    };
-    let over = if s.returned == 0 {
-        scanned > threshold
-    } else {
-        scanned > threshold * s.returned
-    };
-    if threshold > 0 && over && ratio > 0 {
+    if let Some(w) = scan_warning(s.docs + s.quorum_docs, s.returned, threshold) {
         m.mango_too_many_docs_scanned.inc();
-        warnings.push("The number of documents examined is high in proportion to the number of results returned. Consider adding a more specific index to improve this.".into());
+        warnings.push(w.into());
     }
     if !warnings.is_empty() {
         tail.push_str(&format!(
@@ -623,19 +717,40 @@ fn max_key() -> Value {
     json!({"\u{ffff}\u{ffff}": "\u{ffff}"})
 }
 
+/// A json index's view: of its design document in the database, or of the one `given`.
+fn index_view(
+    node: &Node,
+    db: &Database,
+    index: &Index,
+    given: Option<&[Value]>,
+) -> Result<(Arc<settee_views::Group>, usize)> {
+    let ddoc = index.ddoc.as_deref().unwrap_or_default();
+    let Some(given) = given else {
+        return node.view_group(db, ddoc.trim_start_matches("_design/"), &index.name);
+    };
+    let design = (given.iter())
+        .find(|d| d["_id"] == ddoc)
+        .and_then(Value::as_object)
+        .ok_or_else(|| Error::internal("a given index without its design document"))?;
+    let g = node.views.group(db, ddoc, design)?;
+    let n = (g.def.view(&index.name).map(|(i, _)| i))
+        .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
+    Ok((Arc::new(g), n))
+}
+
 /// A json index: its view's rows over the plan's key range, documents read by id (or
 /// rebuilt from the key when the index covers the query).
+#[allow(clippy::too_many_arguments)]
 fn scan_view(
     node: &Node,
     db: &Arc<Database>,
     opts: &FindOpts,
     plan: &Plan,
     index: &Index,
+    (g, view): (Arc<settee_views::Group>, usize),
     resume: Option<&Bookmark>,
     r: &mut Run<'_>,
 ) -> Result<()> {
-    let ddoc = index.ddoc.as_deref().unwrap_or_default();
-    let (g, view) = node.view_group(db, ddoc.trim_start_matches("_design/"), &index.name)?;
     let (start, end) = plan.json_keys(max_key());
     let mut q = ViewQuery {
         start_key: Some(start),
@@ -644,10 +759,18 @@ fn scan_view(
         partition: (!opts.partition.is_empty()).then(|| opts.partition.clone()),
         ..Default::default()
     };
+    // A bookmark resumes at its row, which is skipped: on a single node (as CouchDB's)
+    // the first row whatever it is; on a shard copy (`keyed`) only if it is that row, as
+    // the copy may not hold it (it was another range's).
+    let mut passed = None;
     if let Some(b) = resume {
         q.start_key = Some(b.key.clone());
         q.start_docid = Some(b.docid.clone());
-        q.skip = 1;
+        if r.keyed {
+            passed = Some(b.docid.as_str());
+        } else {
+            q.skip = 1;
+        }
     }
     let fresh = if opts.refresh() {
         Freshness::Update
@@ -660,6 +783,9 @@ fn scan_view(
         let Event::Row { id, key, .. } = e else {
             return ControlFlow::Continue(());
         };
+        if passed.take() == Some(id) {
+            return ControlFlow::Continue(());
+        }
         match view_row(db, opts, plan, &columns, r, id, key) {
             Err(e) => {
                 failure = Some(e);

@@ -35,11 +35,20 @@ pub async fn find(
     partition: Option<String>,
 ) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
-    let body = object_body(&mut req).await?;
+    let mut body = object_body(&mut req).await?;
+    let given = given_indexes(&db, explain, &mut body)?;
     let default_limit = state.config.get_u64("mango", "default_limit", 25);
     let mut opts = FindOpts::parse(&body, default_limit)?;
     if let Some(p) = partition {
         opts.partition = p;
+    }
+    if let Some(designs) = given {
+        let (node, db, user) = (state.node.clone(), db.engine("_find")?.clone(), req.user);
+        return Ok(stream(JSON, move |sink| {
+            let out = &mut |b: &[u8]| sink.write(b);
+            Ok(node.find_given(&db, &user, &opts, &designs, out)?)
+        })
+        .await);
     }
     if explain {
         let node = state.fabric.clone();
@@ -52,6 +61,25 @@ pub async fn find(
         Ok(Fabric::find(&*node, &db.name, &user, &opts, out)?)
     })
     .await)
+}
+
+/// On a shard copy, the index design documents a coordinator gives a `_find` in the
+/// body's `settee_indexes` (taken out of the body; see `Node::find_given`). Any other
+/// database, and `_explain`, leave that member to the options, which refuse it as any
+/// unknown one.
+fn given_indexes(
+    db: &DbRef,
+    explain: bool,
+    body: &mut Map<String, Value>,
+) -> ApiResult<Option<Vec<Value>>> {
+    if explain || !settee_core::is_shard_name(&db.name) {
+        return Ok(None);
+    }
+    match body.shift_remove(settee_node::find::GIVEN_INDEXES) {
+        None => Ok(None),
+        Some(Value::Array(designs)) => Ok(Some(designs)),
+        Some(_) => Err(ApiError::bad_request("Given indexes must be an array.")),
+    }
 }
 
 /// `/{db}/_index[/…]`; `rest` is the path after `_index`.

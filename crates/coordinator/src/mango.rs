@@ -1,0 +1,350 @@
+//! Mango on a clustered database, as CouchDB's `mango_httpd` → `mango_crud` → `fabric`:
+//!
+//! - Indexes are `"language": "query"` design documents, written and deleted as any
+//!   document is (on every copy of their id's range, with the write quorum) by the node's
+//!   own index logic (`settee_node::mango_index::Ddocs`), reading the design document
+//!   through the cluster. Listing reads `_design_docs` of one copy per range.
+//! - `_find` plans here over those design documents, then gives them to one copy of every
+//!   range (body member `settee_indexes`), which runs its ordinary `_find` with them in
+//!   place of its own (`Node::find_given`: the same plan, its own view of each index)
+//!   and writes each row with its index key. The rows are merged here in the index's
+//!   order (the sort's), `skip` and `limit` applied here (copies are asked for
+//!   `skip + limit` from 0), `execution_stats` summed, warnings judged here.
+//! - The bookmark is the node's: the last row taken (skipped or returned) as
+//!   `(key, id)` of the chosen index. The copies' rows are merged in that index's global
+//!   order, so every copy resumes after the same row (`startkey`/`startkey_docid`, one
+//!   row skipped), as CouchDB's clustered `mango_json_bookmark` does.
+//! - `_explain` is planned here over the same indexes (CouchDB's coordinator answers it
+//!   without asking any shard).
+//!
+//! Each range is asked in the map's order turned by its number, as views, so the ranges'
+//! Mango indexes build on different members.
+
+use crate::{copy_error, copy_path, merge, unavailable, Coordinator};
+use futures_util::future::join_all;
+use serde_json::{json, Map, Value};
+use settee_auth::UserCtx;
+use settee_cluster::ShardMap;
+use settee_mango::bookmark::Bookmark;
+use settee_mango::index::Index;
+use settee_mango::opts::FindOpts;
+use settee_node::fabric::{Fut, Out};
+use settee_node::find::{explain_of, indexes_of, plan_over, scan_warning, GIVEN_INDEXES};
+use settee_node::mango_index::Ddocs;
+use settee_node::{Error, Fabric, Result};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Coordinator {
+    /// Every Mango index of a clustered database, in listing order.
+    pub(crate) fn indexes_clustered(&self, db: &str, map: &ShardMap) -> Result<Vec<Index>> {
+        let designs = self.query_designs(db, map)?;
+        Ok(indexes_of(named(&designs), map.partitioned))
+    }
+
+    /// `_explain` of a clustered database: planned here over its indexes.
+    pub(crate) fn explain_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        opts: &FindOpts,
+    ) -> Result<Value> {
+        let designs = self.query_designs(db, map)?;
+        let all = indexes_of(named(&designs), map.partitioned);
+        let plan = plan_over(opts, &all, map.partitioned, true)?;
+        Ok(explain_of(db, map.partitioned, opts, &plan))
+    }
+
+    /// `_find` of a clustered database (see the module's documentation).
+    pub(crate) fn find_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        opts: &FindOpts,
+        out: Out<'_>,
+    ) -> Result<()> {
+        if !opts.partition.is_empty() {
+            return Err(Error::NotOnCluster("a partition's _find"));
+        }
+        let started = Instant::now();
+        let designs = self.query_designs(db, map)?;
+        let all = indexes_of(named(&designs), map.partitioned);
+        let plan = plan_over(opts, &all, map.partitioned, false)?;
+        if plan.empty {
+            // As a single node: nothing can match, nothing is read.
+            out(b"{\"docs\":[\r\n]}\r\n");
+            return Ok(());
+        }
+        let index = plan.index.as_ref().expect("a _find plan has an index");
+        let body = copy_body(opts, designs);
+        let answers = self.ask_each_range(
+            map,
+            |range| format!("{}/_find", copy_path(map, db, range)),
+            &body,
+        )?;
+
+        let mut stats = [0u64; 3];
+        let mut rows = Vec::with_capacity(answers.len());
+        for mut answer in answers {
+            let s = &answer["execution_stats"];
+            for (sum, name) in stats.iter_mut().zip([
+                "total_keys_examined",
+                "total_docs_examined",
+                "total_quorum_docs_examined",
+            ]) {
+                *sum += s[name].as_u64().unwrap_or(0);
+            }
+            rows.push(match answer["docs"].take() {
+                Value::Array(docs) => docs,
+                _ => return Err(unavailable("a copy's _find answer without docs".into())),
+            });
+        }
+        let order = merge::find_order(index.is_special(), plan.descending);
+        let (page, last) = merge::find_page(rows, order, opts.skip, opts.limit);
+
+        if !out(b"{\"docs\":[") {
+            return Ok(());
+        }
+        for (i, row) in page.iter().enumerate() {
+            let sep: &[u8] = if i == 0 { b"\r\n" } else { b",\r\n" };
+            if !(out(sep) && out(&serde_json::to_vec(&row["doc"]).expect("json"))) {
+                return Ok(());
+            }
+        }
+        let bookmark = match (&last, &opts.bookmark) {
+            (Some(row), _) => Bookmark {
+                key: row["key"].clone(),
+                docid: row["id"].as_str().unwrap_or_default().to_owned(),
+            }
+            .encode(),
+            (None, Some(given)) => given.clone(),
+            (None, None) => "nil".into(),
+        };
+        let mut tail = format!("\r\n],\r\n\"bookmark\": {}", Value::String(bookmark));
+        let returned = page.len() as u64;
+        if opts.execution_stats {
+            let ms = started.elapsed().as_micros() as f64 / 1000.0;
+            let stats = json!({
+                "total_keys_examined": stats[0],
+                "total_docs_examined": stats[1],
+                "total_quorum_docs_examined": stats[2],
+                "results_returned": returned,
+                "execution_time_ms": ms,
+            });
+            tail.push_str(&format!(",\r\n\"execution_stats\": {stats}"));
+        }
+        let mut warnings = plan.warnings.clone();
+        let threshold = (self.node.config).get_u64("mango", "index_scan_warning_threshold", 10);
+        if let Some(w) = scan_warning(stats[1] + stats[2], returned, threshold) {
+            warnings.push(w.into());
+        }
+        if !warnings.is_empty() {
+            let warning = Value::String(warnings.join("\n"));
+            tail.push_str(&format!(",\r\n\"warning\": {warning}"));
+        }
+        tail.push_str("}\r\n");
+        out(tail.as_bytes());
+        Ok(())
+    }
+
+    /// The database's `"language": "query"` design documents, whole (`_id` and `_rev`
+    /// included), from one copy of each range's `_design_docs`, in id order.
+    fn query_designs(&self, db: &str, map: &ShardMap) -> Result<Vec<Value>> {
+        let answers = self.one_copy_per_range(
+            map,
+            |range| {
+                let path = format!(
+                    "{}/_design_docs?include_docs=true",
+                    copy_path(map, db, range)
+                );
+                Some(("GET".into(), path, None))
+            },
+            None,
+        )?;
+        let mut designs: Vec<Value> = (answers.into_iter())
+            .flat_map(|a| match a.body {
+                Value::Object(mut m) => match m.shift_remove("rows") {
+                    Some(Value::Array(rows)) => rows,
+                    _ => Vec::new(),
+                },
+                _ => Vec::new(),
+            })
+            .filter_map(|mut row| {
+                let doc = row["doc"].take();
+                (doc["language"] == "query").then_some(doc)
+            })
+            .collect();
+        designs.sort_by(|a, b| {
+            let id = |d: &Value| d["_id"].as_str().unwrap_or_default().to_owned();
+            id(a).cmp(&id(b))
+        });
+        Ok(designs)
+    }
+
+    /// One answer per range to `POST target(range)` with `body`, asked as this member:
+    /// range `i`'s copies in the map's order turned by `i` until one answers 200 (a copy
+    /// that is down, fails or lacks its database is passed over; any other refusal is the
+    /// client's answer).
+    fn ask_each_range(
+        &self,
+        map: &ShardMap,
+        target: impl Fn(&str) -> String,
+        body: &Value,
+    ) -> Result<Vec<Value>> {
+        let asks = map.by_range.iter().enumerate().map(|(i, copies)| {
+            let target = target(&copies.range);
+            async move {
+                let mut failures = Vec::new();
+                for node in turned(&copies.nodes, i) {
+                    match self.ask(node, "POST", &target, None, Some(body)).await {
+                        merge::Reply::Answered { status: 200, body } => return Ok(body),
+                        merge::Reply::Answered { status, body }
+                            if !crate::all_docs::passed_over(status, &body) =>
+                        {
+                            return Err(copy_error(status, &body))
+                        }
+                        other => failures.push(format!("{node}: {other:?}")),
+                    }
+                }
+                Err(unavailable(format!(
+                    "no copy of range {} answered ({})",
+                    copies.range,
+                    failures.join("; ")
+                )))
+            }
+        });
+        crate::block_on(join_all(asks)).into_iter().collect()
+    }
+}
+
+/// A clustered database's design documents as index operations read and write them: read
+/// from every copy of their range (the newest revision wins), written through the
+/// coordinator (every copy, the write quorum).
+pub(crate) struct ClusterDdocs<'a> {
+    coordinator: &'a Coordinator,
+    db: &'a str,
+    map: Arc<ShardMap>,
+    user: &'a UserCtx,
+}
+
+impl<'a> ClusterDdocs<'a> {
+    pub(crate) fn new(
+        coordinator: &'a Coordinator,
+        db: &'a str,
+        map: Arc<ShardMap>,
+        user: &'a UserCtx,
+    ) -> Self {
+        ClusterDdocs {
+            coordinator,
+            db,
+            map,
+            user,
+        }
+    }
+}
+
+impl Ddocs for ClusterDdocs<'_> {
+    fn fabric(&self) -> &dyn Fabric {
+        self.coordinator
+    }
+
+    fn read(&self, id: String) -> Fut<'_, Option<(Map<String, Value>, String)>> {
+        Box::pin(async move {
+            let c = self.coordinator;
+            let copies = Coordinator::doc_copies(&self.map, self.db, &id);
+            let replies = join_all(
+                (copies.iter()).map(|(node, path)| c.ask(node, "GET", path, Some(self.user), None)),
+            )
+            .await;
+            match merge::read(&replies) {
+                merge::ReadOutcome::Found { doc, rev, .. } => match doc {
+                    Value::Object(mut body) => {
+                        body.shift_remove("_id");
+                        body.shift_remove("_rev");
+                        Ok(Some((body, rev.to_string())))
+                    }
+                    _ => Err(Error::internal("a design document's body")),
+                },
+                merge::ReadOutcome::NotFound(_) => Ok(None),
+                merge::ReadOutcome::Failed { status, body } => Err(copy_error(status, &body)),
+                merge::ReadOutcome::Unanswered(why) => Err(unavailable(why)),
+            }
+        })
+    }
+}
+
+/// The `(id, body)` of each design document.
+fn named(designs: &[Value]) -> impl Iterator<Item = (&str, &Map<String, Value>)> {
+    (designs.iter()).filter_map(|d| Some((d["_id"].as_str()?, d.as_object()?)))
+}
+
+/// Range `i`'s copies in the order a Mango query reads them: the map's, turned by `i`.
+fn turned(nodes: &[String], i: usize) -> impl Iterator<Item = &String> {
+    let at = if nodes.is_empty() { 0 } else { i % nodes.len() };
+    nodes[at..].iter().chain(&nodes[..at])
+}
+
+/// The `_find` body each copy is given: the client's options (the selector normalized,
+/// as CouchDB sends it to its shards), from the first row (`skip` 0, `limit` raised by
+/// `skip`), with its execution statistics, and the index design documents.
+fn copy_body(opts: &FindOpts, designs: Vec<Value>) -> Value {
+    let mut body = json!({
+        "selector": opts.selector.normalized(),
+        "limit": opts.limit.saturating_add(opts.skip),
+        "skip": 0,
+        "sort": opts.sort.to_list(),
+        "r": opts.r,
+        "conflicts": opts.conflicts,
+        "stale": if opts.stale_ok { json!("ok") } else { json!(false) },
+        "update": opts.update,
+        "stable": opts.stable,
+        "execution_stats": true,
+        "allow_fallback": opts.allow_fallback,
+        GIVEN_INDEXES: designs,
+    });
+    if !opts.use_index.is_empty() {
+        body["use_index"] = json!(opts.use_index);
+    }
+    if let Some(fields) = &opts.fields {
+        body["fields"] = json!(fields);
+    }
+    if let Some(b) = &opts.bookmark {
+        body["bookmark"] = json!(b);
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_read_their_copies_turned_by_their_number() {
+        let nodes: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let order = |i| turned(&nodes, i).cloned().collect::<Vec<_>>();
+        assert_eq!(order(0), ["a", "b", "c"]);
+        assert_eq!(order(1), ["b", "c", "a"]);
+        assert_eq!(order(5), ["c", "a", "b"]);
+        assert!(turned(&[], 3).next().is_none());
+    }
+
+    #[test]
+    fn copies_are_asked_from_the_first_row_with_the_indexes() {
+        let body = json!({"selector": {"n": {"$gt": 1}}, "skip": 3, "limit": 4,
+                          "sort": [{"n": "desc"}], "fields": ["n"], "bookmark": "xyz"});
+        let opts = FindOpts::parse(body.as_object().unwrap(), 25).unwrap();
+        let sent = copy_body(&opts, vec![json!({"_id": "_design/i"})]);
+        assert_eq!(sent["skip"], 0);
+        assert_eq!(sent["limit"], 7);
+        assert_eq!(sent["bookmark"], "xyz");
+        assert_eq!(sent["execution_stats"], true);
+        assert_eq!(sent[GIVEN_INDEXES][0]["_id"], "_design/i");
+        // What a copy is sent parses back to the same options.
+        let mut copy = sent.as_object().unwrap().clone();
+        copy.shift_remove(GIVEN_INDEXES);
+        let again = FindOpts::parse(&copy, 25).unwrap();
+        assert_eq!(again.selector.normalized(), opts.selector.normalized());
+        assert_eq!(again.sort.to_list(), opts.sort.to_list());
+        assert_eq!(again.fields, opts.fields);
+    }
+}
