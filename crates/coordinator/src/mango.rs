@@ -67,6 +67,10 @@ impl Coordinator {
             return Err(Error::NotOnCluster("a partition's _find"));
         }
         let started = Instant::now();
+        // A bookmark the copies would refuse is the client's `invalid_bookmark` here.
+        if let Some(b) = &opts.bookmark {
+            Bookmark::decode(b)?;
+        }
         let designs = self.query_designs(db, map)?;
         let all = indexes_of(named(&designs), map.partitioned);
         let plan = plan_over(opts, &all, map.partitioned, false)?;

@@ -157,6 +157,10 @@ fn clustered_mango_answers_as_a_single_node() {
             assert_eq!(got["bookmark"], want["bookmark"], "{q}");
         }
     }
+    let bad = json!({"selector": {"n": 3}, "bookmark": "not a bookmark"});
+    let want = single.post("/mdb/_find", &bad.to_string());
+    let got = nodes[2].post("/mdb/_find", &bad.to_string());
+    assert_eq!((got.status, got.json()), (want.status, want.json()));
     let r = find(&nodes[1], "mdb", &queries[5]);
     assert_eq!(r["execution_stats"]["results_returned"], 3, "{r}");
     assert!(
