@@ -63,9 +63,6 @@ impl Coordinator {
         opts: &FindOpts,
         out: Out<'_>,
     ) -> Result<()> {
-        if !opts.partition.is_empty() {
-            return Err(Error::NotOnCluster("a partition's _find"));
-        }
         let started = Instant::now();
         // A bookmark the copies would refuse is the client's `invalid_bookmark` here.
         if let Some(b) = &opts.bookmark {
@@ -81,11 +78,14 @@ impl Coordinator {
         }
         let index = plan.index.as_ref().expect("a _find plan has an index");
         let body = copy_body(opts, designs);
-        let answers = self.ask_each_range(
-            map,
-            |range| format!("{}/_find", copy_path(map, db, range)),
-            &body,
-        )?;
+        // A partition's documents are all in its range.
+        let only = (!opts.partition.is_empty()).then(|| {
+            map.copies_of(&format!("{}:", opts.partition))
+                .range
+                .as_str()
+        });
+        let target = |range: &str| format!("{}/_find", copy_path(map, db, range));
+        let answers = self.ask_each_range(map, only, target, &body)?;
 
         let mut stats = [0u64; 3];
         let mut rows = Vec::with_capacity(answers.len());
@@ -185,17 +185,21 @@ impl Coordinator {
         Ok(designs)
     }
 
-    /// One answer per range to `POST target(range)` with `body`, asked as this member:
+    /// One answer per range (`only` that one, if any) to `POST target(range)` with `body`,
+    /// asked as this member:
     /// range `i`'s copies in the map's order turned by `i` until one answers 200 (a copy
     /// that is down, fails or lacks its database is passed over; any other refusal is the
     /// client's answer).
     fn ask_each_range(
         &self,
         map: &ShardMap,
+        only: Option<&str>,
         target: impl Fn(&str) -> String,
         body: &Value,
     ) -> Result<Vec<Value>> {
-        let asks = map.by_range.iter().enumerate().map(|(i, copies)| {
+        let ranges =
+            (map.by_range.iter().enumerate()).filter(|(_, c)| only.is_none_or(|r| r == c.range));
+        let asks = ranges.map(|(i, copies)| {
             let target = target(&copies.range);
             async move {
                 let mut failures = Vec::new();
@@ -314,6 +318,9 @@ fn copy_body(opts: &FindOpts, designs: Vec<Value>) -> Value {
     }
     if let Some(b) = &opts.bookmark {
         body["bookmark"] = json!(b);
+    }
+    if !opts.partition.is_empty() {
+        body["partition"] = json!(opts.partition);
     }
     body
 }

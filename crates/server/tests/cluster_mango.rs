@@ -246,6 +246,37 @@ fn clustered_mango_answers_as_a_single_node() {
     let r = find(&nodes[0], "mdb", &q);
     assert!(r["warning"].as_str().unwrap().contains("idx"), "{r}");
     assert_eq!(ids(&r).len(), 12, "{r}");
+
+    // A partition's `_find` asks its range, with the partition's indexes.
+    assert_eq!(
+        nodes[0].put("/pdb?q=2&n=2&partitioned=true", "").status,
+        201
+    );
+    assert_eq!(single.put("/pdb?partitioned=true", "").status, 201);
+    let docs: Vec<Value> = (0..12)
+        .map(|i| json!({"_id": format!("{}:d{i:02}", ["a", "b", "c"][i % 3]), "n": 12 - i}))
+        .collect();
+    let body = json!({ "docs": docs }).to_string();
+    let index = json!({"index": {"fields": ["n"]}, "ddoc": "pn"}).to_string();
+    for s in [&nodes[1], &single] {
+        assert_eq!(s.post("/pdb/_bulk_docs", &body).status, 201);
+        ok_json(s.post("/pdb/_index", &index), "partitioned _index");
+    }
+    let q = json!({"selector": {"n": {"$gt": 2}}, "sort": ["n"], "limit": 2, "skip": 1});
+    let want = ok_json(
+        single.post("/pdb/_partition/b/_find", &q.to_string()),
+        "single",
+    );
+    assert_eq!(ids(&want), ["b:d04", "b:d01"]);
+    for n in &nodes {
+        let got = ok_json(n.post("/pdb/_partition/b/_find", &q.to_string()), "_find");
+        assert_eq!(got["docs"], want["docs"]);
+        assert_eq!(got["bookmark"], want["bookmark"]);
+    }
+    let q = json!({"selector": {"n": {"$gt": 2}}, "sort": ["n"]});
+    let want = single.post("/pdb/_find", &q.to_string());
+    let got = nodes[2].post("/pdb/_find", &q.to_string());
+    assert_eq!((got.status, got.json()), (want.status, want.json()));
 }
 
 #[test]
