@@ -206,6 +206,38 @@ fn clustered_mango_answers_as_a_single_node() {
         assert_eq!(got, want);
     }
 
+    // A database member queries as on a single node; index writes are an admin's.
+    let members = json!({"members": {"names": ["bob"]}}).to_string();
+    let bob = ("bob", "pw");
+    for s in nodes.iter().chain([&single]) {
+        s.add_user("bob", "pw", &[]);
+    }
+    assert_eq!(nodes[0].put("/mdb/_security", &members).status, 200);
+    assert_eq!(single.put("/mdb/_security", &members).status, 200);
+    let q = queries[0].to_string();
+    let want = single.as_user(bob, "POST", "/mdb/_find", Some(&q));
+    assert_eq!(want.status, 200, "{}", want.text);
+    let bobs = json!({"index": {"fields": ["name"]}, "ddoc": "bobs"}).to_string();
+    let refused = single.as_user(bob, "POST", "/mdb/_index", Some(&bobs));
+    assert!(refused.status >= 400, "{}", refused.text);
+    for n in &nodes {
+        eventually("bob a member", || {
+            n.as_user(bob, "POST", "/mdb/_find", Some(&q)).status == 200
+        });
+        let got = n.as_user(bob, "POST", "/mdb/_find", Some(&q));
+        assert_eq!(got.json()["docs"], want.json()["docs"]);
+        let r = n.as_user(bob, "POST", "/mdb/_index", Some(&bobs));
+        assert_eq!((r.status, r.json()), (refused.status, refused.json()));
+        // An index there already is no write: anyone reading may be told it exists.
+        let r = n.as_user(bob, "POST", "/mdb/_index", Some(&index.to_string()));
+        assert_eq!(r.json()["result"], "exists", "{}", r.text);
+        let r = n.as_user(bob, "GET", "/mdb/_index", None);
+        assert_eq!(r.json(), listed);
+    }
+    let r = single.anon("POST", "/mdb/_find", Some(&q), &[]);
+    let anon = nodes[1].anon("POST", "/mdb/_find", Some(&q), &[]);
+    assert_eq!((anon.status, anon.json()), (r.status, r.json()));
+
     // Deleting the index rewrites its design document through the cluster.
     let other = json!({"index": {"fields": ["group"]}, "ddoc": "other"});
     ok_json(nodes[0].post("/mdb/_index", &other.to_string()), "_index");
