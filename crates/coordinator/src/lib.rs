@@ -27,6 +27,7 @@
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
 
 mod all_docs;
+mod atts;
 mod changes;
 pub mod feed;
 mod local;
@@ -845,7 +846,10 @@ impl Fabric for Coordinator {
         wanted: &str,
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>> {
-        Fabric::open_revs(self.local(db, "open_revs")?, db, user, id, wanted, opts)
+        match self.clustered(db) {
+            Some((_, map)) => self.open_revs_clustered(db, &map, user, id, wanted, opts),
+            None => Fabric::open_revs(&self.node, db, user, id, wanted, opts),
+        }
     }
 
     fn show(
@@ -924,7 +928,10 @@ impl Fabric for Coordinator {
         name: &str,
         rev: Option<&Rev>,
     ) -> Result<AttInfo> {
-        Fabric::open_attachment(self.local(db, "attachments")?, db, id, name, rev)
+        match self.clustered(db) {
+            Some((_, map)) => self.open_attachment_clustered(db, &map, id, name, rev),
+            None => Fabric::open_attachment(&self.node, db, id, name, rev),
+        }
     }
 
     fn attachment_content(
@@ -934,7 +941,10 @@ impl Fabric for Coordinator {
         piece: att_read::Piece,
         out: Out<'_>,
     ) -> Result<()> {
-        Fabric::attachment_content(self.local(db, "attachments")?, db, att, piece, out)
+        match &att.content {
+            Some(content) => atts::send_fetched(content, piece, out),
+            None => Fabric::attachment_content(self.local(db, "attachments")?, db, att, piece, out),
+        }
     }
 
     fn upload_attachment<'a>(

@@ -572,6 +572,30 @@ pub fn bulk_get_docs(answers: &[&Value]) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// An `open_revs` list's entries from every copy's answer (`{"docs": [...]}` each): each
+/// revision a copy found, once, in the order first seen, then `{"missing": rev}` for
+/// each revision no copy found.
+pub fn open_revs_entries(answers: &[&Value]) -> Vec<Value> {
+    let mut found: Vec<Value> = Vec::new();
+    let mut missing: Vec<Value> = Vec::new();
+    for answer in answers {
+        for entry in answer["docs"].as_array().into_iter().flatten() {
+            if let Some(doc) = entry.get("ok") {
+                if !found.iter().any(|d| d["ok"]["_rev"] == doc["_rev"]) {
+                    found.push(json!({ "ok": doc }));
+                }
+            } else if let Some(rev) = entry.get("missing") {
+                if !missing.contains(rev) {
+                    missing.push(rev.clone());
+                }
+            }
+        }
+    }
+    missing.retain(|rev| !found.iter().any(|d| d["ok"]["_rev"] == *rev));
+    found.extend(missing.into_iter().map(|rev| json!({ "missing": rev })));
+    found
+}
+
 /// The security object most copies answered with (the first such when as many answered
 /// with another); `None` when none answered.
 pub fn security(answers: &[Value]) -> Option<Value> {

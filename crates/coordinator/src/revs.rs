@@ -1,5 +1,6 @@
-//! `_bulk_get`, `_revs_diff` and `_missing_revs` on a clustered database: the ids grouped
-//! by range, each group asked of its range's copies, the answers given in request order.
+//! `_bulk_get`, `_revs_diff`, `_missing_revs` and `open_revs` on a clustered database: the
+//! ids grouped by range, each group asked of its range's copies, the answers given in
+//! request order.
 
 use crate::all_docs::passed_over;
 use crate::merge::{self, Reply};
@@ -10,6 +11,7 @@ use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_core::Rev;
 use settee_db::RevsDiff;
+use settee_node::read::{ReadOpts, Revision};
 use settee_node::write::{BulkGetItem, BulkGetOpts};
 use settee_node::{Error, Result};
 use std::collections::BTreeMap;
@@ -132,6 +134,86 @@ impl Coordinator {
             }
         }
         Ok(())
+    }
+}
+
+impl Coordinator {
+    /// `GET /{db}/{id}?open_revs=…` (as `fabric_open_revs`): every copy of the id's range
+    /// asked for the same revisions (with their histories), the revisions any copy found
+    /// kept once each — for `all`, the leaves of the merged trees ([`merge::bulk_get_docs`])
+    /// — then `{"missing": rev}` for each asked revision no copy has. Attachments come
+    /// inline in the documents' JSON, also to a multipart client (a copy answers JSON).
+    pub(crate) fn open_revs_clustered(
+        &self,
+        db: &str,
+        map: &ShardMap,
+        user: &UserCtx,
+        id: &str,
+        wanted: &str,
+        opts: &ReadOpts,
+    ) -> Result<Vec<Revision>> {
+        if opts.atts.since_pos > 0 {
+            return Err(Error::NotOnCluster("atts_since with open_revs"));
+        }
+        let d = &opts.doc;
+        let mut params = vec![("open_revs", wanted.to_owned()), ("revs", "true".into())];
+        for (name, on) in [
+            ("latest", opts.latest),
+            ("attachments", opts.atts.inline || opts.multipart),
+            ("att_encoding_info", opts.atts.encoding_info),
+            ("conflicts", d.conflicts),
+            ("deleted_conflicts", d.deleted_conflicts),
+            ("revs_info", d.revs_info),
+            ("local_seq", d.local_seq),
+        ] {
+            if on {
+                params.push((name, "true".into()));
+            }
+        }
+        let query = form_query(&params);
+        let copies = Self::doc_copies(map, db, id);
+        let replies = block_on(join_all(copies.iter().map(|(node, path)| {
+            let target = format!("{path}?{query}");
+            async move { self.ask(node, "GET", &target, Some(user), None).await }
+        })));
+        let answered: Vec<Value> = (replies.iter())
+            .filter_map(|r| match r {
+                Reply::Answered { status: 200, body } => Some(json!({ "docs": body })),
+                _ => None,
+            })
+            .collect();
+        if answered.is_empty() {
+            return Err(no_copy(&replies));
+        }
+        let answered: Vec<&Value> = answered.iter().collect();
+        let entries = if wanted == "all" {
+            merge::bulk_get_docs(&answered)
+        } else {
+            merge::open_revs_entries(&answered)
+        };
+        Ok((entries.into_iter())
+            .map(|entry| match entry {
+                Value::Object(mut m) => match m.shift_remove("ok") {
+                    Some(mut doc) => {
+                        if let (false, Value::Object(doc)) = (d.revs, &mut doc) {
+                            doc.shift_remove("_revisions");
+                        }
+                        Revision::Json {
+                            ok: true,
+                            body: serde_json::to_vec(&doc).expect("json"),
+                        }
+                    }
+                    None => Revision::Json {
+                        ok: false,
+                        body: serde_json::to_vec(&Value::Object(m)).expect("json"),
+                    },
+                },
+                other => Revision::Json {
+                    ok: false,
+                    body: serde_json::to_vec(&other).expect("json"),
+                },
+            })
+            .collect())
     }
 }
 

@@ -89,8 +89,10 @@ pub async fn multipart_response(
 }
 
 /// `open_revs` for clients that accept `multipart/mixed` (CouchDB's replicator): one part
-/// per revision, nested `multipart/related` for those whose attachments are sent; streamed.
-pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<Revision>) -> Response {
+/// per revision, nested `multipart/related` for those whose attachments are sent, read
+/// from `db` (a clustered database's revisions come as JSON only, attachments inline);
+/// streamed.
+pub async fn multipart_mixed(db: Option<Arc<Database>>, revs: Vec<Revision>) -> Response {
     let boundary = new_boundary();
     let b = boundary.clone();
     let mut resp = stream("multipart/mixed", move |out| {
@@ -112,7 +114,12 @@ pub async fn multipart_mixed(db: Arc<Database>, revs: Vec<Revision>) -> Response
                         format!("--{b}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n")
                             .as_bytes(),
                     );
-                    write_related(out, &db, &inner, &doc, parts)?;
+                    let db = db.as_ref().ok_or_else(|| {
+                        ApiError::Db(settee_db::Error::Internal(
+                            "attachment parts of a database held elsewhere".into(),
+                        ))
+                    })?;
+                    write_related(out, db, &inner, &doc, parts)?;
                     out.write(b"\r\n");
                 }
             }

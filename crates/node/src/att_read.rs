@@ -25,6 +25,9 @@ pub struct AttInfo {
     pub gzip: bool,
     /// The length of what is stored (`length` unless compressed).
     pub stored_length: u64,
+    /// The content itself (identity-encoded) when it was fetched from a shard copy held by
+    /// another member (a clustered database's); `None`: in this node's store, by `digest`.
+    pub content: Option<bytes::Bytes>,
 }
 
 impl AttInfo {
@@ -71,6 +74,7 @@ pub fn open(db: &Database, id: &str, name: &str, rev: Option<&Rev>) -> Result<At
         length,
         gzip,
         stored_length,
+        content: None,
     })
 }
 

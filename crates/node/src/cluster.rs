@@ -138,7 +138,15 @@ impl Node {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
-        (self.peer_send(name, method, target, None, content_type, None, body)).await
+        (self.peer_send(name, method, target, None, content_type, None, None, body)).await
+    }
+
+    /// `GET` of an attachment's content (`target`) from member `name`, as a client that
+    /// accepts gzip (content stored compressed comes as stored, `content_encoding` gzip),
+    /// signed as this node on behalf of a server admin (the caller authorized the client).
+    pub async fn peer_attachment(&self, name: &str, target: &str) -> Result<Option<Forwarded>> {
+        let gzip = Some("gzip");
+        (self.peer_send(name, "GET", target, None, None, None, gzip, Bytes::new())).await
     }
 
     /// A request of JSON to member `name` (see `peer_send`): the member answers JSON (never
@@ -159,6 +167,7 @@ impl Node {
             user,
             ct,
             Some("application/json"),
+            None,
             body.unwrap_or_default(),
         )
         .await
@@ -176,6 +185,7 @@ impl Node {
         user: Option<&settee_auth::UserCtx>,
         content_type: Option<&str>,
         accept: Option<&str>,
+        accept_encoding: Option<&str>,
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
         let Some(cluster) = self.cluster() else {
@@ -207,6 +217,9 @@ impl Node {
         if let Some(accept) = accept {
             request = request.header(reqwest::header::ACCEPT, accept);
         }
+        if let Some(encoding) = accept_encoding {
+            request = request.header(reqwest::header::ACCEPT_ENCODING, encoding);
+        }
         let unreachable = |e: String| {
             Error::Cluster(settee_cluster::Error::Unavailable(format!(
                 "node {name} did not answer: {e}"
@@ -218,15 +231,18 @@ impl Node {
         let exchange = async {
             let resp = request.send().await?;
             let status = resp.status().as_u16();
-            let content_type = resp
-                .headers()
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
+            let header = |name| {
+                (resp.headers().get(name))
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let content_type = header(reqwest::header::CONTENT_TYPE);
+            let content_encoding = header(reqwest::header::CONTENT_ENCODING);
             let body = resp.bytes().await?;
             Ok::<_, reqwest::Error>(Forwarded {
                 status,
                 content_type,
+                content_encoding,
                 body,
             })
         };
@@ -248,6 +264,7 @@ impl Node {
 pub struct Forwarded {
     pub status: u16,
     pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
     pub body: Bytes,
 }
 

@@ -1139,6 +1139,57 @@ fn clustered_changes_resume_on_any_member_and_feed_replication() {
         .collect();
     assert_eq!(checkpoints.len(), 1, "{r}");
 
+    // A document with an attachment, read by `open_revs` from every copy, and replicated
+    // out of the cluster with its attachment.
+    let att =
+        json!({"_attachments": {"a.txt": {"content_type": "text/plain", "data": "aGVsbG8="}}});
+    let r = nodes[0].put("/feed/with_att", &att.to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev = r.json()["rev"].clone();
+    let r = nodes[2]
+        .get("/feed/with_att?open_revs=all&attachments=true")
+        .json();
+    assert_eq!(r[0]["ok"]["_rev"], rev, "{r}");
+    assert_eq!(
+        r[0]["ok"]["_attachments"]["a.txt"]["data"], "aGVsbG8=",
+        "{r}"
+    );
+    let r = nodes[2]
+        .get(&format!(
+            "/feed/with_att?open_revs=%5B%22{}%22,%229-x%22%5D",
+            rev.as_str().unwrap()
+        ))
+        .json();
+    assert_eq!(
+        (r[0]["ok"]["_rev"].clone(), r[1].clone()),
+        (rev, json!({"missing": "9-x"}))
+    );
+    let single = Server::start();
+    let out = format!("http://{user}:{pass}@{}/out", single.addr());
+    let body = json!({"source": source, "target": out, "create_target": true}).to_string();
+    let r = single.post("/_replicate", &body);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(single.get("/out").json()["doc_count"], 14, "{}", r.text);
+    let r = single.req_bytes("GET", "/out/with_att/a.txt", Vec::new(), &[]);
+    assert_eq!(r.body, b"hello");
+    // Read through the cluster as a node serves its own: whole, a range, gzip as stored.
+    let r = nodes[1].raw("GET", "/feed/with_att/a.txt", &[]);
+    assert_eq!((r.status, r.text.as_str()), (200, "hello"));
+    let mine = single.raw("GET", "/out/with_att/a.txt", &[]);
+    assert_eq!(r.header("etag"), mine.header("etag"));
+    // Content stored compressed: a range gets the whole of it, as from a node's own.
+    let range = [("Range", "bytes=1-3")];
+    let r = nodes[2].raw("GET", "/feed/with_att/a.txt", &range);
+    let mine = single.raw("GET", "/out/with_att/a.txt", &range);
+    assert_eq!((r.status, &r.text), (mine.status, &mine.text));
+    let r = nodes[0].raw(
+        "GET",
+        "/feed/with_att/a.txt",
+        &[("Accept-Encoding", "gzip")],
+    );
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(nodes[0].get("/feed/with_att/none.txt").status, 404);
+
     // With the member whose copies a sequence names down, a feed from it reads other
     // copies from their start: rows may come again, none is missed.
     nodes[1].kill9();

@@ -11,14 +11,13 @@ use axum::body::Body;
 use axum::http::{header, StatusCode};
 use axum::response::Response;
 use settee_core::{parse_doc, validate_doc_id, ParsedDoc, Rev};
-use settee_db::{Database, LocalUpdate};
+use settee_db::LocalUpdate;
 use settee_node::atts::AttOpts;
 use settee_node::fabric::{DbRef, Written};
 use settee_node::read::{ReadOpts, Rendered, Revision};
 use settee_node::write::WriteOpts;
 use settee_node::Fabric;
 use settee_wire::path::NotUtf8;
-use std::sync::Arc;
 
 pub async fn doc(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Response> {
     if id.starts_with("_local/") {
@@ -108,7 +107,6 @@ async fn get(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Res
     if let Some(wanted) = req.params.get("open_revs") {
         // As chttpd_db: multipart for any client whose Accept admits it.
         opts.multipart = settee_wire::accepts(req.header("accept"), "multipart/mixed");
-        let db = db.engine("open_revs")?.clone();
         return open_revs(state, db, id, wanted.to_string(), req.user, opts).await;
     }
     opts.rev = parse_rev_param(&req)?;
@@ -138,7 +136,7 @@ async fn get(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Res
 
 async fn open_revs(
     state: &AppState,
-    db: Arc<Database>,
+    db: DbRef,
     id: String,
     wanted: String,
     user: settee_auth::UserCtx,
@@ -153,7 +151,8 @@ async fn open_revs(
     })
     .await?;
     if multipart {
-        return Ok(crate::multipart::multipart_mixed(db, revs).await);
+        let engine = db.engine("open_revs").ok().cloned();
+        return Ok(crate::multipart::multipart_mixed(engine, revs).await);
     }
     let mut out = b"[".to_vec();
     for (i, rev) in revs.iter().enumerate() {
@@ -379,7 +378,6 @@ async fn local(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResu
                     ..Default::default()
                 };
                 let wanted = wanted.to_string();
-                let db = db.engine("open_revs")?.clone();
                 return open_revs(state, db, id, wanted, req.user, opts).await;
             }
             let node = state.fabric.clone();
