@@ -29,7 +29,10 @@ use settee_mango::bookmark::Bookmark;
 use settee_mango::index::Index;
 use settee_mango::opts::FindOpts;
 use settee_node::fabric::{Fut, Out};
-use settee_node::find::{explain_of, indexes_of, plan_over, scan_warning, GIVEN_INDEXES};
+use settee_node::find::{
+    body_tail, bookmark_after, explain_of, indexes_of, plan_over, scan_warning, Stats,
+    GIVEN_INDEXES,
+};
 use settee_node::mango_index::Ddocs;
 use settee_node::{Error, Fabric, Result};
 use std::sync::Arc;
@@ -87,17 +90,10 @@ impl Coordinator {
         let target = |range: &str| format!("{}/_find", copy_path(map, db, range));
         let answers = self.ask_each_range(map, only, target, &body)?;
 
-        let mut stats = [0u64; 3];
+        let mut stats = Stats::default();
         let mut rows = Vec::with_capacity(answers.len());
         for mut answer in answers {
-            let s = &answer["execution_stats"];
-            for (sum, name) in stats.iter_mut().zip([
-                "total_keys_examined",
-                "total_docs_examined",
-                "total_quorum_docs_examined",
-            ]) {
-                *sum += s[name].as_u64().unwrap_or(0);
-            }
+            add_stats(&mut stats, &answer["execution_stats"]);
             rows.push(match answer["docs"].take() {
                 Value::Array(docs) => docs,
                 _ => return Err(unavailable("a copy's _find answer without docs".into())),
@@ -105,6 +101,7 @@ impl Coordinator {
         }
         let order = merge::find_order(index.is_special(), plan.descending);
         let (page, last) = merge::find_page(rows, order, opts.skip, opts.limit);
+        stats.returned = page.len() as u64;
 
         if !out(b"{\"docs\":[") {
             return Ok(());
@@ -115,38 +112,20 @@ impl Coordinator {
                 return Ok(());
             }
         }
-        let bookmark = match (&last, &opts.bookmark) {
-            (Some(row), _) => Bookmark {
-                key: row["key"].clone(),
-                docid: row["id"].as_str().unwrap_or_default().to_owned(),
-            }
-            .encode(),
-            (None, Some(given)) => given.clone(),
-            (None, None) => "nil".into(),
-        };
-        let mut tail = format!("\r\n],\r\n\"bookmark\": {}", Value::String(bookmark));
-        let returned = page.len() as u64;
-        if opts.execution_stats {
-            let ms = started.elapsed().as_micros() as f64 / 1000.0;
-            let stats = json!({
-                "total_keys_examined": stats[0],
-                "total_docs_examined": stats[1],
-                "total_quorum_docs_examined": stats[2],
-                "results_returned": returned,
-                "execution_time_ms": ms,
-            });
-            tail.push_str(&format!(",\r\n\"execution_stats\": {stats}"));
-        }
+        let last = last.map(|row| Bookmark {
+            key: row["key"].clone(),
+            docid: row["id"].as_str().unwrap_or_default().to_owned(),
+        });
+        let bookmark = bookmark_after(last.as_ref(), opts.bookmark.as_ref());
         let mut warnings = plan.warnings.clone();
         let threshold = (self.node.config).get_u64("mango", "index_scan_warning_threshold", 10);
-        if let Some(w) = scan_warning(stats[1] + stats[2], returned, threshold) {
+        let examined = stats.docs + stats.quorum_docs;
+        if let Some(w) = scan_warning(examined, stats.returned, threshold) {
             warnings.push(w.into());
         }
-        if !warnings.is_empty() {
-            let warning = Value::String(warnings.join("\n"));
-            tail.push_str(&format!(",\r\n\"warning\": {warning}"));
-        }
-        tail.push_str("}\r\n");
+        let ms = started.elapsed().as_micros() as f64 / 1000.0;
+        let shown = opts.execution_stats.then_some((&stats, ms));
+        let tail = body_tail(bookmark, shown, &warnings);
         out(tail.as_bytes());
         Ok(())
     }
@@ -281,6 +260,14 @@ impl Ddocs for ClusterDdocs<'_> {
     }
 }
 
+/// Adds a copy's `execution_stats` (what it examined) to `sum`.
+fn add_stats(sum: &mut Stats, copy: &Value) {
+    let n = |name: &str| copy[name].as_u64().unwrap_or(0);
+    sum.keys += n("total_keys_examined");
+    sum.docs += n("total_docs_examined");
+    sum.quorum_docs += n("total_quorum_docs_examined");
+}
+
 /// The `(id, body)` of each design document.
 fn named(designs: &[Value]) -> impl Iterator<Item = (&str, &Map<String, Value>)> {
     (designs.iter()).filter_map(|d| Some((d["_id"].as_str()?, d.as_object()?)))
@@ -337,6 +324,29 @@ mod tests {
         assert_eq!(order(1), ["b", "c", "a"]);
         assert_eq!(order(5), ["c", "a", "b"]);
         assert!(turned(&[], 3).next().is_none());
+    }
+
+    #[test]
+    fn the_copies_examined_rows_are_summed() {
+        let mut sum = Stats::default();
+        add_stats(
+            &mut sum,
+            &json!({"total_keys_examined": 3, "total_docs_examined": 2,
+                                    "total_quorum_docs_examined": 0, "results_returned": 2}),
+        );
+        add_stats(
+            &mut sum,
+            &json!({"total_keys_examined": 1, "total_docs_examined": 1,
+                                    "total_quorum_docs_examined": 4}),
+        );
+        add_stats(&mut sum, &Value::Null);
+        let want = Stats {
+            keys: 4,
+            docs: 3,
+            quorum_docs: 4,
+            returned: 0,
+        };
+        assert_eq!(sum, want);
     }
 
     #[test]

@@ -186,12 +186,44 @@ pub fn explain_of(name: &str, partitioned: bool, opts: &FindOpts, plan: &Plan) -
 /// the coordinator stops at the first match beyond `skip + limit` (so the rows up to and
 /// including that one count), and drops the design documents an `_all_docs` scan matches
 /// together with the counts they carry.
-#[derive(Default)]
-struct Stats {
-    keys: u64,
-    docs: u64,
-    quorum_docs: u64,
-    returned: u64,
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub keys: u64,
+    pub docs: u64,
+    pub quorum_docs: u64,
+    pub returned: u64,
+}
+
+/// The bookmark a `_find` answers: the last row it took (`last`), else the one it was
+/// given, else CouchDB's `nil`.
+pub fn bookmark_after(last: Option<&Bookmark>, given: Option<&String>) -> String {
+    match (last, given) {
+        (Some(b), _) => b.encode(),
+        (None, Some(given)) => given.clone(),
+        (None, None) => "nil".into(),
+    }
+}
+
+/// A `_find` body's end after its rows, in CouchDB's framing: the bookmark, the execution
+/// statistics when asked for (with the milliseconds taken), the warnings.
+pub fn body_tail(bookmark: String, stats: Option<(&Stats, f64)>, warnings: &[String]) -> String {
+    let mut tail = format!("\r\n],\r\n\"bookmark\": {}", Value::String(bookmark));
+    if let Some((s, ms)) = stats {
+        let stats = json!({
+            "total_keys_examined": s.keys,
+            "total_docs_examined": s.docs,
+            "total_quorum_docs_examined": s.quorum_docs,
+            "results_returned": s.returned,
+            "execution_time_ms": ms,
+        });
+        tail.push_str(&format!(",\r\n\"execution_stats\": {stats}"));
+    }
+    if !warnings.is_empty() {
+        let warning = Value::String(warnings.join("\n"));
+        tail.push_str(&format!(",\r\n\"warning\": {warning}"));
+    }
+    tail.push_str("}\r\n");
+    tail
 }
 
 /// One `_find` executing: the rows it takes, skips and returns.
@@ -350,30 +382,14 @@ fn run(
     }
     // A scan that ran out of rows sends the counts of those after its last match.
     r.roll(true);
-    let bookmark = match (&r.last, &opts.bookmark) {
-        (Some(b), _) => b.encode(),
-        (None, Some(given)) => given.clone(),
-        (None, None) => "nil".into(),
-    };
-    let mut tail = format!("\r\n],\r\n\"bookmark\": {}", Value::String(bookmark));
+    let bookmark = bookmark_after(r.last.as_ref(), opts.bookmark.as_ref());
     let s = &r.stats;
-    if opts.execution_stats {
-        let ms = started.elapsed().as_micros() as f64 / 1000.0;
-        let stats = json!({
-            "total_keys_examined": s.keys,
-            "total_docs_examined": s.docs,
-            "total_quorum_docs_examined": s.quorum_docs,
-            "results_returned": s.returned,
-            "execution_time_ms": ms,
-        });
-        tail.push_str(&format!(",\r\n\"execution_stats\": {stats}"));
-    }
+    let ms = started.elapsed().as_micros() as f64 / 1000.0;
     let m = settee_metrics::global();
     m.mango_keys_examined.inc_by(s.keys);
     m.mango_docs_examined.inc_by(s.docs);
     m.mango_results_returned.inc_by(s.returned);
-    m.mango_query_time
-        .record(started.elapsed().as_micros() as f64 / 1000.0);
+    m.mango_query_time.record(ms);
     if matches!(index.kind, Kind::Special) {
         m.mango_unindexed_queries.inc();
     }
@@ -382,13 +398,7 @@ fn run(
         m.mango_too_many_docs_scanned.inc();
         warnings.push(w.into());
     }
-    if !warnings.is_empty() {
-        tail.push_str(&format!(
-            ",\r\n\"warning\": {}",
-            Value::String(warnings.join("\n"))
-        ));
-    }
-    tail.push_str("}\r\n");
+    let tail = body_tail(bookmark, opts.execution_stats.then_some((s, ms)), &warnings);
     (r.out)(tail.as_bytes());
     Ok(())
 }

@@ -170,6 +170,7 @@ fn clustered_mango_answers_as_a_single_node() {
             >= 3
     );
     let r = find(&nodes[1], "mdb", &json!({"selector": {"group": 2}}));
+    assert_eq!(r["execution_stats"], Value::Null);
     assert!(
         r["warning"]
             .as_str()
@@ -309,6 +310,21 @@ fn clustered_mango_answers_as_a_single_node() {
     let want = single.post("/pdb/_find", &q.to_string());
     let got = nodes[2].post("/pdb/_find", &q.to_string());
     assert_eq!((got.status, got.json()), (want.status, want.json()));
+
+    // With a member down, each range is read from its other copy.
+    nodes[2].kill9();
+    for n in &nodes[..2] {
+        for q in [&queries[3], &queries[4], &queries[5]] {
+            let want = find(&single, "mdb", q);
+            let got = find(n, "mdb", q);
+            assert_eq!(got["docs"], want["docs"], "{q}");
+        }
+        // A json index read on a copy that had not built it yet.
+        let q = json!({"selector": {"n": {"$gt": 0}}, "sort": [{"n": "desc"}]}).to_string();
+        let want = single.post("/pdb/_partition/a/_find", &q).json();
+        let got = ok_json(n.post("/pdb/_partition/a/_find", &q), "_find");
+        assert_eq!(got["docs"], want["docs"]);
+    }
 }
 
 #[test]
