@@ -328,9 +328,10 @@ fn clustered_mango_answers_as_a_single_node() {
 }
 
 #[test]
-/// Shard copies take given indexes only from a member; a client naming the body member
-/// on an ordinary database is refused as any unknown option.
-fn given_indexes_are_for_members_only() {
+/// Only shard copies take given indexes (and `Node::find_given` only from a server
+/// admin): a client naming the body member on an ordinary database is refused as any
+/// unknown option.
+fn only_shard_copies_take_given_indexes() {
     let single = Server::start();
     assert_eq!(single.put("/plain", "").status, 201);
     let r = single.post("/plain/_find", r#"{"selector": {}, "settee_indexes": []}"#);
