@@ -121,17 +121,44 @@ impl Coordinator {
         user: Option<&UserCtx>,
         body: Option<Bytes>,
     ) -> Reply {
-        match (self.node)
+        let answer = (self.node)
             .peer_json(member, method, target, user, body)
-            .await
-        {
-            Ok(Some(answer)) => Reply::Answered {
-                status: answer.status,
-                body: serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
-            },
-            Ok(None) => Reply::Unreachable(format!("{member} is not running")),
-            Err(e) => Reply::Unreachable(e.to_string()),
+            .await;
+        reply_of(member, answer)
+    }
+
+    /// Asks each of `asks` (member, method, target, body) at once, each on a task of its
+    /// own, and hands the replies so far (in the order of `asks`) to `decided` as they
+    /// come; once it says the answer is decided, the copies still working finish in the
+    /// background (CouchDB's `fabric_doc_update` answers at the quorum, not when the
+    /// slowest copy does).
+    async fn ask_until(
+        &self,
+        asks: Vec<(String, &'static str, String, Option<Bytes>)>,
+        user: Option<&UserCtx>,
+        decided: impl Fn(&[Option<Reply>]) -> bool,
+    ) -> Vec<Option<Reply>> {
+        let mut pending: futures_util::stream::FuturesUnordered<_> = (asks.into_iter())
+            .enumerate()
+            .map(|(i, (member, method, target, body))| {
+                let (node, user) = (self.node.clone(), user.cloned());
+                let task = tokio::spawn(async move {
+                    let answer = node
+                        .peer_json(&member, method, &target, user.as_ref(), body)
+                        .await;
+                    reply_of(&member, answer)
+                });
+                async move { (i, task.await) }
+            })
+            .collect();
+        let mut replies: Vec<Option<Reply>> = vec![None; pending.len()];
+        while let Some((i, reply)) = futures_util::StreamExt::next(&mut pending).await {
+            replies[i] = Some(reply.unwrap_or_else(|e| Reply::Unreachable(e.to_string())));
+            if decided(&replies) {
+                break;
+            }
         }
+        replies
     }
 
     /// `db`'s copies of the range holding `id`: (member, path of the document).
@@ -269,12 +296,20 @@ impl Coordinator {
         } else {
             "?new_edits=false"
         };
-        let replies = join_all(copies.iter().map(|(node, path)| {
-            let target = format!("{path}{query}");
-            let body = body.clone();
-            async move { (self.ask_raw(node, "PUT", &target, Some(user), Some(body))).await }
-        }))
-        .await;
+        let asks = (copies.iter())
+            .map(|(node, path)| {
+                (
+                    node.clone(),
+                    "PUT",
+                    format!("{path}{query}"),
+                    Some(body.clone()),
+                )
+            })
+            .collect();
+        let replies = self
+            .ask_until(asks, Some(user), |r| merge::write_decided(r, w))
+            .await;
+        let replies: Vec<Reply> = replies.into_iter().flatten().collect();
         match merge::write(&replies, w) {
             WriteOutcome::Ok(rev) => Ok(Written {
                 rev: Some(rev),
@@ -326,16 +361,24 @@ impl Coordinator {
             body.extend_from_slice(format!("],\"new_edits\":{}}}", req.new_edits).as_bytes());
             let body = Bytes::from(body);
             let path = format!("{}/_bulk_docs", copy_path(map, db, range));
-            async move {
-                join_all(copies.nodes.iter().map(|node| {
-                    let (path, body) = (&path, body.clone());
-                    async move {
-                        self.ask_raw(node, "POST", path, Some(user), Some(body))
-                            .await
-                    }
-                }))
-                .await
-            }
+            let asks = (copies.nodes.iter())
+                .map(|node| (node.clone(), "POST", path.clone(), Some(body.clone())))
+                .collect();
+            let w = merge::quorum_or(req.w, copies.nodes.len());
+            let (ids, new_edits) = (&ids, req.new_edits);
+            // Decided once every document of the range is.
+            let decided = move |replies: &[Option<Reply>]| {
+                docs.iter().enumerate().all(|(k, i)| {
+                    let entries: Vec<Option<Reply>> = (replies.iter())
+                        .map(|r| {
+                            r.as_ref()
+                                .map(|r| merge::bulk_entry(r, k, &ids[*i], new_edits))
+                        })
+                        .collect();
+                    merge::write_decided(&entries, w)
+                })
+            };
+            self.ask_until(asks, Some(user), decided)
         }))
         .await;
         let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
@@ -343,7 +386,7 @@ impl Coordinator {
             for (k, i) in docs.iter().enumerate() {
                 per_doc[*i] = (
                     merge::quorum_or(req.w, copies.nodes.len()),
-                    (replies.iter())
+                    (replies.iter().flatten())
                         .map(|reply| merge::bulk_entry(reply, k, &ids[*i], req.new_edits))
                         .collect(),
                 );
@@ -512,6 +555,18 @@ impl Coordinator {
                 tracing::debug!(%member, %path, ?status, "read repair");
             }
         }
+    }
+}
+
+/// A member's answer as a copy's reply.
+fn reply_of(member: &str, answer: Result<Option<settee_node::cluster::Forwarded>>) -> Reply {
+    match answer {
+        Ok(Some(answer)) => Reply::Answered {
+            status: answer.status,
+            body: serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
+        },
+        Ok(None) => Reply::Unreachable(format!("{member} is not running")),
+        Err(e) => Reply::Unreachable(e.to_string()),
     }
 }
 

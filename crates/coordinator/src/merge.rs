@@ -16,6 +16,15 @@ pub fn quorum_or(asked: Option<u32>, copies: usize) -> usize {
     asked.map_or_else(|| quorum(copies), |n| n as usize)
 }
 
+/// Whether a write's answer is decided with the replies so far (`None`: a copy still
+/// working): `w` copies hold it, or every copy has answered.
+pub fn write_decided(replies: &[Option<Reply>], w: usize) -> bool {
+    let written = (replies.iter().flatten())
+        .filter(|r| matches!(r, Reply::Answered { status, .. } if (200..300).contains(status)))
+        .count();
+    written >= w || replies.iter().all(Option::is_some)
+}
+
 /// The first copy's refusal when none did what was asked: the client's to hear.
 pub fn first_refusal(replies: &[Reply]) -> Option<(u16, &Value)> {
     replies.iter().find_map(|r| match r {
@@ -999,5 +1008,23 @@ mod tests {
         let out = written(json!({"_id": "c", "_rev": "2-def", "_deleted": true}), true);
         assert_eq!(out["_revisions"], json!({"start": 2, "ids": ["def"]}));
         assert_eq!(out["_deleted"], true);
+    }
+
+    #[test]
+    fn a_write_is_decided_at_its_quorum_or_once_every_copy_answered() {
+        let ok = Some(Reply::Answered {
+            status: 201,
+            body: json!({"rev": "1-a"}),
+        });
+        let conflict = Some(Reply::Answered {
+            status: 409,
+            body: json!({"error": "conflict"}),
+        });
+        assert!(!write_decided(&[ok.clone(), None, None], 2));
+        assert!(write_decided(&[ok.clone(), None, ok.clone()], 2));
+        assert!(!write_decided(&[ok.clone(), conflict.clone(), None], 2));
+        assert!(write_decided(&[ok, conflict.clone(), conflict], 2));
+        let down = Some(Reply::Unreachable("down".into()));
+        assert!(write_decided(&[down.clone(), down.clone(), down], 2));
     }
 }
