@@ -16,10 +16,10 @@
 //! newest-wins reads with read repair, `_all_docs`/`_design_docs` merged across ranges
 //! ([`all_docs`]), `_bulk_get`/`_revs_diff`/`_missing_revs` ([`revs`]), the security
 //! object kept on every copy, which authorizes its requests ([`security`]), local
-//! documents ([`local`]), `_changes` with resumable vector sequences ([`changes`],
-//! [`feed`]), views, the design document given to each range's copy ([`views`]), and
-//! Mango indexes and queries, the index design documents given to each range's copy
-//! ([`mango`]).
+//! documents and `_local_docs` ([`local`]), `_changes` with resumable vector sequences
+//! ([`changes`], [`feed`]), views, the design document given to each range's copy
+//! ([`views`]), Mango indexes and queries, the index design documents given to each
+//! range's copy ([`mango`]), `open_revs` ([`revs`]) and attachment reads ([`atts`]).
 //! Every other operation on it answers 501 `not_implemented` (never a local answer about
 //! a database this node does not hold).
 //!
