@@ -4,7 +4,8 @@
 //! `limit` applied here; with `keys`, each key asked of its range's copy and the rows given
 //! in the keys' order.
 
-use crate::{copy_error, copy_path, form_query, merge, unavailable, Coordinator};
+use crate::copies::{local_first, Ask};
+use crate::{copy_path, form_query, merge, unavailable, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
 use settee_auth::UserCtx;
@@ -49,18 +50,7 @@ impl Coordinator {
                 head.push_str(",\"update_seq\":null");
             }
         }
-        let mut text = head;
-        text.push_str(",\"rows\":[\r\n");
-        if !out(text.as_bytes()) {
-            return Ok(());
-        }
-        for (i, row) in rows.iter().enumerate() {
-            let sep: &[u8] = if i == 0 { b"" } else { b",\r\n" };
-            if !(out(sep) && out(&serde_json::to_vec(row).expect("json"))) {
-                return Ok(());
-            }
-        }
-        out(b"\r\n]}\n");
+        crate::send_rows(&format!("{head},"), &rows, out);
         Ok(())
     }
 
@@ -105,7 +95,7 @@ impl Coordinator {
             map,
             |range| {
                 let path = format!("{}/{endpoint}?{query}", copy_path(map, db, range));
-                Some(("GET".into(), path, None))
+                Some(("GET", path, None))
             },
             Some(user),
         )?;
@@ -172,10 +162,10 @@ impl Coordinator {
                 let path = copy_path(map, db, range);
                 if mine.is_empty() {
                     // Only its count, for `total_rows`.
-                    Some(("GET".into(), format!("{path}/{endpoint}?limit=0"), None))
+                    Some(("GET", format!("{path}/{endpoint}?limit=0"), None))
                 } else {
                     let path = format!("{path}/{endpoint}?{query}");
-                    Some(("POST".into(), path, Some(json!({ "keys": mine }))))
+                    Some(("POST", path, Some(json!({ "keys": mine }))))
                 }
             },
             Some(user),
@@ -193,40 +183,31 @@ impl Coordinator {
     }
 
     /// One answer per range `ask(range)` names a request for (method, target, body), in
-    /// ring order: each range's copies asked in turn (this node's first) until one
-    /// answers 200. A copy that is down, fails, or lacks its database is passed over; any
-    /// other refusal is the client's answer.
+    /// ring order: each range's copies asked in turn, this node's first
+    /// ([`Coordinator::first_answer`]).
     pub(crate) fn one_copy_per_range(
         &self,
         map: &ShardMap,
-        ask: impl Fn(&str) -> Option<(String, String, Option<Value>)>,
+        ask: impl Fn(&str) -> Option<(&'static str, String, Option<Value>)>,
         user: Option<&UserCtx>,
     ) -> Result<Vec<RangeAnswer>> {
         let asks = map.by_range.iter().filter_map(|copies| {
             let (method, target, body) = ask(&copies.range)?;
+            let asks = (local_first(&copies.nodes).into_iter())
+                .map(|node| Ask {
+                    node,
+                    method,
+                    target: target.clone(),
+                    body: body.clone(),
+                })
+                .collect();
             Some(async move {
-                let mut failures = Vec::new();
-                for node in preferred(&copies.nodes) {
-                    let reply = self.ask(node, &method, &target, user, body.as_ref()).await;
-                    match reply {
-                        merge::Reply::Answered { status: 200, body } => {
-                            return Ok(RangeAnswer {
-                                range: copies.range.clone(),
-                                node: node.clone(),
-                                body,
-                            })
-                        }
-                        merge::Reply::Answered { status, body } if !passed_over(status, &body) => {
-                            return Err(copy_error(status, &body))
-                        }
-                        other => failures.push(format!("{node}: {other:?}")),
-                    }
-                }
-                Err(unavailable(format!(
-                    "no copy of range {} answered ({})",
-                    copies.range,
-                    failures.join("; ")
-                )))
+                let (node, body) = self.first_answer(&copies.range, asks, user).await?;
+                Ok(RangeAnswer {
+                    range: copies.range.clone(),
+                    node,
+                    body,
+                })
             })
         });
         crate::block_on(join_all(asks)).into_iter().collect()
@@ -250,18 +231,6 @@ fn copy_params(q: &Query) -> Vec<(&'static str, String)> {
         }
     }
     params
-}
-
-/// A range's copies, this node's first (no network hop), then in the map's order.
-fn preferred(nodes: &[String]) -> impl Iterator<Item = &String> {
-    let me = settee_core::node::name();
-    (nodes.iter().filter(move |n| *n == me)).chain(nodes.iter().filter(move |n| *n != me))
-}
-
-/// Whether a copy's answer means asking another copy: a failure of its own (5xx), or its
-/// database missing (its creation failed; CouchDB would create it on the spot).
-pub(crate) fn passed_over(status: u16, body: &Value) -> bool {
-    status >= 500 || (status == 404 && body["reason"] == "Database does not exist.")
 }
 
 fn rows_of(body: Value) -> Vec<Value> {

@@ -8,9 +8,10 @@
 //! them. Filter functions and `_view` need the design document on every copy, which a
 //! range other than its own does not hold: they answer 501 on a clustered database.
 
+use crate::copies::{passed_over, Ask};
 use crate::feed::{self, CopyFeed, From, RangePos, Start};
 use crate::Coordinator;
-use crate::{all_docs::passed_over, copy_error, copy_path, form_query, merge, unavailable};
+use crate::{copy_error, copy_path, form_query, merge};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
 use settee_cluster::ShardMap;
@@ -155,35 +156,25 @@ impl<'a> Feed<'a> {
     /// copies tried in turn, the first from its place, the others from 0.
     async fn ask_round(&self) -> Result<Vec<CopyFeed>> {
         let left = self.limit - self.sent;
-        let asks = (self.map.by_range.iter().zip(&self.starts)).map(|(copies, start)| async move {
-            let mut failures = Vec::new();
-            for (i, node) in start.order.iter().enumerate() {
-                let from = if i == 0 { &start.first } else { &From::Zero };
-                let (query, body) = self.query(&feed::copy_since(node, from), left, None)?;
-                let target = format!(
-                    "{}/_changes?{query}",
-                    copy_path(&self.map, self.db, &copies.range)
-                );
-                let method = if body.is_some() { "POST" } else { "GET" };
-                match self
-                    .coord
-                    .ask(node, method, &target, None, body.as_ref())
-                    .await
-                {
-                    merge::Reply::Answered { status: 200, body } => {
-                        return Ok(copy_feed(node, body))
-                    }
-                    merge::Reply::Answered { status, body } if !passed_over(status, &body) => {
-                        return Err(copy_error(status, &body))
-                    }
-                    other => failures.push(format!("{node}: {other:?}")),
-                }
+        let asks = (self.map.by_range.iter().zip(&self.starts)).map(|(copies, start)| {
+            let path = copy_path(&self.map, self.db, &copies.range);
+            let asks = (start.order.iter().enumerate())
+                .map(|(i, node)| {
+                    let from = if i == 0 { &start.first } else { &From::Zero };
+                    let (query, body) = self.query(&feed::copy_since(node, from), left, None)?;
+                    Ok(Ask {
+                        node: node.clone(),
+                        method: if body.is_some() { "POST" } else { "GET" },
+                        target: format!("{path}/_changes?{query}"),
+                        body,
+                    })
+                })
+                .collect::<Result<Vec<_>>>();
+            async move {
+                let asks = asks?;
+                let (node, body) = self.coord.first_answer(&copies.range, asks, None).await?;
+                Ok(copy_feed(&node, body))
             }
-            Err(unavailable(format!(
-                "no copy of range {} answered ({})",
-                copies.range,
-                failures.join("; ")
-            )))
         });
         futures_util::future::join_all(asks)
             .await

@@ -29,6 +29,7 @@
 mod all_docs;
 mod atts;
 mod changes;
+mod copies;
 pub mod feed;
 mod local;
 mod mango;
@@ -556,6 +557,22 @@ impl Coordinator {
             }
         }
     }
+}
+
+/// A listing's body as a node writes its own: `head` (`{` and the members before the
+/// rows, each followed by a comma), then `"rows":[`, the rows one per line, and the end;
+/// stops when `out` says the reader has gone.
+fn send_rows(head: &str, rows: &[Value], out: Out<'_>) {
+    if !out(format!("{head}\"rows\":[\r\n").as_bytes()) {
+        return;
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let sep: &[u8] = if i == 0 { b"" } else { b",\r\n" };
+        if !(out(sep) && out(&serde_json::to_vec(row).expect("json"))) {
+            return;
+        }
+    }
+    out(b"\r\n]}\n");
 }
 
 /// A member's answer as a copy's reply.

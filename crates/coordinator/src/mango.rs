@@ -20,6 +20,7 @@
 //! Each range is asked in the map's order turned by its number, as views, so the ranges'
 //! Mango indexes build on different members.
 
+use crate::copies::{turned, Ask};
 use crate::{copy_error, copy_path, merge, unavailable, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
@@ -140,7 +141,7 @@ impl Coordinator {
                     "{}/_design_docs?include_docs=true",
                     copy_path(map, db, range)
                 );
-                Some(("GET".into(), path, None))
+                Some(("GET", path, None))
             },
             None,
         )?;
@@ -180,24 +181,17 @@ impl Coordinator {
             (map.by_range.iter().enumerate()).filter(|(_, c)| only.is_none_or(|r| r == c.range));
         let asks = ranges.map(|(i, copies)| {
             let target = target(&copies.range);
+            let asks = (turned(&copies.nodes, i).into_iter())
+                .map(|node| Ask {
+                    node,
+                    method: "POST",
+                    target: target.clone(),
+                    body: Some(body.clone()),
+                })
+                .collect();
             async move {
-                let mut failures = Vec::new();
-                for node in turned(&copies.nodes, i) {
-                    match self.ask(node, "POST", &target, None, Some(body)).await {
-                        merge::Reply::Answered { status: 200, body } => return Ok(body),
-                        merge::Reply::Answered { status, body }
-                            if !crate::all_docs::passed_over(status, &body) =>
-                        {
-                            return Err(copy_error(status, &body))
-                        }
-                        other => failures.push(format!("{node}: {other:?}")),
-                    }
-                }
-                Err(unavailable(format!(
-                    "no copy of range {} answered ({})",
-                    copies.range,
-                    failures.join("; ")
-                )))
+                let (_, answer) = self.first_answer(&copies.range, asks, None).await?;
+                Ok(answer)
             }
         });
         crate::block_on(join_all(asks)).into_iter().collect()
@@ -273,12 +267,6 @@ fn named(designs: &[Value]) -> impl Iterator<Item = (&str, &Map<String, Value>)>
     (designs.iter()).filter_map(|d| Some((d["_id"].as_str()?, d.as_object()?)))
 }
 
-/// Range `i`'s copies in the order a Mango query reads them: the map's, turned by `i`.
-fn turned(nodes: &[String], i: usize) -> impl Iterator<Item = &String> {
-    let at = if nodes.is_empty() { 0 } else { i % nodes.len() };
-    nodes[at..].iter().chain(&nodes[..at])
-}
-
 /// The `_find` body each copy is given: the client's options (the selector normalized,
 /// as CouchDB sends it to its shards), from the first row (`skip` 0, `limit` raised by
 /// `skip`), with its execution statistics, and the index design documents.
@@ -315,16 +303,6 @@ fn copy_body(opts: &FindOpts, designs: Vec<Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranges_read_their_copies_turned_by_their_number() {
-        let nodes: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
-        let order = |i| turned(&nodes, i).cloned().collect::<Vec<_>>();
-        assert_eq!(order(0), ["a", "b", "c"]);
-        assert_eq!(order(1), ["b", "c", "a"]);
-        assert_eq!(order(5), ["c", "a", "b"]);
-        assert!(turned(&[], 3).next().is_none());
-    }
 
     #[test]
     fn the_copies_examined_rows_are_summed() {

@@ -2,7 +2,7 @@
 //! ids grouped by range, each group asked of its range's copies, the answers given in
 //! request order.
 
-use crate::all_docs::passed_over;
+use crate::copies::passed_over;
 use crate::merge::{self, Reply};
 use crate::{block_on, copy_error, copy_path, form_query, unavailable, Coordinator};
 use futures_util::future::join_all;
@@ -39,7 +39,7 @@ impl Coordinator {
                     })
                     .collect();
                 let path = format!("{}/_revs_diff", copy_path(map, db, range));
-                Some(("POST".into(), path, Some(Value::Object(body))))
+                Some(("POST", path, Some(Value::Object(body))))
             },
             None,
         )?;

@@ -3,7 +3,7 @@
 //! least, took it), read from all of them (the most common answer), and cached briefly
 //! for authorizing requests.
 
-use crate::all_docs::passed_over;
+use crate::copies::passed_over;
 use crate::merge::{self, Reply};
 use crate::{block_on, copy_error, copy_path, unavailable, Coordinator};
 use futures_util::future::join_all;

@@ -8,8 +8,8 @@
 //! in the map's order, turned by the range's number, so the ranges' indexes are built on
 //! different members, in parallel, and every coordinator reads the one index built.
 
-use crate::all_docs::passed_over;
-use crate::{copy_error, copy_path, enc_id, form_query, merge, unavailable, Coordinator};
+use crate::copies::{turned, Ask};
+use crate::{copy_path, enc_id, form_query, merge, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
 use settee_auth::UserCtx;
@@ -126,15 +126,6 @@ fn copy_params(a: &MrArgs) -> Vec<(&'static str, String)> {
     p
 }
 
-/// Range `i`'s copies in the order a view reads them: the map's, turned by `i`.
-fn view_order(nodes: &[String], i: usize) -> Vec<String> {
-    let mut order = nodes.to_vec();
-    if !order.is_empty() {
-        order.rotate_left(i % nodes.len());
-    }
-    order
-}
-
 impl Coordinator {
     /// `_design/{ddoc}/_view/{view}` of a clustered database.
     #[allow(clippy::too_many_arguments)]
@@ -180,27 +171,18 @@ impl Coordinator {
         };
         let answers = crate::block_on(join_all(map.by_range.iter().enumerate().map(
             |(i, copies)| {
-                let (target, body) = (target(&copies.range), &body);
+                let target = target(&copies.range);
+                let asks = (turned(&copies.nodes, i).into_iter())
+                    .map(|node| Ask {
+                        node,
+                        method: "POST",
+                        target: target.clone(),
+                        body: Some(body.clone()),
+                    })
+                    .collect();
                 async move {
-                    let mut failures = Vec::new();
-                    for node in view_order(&copies.nodes, i) {
-                        match self.ask(&node, "POST", &target, None, Some(body)).await {
-                            merge::Reply::Answered { status: 200, body } => {
-                                return Ok((copies.range.clone(), node, body))
-                            }
-                            merge::Reply::Answered { status, body }
-                                if !passed_over(status, &body) =>
-                            {
-                                return Err(copy_error(status, &body))
-                            }
-                            other => failures.push(format!("{node}: {other:?}")),
-                        }
-                    }
-                    Err(unavailable(format!(
-                        "no copy of range {} answered ({})",
-                        copies.range,
-                        failures.join("; ")
-                    )))
+                    let (node, answer) = self.first_answer(&copies.range, asks, None).await?;
+                    Ok::<_, Error>((copies.range.clone(), node, answer))
                 }
             },
         )))
@@ -234,7 +216,6 @@ impl Coordinator {
                 json!(merge::clustered_seq(&parts, false))
             ));
         }
-        head.push_str("\"rows\":[\r\n");
         let rows: Vec<Vec<Value>> = (answers.into_iter())
             .map(|(_, _, b)| match b {
                 Value::Object(mut m) => match m.shift_remove("rows") {
@@ -261,16 +242,7 @@ impl Coordinator {
             }
             (None, _) => merge::merge_sorted(rows, order, args.skip, args.limit),
         };
-        if !out(head.as_bytes()) {
-            return Ok(());
-        }
-        for (i, row) in rows.iter().enumerate() {
-            let sep: &[u8] = if i == 0 { b"" } else { b",\r\n" };
-            if !(out(sep) && out(&serde_json::to_vec(row).expect("json"))) {
-                return Ok(());
-            }
-        }
-        out(b"\r\n]}\n");
+        crate::send_rows(&head, &rows, out);
         Ok(())
     }
 

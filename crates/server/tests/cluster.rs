@@ -4,48 +4,11 @@
 
 mod common;
 
+use common::cluster::*;
 use common::Server;
 use serde_json::{json, Value};
 use settee_cluster::testing::Etcd;
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-const SECRET: (&str, &str) = ("SETTEE_CLUSTER_SECRET", "cluster-test-secret");
-
-/// A member named `name` on `dir`, with a 2 s lease so that a crash shows quickly.
-fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
-    member_with_lease(etcd, name, dir, 2)
-}
-
-fn member_with_lease(etcd: &Etcd, name: &str, dir: &Path, lease_ttl: u32) -> Server {
-    let ini = dir.join("cluster.ini");
-    std::fs::write(&ini, format!("[cluster]\nlease_ttl = {lease_ttl}\n")).unwrap();
-    let endpoints = etcd.endpoints().join(",");
-    let args = [
-        "--node-name",
-        name,
-        "--cluster",
-        &endpoints,
-        "--config",
-        ini.to_str().unwrap(),
-    ];
-    Server::start_in_with_env(dir, &args, &[SECRET])
-}
-
-fn membership(s: &Server) -> (Value, Value) {
-    let r = s.get("/_membership");
-    assert_eq!(r.status, 200);
-    let v = r.json();
-    (v["all_nodes"].clone(), v["cluster_nodes"].clone())
-}
-
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use std::time::Duration;
 
 #[test]
 fn members_join_list_each_other_and_leave_when_they_die() {
@@ -395,32 +358,6 @@ fn a_member_needs_a_name_and_the_secret() {
     assert!(no_secret.contains("SETTEE_CLUSTER_SECRET"), "{no_secret}");
     let no_name = run(&cluster, &[SECRET]);
     assert!(no_name.contains("--node-name"), "{no_name}");
-}
-
-/// Clustered databases (the coordinator's first operations): a database created on any
-/// member is cut into `q` ranges of `n` copies on the members; single documents are written
-/// to every copy of their range (201 with `w` copies, 202 with fewer) and read from all,
-/// the newest winning and stale copies repaired; what is not served from copies yet is a
-/// 501, never a local answer.
-/// The members' names in `three_members`.
-const NAMES: [&str; 3] = [
-    "settee1@127.0.0.1",
-    "settee2@127.0.0.1",
-    "settee3@127.0.0.1",
-];
-
-/// One etcd and three members listing each other (their data directories kept, so a
-/// member can be started again on its own).
-fn three_members() -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>) {
-    let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| member(&etcd, NAMES[i], dirs[i].path()))
-        .collect();
-    eventually("three members", || {
-        membership(&nodes[0]).0.as_array().unwrap().len() == 3
-    });
-    (etcd, dirs, nodes)
 }
 
 #[test]

@@ -5,82 +5,18 @@
 
 mod common;
 
+use common::cluster::*;
 use common::Server;
 use serde_json::{json, Value};
 use settee_cluster::testing::Etcd;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
-const SECRET: (&str, &str) = ("SETTEE_CLUSTER_SECRET", "cluster-test-secret");
-
-/// The members' names in `three_members`.
-const NAMES: [&str; 3] = [
-    "settee1@127.0.0.1",
-    "settee2@127.0.0.1",
-    "settee3@127.0.0.1",
-];
-
-/// The lease of the members here (seconds): a member that dies or stops answering is no
-/// longer running for the others within it.
-const LEASE_TTL: u64 = 2;
-
-/// A member named `name` on `dir`, joined to `etcd` through all its members.
-fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
-    let ini = dir.join("cluster.ini");
-    std::fs::write(&ini, format!("[cluster]\nlease_ttl = {LEASE_TTL}\n")).unwrap();
-    let endpoints = etcd.endpoints().join(",");
-    let args = [
-        "--node-name",
-        name,
-        "--cluster",
-        &endpoints,
-        "--config",
-        ini.to_str().unwrap(),
-    ];
-    Server::start_in_with_env(dir, &args, &[SECRET])
-}
-
-/// Three members on `etcd` (their data directories kept, so that one can be started again
-/// on its own), each seeing all three running and listed.
-fn three_members(etcd: &Etcd) -> (Vec<tempfile::TempDir>, Vec<Server>) {
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| member(etcd, NAMES[i], dirs[i].path()))
-        .collect();
-    for n in &nodes {
-        eventually("three members running and listed", || {
-            membership(n) == (json!(NAMES), json!(NAMES))
-        });
-    }
-    (dirs, nodes)
-}
-
-/// `_membership`'s `all_nodes` (running) and `cluster_nodes` (listed).
-fn membership(s: &Server) -> (Value, Value) {
-    let r = s.get("/_membership");
-    assert_eq!(r.status, 200, "{}", r.text);
-    let v = r.json();
-    (v["all_nodes"].clone(), v["cluster_nodes"].clone())
-}
+use std::time::Duration;
 
 /// How many members `s` sees running.
 fn running(s: &Server) -> usize {
     membership(s).0.as_array().unwrap().len()
-}
-
-fn eventually(what: &str, cond: impl FnMut() -> bool) {
-    eventually_within(Duration::from_secs(20), what, cond)
-}
-
-fn eventually_within(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Creates clustered database `db` (`query`: its `q`, `n`) through `via` and waits until
@@ -155,7 +91,7 @@ fn pause(s: &Server, paused: bool) {
 #[test]
 fn a_member_killed_under_writes_loses_no_acknowledged_write() {
     let etcd = Etcd::start(1);
-    let (dirs, mut nodes) = three_members(&etcd);
+    let (dirs, mut nodes) = three_members_on(&etcd);
     let copies = create_clustered(&nodes, 0, "kdb", "q=2&n=3");
 
     let acked: Mutex<Vec<(String, String)>> = Mutex::default();
@@ -272,7 +208,7 @@ fn a_member_killed_under_writes_loses_no_acknowledged_write() {
 #[test]
 fn a_member_that_hangs_holds_writes_up_no_longer_than_its_lease() {
     let etcd = Etcd::start(1);
-    let (_dirs, nodes) = three_members(&etcd);
+    let (_dirs, nodes) = three_members_on(&etcd);
     let copies = create_clustered(&nodes, 0, "hdb", "q=1&n=3");
     assert_eq!(nodes[0].put("/hdb/before", "{}").status, 201);
 
@@ -303,7 +239,7 @@ fn a_member_that_hangs_holds_writes_up_no_longer_than_its_lease() {
 #[test]
 fn without_etcd_clustered_databases_work_and_creation_is_refused_until_it_returns() {
     let mut etcd = Etcd::start(1);
-    let (_dirs, nodes) = three_members(&etcd);
+    let (_dirs, nodes) = three_members_on(&etcd);
     create_clustered(&nodes, 0, "edb", "q=2&n=3");
     let docs: Vec<Value> = (0..10).map(|i| json!({"_id": format!("e{i}")})).collect();
     let r = nodes[0].post("/edb/_bulk_docs", &json!({ "docs": docs }).to_string());
@@ -387,7 +323,7 @@ fn without_etcd_clustered_databases_work_and_creation_is_refused_until_it_return
 #[test]
 fn one_etcd_member_down_changes_nothing() {
     let mut etcd = Etcd::start(3);
-    let (_dirs, nodes) = three_members(&etcd);
+    let (_dirs, nodes) = three_members_on(&etcd);
     create_clustered(&nodes, 0, "qdb", "q=2&n=3");
     assert_eq!(nodes[0].put("/qdb/before", "{}").status, 201);
 
@@ -445,7 +381,7 @@ fn one_etcd_member_down_changes_nothing() {
 #[test]
 fn a_member_isolated_and_rejoining_keeps_both_sides_edits_as_conflicts() {
     let etcd = Etcd::start(1);
-    let (_dirs, nodes) = three_members(&etcd);
+    let (_dirs, nodes) = three_members_on(&etcd);
     let copies = create_clustered(&nodes, 0, "pdb", "q=2&n=3");
     let mut rev1 = BTreeMap::new();
     for id in ["c", "del"] {

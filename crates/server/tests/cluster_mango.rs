@@ -5,64 +5,9 @@
 
 mod common;
 
+use common::cluster::*;
 use common::Server;
 use serde_json::{json, Value};
-use settee_cluster::testing::Etcd;
-use std::path::Path;
-use std::time::{Duration, Instant};
-
-const SECRET: (&str, &str) = ("SETTEE_CLUSTER_SECRET", "cluster-test-secret");
-
-/// A member named `name` on `dir`, with a 2 s lease so that a crash shows quickly.
-fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
-    let ini = dir.join("cluster.ini");
-    std::fs::write(&ini, "[cluster]\nlease_ttl = 2\n").unwrap();
-    let endpoints = etcd.endpoints().join(",");
-    let args = [
-        "--node-name",
-        name,
-        "--cluster",
-        &endpoints,
-        "--config",
-        ini.to_str().unwrap(),
-    ];
-    Server::start_in_with_env(dir, &args, &[SECRET])
-}
-
-fn membership(s: &Server) -> (Value, Value) {
-    let r = s.get("/_membership");
-    assert_eq!(r.status, 200);
-    let v = r.json();
-    (v["all_nodes"].clone(), v["cluster_nodes"].clone())
-}
-
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The members' names in `three_members`.
-const NAMES: [&str; 3] = [
-    "settee1@127.0.0.1",
-    "settee2@127.0.0.1",
-    "settee3@127.0.0.1",
-];
-
-/// One etcd and three members listing each other.
-fn three_members() -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>) {
-    let etcd = Etcd::start(1);
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let nodes: Vec<Server> = (0..3)
-        .map(|i| member(&etcd, NAMES[i], dirs[i].path()))
-        .collect();
-    eventually("three members", || {
-        membership(&nodes[0]).0.as_array().unwrap().len() == 3
-    });
-    (etcd, dirs, nodes)
-}
 
 fn ok_json(r: common::Resp, what: &str) -> Value {
     assert_eq!(r.status, 200, "{what}: {}", r.text);

@@ -2,6 +2,7 @@
 //! port, and speaks HTTP to it.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod replication;
 
 /// The members of CouchDB's request object for design functions, in

@@ -1,0 +1,82 @@
+//! Which copy of a range answers a request that one copy can answer (listings, feeds,
+//! views, Mango), and in what order its copies are tried.
+
+use crate::merge::Reply;
+use crate::{copy_error, unavailable, Coordinator};
+use serde_json::Value;
+use settee_auth::UserCtx;
+use settee_node::Result;
+
+/// A request of one copy: its member, method, target and JSON body.
+pub(crate) struct Ask {
+    pub node: String,
+    pub method: &'static str,
+    pub target: String,
+    pub body: Option<Value>,
+}
+
+impl Coordinator {
+    /// The first of `asks` (copies of `range`, tried in turn) to answer 200: its member and
+    /// body. A copy that is down, fails, or lacks its database is passed over; any other
+    /// refusal is the client's answer.
+    pub(crate) async fn first_answer(
+        &self,
+        range: &str,
+        asks: Vec<Ask>,
+        user: Option<&UserCtx>,
+    ) -> Result<(String, Value)> {
+        let mut failures = Vec::new();
+        for a in asks {
+            match (self.ask(&a.node, a.method, &a.target, user, a.body.as_ref())).await {
+                Reply::Answered { status: 200, body } => return Ok((a.node, body)),
+                Reply::Answered { status, body } if !passed_over(status, &body) => {
+                    return Err(copy_error(status, &body))
+                }
+                other => failures.push(format!("{}: {other:?}", a.node)),
+            }
+        }
+        Err(unavailable(format!(
+            "no copy of range {range} answered ({})",
+            failures.join("; ")
+        )))
+    }
+}
+
+/// Whether a copy's answer means asking another copy: a failure of its own (5xx), or its
+/// database missing (its creation failed; CouchDB would create it on the spot).
+pub(crate) fn passed_over(status: u16, body: &Value) -> bool {
+    status >= 500 || (status == 404 && body["reason"] == "Database does not exist.")
+}
+
+/// A range's copies, this node's first (no network hop), then in the map's order.
+pub(crate) fn local_first(nodes: &[String]) -> Vec<String> {
+    let me = settee_core::node::name();
+    let mut order: Vec<String> = nodes.iter().filter(|n| *n == me).cloned().collect();
+    order.extend(nodes.iter().filter(|n| *n != me).cloned());
+    order
+}
+
+/// Range `i`'s copies in the map's order turned by `i`: where an index of range `i` (a
+/// view's, a Mango index's) is read, so that the ranges' indexes are built on different
+/// members, in parallel, and every coordinator reads the one index built.
+pub(crate) fn turned(nodes: &[String], i: usize) -> Vec<String> {
+    let mut order = nodes.to_vec();
+    if !order.is_empty() {
+        order.rotate_left(i % nodes.len());
+    }
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_read_their_copies_turned_by_their_number() {
+        let nodes: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(turned(&nodes, 0), ["a", "b", "c"]);
+        assert_eq!(turned(&nodes, 1), ["b", "c", "a"]);
+        assert_eq!(turned(&nodes, 5), ["c", "a", "b"]);
+        assert!(turned(&[], 3).is_empty());
+    }
+}

@@ -1,0 +1,83 @@
+//! Cluster members for the cluster test files: Settee nodes joined through a real etcd.
+
+use super::Server;
+use serde_json::{json, Value};
+use settee_cluster::testing::Etcd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub const SECRET: (&str, &str) = ("SETTEE_CLUSTER_SECRET", "cluster-test-secret");
+
+/// The members' names in `three_members`.
+pub const NAMES: [&str; 3] = [
+    "settee1@127.0.0.1",
+    "settee2@127.0.0.1",
+    "settee3@127.0.0.1",
+];
+
+/// The lease of `member`'s members (seconds): a member that dies or stops answering is no
+/// longer running for the others within it.
+pub const LEASE_TTL: u64 = 2;
+
+/// A member named `name` on `dir`, joined to `etcd` through all its members, with a
+/// `LEASE_TTL` lease so that a crash shows quickly.
+pub fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
+    member_with_lease(etcd, name, dir, LEASE_TTL)
+}
+
+pub fn member_with_lease(etcd: &Etcd, name: &str, dir: &Path, lease_ttl: u64) -> Server {
+    let ini = dir.join("cluster.ini");
+    std::fs::write(&ini, format!("[cluster]\nlease_ttl = {lease_ttl}\n")).unwrap();
+    let endpoints = etcd.endpoints().join(",");
+    let args = [
+        "--node-name",
+        name,
+        "--cluster",
+        &endpoints,
+        "--config",
+        ini.to_str().unwrap(),
+    ];
+    Server::start_in_with_env(dir, &args, &[SECRET])
+}
+
+/// `_membership`'s `all_nodes` (running) and `cluster_nodes` (listed).
+pub fn membership(s: &Server) -> (Value, Value) {
+    let r = s.get("/_membership");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    (v["all_nodes"].clone(), v["cluster_nodes"].clone())
+}
+
+pub fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    eventually_within(Duration::from_secs(20), what, cond)
+}
+
+pub fn eventually_within(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Three members on `etcd` (their data directories kept, so that one can be started again
+/// on its own), each seeing all three running and listed.
+pub fn three_members_on(etcd: &Etcd) -> (Vec<tempfile::TempDir>, Vec<Server>) {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| member(etcd, NAMES[i], dirs[i].path()))
+        .collect();
+    for n in &nodes {
+        eventually("three members running and listed", || {
+            membership(n) == (json!(NAMES), json!(NAMES))
+        });
+    }
+    (dirs, nodes)
+}
+
+/// One etcd and `three_members_on` it.
+pub fn three_members() -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>) {
+    let etcd = Etcd::start(1);
+    let (dirs, nodes) = three_members_on(&etcd);
+    (etcd, dirs, nodes)
+}
