@@ -72,6 +72,10 @@ pub struct Coordinator {
     security: security::SecurityCache,
 }
 
+/// How long a decided write waits for its other copies before it answers (see
+/// `Coordinator::ask_until`).
+const QUORUM_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// `q` of a database created without one (CouchDB's `[cluster] q` default).
 const DEFAULT_Q: u32 = 2;
 /// `n` of a database created without one (CouchDB's `[cluster] n` default).
@@ -130,9 +134,11 @@ impl Coordinator {
 
     /// Asks each of `asks` (member, method, target, body) at once, each on a task of its
     /// own, and hands the replies so far (in the order of `asks`) to `decided` as they
-    /// come; once it says the answer is decided, the copies still working finish in the
-    /// background (CouchDB's `fabric_doc_update` answers at the quorum, not when the
-    /// slowest copy does).
+    /// come. Once it says the answer is decided, the other copies get [`QUORUM_GRACE`]
+    /// more, then those still working finish in the background: CouchDB's
+    /// `fabric_doc_update` answers at the quorum, not when the slowest copy does; the grace
+    /// keeps a write visible on every running copy when it is answered (a listing read
+    /// from one copy per range then shows it), unless a copy is slow.
     async fn ask_until(
         &self,
         asks: Vec<(String, &'static str, String, Option<Bytes>)>,
@@ -153,10 +159,20 @@ impl Coordinator {
             })
             .collect();
         let mut replies: Vec<Option<Reply>> = vec![None; pending.len()];
-        while let Some((i, reply)) = futures_util::StreamExt::next(&mut pending).await {
+        let mut grace: Option<tokio::time::Instant> = None;
+        loop {
+            let next = futures_util::StreamExt::next(&mut pending);
+            let got = match grace {
+                None => next.await,
+                Some(until) => match tokio::time::timeout_at(until, next).await {
+                    Ok(got) => got,
+                    Err(_) => break,
+                },
+            };
+            let Some((i, reply)) = got else { break };
             replies[i] = Some(reply.unwrap_or_else(|e| Reply::Unreachable(e.to_string())));
-            if decided(&replies) {
-                break;
+            if grace.is_none() && decided(&replies) {
+                grace = Some(tokio::time::Instant::now() + QUORUM_GRACE);
             }
         }
         replies
