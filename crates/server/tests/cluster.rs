@@ -1229,7 +1229,16 @@ fn clustered_views_merge_rows_and_reduce_again() {
     assert_eq!(r["rows"][0]["key"], false, "{r}");
     assert_eq!(nodes[0].get("/vdb/_design/d/_view/distinct").status, 501);
 
-    // Several queries at once, each as alone.
+    // Several queries at once, each as alone, of views and of `_all_docs`.
+    let r = nodes[1].post(
+        "/vdb/_all_docs/queries",
+        r#"{"queries": [{"limit": 2, "skip": 1}, {"keys": ["v03", "nope"]}]}"#,
+    );
+    let results = r.json()["results"].clone();
+    // The design document is the first row.
+    assert_eq!(row_ids(&results[0]), ["v00", "v01"], "{}", r.text);
+    assert_eq!(results[1]["rows"][0]["id"], "v03", "{}", r.text);
+    assert_eq!(results[1]["rows"][1]["error"], "not_found", "{}", r.text);
     let r = nodes[2].post(
         "/vdb/_design/d/_view/sum/queries",
         r#"{"queries": [{}, {"group": true, "limit": 1}, {"reduce": false, "skip": 19}]}"#,

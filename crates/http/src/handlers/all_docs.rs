@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
 pub use settee_node::all_docs::Namespace;
-use settee_node::all_docs::{run, Query};
+use settee_node::all_docs::Query;
 use settee_node::fabric::DbRef;
 use settee_node::Fabric;
 
@@ -113,7 +113,6 @@ async fn queries_in(
     ns: Namespace,
     partition: Option<&str>,
 ) -> ApiResult<Response> {
-    let db = db.engine("_all_docs/queries")?.clone();
     allow(&req.method, "POST")?;
     let body = req.json().await?;
     let body = body
@@ -140,9 +139,22 @@ async fn queries_in(
                 Some(p) => Query::for_partition(args, p, partition_query_limit(state)),
                 None => Query::from_args(args),
             }?;
-            Ok(q.for_reader(&state.config, &db, &req.user))
+            Ok(q)
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    let out = blocking(move || query_results(&qs, |q, out| Ok(run(&db, q, ns, out)?))).await?;
+    let (fabric, user) = (state.fabric.clone(), req.user.clone());
+    let out = blocking(move || {
+        query_results(&qs, |q, out| {
+            Ok(Fabric::all_docs(
+                &*fabric,
+                &db.name,
+                &user,
+                q.clone(),
+                ns,
+                out,
+            )?)
+        })
+    })
+    .await?;
     Ok(json_bytes(StatusCode::OK, out))
 }
