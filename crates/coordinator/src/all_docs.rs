@@ -4,7 +4,7 @@
 //! `limit` applied here; with `keys`, each key asked of its range's copy and the rows given
 //! in the keys' order.
 
-use crate::copies::{local_first, Ask};
+use crate::copies::{local_first, offset, rows_of, total_rows, update_seq, Ask, RangeAnswer};
 use crate::{copy_path, form_query, merge, unavailable, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{json, Value};
@@ -13,13 +13,6 @@ use settee_cluster::ShardMap;
 use settee_node::all_docs::{Namespace, Query};
 use settee_node::fabric::Out;
 use settee_node::{Error, Result};
-
-/// One range's copy's answer to an `_all_docs` request.
-pub(crate) struct RangeAnswer {
-    pub range: String,
-    pub node: String,
-    pub body: Value,
-}
 
 impl Coordinator {
     pub(crate) fn all_docs_clustered(
@@ -100,10 +93,7 @@ impl Coordinator {
             Some(user),
         )?;
         let total = total_rows(&answers);
-        let offsets: Vec<u64> = (answers.iter())
-            .map(|a| a.body["offset"].as_u64().unwrap_or(0))
-            .collect();
-        let offset = merge::all_docs_offset(total, &offsets, q.skip);
+        let offset = offset(&answers, total, q.skip);
         let mut head = format!("{{\"total_rows\":{total},\"offset\":{offset}");
         if q.update_seq {
             head.push_str(&format!(",\"update_seq\":{}", json!(update_seq(&answers))));
@@ -231,29 +221,4 @@ fn copy_params(q: &Query) -> Vec<(&'static str, String)> {
         }
     }
     params
-}
-
-fn rows_of(body: Value) -> Vec<Value> {
-    match body {
-        Value::Object(mut m) => match m.shift_remove("rows") {
-            Some(Value::Array(rows)) => rows,
-            _ => Vec::new(),
-        },
-        _ => Vec::new(),
-    }
-}
-
-/// The clustered sequence of the copies' `update_seq`s, bare, as an index shows it.
-fn update_seq(answers: &[RangeAnswer]) -> String {
-    let parts: Vec<(&str, &str, &Value)> = (answers.iter())
-        .map(|a| (a.range.as_str(), a.node.as_str(), &a.body["update_seq"]))
-        .collect();
-    merge::clustered_seq(&parts, false)
-}
-
-/// The ranges' `total_rows`, summed.
-fn total_rows(answers: &[RangeAnswer]) -> u64 {
-    (answers.iter())
-        .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
-        .sum()
 }

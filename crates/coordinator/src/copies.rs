@@ -1,11 +1,20 @@
 //! Which copy of a range answers a request that one copy can answer (listings, feeds,
 //! views, Mango), and in what order its copies are tried.
 
-use crate::merge::Reply;
+use crate::merge::{self, Reply};
 use crate::{copy_error, unavailable, Coordinator};
+use futures_util::future::join_all;
 use serde_json::Value;
 use settee_auth::UserCtx;
+use settee_cluster::ShardMap;
 use settee_node::Result;
+
+/// One range's copy's answer.
+pub(crate) struct RangeAnswer {
+    pub range: String,
+    pub node: String,
+    pub body: Value,
+}
 
 /// A request of one copy: its member, method, target and JSON body.
 pub(crate) struct Ask {
@@ -40,6 +49,74 @@ impl Coordinator {
             failures.join("; ")
         )))
     }
+
+    /// One answer per range (`only` that one, if any) to `POST target(range)` with `body`,
+    /// asked as this member of range `i`'s copies [`turned`] by `i` (where its indexes
+    /// are read), as [`Coordinator::first_answer`] takes it.
+    pub(crate) fn each_range_turned(
+        &self,
+        map: &ShardMap,
+        only: Option<&str>,
+        target: impl Fn(&str) -> String,
+        body: &Value,
+    ) -> Result<Vec<RangeAnswer>> {
+        let ranges =
+            (map.by_range.iter().enumerate()).filter(|(_, c)| only.is_none_or(|r| r == c.range));
+        let asks = ranges.map(|(i, copies)| {
+            let target = target(&copies.range);
+            let asks = (turned(&copies.nodes, i).into_iter())
+                .map(|node| Ask {
+                    node,
+                    method: "POST",
+                    target: target.clone(),
+                    body: Some(body.clone()),
+                })
+                .collect();
+            async move {
+                let (node, body) = self.first_answer(&copies.range, asks, None).await?;
+                Ok(RangeAnswer {
+                    range: copies.range.clone(),
+                    node,
+                    body,
+                })
+            }
+        });
+        crate::block_on(join_all(asks)).into_iter().collect()
+    }
+}
+
+/// A listing's rows in a copy's answer.
+pub(crate) fn rows_of(body: Value) -> Vec<Value> {
+    match body {
+        Value::Object(mut m) => match m.shift_remove("rows") {
+            Some(Value::Array(rows)) => rows,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
+/// The clustered sequence of the copies' `update_seq`s, bare, as an index shows it.
+pub(crate) fn update_seq(answers: &[RangeAnswer]) -> String {
+    let parts: Vec<(&str, &str, &Value)> = (answers.iter())
+        .map(|a| (a.range.as_str(), a.node.as_str(), &a.body["update_seq"]))
+        .collect();
+    merge::clustered_seq(&parts, false)
+}
+
+/// The ranges' `total_rows`, summed.
+pub(crate) fn total_rows(answers: &[RangeAnswer]) -> u64 {
+    (answers.iter())
+        .map(|a| a.body["total_rows"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// A listing's `offset` from its copies' (see [`merge::all_docs_offset`]).
+pub(crate) fn offset(answers: &[RangeAnswer], total: u64, skip: u64) -> u64 {
+    let offsets: Vec<u64> = (answers.iter())
+        .map(|a| a.body["offset"].as_u64().unwrap_or(0))
+        .collect();
+    merge::all_docs_offset(total, &offsets, skip)
 }
 
 /// Whether a copy's answer means asking another copy: a failure of its own (5xx), or its

@@ -20,7 +20,6 @@
 //! Each range is asked in the map's order turned by its number, as views, so the ranges'
 //! Mango indexes build on different members.
 
-use crate::copies::{turned, Ask};
 use crate::{copy_error, copy_path, merge, unavailable, Coordinator};
 use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
@@ -89,11 +88,11 @@ impl Coordinator {
                 .as_str()
         });
         let target = |range: &str| format!("{}/_find", copy_path(map, db, range));
-        let answers = self.ask_each_range(map, only, target, &body)?;
+        let answers = self.each_range_turned(map, only, target, &body)?;
 
         let mut stats = Stats::default();
         let mut rows = Vec::with_capacity(answers.len());
-        for mut answer in answers {
+        for mut answer in answers.into_iter().map(|a| a.body) {
             add_stats(&mut stats, &answer["execution_stats"]);
             rows.push(match answer["docs"].take() {
                 Value::Array(docs) => docs,
@@ -163,38 +162,6 @@ impl Coordinator {
             id(a).cmp(&id(b))
         });
         Ok(designs)
-    }
-
-    /// One answer per range (`only` that one, if any) to `POST target(range)` with `body`,
-    /// asked as this member:
-    /// range `i`'s copies in the map's order turned by `i` until one answers 200 (a copy
-    /// that is down, fails or lacks its database is passed over; any other refusal is the
-    /// client's answer).
-    fn ask_each_range(
-        &self,
-        map: &ShardMap,
-        only: Option<&str>,
-        target: impl Fn(&str) -> String,
-        body: &Value,
-    ) -> Result<Vec<Value>> {
-        let ranges =
-            (map.by_range.iter().enumerate()).filter(|(_, c)| only.is_none_or(|r| r == c.range));
-        let asks = ranges.map(|(i, copies)| {
-            let target = target(&copies.range);
-            let asks = (turned(&copies.nodes, i).into_iter())
-                .map(|node| Ask {
-                    node,
-                    method: "POST",
-                    target: target.clone(),
-                    body: Some(body.clone()),
-                })
-                .collect();
-            async move {
-                let (_, answer) = self.first_answer(&copies.range, asks, None).await?;
-                Ok(answer)
-            }
-        });
-        crate::block_on(join_all(asks)).into_iter().collect()
     }
 }
 

@@ -8,9 +8,8 @@
 //! in the map's order, turned by the range's number, so the ranges' indexes are built on
 //! different members, in parallel, and every coordinator reads the one index built.
 
-use crate::copies::{turned, Ask};
+use crate::copies::{offset, rows_of, total_rows, update_seq};
 use crate::{copy_path, enc_id, form_query, merge, Coordinator};
-use futures_util::future::join_all;
 use serde_json::{json, Map, Value};
 use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
@@ -169,25 +168,7 @@ impl Coordinator {
                 form_query(&copy_params(&args))
             )
         };
-        let answers = crate::block_on(join_all(map.by_range.iter().enumerate().map(
-            |(i, copies)| {
-                let target = target(&copies.range);
-                let asks = (turned(&copies.nodes, i).into_iter())
-                    .map(|node| Ask {
-                        node,
-                        method: "POST",
-                        target: target.clone(),
-                        body: Some(body.clone()),
-                    })
-                    .collect();
-                async move {
-                    let (node, answer) = self.first_answer(&copies.range, asks, None).await?;
-                    Ok::<_, Error>((copies.range.clone(), node, answer))
-                }
-            },
-        )))
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+        let answers = self.each_range_turned(map, None, target, &body)?;
 
         let cmp_keys = move |a: &Value, b: &Value| {
             if raw {
@@ -198,33 +179,14 @@ impl Coordinator {
         };
         let mut head = String::from("{");
         if !reducing {
-            let total: u64 = (answers.iter())
-                .map(|(_, _, b)| b["total_rows"].as_u64().unwrap_or(0))
-                .sum();
-            let offsets: Vec<u64> = (answers.iter())
-                .map(|(_, _, b)| b["offset"].as_u64().unwrap_or(0))
-                .collect();
-            let offset = merge::all_docs_offset(total, &offsets, args.skip);
+            let total = total_rows(&answers);
+            let offset = offset(&answers, total, args.skip);
             head.push_str(&format!("\"total_rows\":{total},\"offset\":{offset},"));
         }
         if args.update_seq {
-            let parts: Vec<(&str, &str, &Value)> = (answers.iter())
-                .map(|(range, node, b)| (range.as_str(), node.as_str(), &b["update_seq"]))
-                .collect();
-            head.push_str(&format!(
-                "\"update_seq\":{},",
-                json!(merge::clustered_seq(&parts, false))
-            ));
+            head.push_str(&format!("\"update_seq\":{},", json!(update_seq(&answers))));
         }
-        let rows: Vec<Vec<Value>> = (answers.into_iter())
-            .map(|(_, _, b)| match b {
-                Value::Object(mut m) => match m.shift_remove("rows") {
-                    Some(Value::Array(rows)) => rows,
-                    _ => Vec::new(),
-                },
-                _ => Vec::new(),
-            })
-            .collect();
+        let rows: Vec<Vec<Value>> = answers.into_iter().map(|a| rows_of(a.body)).collect();
         let descending = args.descending;
         let order = move |a: &Value, b: &Value| {
             let o = cmp_keys(&a["key"], &b["key"])
