@@ -640,16 +640,32 @@ fn unavailable(why: String) -> Error {
     Error::Cluster(settee_cluster::Error::Unavailable(why))
 }
 
-/// A copy's refusal as the node's error of the same name and status.
+/// A copy's refusal as the node's error of the same name and status; one without a node
+/// error of its own is passed on as the copy gave it.
 fn copy_error(status: u16, body: &Value) -> Error {
-    let reason = body["reason"].as_str().unwrap_or_default().to_owned();
+    let reason = match &body["reason"] {
+        Value::String(r) => r.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
     match (status, body["error"].as_str().unwrap_or_default()) {
         (409, "conflict") => settee_db::Error::Conflict.into(),
-        (404, _) => Error::NotFound(reason),
-        (400, _) => Error::BadRequest(reason),
-        (401, _) => Error::Unauthorized(reason),
-        (403, _) => Error::Forbidden(reason),
-        (_, error) => Error::Bare(format!("{error}: {reason}")),
+        (409, "not_found") => Error::MissingRev,
+        (413, "attachment_too_large") => settee_db::Error::AttachmentTooLarge.into(),
+        (400, "content_md5_mismatch") => Error::ContentMd5Mismatch,
+        (412, "missing_stub") => Error::Rejected(settee_js::Rejection::Error {
+            error: "missing_stub".into(),
+            reason: Value::String(reason),
+        }),
+        (404, "not_found") => Error::NotFound(reason),
+        (400, "bad_request") => Error::BadRequest(reason),
+        (401, "unauthorized") => Error::Unauthorized(reason),
+        (403, "forbidden") => Error::Forbidden(reason),
+        (_, error) => Error::Relayed {
+            status,
+            error: error.to_owned(),
+            reason,
+        },
     }
 }
 

@@ -133,6 +133,15 @@ impl From<settee_node::Error> for ApiError {
                 name,
             ),
             N::Cluster(c) => c.into(),
+            N::Relayed {
+                status,
+                error,
+                reason,
+            } => ApiError::Named(
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                error,
+                reason,
+            ),
             n @ N::NotOnCluster(_) => ApiError::NotImplemented(n.to_string()),
             // CouchDB's `{service_unavailable, Reason}`.
             n @ N::NotClustered => ApiError::Named(

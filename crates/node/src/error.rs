@@ -93,6 +93,14 @@ pub enum Error {
     /// does not hold whole (a clustered one): 501 `not_implemented`.
     #[error("{0} is not yet supported on clustered databases")]
     NotOnCluster(&'static str),
+    /// A shard copy's error answer, passed on as the copy gave it (status, `error`,
+    /// `reason`): what the copy's node decided is the client's answer.
+    #[error("{error}: {reason}")]
+    Relayed {
+        status: u16,
+        error: String,
+        reason: String,
+    },
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),
