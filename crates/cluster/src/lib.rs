@@ -25,7 +25,7 @@ pub mod testing;
 
 pub use map::{Candidate, Copies, PlanError, ShardMap};
 pub use nodes::{ListStats, NodeDoc};
-pub use state::{Cluster, Member};
+pub use state::{Cluster, Finished, Member};
 
 use std::time::Duration;
 

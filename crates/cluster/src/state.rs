@@ -28,6 +28,9 @@ const NODES: &str = "nodes";
 const LIVE: &str = "live";
 const DBS: &str = "dbs";
 const JOBS: &str = "jobs";
+/// `{prefix}/setup/finished`: the cluster set-up wizard's `finish_cluster` has run.
+const SETUP: &str = "setup";
+const FINISHED: &str = "finished";
 
 /// What this node knows of the state, as of etcd revision `revision`.
 #[derive(Default)]
@@ -38,6 +41,8 @@ struct Cache {
     dbs: BTreeMap<String, Arc<ShardMap>>,
     /// Job → the node owning it.
     jobs: BTreeMap<String, String>,
+    /// Who finished the cluster's set-up, once one did.
+    finished: Option<Finished>,
     revision: i64,
 }
 
@@ -70,6 +75,11 @@ impl Cache {
                     serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
                 self.jobs.insert(name.to_owned(), owner.node);
             }
+            SETUP if name == FINISHED => {
+                let f: Finished =
+                    serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
+                self.finished = Some(f);
+            }
             _ => {}
         }
         Ok(())
@@ -81,6 +91,7 @@ impl Cache {
             LIVE => drop(self.live.remove(name)),
             DBS => drop(self.dbs.remove(name)),
             JOBS => drop(self.jobs.remove(name)),
+            SETUP if name == FINISHED => self.finished = None,
             _ => {}
         }
     }
@@ -90,6 +101,13 @@ impl Cache {
 #[derive(Serialize, Deserialize)]
 struct Owner {
     node: String,
+}
+
+/// The set-up's value: the member that finished it, and when (unix seconds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    pub node: String,
+    pub at: u64,
 }
 
 /// This node's handle on the cluster state.
@@ -348,6 +366,28 @@ impl Cluster {
     /// The node owning `job`, if one does.
     pub fn owner(&self, job: &str) -> Option<String> {
         self.cache.read().unwrap().jobs.get(job).cloned()
+    }
+
+    /// Who finished the cluster's set-up (`_cluster_setup`'s `finish_cluster`), if one did.
+    pub fn setup_finished(&self) -> Option<Finished> {
+        self.cache.read().unwrap().finished.clone()
+    }
+
+    /// Records that this node finished the cluster's set-up, unless one did already:
+    /// whether this call recorded it (a second finish keeps the first's record).
+    pub async fn finish_setup(&self) -> Result<bool> {
+        let key = self.key(SETUP, FINISHED);
+        let at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mine = Finished {
+            node: self.config.node.clone(),
+            at,
+        };
+        let value = serde_json::to_vec(&mine).expect("json");
+        let when = Compare::create_revision(key.as_str(), CompareOp::Equal, 0);
+        let op = TxnOp::put(key.as_str(), value.as_slice(), None);
+        Ok(self.txn(&key, when, op).await?.applied_or_holds(&value))
     }
 
     /// A job's value when this node holds it.

@@ -19,6 +19,7 @@ pub mod att_write;
 pub mod atts;
 pub mod changes;
 pub mod cluster;
+pub mod cluster_setup;
 pub mod config;
 pub mod copy;
 pub mod dbs;

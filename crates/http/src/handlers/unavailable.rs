@@ -1,4 +1,4 @@
-//! Server routes CouchDB 3.5 serves whose features Settee does not have (resharding, cluster setup, full-text search), and paths
+//! Server routes CouchDB 3.5 serves whose features Settee does not have (resharding, full-text search), and paths
 //! CouchDB takes for database names (`/_config`, `/_stats`, … removed in 2.0/3.0).
 //!
 //! Each route keeps CouchDB's grammar — its methods (405 with `Allow`), content-type and
@@ -8,11 +8,11 @@
 
 use super::allow;
 use crate::error::{ApiError, ApiResult};
-use crate::reply::{json, ok_true};
+use crate::reply::ok_true;
 use crate::Req;
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 fn absent(what: &str) -> ApiError {
     ApiError::NotImplemented(format!("{what} is not supported by this Settee version"))
@@ -50,43 +50,6 @@ pub fn reshard(req: &Req, rest: &[String]) -> ApiResult<Response> {
         crate::req::require_json(&req.headers)?;
     }
     Err(absent("resharding"))
-}
-
-/// `/_cluster_setup`: Settee is one node, set up when it first starts (an admin exists,
-/// `_users` is created at startup), so its state is `single_node_enabled`; the actions
-/// that configure clustering are not supported.
-pub async fn cluster_setup(mut req: Req) -> ApiResult<Response> {
-    match req.method.as_str() {
-        "GET" | "HEAD" => {
-            if let Some(dbs) = req.params.get("ensure_dbs_exist") {
-                crate::req::parse_json(dbs.as_bytes())?;
-            }
-            Ok(json(
-                StatusCode::OK,
-                &json!({"state": "single_node_enabled"}),
-            ))
-        }
-        "POST" => {
-            crate::req::require_json(&req.headers)?;
-            let body = req.bytes().await?;
-            let Ok(Value::Object(setup)) = serde_json::from_slice::<Value>(&body) else {
-                return Err(ApiError::bad_request("Missing JSON body'"));
-            };
-            const ACTIONS: &[&str] = &[
-                "enable_cluster",
-                "finish_cluster",
-                "enable_single_node",
-                "add_node",
-                "remove_node",
-                "receive_cookie",
-            ];
-            match setup.get("action").and_then(Value::as_str) {
-                Some(a) if ACTIONS.contains(&a) => Err(absent("cluster setup")),
-                _ => Err(ApiError::bad_request("Invalid Action'")),
-            }
-        }
-        _ => Err(ApiError::MethodNotAllowed("GET,POST")),
-    }
 }
 
 /// `/_search_analyze` (Clouseau full-text search): parameters checked as CouchDB does.
