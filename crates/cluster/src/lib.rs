@@ -29,6 +29,11 @@ pub use state::{Cluster, Finished, Member};
 
 use std::time::Duration;
 
+/// The system databases every member keeps whole, as CouchDB keeps its node-local `_nodes`
+/// and `_dbs` on every node: each member pushes its own to the others (`settee_sync`), and
+/// a member's requests on them are taken from the others like those on shard copies.
+pub const EVERYWHERE: [&str; 2] = ["_users", "_replicator"];
+
 /// How a node takes part in a cluster.
 #[derive(Clone, Debug)]
 pub struct Config {

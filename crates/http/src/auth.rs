@@ -115,8 +115,9 @@ pub fn authenticate(node: &Node, creds: &Credentials) -> Result<Authenticated, A
 /// A request another member of the cluster sends on behalf of a server admin it has
 /// authenticated (`/_node/{name}/…` for this node), or as a database's coordinator (a shard
 /// copy's database): a server admin, named after that member, for this node's node-local
-/// paths and shard copies only, so that the cluster's secret never opens a database a
-/// client names.
+/// paths, shard copies and the system databases every member keeps whole
+/// (`settee_cluster::EVERYWHERE`, which members push to each other) only, so that the
+/// cluster's secret never opens a database a client names.
 fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authenticated, ApiError> {
     let refused = |why: &str| Err(ApiError::Unauthorized(why.into()));
     let Some(cluster) = node.cluster() else {
@@ -129,7 +130,13 @@ fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authentica
         .get(..10)
         .is_some_and(|p| p.eq_ignore_ascii_case("/shards%2f"));
     let node_local = creds.target == "/_node/_local" || creds.target.starts_with("/_node/_local/");
-    if !(node_local || shard_copy) {
+    // The system databases every member keeps whole: the others push theirs in.
+    let everywhere = settee_cluster::EVERYWHERE.iter().any(|db| {
+        (creds.target.strip_prefix('/'))
+            .and_then(|t| t.strip_prefix(db))
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
+    });
+    if !(node_local || shard_copy || everywhere) {
         return refused("Cluster credentials are taken for node-local requests only.");
     }
     let secret = &cluster.config().secret;

@@ -13,11 +13,18 @@
 //! since its last successful push to a running member is pushed again. Writes through the
 //! coordinator already reach every running copy; this only repairs the copies that did not
 //! take them, so a second's delay costs no acknowledged write.
+//!
+//! The system databases every member keeps whole ([`EVERYWHERE`]: `_users`, `_replicator`)
+//! are pushed the same way to every other running member, as CouchDB keeps its node-local
+//! `_nodes` and `_dbs` on every node: a user or a replication document written on any
+//! member reaches every member within a round (conflicting edits become conflicts, as on
+//! any replicated database). Which member runs a replication document is decided by a
+//! claim in etcd (`settee_node::replication`).
 
 use md5::{Digest, Md5};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use settee_auth::UserCtx;
-use settee_cluster::{peer, Cluster};
+use settee_cluster::{peer, Cluster, EVERYWHERE};
 use settee_node::replication::Replicator;
 use settee_node::Node;
 use settee_replicator::job::{Job, Options};
@@ -56,7 +63,8 @@ pub fn start(node: Arc<Node>, replicator: Arc<Replicator>) {
 /// The update seq of each (copy, member) pair's last successful push.
 type Pushed = HashMap<(String, String), u64>;
 
-/// Pushes every held copy that changed since its last push to each other running copy.
+/// Pushes every held copy (and every database of [`EVERYWHERE`]) that changed since its
+/// last push to each other running copy.
 async fn round(
     node: &Arc<Node>,
     replicator: &Arc<Replicator>,
@@ -67,7 +75,9 @@ async fn round(
     let running: HashMap<String, String> = (cluster.members().into_iter())
         .map(|m| (m.name, m.url))
         .collect();
-    let mut held = HashSet::new();
+    // (database, its update seq before the push, the member to push it to): changes made
+    // during a push are pushed next round.
+    let mut targets: Vec<(String, u64, String)> = Vec::new();
     for name in cluster.dbs() {
         let Some(map) = cluster.db(&name) else {
             continue;
@@ -77,32 +87,43 @@ async fn round(
             let Ok(db) = node.couch.get(&copy) else {
                 continue;
             };
-            // The seq before the push: changes made during it are pushed next round.
             let seq = db.update_seq();
             for other in copies.nodes.iter().filter(|n| **n != me) {
-                let key = (copy.clone(), other.clone());
-                held.insert(key.clone());
-                let Some(url) = running.get(other) else {
-                    continue;
-                };
-                if pushed.get(&key) == Some(&seq) {
-                    continue;
-                }
-                match push(replicator, cluster, &copy, other, url).await {
-                    Ok(()) => {
-                        pushed.insert(key, seq);
-                    }
-                    Err(e) => {
-                        tracing::warn!(copy = %copy, to = %other, "internal replication: {e}")
-                    }
-                }
+                targets.push((copy.clone(), seq, other.clone()));
             }
+        }
+    }
+    for name in EVERYWHERE {
+        let Ok(db) = node.couch.get(name) else {
+            continue;
+        };
+        let seq = db.update_seq();
+        for other in running.keys().filter(|n| **n != me) {
+            targets.push((name.to_owned(), seq, other.clone()));
+        }
+    }
+    let mut held = HashSet::new();
+    for (db, seq, other) in targets {
+        let key = (db, other);
+        held.insert(key.clone());
+        let Some(url) = running.get(&key.1) else {
+            continue;
+        };
+        if pushed.get(&key) == Some(&seq) {
+            continue;
+        }
+        match push(replicator, cluster, &key.0, &key.1, url).await {
+            Ok(()) => {
+                pushed.insert(key, seq);
+            }
+            Err(e) => tracing::warn!(db = %key.0, to = %key.1, "internal replication: {e}"),
         }
     }
     pushed.retain(|k, _| held.contains(k));
 }
 
-/// One push of `copy` to member `other` (at `url`).
+/// One push of `copy` (a shard copy, or one of [`EVERYWHERE`]) to member `other` (at
+/// `url`).
 async fn push(
     replicator: &Arc<Replicator>,
     cluster: &Cluster,

@@ -176,6 +176,7 @@ async fn run(state: Arc<Replicator>) -> Result<()> {
             handle(&state, &db, &c.id, &rev, body).await;
         }
         retry_due(&state, &db).await;
+        take_over(&state, &db).await;
         tokio::select! {
             _ = seen.changed() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -211,6 +212,8 @@ async fn handle(
             state.replications.remove(state, &id);
         }
         state.scheduler_docs.0.lock().unwrap().remove(doc_id);
+        state.elsewhere.lock().unwrap().remove(doc_id);
+        release(state, doc_id).await;
         return;
     };
     let now = now_iso();
@@ -236,8 +239,19 @@ async fn handle(
         if let Some(id) = old_job {
             state.replications.remove(state, &id);
         }
+        state.elsewhere.lock().unwrap().remove(doc_id);
+        release(state, doc_id).await;
         return set(state, doc_id, from_document(base, t, &body));
     }
+    if !runs_here(state, doc_id).await {
+        if let Some(id) = old_job {
+            state.replications.remove(state, &id);
+        }
+        state.scheduler_docs.0.lock().unwrap().remove(doc_id);
+        state.elsewhere.lock().unwrap().insert(doc_id.to_string());
+        return;
+    }
+    state.elsewhere.lock().unwrap().remove(doc_id);
     set(state, doc_id, base.clone());
     let request = match Request::parse(&body) {
         Ok(r) => r,
@@ -398,22 +412,95 @@ async fn retry_due(state: &Arc<Replicator>, db: &Arc<Database>) {
         .map(|(d, _)| d.clone())
         .collect();
     for doc_id in due {
-        let d = db.clone();
-        let id = doc_id.clone();
-        let Ok(doc) = blocking::<_, Error>(move || Ok(d.open_doc(&id, None)?)).await else {
-            continue;
-        };
-        let body = serde_json::from_slice::<Map<String, Value>>(&crate::doc_json(
-            &doc,
-            &Default::default(),
-        ))
-        .ok();
         // Forget the processed revision so that `handle` looks at the document again.
         if let Some(s) = state.scheduler_docs.0.lock().unwrap().get_mut(&doc_id) {
             s.rev.clear();
             s.retry_at = None;
         }
-        handle(state, db, &doc_id, &doc.rev.to_string(), body).await;
+        look_again(state, db, doc_id).await;
+    }
+}
+
+/// `doc_id`'s current revision handled again (a deleted one is left to its change).
+async fn look_again(state: &Arc<Replicator>, db: &Arc<Database>, doc_id: String) {
+    let d = db.clone();
+    let id = doc_id.clone();
+    let Ok(doc) = blocking::<_, Error>(move || Ok(d.open_doc(&id, None)?)).await else {
+        return;
+    };
+    let body =
+        serde_json::from_slice::<Map<String, Value>>(&crate::doc_json(&doc, &Default::default()))
+            .ok();
+    handle(state, db, &doc_id, &doc.rev.to_string(), body).await;
+}
+
+/// The etcd job a cluster member claims to run `doc_id`'s replication.
+fn job_name(doc_id: &str) -> String {
+    format!("{REPLICATOR_DB}/{doc_id}")
+}
+
+/// Whether this node runs `doc_id`'s replication. A single node runs every one. In a
+/// cluster, where every member holds the whole `_replicator` (`settee_cluster::EVERYWHERE`),
+/// the member holding the document's claim in etcd runs it, and a member that finds it
+/// free takes it: exactly one member runs each, and the claim lasts while its member's
+/// lease does, so another takes the document over once that member dies.
+async fn runs_here(state: &Replicator, doc_id: &str) -> bool {
+    let Some(cluster) = state.node.cluster() else {
+        return true;
+    };
+    let job = job_name(doc_id);
+    match cluster.owner(&job) {
+        Some(owner) => owner == cluster.config().node,
+        None => cluster.claim(&job).await.unwrap_or_else(|e| {
+            tracing::warn!(doc = %doc_id, "replication document not claimed: {e}");
+            false
+        }),
+    }
+}
+
+/// Gives up this member's claim on `doc_id` (deleted, or in a final state).
+async fn release(state: &Replicator, doc_id: &str) {
+    if let Some(cluster) = state.node.cluster() {
+        if let Err(e) = cluster.release(&job_name(doc_id)).await {
+            tracing::warn!(doc = %doc_id, "replication document claim kept: {e}");
+        }
+    }
+}
+
+/// In a cluster: documents another member ran whose claim is gone (that member died) are
+/// taken over, and documents this member ran whose claim another holds now (this member's
+/// lease ran out while it was cut off) are given up.
+async fn take_over(state: &Arc<Replicator>, db: &Arc<Database>) {
+    let Some(cluster) = state.node.cluster() else {
+        return;
+    };
+    let me = &cluster.config().node;
+    let free: Vec<String> = (state.elsewhere.lock().unwrap().iter())
+        .filter(|d| cluster.owner(&job_name(d)).is_none())
+        .cloned()
+        .collect();
+    for doc_id in free {
+        look_again(state, db, doc_id).await;
+    }
+    let lost: Vec<(String, Option<String>)> = (state.scheduler_docs.0.lock().unwrap().iter())
+        .filter(|(d, s)| {
+            s.phase != Phase::Completed
+                && s.phase != Phase::Failed
+                && cluster.owner(&job_name(d)).is_some_and(|o| o != *me)
+        })
+        .map(|(d, s)| {
+            (
+                d.clone(),
+                s.id.clone().filter(|_| s.phase == Phase::Scheduled),
+            )
+        })
+        .collect();
+    for (doc_id, job) in lost {
+        if let Some(id) = job {
+            state.replications.remove(state, &id);
+        }
+        state.scheduler_docs.0.lock().unwrap().remove(&doc_id);
+        state.elsewhere.lock().unwrap().insert(doc_id);
     }
 }
 

@@ -24,6 +24,7 @@ use settee_replicator::remote::{without_credentials, Remote, RemoteSpec, Url};
 use settee_replicator::spec::{PeerSpec, Request};
 use settee_replicator::{Endpoint, Error as RepError, Filter};
 use settee_wire::url_encode;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
@@ -51,6 +52,8 @@ pub struct Replicator {
     local_addr: OnceLock<SocketAddr>,
     replications: jobs::Replications,
     scheduler_docs: docs::Docs,
+    /// The `_replicator` documents another cluster member runs (`docs::runs_here`).
+    elsewhere: Mutex<BTreeSet<String>>,
 }
 
 /// The node's services (`state.couch`, `state.config`) read through.
@@ -82,6 +85,7 @@ impl Replicator {
             local_addr: OnceLock::new(),
             replications: Default::default(),
             scheduler_docs: Default::default(),
+            elsewhere: Default::default(),
         })
     }
 
