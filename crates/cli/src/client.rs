@@ -129,6 +129,13 @@ impl Client {
         &self.root
     }
 
+    /// The Basic credentials, `NAME:PASSWORD`, when there are some.
+    pub fn credentials(&self) -> Option<String> {
+        let encoded = self.auth.as_deref()?.strip_prefix("Basic ")?;
+        let bytes = (base64::engine::general_purpose::STANDARD.decode(encoded)).ok()?;
+        String::from_utf8(bytes).ok()
+    }
+
     /// One request; `path` starts with `/`. Any status comes back as `Ok`.
     pub fn send(
         &self,
@@ -239,6 +246,7 @@ mod tests {
         let t = Target::parse("http://ad%40min:p%3Aw@h:5984/my%2Fdb", "x", None).unwrap();
         assert_eq!(t.client.root(), "http://h:5984");
         assert_eq!(t.db.as_deref(), Some("my/db"));
+        assert_eq!(t.client.credentials().as_deref(), Some("ad@min:p:w"));
         let auth = t.client.auth.unwrap();
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(auth.trim_start_matches("Basic "))

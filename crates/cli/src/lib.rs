@@ -1,7 +1,7 @@
-//! The `settee` command line's client commands: `bench`, `compact`, `backup`, `restore` and
-//! `completions`. Each speaks HTTP to any CouchDB-compatible server (Settee or CouchDB),
-//! so this crate depends on no other Settee crate; the binary (`crates/server`) only
-//! dispatches to [`run`].
+//! The `settee` command line's client commands: `bench`, `compact`, `backup`, `restore`,
+//! `cluster` and `completions`. Each speaks HTTP to any CouchDB-compatible server (Settee
+//! or CouchDB), so this crate depends on no other Settee crate; the binary
+//! (`crates/server`) only dispatches to [`run`].
 //!
 //! Blocking I/O throughout (ureq, threads for concurrency): a command line waits for its
 //! answers anyway, and threads keep each command a plain loop. Progress bars (indicatif)
@@ -10,6 +10,7 @@
 mod backup;
 mod bench;
 mod client;
+mod cluster;
 mod compact;
 mod error;
 mod plot;
@@ -35,6 +36,9 @@ pub enum Command {
     Backup(backup::BackupArgs),
     /// Restore a backup file (written by `settee backup` or couchbackup) into a database.
     Restore(restore::RestoreArgs),
+    /// See and grow a cluster through any of its members: `status` (members, databases'
+    /// q and n and where their ranges live), `add-node`.
+    Cluster(cluster::ClusterArgs),
     /// Print a shell completion script for `settee` to stdout.
     Completions {
         /// The shell to complete for.
@@ -49,6 +53,7 @@ pub fn run(command: Command, root: impl FnOnce() -> clap::Command) -> Result<(),
         Command::Compact(args) => compact::run(&args),
         Command::Backup(args) => backup::run(&args),
         Command::Restore(args) => restore::run(&args),
+        Command::Cluster(args) => cluster::run(&args),
         Command::Completions { shell } => {
             let mut cmd = root();
             let name = cmd.get_name().to_string();

@@ -39,8 +39,8 @@ struct Cli {
 enum Command {
     /// Serve the CouchDB HTTP API.
     Serve(config::ServeArgs),
-    /// The client commands (bench, compact, backup, restore, completions): they speak
-    /// HTTP to any CouchDB-compatible server.
+    /// The client commands (bench, compact, backup, restore, cluster, completions): they
+    /// speak HTTP to any CouchDB-compatible server.
     #[command(flatten)]
     Client(settee_cli::Command),
 }
