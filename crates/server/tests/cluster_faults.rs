@@ -484,3 +484,38 @@ fn a_member_isolated_and_rejoining_keeps_both_sides_edits_as_conflicts() {
         assert_eq!(listed, ["c", "del", "isolated-only", "majority-only"]);
     }
 }
+
+/// A member down when a database is created gets no copy then; back, internal replication
+/// creates its copy and fills it, as CouchDB's creates a missing target shard.
+#[test]
+fn a_member_down_at_a_creation_gets_its_copy_when_back() {
+    let etcd = Etcd::start(1);
+    let (dirs, mut nodes) = three_members_on(&etcd);
+    nodes[2].kill9();
+    eventually("the third member gone", || running(&nodes[0]) == 2);
+    let t0 = now_secs();
+    let r = nodes[0].put("/late?q=1&n=3", "");
+    assert_eq!(r.status, 202, "two copies of three: {}", r.text);
+    let t1 = now_secs();
+    let r = nodes[1].post(
+        "/late/_bulk_docs",
+        r#"{"docs": [{"_id": "a"}, {"_id": "b"}, {"_id": "c"}]}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let copy = (t0..=t1)
+        .map(|t| format!("shards/00000000-ffffffff/late.{t}"))
+        .find(|c| nodes[0].get(&copy_path(c)).status == 200)
+        .expect("the copy's name");
+    assert_eq!(
+        nodes[0].get("/late/_shards").json()["shards"]["00000000-ffffffff"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    nodes[2] = member(&etcd, NAMES[2], dirs[2].path());
+    eventually("the late member's copy created and filled", || {
+        copy_info(&nodes[2], &copy)["doc_count"] == 3
+    });
+}

@@ -21,7 +21,6 @@
 //! any replicated database). Which member runs a replication document is decided by a
 //! claim in etcd (`settee_node::replication`).
 
-use md5::{Digest, Md5};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use settee_auth::UserCtx;
 use settee_cluster::{peer, Cluster, EVERYWHERE};
@@ -75,9 +74,9 @@ async fn round(
     let running: HashMap<String, String> = (cluster.members().into_iter())
         .map(|m| (m.name, m.url))
         .collect();
-    // (database, its update seq before the push, the member to push it to): changes made
-    // during a push are pushed next round.
-    let mut targets: Vec<(String, u64, String)> = Vec::new();
+    // (database, its update seq before the push, the member to push it to, and for a
+    // shard copy the query creating it): changes made during a push are pushed next round.
+    let mut targets: Vec<(String, u64, String, Option<&str>)> = Vec::new();
     for name in cluster.dbs() {
         let Some(map) = cluster.db(&name) else {
             continue;
@@ -88,8 +87,13 @@ async fn round(
                 continue;
             };
             let seq = db.update_seq();
+            let create = if map.partitioned {
+                "?q=1&partitioned=true"
+            } else {
+                "?q=1"
+            };
             for other in copies.nodes.iter().filter(|n| **n != me) {
-                targets.push((copy.clone(), seq, other.clone()));
+                targets.push((copy.clone(), seq, other.clone(), Some(create)));
             }
         }
     }
@@ -99,18 +103,28 @@ async fn round(
         };
         let seq = db.update_seq();
         for other in running.keys().filter(|n| **n != me) {
-            targets.push((name.to_owned(), seq, other.clone()));
+            targets.push((name.to_owned(), seq, other.clone(), None));
         }
     }
     let mut held = HashSet::new();
-    for (db, seq, other) in targets {
+    for (db, seq, other, create) in targets {
         let key = (db, other);
         held.insert(key.clone());
         let Some(url) = running.get(&key.1) else {
             continue;
         };
+        let first = !pushed.contains_key(&key);
         if pushed.get(&key) == Some(&seq) {
             continue;
+        }
+        // A copy the other member may lack (its member was down when the database was
+        // created): created before the first push, as CouchDB's internal replication
+        // creates a missing target shard.
+        if let (true, Some(query)) = (first, create) {
+            if let Err(e) = ensure_copy(node, &key.0, &key.1, query).await {
+                tracing::warn!(copy = %key.0, on = %key.1, "internal replication: {e}");
+                continue;
+            }
         }
         match push(replicator, cluster, &key.0, &key.1, url).await {
             Ok(()) => {
@@ -120,6 +134,22 @@ async fn round(
         }
     }
     pushed.retain(|k, _| held.contains(k));
+}
+
+/// Creates `copy` on member `other` (`query`: its creation's) unless it has it.
+async fn ensure_copy(node: &Node, copy: &str, other: &str, query: &str) -> Result<(), String> {
+    let target = format!("/{}{query}", utf8_percent_encode(copy, SEGMENT));
+    match node.peer_json(other, "PUT", &target, None, None).await {
+        // Created now, or there already.
+        Ok(Some(answer)) if matches!(answer.status, 201 | 202 | 412) => Ok(()),
+        Ok(Some(answer)) => Err(format!(
+            "creating the copy answered {}: {}",
+            answer.status,
+            String::from_utf8_lossy(&answer.body)
+        )),
+        Ok(None) => Err("the member is not running".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// One push of `copy` (a shard copy, or one of [`EVERYWHERE`]) to member `other` (at
@@ -170,26 +200,6 @@ async fn push(
     job.run().await.map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// The name of the checkpoint of `copy`'s pushes from member `from` to member `to`.
-pub fn checkpoint_id(copy: &str, from: &str, to: &str) -> String {
-    let digest = Md5::digest(format!("{copy}\n{from}\n{to}").as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("shard-sync-{hex}")
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn checkpoints_name_the_copy_and_both_members() {
-        let a = super::checkpoint_id("shards/00000000-7fffffff/db.1", "n1@h", "n2@h");
-        assert!(a.starts_with("shard-sync-") && a.len() == "shard-sync-".len() + 32);
-        assert_ne!(
-            a,
-            super::checkpoint_id("shards/00000000-7fffffff/db.1", "n2@h", "n1@h")
-        );
-        assert_ne!(
-            a,
-            super::checkpoint_id("shards/80000000-ffffffff/db.1", "n1@h", "n2@h")
-        );
-    }
-}
+/// The name of the checkpoint of `copy`'s pushes from one member to another (a move waits
+/// on it: `settee_node::moves`).
+pub use settee_node::moves::checkpoint_id;
