@@ -211,6 +211,23 @@ fn the_wizard_sets_up_a_three_member_cluster_and_the_cli_shows_and_grows_it() {
     assert_eq!(r.status, 400, "{}", r.text);
     assert!(r.json()["reason"].as_str().unwrap().contains("--cluster"));
 
+    // A session cookie of the first member: each member hashed the admin's password with
+    // a salt of its own and keeps a cookie secret of its own, so the others refuse it.
+    let login = json!({"name": ADMIN.0, "password": ADMIN.1}).to_string();
+    let r = n1.anon("POST", "/_session", Some(&login), &[]);
+    let cookie = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let session_user = |n: &Server| {
+        let r = n.anon("GET", "/_session", None, &[("cookie", &cookie)]);
+        r.json()["userCtx"]["name"].clone()
+    };
+    assert_eq!(session_user(&nodes[1]), Value::Null);
+
     let r = setup(n1, json!({"action": "finish_cluster"}));
     assert_eq!(
         (r.status, r.json()),
@@ -228,6 +245,7 @@ fn the_wizard_sets_up_a_three_member_cluster_and_the_cli_shows_and_grows_it() {
         }
         let r = n.as_user(("carol", "pw2"), "GET", "/_cluster_setup", None);
         assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(session_user(n), ADMIN.0);
     }
     assert_eq!(nodes[1].get("/").json()["uuid"], n1.get("/").json()["uuid"]);
     refused(
