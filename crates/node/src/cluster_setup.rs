@@ -39,8 +39,10 @@ pub enum SetupState {
     /// A cluster member whose set-up is not finished.
     ClusterEnabled,
     ClusterFinished,
-    /// A node in no cluster.
+    /// A node in no cluster, or a member set up for one copy of each range.
     SingleNodeEnabled,
+    /// A member set up for one copy of each range (`[cluster] n = 1`), not finished.
+    SingleNodeDisabled,
 }
 
 impl SetupState {
@@ -50,6 +52,7 @@ impl SetupState {
             SetupState::ClusterEnabled => "cluster_enabled",
             SetupState::ClusterFinished => "cluster_finished",
             SetupState::SingleNodeEnabled => "single_node_enabled",
+            SetupState::SingleNodeDisabled => "single_node_disabled",
         }
     }
 }
@@ -194,14 +197,20 @@ impl Node {
         let Some(cluster) = self.cluster() else {
             return SetupState::SingleNodeEnabled;
         };
-        if self.config.section("admins").is_empty() {
-            return SetupState::ClusterDisabled;
+        // CouchDB's order: `[couchdb] single_node`, then `[cluster] n = 1` (one copy is a
+        // single node's set-up), then admins, then the databases.
+        if self.config.get_bool("couchdb", "single_node", false) {
+            return SetupState::SingleNodeEnabled;
         }
+        let admins = !self.config.section("admins").is_empty();
         let dbs = dbs.unwrap_or_else(default_dbs);
-        if cluster.setup_finished().is_some() && has_dbs(fabric, &dbs) {
-            SetupState::ClusterFinished
-        } else {
-            SetupState::ClusterEnabled
+        let finished = || cluster.setup_finished().is_some() && has_dbs(fabric, &dbs);
+        match (self.config.get_u64("cluster", "n", 3) == 1, admins) {
+            (true, true) if finished() => SetupState::SingleNodeEnabled,
+            (true, _) => SetupState::SingleNodeDisabled,
+            (false, false) => SetupState::ClusterDisabled,
+            (false, true) if finished() => SetupState::ClusterFinished,
+            (false, true) => SetupState::ClusterEnabled,
         }
     }
 

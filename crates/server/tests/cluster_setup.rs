@@ -264,6 +264,20 @@ fn the_wizard_sets_up_a_three_member_cluster_and_the_cli_shows_and_grows_it() {
     assert_eq!(r.json(), json!({"state": "cluster_finished"}));
     let info = nodes[2].get("/wizard").json();
     assert_eq!(info["cluster"]["q"], 2, "{info}");
+    // One copy of each range is a single node's set-up to CouchDB, and so is
+    // `[couchdb] single_node`.
+    for (section, key, value) in [("cluster", "n", "1"), ("couchdb", "single_node", "true")] {
+        let path = format!("/_node/_local/_config/{section}/{key}");
+        assert_eq!(n1.put(&path, &format!("\"{value}\"")).status, 200);
+        assert_eq!(state(n1), "single_node_enabled");
+        assert_eq!(n1.delete(&path).status, 200);
+    }
+    let r = n1.put("/_node/_local/_config/cluster/n", r#""1""#);
+    assert_eq!(r.status, 200);
+    let r = n1.get("/_cluster_setup?ensure_dbs_exist=%5B%22absent%22%5D");
+    assert_eq!(r.json(), json!({"state": "single_node_disabled"}));
+    assert_eq!(n1.delete("/_node/_local/_config/cluster/n").status, 200);
+    assert_eq!(state(n1), "cluster_finished");
 
     // `settee cluster status`: members and where each database's ranges live.
     let url = admin_url(n1);
