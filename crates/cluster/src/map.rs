@@ -61,6 +61,12 @@ pub enum PlanError {
     /// `q` must be at least 1.
     #[error("q must be a positive integer")]
     BadQ,
+    /// An edit of a range the map does not have.
+    #[error("the database has no range {0}")]
+    UnknownRange(String),
+    /// An edit that would leave a range without a node, or name one twice.
+    #[error("{0}")]
+    BadNodes(String),
 }
 
 /// Parses `placement` (`metro-dc-a:2,metro-dc-b:1`) into (zone, copies) pairs.
@@ -177,6 +183,27 @@ impl ShardMap {
         out
     }
 
+    /// This map with `range` held by `nodes` (in that order), all else unchanged (`n` stays
+    /// the database's: a range holds one copy more while a copy moves).
+    pub fn with_range_nodes(&self, range: &str, nodes: Vec<String>) -> Result<ShardMap, PlanError> {
+        if nodes.is_empty() {
+            return Err(PlanError::BadNodes(format!("range {range} needs a node")));
+        }
+        if let Some(twice) =
+            (nodes.iter().enumerate()).find_map(|(i, n)| nodes[..i].contains(n).then_some(n))
+        {
+            return Err(PlanError::BadNodes(format!(
+                "{twice} would hold range {range} twice"
+            )));
+        }
+        let mut edited = self.clone();
+        let copies = (edited.by_range.iter_mut())
+            .find(|c| c.range == range)
+            .ok_or_else(|| PlanError::UnknownRange(range.to_owned()))?;
+        copies.nodes = nodes;
+        Ok(edited)
+    }
+
     /// Whether `node` holds any copy.
     pub fn holds(&self, node: &str) -> bool {
         self.by_range
@@ -288,6 +315,32 @@ mod tests {
         assert!(matches!(
             plan(1, 3, Some("x"), false, &ns, 0, "u"),
             Err(PlanError::BadPlacement(_))
+        ));
+    }
+
+    #[test]
+    fn a_range_edit_changes_that_range_alone() {
+        let m = plan(2, 2, None, false, &nodes(&["a@h", "b@h", "c@h"]), 0, "u").unwrap();
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let moved = m
+            .with_range_nodes("00000000-7fffffff", s(&["b@h", "c@h"]))
+            .unwrap();
+        assert_eq!(moved.by_range[0].nodes, ["b@h", "c@h"]);
+        assert_eq!(
+            (moved.by_range[1].clone(), moved.n, &moved.uuid),
+            (m.by_range[1].clone(), 2, &m.uuid)
+        );
+        assert_eq!(
+            m.with_range_nodes("00000000-ffffffff", s(&["a@h"])),
+            Err(PlanError::UnknownRange("00000000-ffffffff".into()))
+        );
+        assert!(matches!(
+            m.with_range_nodes("00000000-7fffffff", vec![]),
+            Err(PlanError::BadNodes(_))
+        ));
+        assert!(matches!(
+            m.with_range_nodes("00000000-7fffffff", s(&["a@h", "b@h", "a@h"])),
+            Err(PlanError::BadNodes(_))
         ));
     }
 

@@ -337,6 +337,51 @@ impl Cluster {
         Ok(())
     }
 
+    /// Replaces the nodes holding `range` of `db`'s map (the creation `uuid`) with `nodes`,
+    /// if `expected` holds it now: one transaction conditional on the map's modification
+    /// revision as read just before, so an edit made meanwhile (another move, the
+    /// database deleted or created again) is a conflict, never a lost update. The map as
+    /// stored, once this node's cache shows it.
+    pub async fn set_range_nodes(
+        &self,
+        db: &str,
+        uuid: &str,
+        range: &str,
+        expected: &[String],
+        nodes: Vec<String>,
+    ) -> Result<Arc<ShardMap>> {
+        let key = self.key(DBS, db);
+        let (got, _) = (self.call(|mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        }))
+        .await?;
+        let Some(kv) = got.kvs().first() else {
+            return Err(Error::NotFound("missing"));
+        };
+        let current: ShardMap = serde_json::from_slice(kv.value()).map_err(|e| Error::Corrupt {
+            key: format!("{DBS}/{db}"),
+            why: e.to_string(),
+        })?;
+        let held = current.by_range.iter().find(|c| c.range == range);
+        let Some(held) = held else {
+            return Err(map::PlanError::UnknownRange(range.to_owned()).into());
+        };
+        if current.uuid != uuid || held.nodes != expected {
+            return Err(Error::Conflict);
+        }
+        let edited = current.with_range_nodes(range, nodes)?;
+        let value = serde_json::to_vec(&edited).expect("json");
+        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision());
+        let done = self
+            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
+            .await?;
+        if !done.applied_or_holds(&value) {
+            return Err(Error::Conflict);
+        }
+        Ok(Arc::new(edited))
+    }
+
     /// Takes `job` for this node unless another node holds it: whether this node owns it
     /// now. The claim lasts while this node's lease does.
     pub async fn claim(&self, job: &str) -> Result<bool> {

@@ -211,6 +211,87 @@ async fn a_database_map_is_created_once_and_seen_everywhere() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_range_is_edited_in_one_guarded_transaction_and_seen_everywhere() {
+    let etcd = Etcd::start(1);
+    let a = start(&etcd, "a@h", "edit").await;
+    let b = start(&etcd, "b@h", "edit").await;
+    let c = start(&etcd, "c@h", "edit").await;
+    eventually("three listed", || a.nodes().len() == 3).await;
+    let map = a.create_db("db", 2, 2, None, false).await.unwrap();
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    let range = map.by_range[0].range.clone();
+    let before = map.by_range[0].nodes.clone();
+    let spare = ["a@h", "b@h", "c@h"]
+        .into_iter()
+        .find(|n| !before.iter().any(|b| b == n))
+        .unwrap();
+
+    // A copy added: one range changes, everything else stays; every node follows.
+    let mut grown = before.clone();
+    grown.push(spare.to_string());
+    let edited = (b.set_range_nodes("db", &map.uuid, &range, &before, grown.clone()))
+        .await
+        .unwrap();
+    assert_eq!(edited.by_range[0].nodes, grown);
+    assert_eq!(
+        (&edited.by_range[1], edited.n, edited.created),
+        (&map.by_range[1], 2, map.created)
+    );
+    assert_eq!(b.db("db").as_deref(), Some(&*edited), "read your write");
+    eventually("the edit everywhere", || {
+        [&a, &c]
+            .iter()
+            .all(|n| n.db("db").as_deref() == Some(&*edited))
+    })
+    .await;
+
+    // An edit from what was there before is a conflict, not a lost update.
+    let stale = a
+        .set_range_nodes("db", &map.uuid, &range, &before, s(&[spare]))
+        .await;
+    assert!(matches!(stale, Err(Error::Conflict)), "{stale:?}");
+    // Two edits from the same map at once: one wins, the other conflicts.
+    let (x, y) = tokio::join!(
+        a.set_range_nodes("db", &map.uuid, &range, &grown, grown[1..].to_vec()),
+        c.set_range_nodes("db", &map.uuid, &range, &grown, grown[..2].to_vec())
+    );
+    assert!(x.is_ok() != y.is_ok(), "{x:?} {y:?}");
+    assert!(matches!(
+        x.as_ref().err().or(y.as_ref().err()),
+        Some(Error::Conflict)
+    ));
+    let won = x.or(y).unwrap();
+    eventually("the winner everywhere", || {
+        [&a, &b, &c]
+            .iter()
+            .all(|n| n.db("db").as_deref() == Some(&*won))
+    })
+    .await;
+    assert_eq!(won.by_range[0].nodes.len(), 2);
+
+    // Refusals: another creation of the name, an unknown range, no node or one twice, no
+    // such database; none changes the map.
+    let now = won.by_range[0].nodes.clone();
+    let other = a
+        .set_range_nodes("db", "other-uuid", &range, &now, s(&[spare]))
+        .await;
+    assert!(matches!(other, Err(Error::Conflict)), "{other:?}");
+    let unknown = a.set_range_nodes("db", &map.uuid, "00000000-ffffffff", &now, s(&[spare]));
+    assert!(matches!(unknown.await, Err(Error::Plan(_))));
+    let empty = a
+        .set_range_nodes("db", &map.uuid, &range, &now, vec![])
+        .await;
+    assert!(matches!(empty, Err(Error::Plan(_))), "{empty:?}");
+    let twice = a.set_range_nodes("db", &map.uuid, &range, &now, s(&[spare, spare]));
+    assert!(matches!(twice.await, Err(Error::Plan(_))));
+    let missing = a
+        .set_range_nodes("nodb", &map.uuid, &range, &now, s(&[spare]))
+        .await;
+    assert!(matches!(missing, Err(Error::NotFound(_))), "{missing:?}");
+    assert_eq!(a.db("db").as_deref(), Some(&*won));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_job_has_one_owner_and_moves_when_its_owner_dies() {
     let etcd = Etcd::start(1);
     let b = start(&etcd, "b@h", "jobs").await;
@@ -274,6 +355,10 @@ async fn without_etcd_reads_go_on_and_writes_are_refused_until_it_returns() {
         Err(Error::Unavailable(_))
     ));
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    let map = a.db("db").unwrap();
+    let (range, nodes) = (&map.by_range[0].range, &map.by_range[0].nodes);
+    let edit = a.set_range_nodes("db", &map.uuid, range, nodes, vec!["b@h".into()]);
+    assert!(matches!(edit.await, Err(Error::Unavailable(_))));
     // What was read before answers still.
     assert!(a.db("db").is_some());
     assert_eq!(names(&a).1, ["a@h", "b@h"]);
