@@ -661,6 +661,11 @@ fn copy_error(status: u16, body: &Value) -> Error {
         (400, "bad_request") => Error::BadRequest(reason),
         (401, "unauthorized") => Error::Unauthorized(reason),
         (403, "forbidden") => Error::Forbidden(reason),
+        (500, error) if body["ref"].is_u64() => Error::RelayedCrash {
+            error: error.to_owned(),
+            reason,
+            stack_hash: body["ref"].as_u64().map_or(0, |r| r as u32),
+        },
         (_, error) => Error::Relayed {
             status,
             error: error.to_owned(),

@@ -29,7 +29,7 @@ pub enum ApiError {
     /// where the body's `ref` and the `X-Couch-Stack-Hash` header carry a crc32 of the
     /// Erlang stack: `stack_hash` is the value CouchDB 3.5.2 reports at the same site.
     Crash {
-        error: &'static str,
+        error: Cow<'static, str>,
         reason: String,
         stack_hash: u32,
     },
@@ -57,7 +57,7 @@ impl From<settee_node::Error> for ApiError {
             N::QueryParse(r) => ApiError::QueryParse(r),
             // The ref CouchDB 3.5.2 reports for a view query of an unknown language.
             N::UnknownQueryLanguage(language) => ApiError::Crash {
-                error: "unknown_query_language",
+                error: "unknown_query_language".into(),
                 reason: language,
                 stack_hash: 4180022058,
             },
@@ -133,6 +133,15 @@ impl From<settee_node::Error> for ApiError {
                 name,
             ),
             N::Cluster(c) => c.into(),
+            N::RelayedCrash {
+                error,
+                reason,
+                stack_hash,
+            } => ApiError::Crash {
+                error: error.into(),
+                reason,
+                stack_hash,
+            },
             N::Relayed {
                 status,
                 error,
@@ -405,6 +414,9 @@ impl ApiError {
             ApiError::Named(status, error, reason) => {
                 (*status, error.clone().into(), reason.clone())
             }
+            ApiError::Crash { error, reason, .. } => {
+                (StatusCode::INTERNAL_SERVER_ERROR, error.clone(), reason.clone())
+            }
             other => {
                 let (status, error, reason) = other.fixed_parts();
                 (status, error.into(), reason)
@@ -490,9 +502,10 @@ impl ApiError {
             ),
             ApiError::NotImplemented(r) => (S::NOT_IMPLEMENTED, "not_implemented", r.clone()),
             ApiError::Gone(r) => (S::GONE, "gone", r.clone()),
+            // Named in `parts`.
             ApiError::Named(status, _, reason) => (*status, "unknown_error", reason.clone()),
-            ApiError::Crash { error, reason, .. } => {
-                (S::INTERNAL_SERVER_ERROR, error, reason.clone())
+            ApiError::Crash { reason, .. } => {
+                (S::INTERNAL_SERVER_ERROR, "unknown_error", reason.clone())
             }
         }
     }

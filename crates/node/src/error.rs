@@ -101,6 +101,13 @@ pub enum Error {
         error: String,
         reason: String,
     },
+    /// A shard copy's 500 with CouchDB's `ref` (a crash's stack hash), passed on with it.
+    #[error("{error}: {reason}")]
+    RelayedCrash {
+        error: String,
+        reason: String,
+        stack_hash: u32,
+    },
     /// `[uuids] algorithm` names no generator (CouchDB's 500 `unknown_uuid_algorithm`).
     #[error("{0}")]
     UnknownUuidAlgorithm(String),

@@ -196,7 +196,7 @@ pub async fn revs_limit(
         // integer crashes its `fabric:set_revs_limit` guard (a 500 `function_clause`).
         let n = v.as_u64().filter(|n| *n > 0).ok_or_else(|| match which {
             Limit::Revs => ApiError::Crash {
-                error: "unknown_error",
+                error: "unknown_error".into(),
                 reason: "function_clause".into(),
                 stack_hash: 1_466_242_573,
             },

@@ -299,7 +299,7 @@ fn copy_destination(req: &Req) -> ApiResult<(String, Option<Rev>)> {
         return Err(ApiError::bad_request("Destination URL must be relative."));
     }
     let badmatch = |parts: Vec<&[u8]>, stack_hash| ApiError::Crash {
-        error: "badmatch",
+        error: "badmatch".into(),
         reason: String::from_utf8_lossy(&parts.concat()).into_owned(),
         stack_hash,
     };
