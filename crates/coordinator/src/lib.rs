@@ -34,6 +34,7 @@ pub mod feed;
 mod local;
 mod mango;
 pub mod merge;
+mod partitions;
 mod revs;
 mod security;
 mod views;
@@ -790,6 +791,13 @@ impl Fabric for Coordinator {
         match self.clustered(db) {
             Some((_, map)) => self.clustered_info(db, &map),
             None => Fabric::db_info(&self.node, db),
+        }
+    }
+
+    fn partition_info(&self, db: &str, partition: &str) -> Result<Value> {
+        match self.clustered(db) {
+            Some((_, map)) => self.partition_info_clustered(db, &map, partition),
+            None => Fabric::partition_info(&self.node, db, partition),
         }
     }
 

@@ -165,7 +165,7 @@ async fn partition(
             if !partitioned {
                 return Err(not_partitioned());
             }
-            partition::info(db, p.clone()).await
+            partition::info(state, db, p.clone()).await
         }
         [p] if req.method == "POST" && p.starts_with('_') => {
             Err(settee_core::Error::IllegalPartition(

@@ -162,6 +162,10 @@ pub trait Fabric: Send + Sync {
     /// The database's info (`GET /{db}`).
     fn db_info(&self, db: &str) -> Result<Value>;
 
+    /// A partition's info (`GET /{db}/_partition/{partition}`, CouchDB's
+    /// `fabric_db_partition_info`).
+    fn partition_info(&self, db: &str, partition: &str) -> Result<Value>;
+
     /// `_all_docs` (`_design_docs`, `_local_docs`): the whole response object.
     fn all_docs(
         &self,
@@ -458,6 +462,21 @@ impl Fabric for Arc<Node> {
     fn db_info(&self, db: &str) -> Result<Value> {
         let db = self.couch.get(db)?;
         Ok(Node::db_info(self, &db))
+    }
+
+    /// Sizes are those Settee keeps per database, restricted to the partition:
+    /// `external` the bytes of current bodies, `active` those of live keys and values,
+    /// uncompressed.
+    fn partition_info(&self, db: &str, partition: &str) -> Result<Value> {
+        let db = self.couch.get(db)?;
+        let s = db.partition_stats(partition)?;
+        Ok(serde_json::json!({
+            "db_name": db.name,
+            "sizes": {"active": s.active, "external": s.external},
+            "partition": partition,
+            "doc_count": s.doc_count,
+            "doc_del_count": s.doc_del_count,
+        }))
     }
 
     fn all_docs(

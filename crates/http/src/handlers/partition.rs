@@ -5,26 +5,15 @@
 use super::blocking;
 use crate::error::ApiResult;
 use crate::reply::json;
+use crate::AppState;
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::json;
 use settee_node::fabric::DbRef;
+use settee_node::Fabric;
 
-/// `GET /{db}/_partition/{partition}` (`fabric_db_partition_info`). Sizes are those
-/// Settee keeps per database, restricted to the partition: `external` the bytes of
-/// current bodies, `active` those of live keys and values, uncompressed.
-pub async fn info(db: DbRef, partition: String) -> ApiResult<Response> {
-    let db = db.engine("partition info")?.clone();
-    let v = blocking(move || {
-        let s = db.partition_stats(&partition)?;
-        Ok(json!({
-            "db_name": db.name,
-            "sizes": {"active": s.active, "external": s.external},
-            "partition": partition,
-            "doc_count": s.doc_count,
-            "doc_del_count": s.doc_del_count,
-        }))
-    })
-    .await?;
+/// `GET /{db}/_partition/{partition}` (`fabric_db_partition_info`).
+pub async fn info(state: &AppState, db: DbRef, partition: String) -> ApiResult<Response> {
+    let fabric = state.fabric.clone();
+    let v = blocking(move || Ok(Fabric::partition_info(&*fabric, &db.name, &partition)?)).await?;
     Ok(json(StatusCode::OK, &v))
 }

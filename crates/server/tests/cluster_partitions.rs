@@ -1,0 +1,63 @@
+//! Partitions of a clustered database: a partition's documents all live in one range (they
+//! are placed by the partition), so that range's copy answers for it, on every member.
+
+mod common;
+
+use common::cluster::three_members;
+use serde_json::json;
+
+#[test]
+fn a_partitions_info_is_its_ranges_on_every_member() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let r = nodes[0].put("/pt?q=4&n=2&partitioned=true", "");
+    assert_eq!(r.status, 201, "{}", r.text);
+    let docs: Vec<_> = (0..6)
+        .map(|i| json!({"_id": format!("p:{i}"), "v": i}))
+        .chain([json!({"_id": "q:0"})])
+        .collect();
+    let r = nodes[1].post("/pt/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let del = nodes[1].get("/pt/p:5").json()["_rev"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(nodes[2].delete(&format!("/pt/p:5?rev={del}")).status, 200);
+
+    for n in &nodes {
+        let info = n.get("/pt/_partition/p").json();
+        let keys: Vec<&str> = info
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "db_name",
+                "sizes",
+                "partition",
+                "doc_count",
+                "doc_del_count"
+            ]
+        );
+        assert_eq!(info["db_name"], "pt");
+        assert_eq!(info["partition"], "p");
+        assert_eq!(
+            (&info["doc_count"], &info["doc_del_count"]),
+            (&json!(5), &json!(1))
+        );
+        assert!(info["sizes"]["external"].as_u64().unwrap() > 0, "{info}");
+        assert_eq!(n.get("/pt/_partition/q").json()["doc_count"], 1);
+        let none = n.get("/pt/_partition/none").json();
+        assert_eq!(
+            (&none["doc_count"], &none["doc_del_count"]),
+            (&json!(0), &json!(0))
+        );
+    }
+    // The node's refusals come first, as on a node.
+    assert_eq!(nodes[0].get("/pt/_partition/_bad").status, 400);
+    assert_eq!(nodes[0].put("/plain", "").status, 201);
+    let r = nodes[0].get("/plain/_partition/p");
+    assert_eq!(r.status, 400, "{}", r.text);
+}
