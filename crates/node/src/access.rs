@@ -52,6 +52,7 @@ fn need(endpoint: &Endpoint, method: &str, node: &crate::NodeConfig) -> Need {
         | Endpoint::Scheduler(_)
         | Endpoint::Reshard(_)
         | Endpoint::ClusterSetup
+        | Endpoint::Cluster(_)
         | Endpoint::SearchAnalyze
         | Endpoint::NouveauAnalyze
         | Endpoint::ReloadQueryServers => ServerAdmin,

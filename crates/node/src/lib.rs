@@ -30,6 +30,7 @@ pub mod fabric;
 pub mod find;
 pub mod list;
 pub mod mango_index;
+pub mod moves;
 pub mod query_language;
 pub mod read;
 pub mod render;
@@ -68,6 +69,8 @@ pub struct Node {
     pub config: Arc<NodeConfig>,
     /// Database compactions running now (`_active_tasks`).
     pub tasks: Tasks,
+    /// Shard copies this member is moving now (`_active_tasks`).
+    pub moves: moves::Moves,
     /// What authentication keeps about users between requests.
     pub users: users::Users,
     /// The `[uuids]` generator; replaced when the configured algorithm changes.
@@ -95,6 +98,7 @@ impl Node {
             views,
             config,
             tasks: Tasks::default(),
+            moves: Default::default(),
             users: Default::default(),
             uuids: Mutex::new(None),
             log: OnceLock::new(),
@@ -187,6 +191,7 @@ impl Node {
     pub fn active_tasks(&self) -> Vec<Value> {
         let mut tasks = self.tasks.list();
         tasks.extend(self.views.tasks.list());
+        tasks.extend(self.moves.list());
         tasks
     }
 

@@ -54,6 +54,9 @@ pub enum Endpoint {
     /// `/_reshard/…` (the segments after `_reshard`).
     Reshard(Vec<String>),
     ClusterSetup,
+    /// `/_cluster/…` (the segments after `_cluster`): Settee's own cluster operations
+    /// (`move`: a shard copy to another member).
+    Cluster(Vec<String>),
     SearchAnalyze,
     NouveauAnalyze,
     ReloadQueryServers,
@@ -266,6 +269,7 @@ fn parse_server(segs: &[&str]) -> Endpoint {
         ["_scheduler", rest @ ..] => Endpoint::Scheduler(owned(rest)),
         ["_reshard", rest @ ..] => Endpoint::Reshard(owned(rest)),
         ["_cluster_setup", ..] => Endpoint::ClusterSetup,
+        ["_cluster", rest @ ..] => Endpoint::Cluster(owned(rest)),
         ["_search_analyze", ..] => Endpoint::SearchAnalyze,
         ["_nouveau_analyze", ..] => Endpoint::NouveauAnalyze,
         ["_reload_query_servers", ..] => Endpoint::ReloadQueryServers,

@@ -4,6 +4,7 @@ pub mod all_docs;
 pub mod attachments;
 pub mod bulk;
 pub mod changes;
+pub mod cluster_moves;
 pub mod cluster_setup;
 pub mod database;
 pub mod design_fns;
