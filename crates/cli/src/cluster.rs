@@ -21,6 +21,12 @@ pub enum ClusterCommand {
     /// Add a node to the cluster: by name (PUT /_node/_local/_nodes/{name}), or by --host
     /// and --port as the set-up wizard's add_node does (the node checked first).
     AddNode(AddNodeArgs),
+    /// Move a database's copy of a range from one node to another (Settee's
+    /// POST /_cluster/move), showing its progress.
+    Move(crate::moves::MoveArgs),
+    /// Move copies until every running member holds about as many as any other (after a
+    /// node was added); prints the plan, then runs the moves one by one.
+    Rebalance(crate::moves::RebalanceArgs),
 }
 
 /// The member asked.
@@ -69,15 +75,17 @@ pub fn run(args: &ClusterArgs) -> Result<(), Error> {
     match &args.command {
         ClusterCommand::Status(a) => status(a),
         ClusterCommand::AddNode(a) => add_node(a),
+        ClusterCommand::Move(a) => crate::moves::move_copy(a),
+        ClusterCommand::Rebalance(a) => crate::moves::rebalance(a),
     }
 }
 
-fn server(args: &ServerArgs) -> Result<Client, Error> {
+pub(crate) fn server(args: &ServerArgs) -> Result<Client, Error> {
     Target::server(&args.url, args.user.as_deref())
 }
 
 /// `_membership`'s lists: (running, listed).
-fn membership(client: &Client) -> Result<(Vec<String>, Vec<String>), Error> {
+pub(crate) fn membership(client: &Client) -> Result<(Vec<String>, Vec<String>), Error> {
     let m = client.json("GET", "/_membership", None)?;
     let names = |k: &str| -> Vec<String> {
         let list = m[k].as_array().into_iter().flatten();

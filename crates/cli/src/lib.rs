@@ -13,6 +13,7 @@ mod client;
 mod cluster;
 mod compact;
 mod error;
+mod moves;
 mod plot;
 mod progress;
 mod restore;
@@ -37,7 +38,8 @@ pub enum Command {
     /// Restore a backup file (written by `settee backup` or couchbackup) into a database.
     Restore(restore::RestoreArgs),
     /// See and grow a cluster through any of its members: `status` (members, databases'
-    /// q and n and where their ranges live), `add-node`.
+    /// q and n and where their ranges live), `add-node`, `move` (a copy to another
+    /// member), `rebalance`.
     Cluster(cluster::ClusterArgs),
     /// Print a shell completion script for `settee` to stdout.
     Completions {
