@@ -21,6 +21,7 @@
 //! any replicated database). Which member runs a replication document is decided by a
 //! claim in etcd (`settee_node::replication`).
 
+use futures_util::future::select_all;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use settee_auth::UserCtx;
 use settee_cluster::{peer, Cluster, EVERYWHERE};
@@ -31,6 +32,7 @@ use settee_replicator::remote::{Remote, RemoteSpec};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
 
 /// How often the held copies are looked at.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -44,19 +46,40 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Starts this member's pushes (needs the Tokio runtime; the node joined its cluster).
+/// Starts this member's pushes (needs the Tokio runtime; the node joined its cluster): a
+/// round every [`INTERVAL`], and at once when a database of [`EVERYWHERE`] changes (a
+/// user written on this member logs in on the others without waiting for the tick).
 pub fn start(node: Arc<Node>, replicator: Arc<Replicator>) {
     tokio::spawn(async move {
         let mut pushed = Pushed::default();
         let mut tick = tokio::time::interval(INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watched: Vec<watch::Receiver<u64>> = (EVERYWHERE.iter())
+            .filter_map(|name| node.couch.get(name).ok())
+            .map(|db| db.watch_seq())
+            .collect();
         loop {
-            tick.tick().await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = changed(&mut watched) => {}
+            }
             if let Some(cluster) = node.cluster() {
                 round(&node, &replicator, cluster, &mut pushed).await;
             }
         }
     });
+}
+
+/// Completes when one of `watched` sees a new update seq (one whose database is gone is
+/// dropped); never when none is left.
+async fn changed(watched: &mut Vec<watch::Receiver<u64>>) {
+    if watched.is_empty() {
+        return std::future::pending().await;
+    }
+    let (seen, i, _) = select_all(watched.iter_mut().map(|rx| Box::pin(rx.changed()))).await;
+    if seen.is_err() {
+        watched.remove(i);
+    }
 }
 
 /// The update seq of each (copy, member) pair's last successful push.
