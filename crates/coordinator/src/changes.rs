@@ -5,8 +5,10 @@
 //! range's copy to show a change (a longpoll of each), then another round.
 //!
 //! Filters: `_doc_ids`, `_design` and `_selector` go to the copies as the client sent
-//! them. Filter functions and `_view` need the design document on every copy, which a
-//! range other than its own does not hold: they answer 501 on a clustered database.
+//! them. Filter functions and `_view` filters run on every copy (as CouchDB's shard
+//! workers run them), which holds only its own range's design documents: the design
+//! document is read here and given whole to each copy in its `_changes` body, with the
+//! request object a function is told about ([`Coordinator::clustered_filter`]).
 
 use crate::copies::{passed_over, Ask};
 use crate::feed::{self, CopyFeed, From, RangePos, Start};
@@ -14,11 +16,14 @@ use crate::Coordinator;
 use crate::{copy_error, copy_path, form_query, merge};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
+use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_node::changes::{
-    ChangesOpts, FeedOut, Filter, FilterSpec, Live, ShownSeq, DEFAULT_LIMIT,
+    ChangesOpts, FeedOut, Filter, FilterSpec, Live, ShownSeq, DEFAULT_LIMIT, GIVEN_DESIGN,
+    GIVEN_REQ,
 };
-use settee_node::fabric::FeedEnd;
+use settee_node::design_filter::check_member;
+use settee_node::fabric::{FeedEnd, ReqFn};
 use settee_node::{Error, Result};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,41 +35,74 @@ const COPY_WAIT: Duration = Duration::from_secs(45);
 /// Query parameters for the copies, and a POST body.
 type CopyQuery = (Vec<(&'static str, String)>, Option<Value>);
 
-/// A feed's filter as the copies are given it.
+/// A feed's filter as the copies are given it: query parameters and body members.
 fn copy_filter(filter: &Filter) -> Result<CopyQuery> {
-    let spec = match filter {
+    let (spec, given) = match filter {
         Filter::None => return Ok((Vec::new(), None)),
-        Filter::Copies(spec) => spec,
+        Filter::Copies(spec, given) => (spec, given),
         _ => return Err(Error::internal("a node's filter on a clustered feed")),
     };
-    Ok(match spec {
-        FilterSpec::None => (Vec::new(), None),
-        FilterSpec::Design => (vec![("filter", "_design".into())], None),
+    let mut body = given.as_deref().cloned().unwrap_or_default();
+    let params = match spec {
+        FilterSpec::None => Vec::new(),
+        FilterSpec::Design => vec![("filter", "_design".into())],
         FilterSpec::DocIds(ids) => {
             let mut ids: Vec<&String> = ids.iter().collect();
             ids.sort();
-            (
-                vec![("filter", "_doc_ids".into())],
-                Some(json!({ "doc_ids": ids })),
-            )
+            body.insert("doc_ids".into(), json!(ids));
+            vec![("filter", "_doc_ids".into())]
         }
-        FilterSpec::Selector(sel) => (
-            vec![("filter", "_selector".into())],
-            Some(json!({ "selector": sel })),
-        ),
-        FilterSpec::View(..) | FilterSpec::Function(..) => {
-            return Err(Error::NotOnCluster(
-                "filter functions and _view on _changes",
-            ))
+        FilterSpec::Selector(sel) => {
+            body.insert("selector".into(), sel.clone());
+            vec![("filter", "_selector".into())]
         }
-    })
+        FilterSpec::View(ddoc, view) => vec![
+            ("filter", "_view".into()),
+            ("view", format!("{ddoc}/{view}")),
+        ],
+        FilterSpec::Function(ddoc, name) => vec![("filter", format!("{ddoc}/{name}"))],
+    };
+    let body = (!body.is_empty()).then_some(Value::Object(body));
+    Ok((params, body))
 }
 
-/// The filter a clustered feed keeps for its copies (see [`copy_filter`]).
-pub(crate) fn clustered_filter(spec: FilterSpec) -> Result<Filter> {
-    let filter = Filter::Copies(spec);
-    copy_filter(&filter)?;
-    Ok(filter)
+impl Coordinator {
+    /// The filter a clustered feed keeps for its copies (CouchDB's `configure_filter` at
+    /// the coordinator, then the filter passed to every shard's worker): a filter
+    /// function's or `_view`'s design document is read here through the cluster, with a
+    /// node's 404s, and given whole to every copy in its `_changes` body
+    /// (`Node::given_changes_filter`), a function's request object with it.
+    pub(crate) async fn clustered_filter<'a>(
+        &'a self,
+        db: &'a str,
+        map: Arc<ShardMap>,
+        user: &'a UserCtx,
+        spec: FilterSpec,
+        req: ReqFn<'a>,
+    ) -> Result<Filter> {
+        let (ddoc, member) = match &spec {
+            FilterSpec::Function(ddoc, name) => (ddoc.clone(), ["filters", name.as_str()]),
+            FilterSpec::View(ddoc, view) => (ddoc.clone(), ["views", view.as_str()]),
+            _ => return Ok(Filter::Copies(spec, None)),
+        };
+        let member = member.map(str::to_owned);
+        let req = matches!(spec, FilterSpec::Function(..)).then(req);
+        let (me, name, u) = (self.clone(), db.to_owned(), user.clone());
+        let given = settee_node::blocking::<_, Error>(move || {
+            let design = me.design(&name, &map, &u, &ddoc)?;
+            let path: Vec<&str> = member.iter().map(String::as_str).collect();
+            check_member(&Value::Object(design.clone()), &path)?;
+            let mut given = serde_json::Map::new();
+            if let Some(req) = req {
+                let security = me.security_clustered(&name, &map)?;
+                given.insert(GIVEN_REQ.into(), req.to_json_for(&name, &security));
+            }
+            given.insert(GIVEN_DESIGN.into(), Value::Object(design));
+            Ok(given)
+        })
+        .await?;
+        Ok(Filter::Copies(spec, Some(Arc::new(given))))
+    }
 }
 
 /// One feed on a clustered database: where it stands and what it asks the copies.

@@ -35,14 +35,27 @@ impl Coordinator {
         user: Option<&UserCtx>,
     ) -> Result<(String, Value)> {
         let mut failures = Vec::new();
+        // The failure every copy answered with, if each did (a filter function that
+        // throws fails on every copy alike): the client's answer.
+        let mut common = Some(None);
         for a in asks {
             match (self.ask(&a.node, a.method, &a.target, user, a.body.as_ref())).await {
                 Reply::Answered { status: 200, body } => return Ok((a.node, body)),
                 Reply::Answered { status, body } if !passed_over(status, &body) => {
                     return Err(copy_error(status, &body))
                 }
-                other => failures.push(format!("{}: {other:?}", a.node)),
+                Reply::Answered { status, body } if status >= 500 && body["error"].is_string() => {
+                    failures.push(format!("{}: {status} {body}", a.node));
+                    common = common.map(|_| Some((status, body)));
+                }
+                other => {
+                    failures.push(format!("{}: {other:?}", a.node));
+                    common = None;
+                }
             }
+        }
+        if let Some(Some((status, body))) = common {
+            return Err(copy_error(status, &body));
         }
         Err(unavailable(format!(
             "no copy of range {range} answered ({})",

@@ -19,9 +19,14 @@
 //! documents and `_local_docs` ([`local`]), `_changes` with resumable vector sequences
 //! ([`changes`], [`feed`]), views, the design document given to each range's copy
 //! ([`views`]), Mango indexes and queries, the index design documents given to each
-//! range's copy ([`mango`]), `open_revs` ([`revs`]) and attachment reads ([`atts`]).
-//! Every other operation on it answers 501 `not_implemented` (never a local answer about
-//! a database this node does not hold).
+//! range's copy ([`mango`]), `open_revs` ([`revs`]) and attachment reads ([`atts`]),
+//! show, list and update functions run here over the cluster's reads, writes and view
+//! merge ([`design`]), filter functions and `_view` filters on `_changes`, the design
+//! document given to every copy ([`changes`]). Writes to this member's copies validate
+//! with the whole clustered database's `validate_doc_update` functions, which this
+//! member reads and keeps, told by the coordinator that writes a design document
+//! ([`ddocs`]). Every other operation on it answers 501 `not_implemented` (never a local
+//! answer about a database this node does not hold).
 //!
 //! Threading: the [`Fabric`] contract's blocking calls wait for the copies with the Tokio
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
@@ -30,6 +35,8 @@ mod all_docs;
 mod atts;
 mod changes;
 mod copies;
+mod ddocs;
+mod design;
 pub mod feed;
 mod local;
 mod mango;
@@ -67,10 +74,13 @@ use settee_wire::path::Endpoint;
 use std::sync::Arc;
 
 /// A cluster member's fabric: clustered databases from their copies, the rest from the
-/// node.
+/// node. Cloning it is cheap (its caches are shared).
+#[derive(Clone)]
 pub struct Coordinator {
     node: Arc<Node>,
-    security: security::SecurityCache,
+    security: Arc<security::SecurityCache>,
+    /// Clustered databases' design documents, validating writes to this member's copies.
+    designs: Arc<ddocs::Designs>,
 }
 
 /// How long a decided write waits for its other copies before it answers (see
@@ -83,11 +93,21 @@ const DEFAULT_Q: u32 = 2;
 const DEFAULT_N: u32 = 3;
 
 impl Coordinator {
+    /// The coordinator of `node`, which from now on validates writes to its shard
+    /// copies with their clustered databases' design documents ([`ddocs`]).
     pub fn new(node: Arc<Node>) -> Coordinator {
-        Coordinator {
+        let coordinator = Coordinator {
             node,
             security: Default::default(),
-        }
+            designs: Default::default(),
+        };
+        let hook = ddocs::Hook {
+            node: Arc::downgrade(&coordinator.node),
+            security: coordinator.security.clone(),
+            designs: coordinator.designs.clone(),
+        };
+        coordinator.node.set_cluster_designs(Arc::new(hook));
+        coordinator
     }
 
     /// The cluster and `db`'s shard map, when `db` is clustered.
@@ -847,9 +867,9 @@ impl Fabric for Coordinator {
     ) -> Fut<'a, ChangesOpts> {
         match self.clustered(db) {
             None => Fabric::changes_filter(&self.node, db, user, spec, opts, req),
-            Some(_) => Box::pin(async move {
+            Some((_, map)) => Box::pin(async move {
                 let mut opts = opts;
-                opts.filter = changes::clustered_filter(spec)?;
+                opts.filter = self.clustered_filter(db, map, user, spec, req).await?;
                 Ok(opts)
             }),
         }
@@ -889,7 +909,12 @@ impl Fabric for Coordinator {
     ) -> Fut<'a, Written> {
         Box::pin(async move {
             match self.clustered(db) {
-                Some((_, map)) => self.write_clustered(db, &map, user, doc, opts).await,
+                Some((_, map)) => {
+                    let id = doc.id.clone().unwrap_or_default();
+                    let written = self.write_clustered(db, &map, user, doc, opts).await?;
+                    self.after_write(db, std::iter::once(id.as_str())).await;
+                    Ok(written)
+                }
                 None => Fabric::update_doc(&self.node, db, user, doc, opts).await,
             }
         })
@@ -903,7 +928,14 @@ impl Fabric for Coordinator {
     ) -> Fut<'a, BulkAnswer> {
         Box::pin(async move {
             match self.clustered(db) {
-                Some((_, map)) => self.bulk_clustered(db, &map, user, req).await,
+                Some((_, map)) => {
+                    let ids: Vec<String> = (req.docs.iter())
+                        .filter_map(|d| d.id.clone().filter(|id| id.starts_with("_design/")))
+                        .collect();
+                    let answer = self.bulk_clustered(db, &map, user, req).await?;
+                    self.after_write(db, ids.iter().map(String::as_str)).await;
+                    Ok(answer)
+                }
                 None => Fabric::bulk_docs(&self.node, db, user, req).await,
             }
         })
@@ -976,13 +1008,10 @@ impl Fabric for Coordinator {
         accept: Option<&str>,
         matches: &dyn Fn(&str) -> bool,
     ) -> Result<Shown> {
-        Fabric::show(
-            self.local(db, "design functions")?,
-            db,
-            call,
-            accept,
-            matches,
-        )
+        match self.clustered(db) {
+            Some((_, map)) => self.show_clustered(db, map, call, accept, matches),
+            None => Fabric::show(&self.node, db, call, accept, matches),
+        }
     }
 
     fn update<'a>(
@@ -992,9 +1021,9 @@ impl Fabric for Coordinator {
         call: FnCall,
         refused: bool,
     ) -> Fut<'a, Updated> {
-        match self.local(db, "design functions") {
-            Ok(node) => Fabric::update(node, db, user, call, refused),
-            Err(e) => Box::pin(async move { Err(e) }),
+        match self.clustered(db) {
+            Some((_, map)) => Box::pin(self.update_clustered(db, map, user, call, refused)),
+            None => Fabric::update(&self.node, db, user, call, refused),
         }
     }
 
@@ -1032,9 +1061,9 @@ impl Fabric for Coordinator {
         user: &'a UserCtx,
         call: ListCall,
     ) -> Fut<'a, tokio::sync::mpsc::Receiver<Piece>> {
-        match self.local(db, "design functions") {
-            Ok(node) => Fabric::list(node, db, user, call),
-            Err(e) => Box::pin(async move { Err(e) }),
+        match self.clustered(db) {
+            Some((_, map)) => Box::pin(self.list_clustered(db, map, user, call)),
+            None => Fabric::list(&self.node, db, user, call),
         }
     }
 

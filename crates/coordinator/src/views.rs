@@ -17,7 +17,7 @@ use settee_core::design::ViewGroupDef;
 use settee_core::reduce::Builtin;
 use settee_node::fabric::Out;
 use settee_node::read::{ReadOpts, Rendered};
-use settee_node::views::GIVEN_DESIGN;
+use settee_node::views::{ViewArgs, GIVEN_DESIGN};
 use settee_node::{Error, Result};
 use settee_wire::mrargs::{MrArgs, Update};
 
@@ -138,13 +138,15 @@ impl Coordinator {
         args: MrArgs,
         out: Out<'_>,
     ) -> Result<()> {
-        if args.partition.is_some() {
-            return Err(Error::NotOnCluster("partitioned views"));
-        }
         let design = self.design(db, map, user, ddoc)?;
         let def = ViewGroupDef::from_ddoc(&design).map_err(|e| Error::Views(e.into()))?;
         let n = (def.views.iter().position(|v| v.name == view))
             .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
+        // The node's checks of the arguments, before any copy is asked: its errors.
+        ViewArgs::for_def(args.clone(), &def, n, map.partitioned, &self.node.config)?;
+        if args.partition.is_some() {
+            return Err(Error::NotOnCluster("partitioned views"));
+        }
         let raw = def.views[n].raw_collation;
         let reducing = def.views[n].reduce.is_some() && args.reduce != Some(false);
         let mut rereduce = if reducing {
@@ -209,7 +211,7 @@ impl Coordinator {
     }
 
     /// The body of `_design/{ddoc}`, read through the cluster.
-    fn design(
+    pub(crate) fn design(
         &self,
         db: &str,
         map: &ShardMap,

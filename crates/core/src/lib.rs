@@ -28,8 +28,8 @@ pub use doc::{
 };
 pub use error::Error;
 pub use names::{
-    is_shard_name, partition_id_range, partition_of, shard_name, validate_db_name, validate_doc_id,
-    validate_partition, validate_partitioned_doc_id, DocKind, MAX_PARTITION_SIZE,
+    is_shard_name, partition_id_range, partition_of, shard_db, shard_name, validate_db_name,
+    validate_doc_id, validate_partition, validate_partitioned_doc_id, DocKind, MAX_PARTITION_SIZE,
 };
 pub use rev::{body_term, new_rev_id, new_rev_id_with, Rev, RevId};
 pub use revtree::{Leaf, NodeStatus, RevTree};

@@ -55,6 +55,15 @@ pub fn is_shard_name(name: &str) -> bool {
         && validate_db_name(db).is_ok()
 }
 
+/// The clustered database whose shard copy `name` is (CouchDB's `mem3:dbname`).
+pub fn shard_db(name: &str) -> Option<&str> {
+    if !is_shard_name(name) {
+        return None;
+    }
+    let copy = name.strip_prefix("shards/")?.split_once('/')?.1;
+    Some(copy.rsplit_once('.')?.0)
+}
+
 /// Which namespace a document id lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DocKind {
@@ -149,6 +158,8 @@ mod tests {
         let name = shard_name("00000000-7fffffff", "my/db", 1_700_000_000);
         assert_eq!(name, "shards/00000000-7fffffff/my/db.1700000000");
         assert!(is_shard_name(&name));
+        assert_eq!(shard_db(&name), Some("my/db"));
+        assert_eq!(shard_db("my/db"), None);
         for bad in [
             "shards/00000000-7fffffff/db",
             "shards/0000000-7fffffff/db.1",

@@ -5,6 +5,7 @@
 //! must accept the document.
 
 use crate::atts::{self, Followed, StoredAtts};
+use crate::designs::{DesignEntry, DesignSet, Validating};
 use crate::{Error, Result, Settings};
 use serde_json::{Map, Value};
 use settee_auth::security::SecurityObject;
@@ -66,9 +67,12 @@ thread_local! {
         const { RefCell::new(Recent::new(CACHED_VALIDATORS)) };
 }
 
+/// The fingerprint of validators never cached (a write validated by none).
+const UNCACHED: u64 = 0;
+
 impl Drop for Admission {
     fn drop(&mut self) {
-        let Some(loaded) = self.validator.take() else {
+        let Some(loaded) = self.validator.take().filter(|l| l.fingerprint != UNCACHED) else {
             return;
         };
         let name = std::mem::take(&mut self.db_name);
@@ -112,7 +116,7 @@ impl Admission {
         if design {
             self.sec.check_admin(&self.user)?;
         } else if self.validator.is_none() {
-            self.validator = Some(load_validator(db, &self.settings, self.users_db)?);
+            self.validator = Some(self.load(db)?);
         }
         let has_vdu = matches!(&self.validator,
             Some(l) if l.validator.is_some() || !l.external.is_empty());
@@ -157,6 +161,26 @@ impl Admission {
         self.validate(db, &id, doc, old)
     }
 
+    /// The validation functions of this request's writes: the database's own, or a
+    /// clustered database's for one of its copies (none for a member's own writes to a
+    /// copy); this thread's compiled ones while they are unchanged.
+    fn load(&self, db: &Database) -> Result<Loaded> {
+        let validating = match &self.settings.cluster_designs {
+            Some(designs) => designs.validating(&db.name, &self.user)?,
+            None => Validating::Own,
+        };
+        match validating {
+            Validating::Own => load_validator(db, &self.settings, self.users_db),
+            Validating::Clustered(set) => load_clustered(db, &self.settings, &set),
+            Validating::Skipped => Ok(Loaded {
+                fingerprint: UNCACHED,
+                validator: None,
+                external: Vec::new(),
+                auth_rules: false,
+            }),
+        }
+    }
+
     /// Runs every `validate_doc_update` (design documents in id order) over the document.
     fn validate(
         &mut self,
@@ -198,7 +222,9 @@ impl Admission {
             let stubs = (!o.atts.stubs.is_empty()).then_some(o.atts.stubs);
             with_meta(id, Some(&o.rev), o.body, stubs)
         });
-        let user_ctx = self.user.to_json(Some(&db.name));
+        // A copy's functions see the clustered database's name (`couch_util:json_user_ctx`).
+        let db_name = settee_core::shard_db(&db.name).unwrap_or(&db.name);
+        let user_ctx = self.user.to_json(Some(db_name));
         for v in &loaded.external {
             let d = settee_views::queryserver::DdocRef {
                 id: &v.ddoc_id,
@@ -343,13 +369,37 @@ fn external_verdict(answer: settee_views::queryserver::Result<Value>) -> Result<
 fn load_validator(db: &Database, settings: &Settings, users_db: bool) -> Result<Loaded> {
     let limits = settings.limits;
     let fingerprint = fingerprint(db, limits, users_db)?;
+    cached_or(&db.name, fingerprint, || {
+        compile_validator(&stored_designs(db)?, settings, users_db)
+    })
+}
+
+/// The validation functions of a clustered database's design documents `set`, for
+/// writes to its copy `db`: compiled, or this thread's cached ones for the same set.
+fn load_clustered(db: &Database, settings: &Settings, set: &DesignSet) -> Result<Loaded> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    settings.limits.hash(&mut h);
+    set.fingerprint.hash(&mut h);
+    // Never [`UNCACHED`], nor the fingerprint of the copy's own design documents.
+    let fingerprint = h.finish() | 1;
+    cached_or(&db.name, fingerprint, || {
+        compile_validator(&set.docs, settings, false)
+    })
+}
+
+/// This thread's validators of database `name` built from `fingerprint`, else `compile`'s.
+fn cached_or(
+    name: &str,
+    fingerprint: u64,
+    compile: impl FnOnce() -> Result<(Option<Validator>, Vec<ExternalValidate>, bool)>,
+) -> Result<Loaded> {
     let cached = VALIDATORS.with_borrow_mut(|cache| {
-        cache.take_where(|n, l| *n == db.name && l.fingerprint == fingerprint)
+        cache.take_where(|n, l| n == name && l.fingerprint == fingerprint)
     });
     if let Some(loaded) = cached {
         return Ok(loaded);
     }
-    let (validator, external, auth_rules) = compile_validator(db, settings, users_db)?;
+    let (validator, external, auth_rules) = compile()?;
     Ok(Loaded {
         fingerprint,
         validator,
@@ -370,71 +420,82 @@ fn fingerprint(db: &Database, limits: settee_js::Limits, users_db: bool) -> Resu
         }
         ControlFlow::Continue(())
     })?;
-    Ok(h.finish())
+    // Even: never a clustered set's (see `load_clustered`) nor [`UNCACHED`].
+    Ok((h.finish() & !1).max(2))
 }
 
-/// Compiles the `validate_doc_update` functions of the database's design documents, and
-/// says whether a users database holds `_design/_auth` with Settee's own validate
-/// function: that one is not run, `users_rules` applies the same rules natively.
-/// Design documents of other languages are validated by their query server (an unknown
-/// language fails writes with `unknown_query_language`, as CouchDB's fail).
+/// The database's design documents, in id order.
+fn stored_designs(db: &Database) -> Result<Vec<DesignEntry>> {
+    let mut docs = Vec::new();
+    let mut failed = None;
+    db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
+        let Some(body) = row.body else {
+            return ControlFlow::Continue(());
+        };
+        match serde_json::from_slice::<Value>(settee_core::split_stored(&body).0) {
+            Ok(body) => docs.push(DesignEntry {
+                rev: (row.info.as_ref())
+                    .and_then(|i| i.tree.winner())
+                    .map(|w| w.rev.to_string())
+                    .unwrap_or_default(),
+                id: row.id,
+                body,
+            }),
+            Err(e) => failed = Some(e.to_string()),
+        }
+        ControlFlow::Continue(())
+    })?;
+    match failed {
+        Some(e) => Err(Error::Db(settee_db::Error::Internal(e))),
+        None => Ok(docs),
+    }
+}
+
+/// Compiles the `validate_doc_update` functions of design documents `ddocs` (in id
+/// order), and says whether a users database holds `_design/_auth` with Settee's own
+/// validate function: that one is not run, `users_rules` applies the same rules
+/// natively. Design documents of other languages are validated by their query server
+/// (an unknown language fails writes with `unknown_query_language`, as CouchDB's fail).
 fn compile_validator(
-    db: &Database,
+    ddocs: &[DesignEntry],
     settings: &Settings,
     users_db: bool,
 ) -> Result<(Option<Validator>, Vec<ExternalValidate>, bool)> {
     let mut auth_rules = false;
     let mut sources = Vec::new();
     let mut external = Vec::new();
-    let mut failed = None;
     let mut failed_language = None;
-    db.scan_docs(b"_design/", Some(b"_design0"), false, true, |row| {
-        let Some(body) = row.body else {
-            return ControlFlow::Continue(());
+    for d in ddocs {
+        let ddoc = &d.body;
+        let source = ddoc.get("validate_doc_update").and_then(Value::as_str);
+        let native = users_db
+            && d.id == settee_auth::users::AUTH_DDOC_ID
+            && source == Some(settee_auth::users::AUTH_VALIDATE_JS);
+        auth_rules |= native;
+        let language = match ddoc.get("language") {
+            Some(Value::String(l)) => Some(l.as_str()),
+            _ => None,
         };
-        match serde_json::from_slice::<Value>(settee_core::split_stored(&body).0) {
-            Ok(ddoc) => {
-                let source = ddoc.get("validate_doc_update").and_then(Value::as_str);
-                let native = users_db
-                    && row.id == settee_auth::users::AUTH_DDOC_ID
-                    && source == Some(settee_auth::users::AUTH_VALIDATE_JS);
-                auth_rules |= native;
-                let language = match ddoc.get("language") {
-                    Some(Value::String(l)) => Some(l.as_str()),
-                    _ => None,
-                };
-                let rev = row
-                    .info
-                    .as_ref()
-                    .and_then(|i| i.tree.winner())
-                    .map(|w| w.rev.to_string());
-                let served_by = language.filter(|l| settee_js::Dialect::of(Some(l)).is_none());
-                if let (Some(_), Some(language)) = (source, served_by) {
-                    if !settings.query_servers.knows(language) {
-                        failed_language = Some(language.to_owned());
-                    }
-                    let mut ddoc = ddoc.clone();
-                    ddoc["_id"] = Value::String(row.id.clone());
-                    external.push(ExternalValidate {
-                        language: language.to_owned(),
-                        ddoc_id: row.id.clone(),
-                        rev: rev.unwrap_or_default(),
-                        ddoc,
-                    });
-                } else if let Some(source) = source.filter(|_| !native) {
-                    sources.push(ValidateSource {
-                        ddoc_id: row.id.clone(),
-                        source: source.to_string(),
-                        ddoc: ddoc.clone(),
-                    });
-                }
+        let served_by = language.filter(|l| settee_js::Dialect::of(Some(l)).is_none());
+        if let (Some(_), Some(language)) = (source, served_by) {
+            if !settings.query_servers.knows(language) {
+                failed_language = Some(language.to_owned());
             }
-            Err(e) => failed = Some(e.to_string()),
+            let mut ddoc = ddoc.clone();
+            ddoc["_id"] = Value::String(d.id.clone());
+            external.push(ExternalValidate {
+                language: language.to_owned(),
+                ddoc_id: d.id.clone(),
+                rev: d.rev.clone(),
+                ddoc,
+            });
+        } else if let Some(source) = source.filter(|_| !native) {
+            sources.push(ValidateSource {
+                ddoc_id: d.id.clone(),
+                source: source.to_string(),
+                ddoc: ddoc.clone(),
+            });
         }
-        ControlFlow::Continue(())
-    })?;
-    if let Some(e) = failed {
-        return Err(Error::Db(settee_db::Error::Internal(e)));
     }
     if let Some(language) = failed_language {
         let unknown = settee_views::queryserver::Error::UnknownLanguage(language);

@@ -12,11 +12,13 @@
 mod admission;
 pub mod atts;
 mod design;
+mod designs;
 mod error;
 
 pub use admission::Admission;
 pub use atts::{Compression, Followed, StoredAtts, Written};
 pub use design::validate_design;
+pub use designs::{ClusterDesigns, DesignEntry, DesignSet, Validating};
 pub use error::{Error, Result};
 
 use settee_auth::password_rules::PasswordRules;
@@ -42,6 +44,9 @@ pub struct Settings {
     /// The query servers that run validate functions of design documents in languages
     /// other than JavaScript.
     pub query_servers: Arc<settee_views::QueryServers>,
+    /// Where a cluster member's shard copies take the design documents validating their
+    /// writes (`None`: every database validates with its own).
+    pub cluster_designs: Option<Arc<dyn ClusterDesigns>>,
 }
 
 impl Settings {

@@ -40,9 +40,20 @@ pub enum Filter {
     /// `filter=ddoc/name`: revisions a design document's filter function passes.
     Function(DesignFilter),
     /// A clustered database's filter as the request named it, for its copies to resolve
-    /// (a coordinator's feed; never a node's).
-    Copies(FilterSpec),
+    /// (a coordinator's feed; never a node's), with the members each copy's `_changes`
+    /// body is given (a filter function's or `_view`'s design document: [`GIVEN_DESIGN`],
+    /// [`GIVEN_REQ`]).
+    Copies(FilterSpec, Option<Arc<serde_json::Map<String, Value>>>),
 }
+
+/// The member of a `_changes` POST body in which a coordinator gives a shard copy the
+/// design document of its filter function or `_view` filter (as views take theirs:
+/// [`crate::views::GIVEN_DESIGN`]).
+pub const GIVEN_DESIGN: &str = crate::views::GIVEN_DESIGN;
+
+/// The member of a `_changes` POST body in which a coordinator gives a shard copy the
+/// request object its filter function is told about (without `info` and `uuid`).
+pub const GIVEN_REQ: &str = "settee_req";
 
 #[derive(Clone)]
 pub struct ViewFilter {
@@ -69,6 +80,26 @@ impl ViewFilter {
     fn load(node: &Node, db: &Database, ddoc: &str, view: &str) -> Result<ViewFilter> {
         design_member(db, ddoc, &["views", view])?;
         let (group, view) = node.view_group(db, ddoc, view)?;
+        ViewFilter::of(node, group, view)
+    }
+
+    /// The filter of view `view` of design document `design` (`_design/{ddoc}`'s body) a
+    /// shard copy's coordinator gives.
+    fn given(
+        node: &Node,
+        db: &Database,
+        ddoc: &str,
+        design: &serde_json::Map<String, Value>,
+        view: &str,
+    ) -> Result<ViewFilter> {
+        design_filter::check_member(&Value::Object(design.clone()), &["views", view])?;
+        let group = node.views.group(db, &format!("_design/{ddoc}"), design)?;
+        let n = (group.def.view(view).map(|(i, _)| i))
+            .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
+        ViewFilter::of(node, Arc::new(group), n)
+    }
+
+    fn of(node: &Node, group: Arc<settee_views::Group>, view: usize) -> Result<ViewFilter> {
         if !node.views.knows_language(&group.def.language) {
             let unknown =
                 settee_views::queryserver::Error::UnknownLanguage(group.def.language.clone());
@@ -441,7 +472,9 @@ impl ChangesOpts {
             Filter::DocIds { ids, .. } => ids.contains(&c.id),
             Filter::Design => c.id.starts_with("_design/"),
             // Checked in `scan`, which reads the bodies (and owns a runtime).
-            Filter::View(_) | Filter::Selector(_) | Filter::Function(_) | Filter::Copies(_) => true,
+            Filter::View(_) | Filter::Selector(_) | Filter::Function(_) | Filter::Copies(..) => {
+                true
+            }
         }
     }
 }
@@ -698,6 +731,50 @@ impl Node {
                 Filter::Selector(Arc::new(settee_mango::Selector::parse(&sel)?))
             }
         })
+    }
+
+    /// A shard copy's feed filter with the design document its coordinator gives
+    /// (`design`: `_design/{ddoc}` of a filter function or `_view` filter, and `req`, the
+    /// request object a function is told about): how a clustered database's feeds run
+    /// those filters on every copy, which holds only its own range's design documents.
+    /// Only a shard copy, only for a server admin (a member, for its coordinator).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn given_changes_filter(
+        self: &Arc<Self>,
+        db: &Arc<Database>,
+        user: &settee_auth::UserCtx,
+        spec: FilterSpec,
+        design: serde_json::Map<String, Value>,
+        req: Option<Value>,
+        mut o: ChangesOpts,
+    ) -> Result<ChangesOpts> {
+        if !settee_core::is_shard_name(&db.name) || !user.is_server_admin() {
+            return Err(Error::Forbidden(
+                "A design document is given only to a shard copy, by a member.".into(),
+            ));
+        }
+        let (node, d) = (self.clone(), db.clone());
+        let (filter, js_limits) = blocking::<_, Error>(move || match spec {
+            FilterSpec::Function(_, name) => {
+                let req = req.unwrap_or_else(|| json!({}));
+                let f = DesignFilter::given(&node, &d, Value::Object(design), &name, req)?;
+                Ok((Filter::Function(f), None))
+            }
+            FilterSpec::View(ddoc, view) => {
+                let f = ViewFilter::given(&node, &d, &ddoc, &design, &view)?;
+                Ok((Filter::View(f), Some(node.views.limits())))
+            }
+            _ => Err(Error::bad_request(
+                "A design document is given only with a filter function or _view.",
+            )),
+        })
+        .await?;
+        o.filter = filter;
+        if let Some(limits) = js_limits {
+            o.js_limits = limits;
+        }
+        o.reader = crate::replicator_read::reader(db, user);
+        Ok(o)
     }
 
     /// [`Node::resolve_filter`] for async callers: design documents are read on a

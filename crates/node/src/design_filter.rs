@@ -64,24 +64,59 @@ impl DesignFilter {
         check_member(&body, &["filters", name])?;
         let ddoc_json: Value = serde_json::from_slice(&doc_json(&doc, &DocOpts::default()))
             .map_err(|e| Error::internal(e.to_string()))?;
-        Ok(DesignFilter {
+        let rev = doc.rev.to_string();
+        Ok(DesignFilter::of(
+            node,
+            db,
+            ddoc_json,
+            rev,
+            name,
+            req.to_json(db),
+        ))
+    }
+
+    /// The filter `name` of design document `design` (its JSON with `_id` and `_rev`)
+    /// a shard copy's coordinator gives, with the request object `req` it made (without
+    /// `info` and `uuid`, which the copy adds: its own information, as CouchDB's shards).
+    pub fn given(
+        node: &Arc<Node>,
+        db: &Database,
+        design: Value,
+        name: &str,
+        req: Value,
+    ) -> Result<DesignFilter> {
+        check_member(&design, &["filters", name])?;
+        let rev = design["_rev"].as_str().unwrap_or_default().to_owned();
+        Ok(DesignFilter::of(node, db, design, rev, name, req))
+    }
+
+    fn of(
+        node: &Arc<Node>,
+        db: &Database,
+        ddoc: Value,
+        rev: String,
+        name: &str,
+        req: Value,
+    ) -> DesignFilter {
+        let external = match ddoc.get("language").and_then(Value::as_str) {
+            Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
+                Some(language.to_owned())
+            }
+            _ => None,
+        };
+        DesignFilter {
             node: node.clone(),
             db_name: db.name.clone(),
             source: Arc::new(FilterSource {
-                ddoc_id: doc.id.clone(),
-                ddoc: ddoc_json,
+                ddoc_id: ddoc["_id"].as_str().unwrap_or_default().to_owned(),
+                ddoc,
                 name: name.to_string(),
             }),
-            rev: doc.rev.to_string(),
+            rev,
             limits: node.views.limits(),
-            req: Arc::new(req.to_json(db)),
-            external: match body.get("language").and_then(Value::as_str) {
-                Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
-                    Some(language.to_owned())
-                }
-                _ => None,
-            },
-        })
+            req: Arc::new(req),
+            external,
+        }
     }
 
     /// Starts one pass over changes (one blocking task's worth).
@@ -337,6 +372,14 @@ impl ReqInfo {
         Ok(req)
     }
 
+    /// [`ReqInfo::render_json`] for a database a design function runs for (a node's or
+    /// a clustered one).
+    pub fn render_json_for(&self, node: &Node, db: &crate::render::FnDb) -> Result<Value> {
+        let mut req = self.to_json_for(&db.name, &db.security);
+        req["uuid"] = Value::String(node.next_uuid()?);
+        Ok(req)
+    }
+
     /// The request CouchDB's replicator makes of a source's `_changes` for a filtered
     /// replication reading after `since` (waiting for changes when `wait` is given):
     /// `GET /{db}/_changes` with `filter` and `query_params` (their values as text, as a
@@ -398,6 +441,13 @@ impl ReqInfo {
     /// The request object without `info` and `uuid` (`null` here; see [`Running`]), in
     /// CouchDB's member order.
     fn to_json(&self, db: &Database) -> Value {
+        self.to_json_for(&db.name, &db.props().security)
+    }
+
+    /// [`ReqInfo::to_json`] of database `db` (its name as `userCtx.db`) whose security
+    /// object is `security`: what a coordinator gives the copies of a clustered database
+    /// whose feed runs a filter function (each adds its own `info`, as CouchDB's shards).
+    pub fn to_json_for(&self, db: &str, security: &Value) -> Value {
         let path: Vec<Value> = self.path.iter().cloned().map(Value::String).collect();
         let pairs = |list: &[(String, String)]| {
             Value::Object(
@@ -432,8 +482,8 @@ impl ReqInfo {
             "peer": self.peer,
             "form": pairs(&self.form),
             "cookie": pairs(&self.cookie),
-            "userCtx": self.user.to_json(Some(&db.name)),
-            "secObj": db.props().security,
+            "userCtx": self.user.to_json(Some(db)),
+            "secObj": security,
         })
     }
 }

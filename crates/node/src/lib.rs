@@ -79,6 +79,9 @@ pub struct Node {
     log: OnceLock<LogControl>,
     /// The cluster state, when this node is a member of a cluster.
     cluster: OnceLock<Arc<settee_cluster::Cluster>>,
+    /// Where shard copies take the design documents validating their writes (a cluster
+    /// member's coordinator).
+    cluster_designs: OnceLock<Arc<dyn settee_docs::ClusterDesigns>>,
 }
 
 /// Sets the log level from a `[log] level` value (`None`: the setting was removed).
@@ -103,6 +106,7 @@ impl Node {
             uuids: Mutex::new(None),
             log: OnceLock::new(),
             cluster: OnceLock::new(),
+            cluster_designs: OnceLock::new(),
         };
         node.apply_settings();
         node
@@ -113,6 +117,20 @@ impl Node {
     pub fn set_log_control(&self, set: SetLogLevel) {
         let applied = Mutex::new(self.config.get("log", "level"));
         let _ = self.log.set(LogControl { set, applied });
+    }
+
+    /// Makes writes to shard copies validate with the design documents `designs` gives
+    /// (once, when a cluster member's coordinator starts).
+    pub fn set_cluster_designs(&self, designs: Arc<dyn settee_docs::ClusterDesigns>) {
+        let _ = self.cluster_designs.set(designs);
+    }
+
+    /// Design documents of clustered database `db` changed (another member wrote one):
+    /// the writes to this node's copies validate with them from now on.
+    pub fn cluster_designs_changed(&self, db: &str) {
+        if let Some(designs) = self.cluster_designs.get() {
+            designs.changed(db);
+        }
     }
 
     /// As CouchDB's welcomes: the `[vendor]` section, when it has any keys, last.

@@ -9,13 +9,12 @@
 //! as [`Piece`]s as it sends them.
 
 use crate::design_filter::ReqInfo;
-use crate::render::{list_answer, DesignDoc};
+use crate::render::{list_answer, DesignDoc, FnDb};
 use crate::{blocking, Error, Node, Result};
 use base64::Engine;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use settee_auth::UserCtx;
-use settee_db::Database;
 use settee_js::ListIo;
 use settee_wire::mrargs::MrArgs;
 use std::sync::{mpsc, Arc};
@@ -445,7 +444,8 @@ impl Node {
             Ok((list_ddoc, query))
         })
         .await?;
-        Ok(self.run_list(db, list_ddoc, call.name, query, call.req, call.csp))
+        let fn_db = FnDb::local(self, &db);
+        Ok(self.run_list(fn_db, list_ddoc, call.name, query, call.req, call.csp))
     }
 
     /// Runs list function `name` of `ddoc` over `query`'s rows (`req`: the request object
@@ -453,7 +453,7 @@ impl Node {
     /// pieces arrive on the receiver as the function sends them.
     pub fn run_list(
         self: &Arc<Self>,
-        db: Arc<Database>,
+        db: FnDb,
         ddoc: DesignDoc,
         name: String,
         query: RowQuery,
@@ -471,7 +471,7 @@ impl Node {
         tokio::task::spawn_blocking(move || {
             let mut pump = ListPump::new(csp, feed_rx, http_tx);
             let ran = pump.head().and_then(|head| {
-                let req = req.render_json(&node, &db)?;
+                let req = req.render_json_for(&node, &db)?;
                 list_answer(&node, &db, &ddoc, &name, &head, &req, &mut pump)
             });
             match ran {

@@ -20,7 +20,15 @@ use std::sync::Arc;
 pub struct DesignDoc {
     pub id: String,
     pub rev: String,
-    doc: OpenDoc,
+    doc: Source,
+}
+
+/// Where a [`DesignDoc`]'s body is: stored in this node's database (read in full only
+/// when a render environment is built), or given whole (read through a cluster).
+enum Source {
+    Stored(OpenDoc),
+    /// The document with `_id` and `_rev`.
+    Given(Value),
 }
 
 impl DesignDoc {
@@ -30,29 +38,109 @@ impl DesignDoc {
         Ok(DesignDoc {
             id: doc.id.clone(),
             rev: doc.rev.to_string(),
-            doc,
+            doc: Source::Stored(doc),
         })
+    }
+
+    /// A design document read elsewhere (a clustered database's, through its
+    /// coordinator): its JSON with `_id` and `_rev`.
+    pub fn given(doc: Value) -> Result<DesignDoc> {
+        let text = |k: &str| doc.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (Some(id), Some(rev)) = (text("_id"), text("_rev")) else {
+            return Err(Error::internal("a design document without _id or _rev"));
+        };
+        Ok(DesignDoc {
+            id,
+            rev,
+            doc: Source::Given(doc),
+        })
+    }
+
+    /// Reads `_design/{name}` of `db` through `fabric` (a clustered database's through
+    /// its coordinator), with the 404s of a read.
+    pub fn open_via(
+        fabric: &dyn crate::Fabric,
+        db: &str,
+        user: &UserCtx,
+        name: &str,
+    ) -> Result<DesignDoc> {
+        let read = fabric.open_doc(db, user, &format!("_design/{name}"), &Default::default())?;
+        let text = match &read.body {
+            crate::read::Rendered::Json(text) => text,
+            crate::read::Rendered::Multipart { doc, .. } => doc,
+        };
+        DesignDoc::given(serde_json::from_slice(text).map_err(|e| Error::internal(e.to_string()))?)
+    }
+
+    /// The value of top-level member `member`, if any (only that member is read in full).
+    fn member(&self, member: &str) -> Option<Value> {
+        use serde_json::value::RawValue;
+        match &self.doc {
+            Source::Stored(doc) => {
+                let members: std::collections::HashMap<String, &RawValue> =
+                    serde_json::from_slice(settee_core::split_stored(&doc.body).0)
+                        .unwrap_or_default();
+                let raw = members.get(member)?;
+                Some(serde_json::from_str(raw.get()).unwrap_or(Value::Null))
+            }
+            Source::Given(doc) => doc.get(member).cloned(),
+        }
     }
 
     /// CouchDB's lookup of `{member}.{name}` before it runs the function (404 `missing
     /// json key: shows` without the member, `missing json key: {name}` without the
     /// function).
     pub fn require_function(&self, member: &str, name: &str) -> Result<()> {
-        use serde_json::value::RawValue;
-        let members: std::collections::HashMap<String, &RawValue> =
-            serde_json::from_slice(settee_core::split_stored(&self.doc.body).0).unwrap_or_default();
-        let Some(fns) = members.get(member) else {
+        let Some(fns) = self.member(member) else {
             return Err(Error::NotFound(format!("missing json key: {member}")));
         };
-        let fns: Value = serde_json::from_str(fns.get()).unwrap_or(Value::Null);
         crate::design_filter::check_member(&fns, &[name])
     }
 
     /// The document as functions get it (`this`), with `_id` and `_rev`; only needed to
     /// build a render environment or teach a query server.
     pub fn body(&self) -> Result<Value> {
-        serde_json::from_slice(&doc_json(&self.doc, &DocOpts::default()))
-            .map_err(|e| Error::internal(e.to_string()))
+        match &self.doc {
+            Source::Stored(doc) => serde_json::from_slice(&doc_json(doc, &DocOpts::default()))
+                .map_err(|e| Error::internal(e.to_string())),
+            Source::Given(doc) => Ok(doc.clone()),
+        }
+    }
+}
+
+/// The database a design function runs for, as its request object shows it: the name
+/// (`userCtx.db`), the security object (`secObj`) and the information (`info`, read only
+/// when a function asks for it). A node's own database, or a clustered one (its
+/// coordinator's answers).
+#[derive(Clone)]
+pub struct FnDb {
+    pub name: String,
+    pub security: Value,
+    pub info: Arc<dyn Fn() -> Value + Send + Sync>,
+}
+
+impl FnDb {
+    /// A database of this node.
+    pub fn local(node: &Arc<Node>, db: &Arc<Database>) -> FnDb {
+        let (node, d) = (node.clone(), db.clone());
+        FnDb {
+            name: db.name.clone(),
+            security: db.props().security,
+            info: Arc::new(move || node.db_info(&d)),
+        }
+    }
+
+    /// Database `name` as `fabric` serves it (a clustered one through its coordinator):
+    /// its security object read now, its information when a function asks for it.
+    /// Blocks (it may ask other members).
+    pub fn via(fabric: Arc<dyn crate::Fabric>, name: &str) -> Result<FnDb> {
+        let security = fabric.get_security(name)?;
+        let n = name.to_owned();
+        Ok(FnDb {
+            name: name.to_owned(),
+            security,
+            info: Arc::new(move || fabric.db_info(&n).unwrap_or(Value::Null)),
+        })
     }
 }
 
@@ -81,7 +169,7 @@ thread_local! {
 /// `req.info` being the database's information, read only if a function reads it.
 pub fn with_renderer<T>(
     node: &Arc<Node>,
-    db: &Arc<Database>,
+    db: &FnDb,
     ddoc: &DesignDoc,
     f: impl FnOnce(&mut Renderer) -> Result<T, settee_js::Rejection>,
 ) -> Result<T> {
@@ -102,8 +190,8 @@ pub fn with_renderer<T>(
             Renderer::new(&source, key.limits).map_err(settee_js::Rejection::from)?
         }
     };
-    let (node2, db2) = (node.clone(), db.clone());
-    renderer.set_info_source(Some(Box::new(move || node2.db_info(&db2))));
+    let info = db.info.clone();
+    renderer.set_info_source(Some(Box::new(move || info())));
     let out = f(&mut renderer);
     // A cached environment holds no database.
     renderer.set_info_source(None);
@@ -124,13 +212,7 @@ enum Runner {
 
 impl Runner {
     fn of(ddoc: &DesignDoc) -> Result<Runner> {
-        use serde_json::value::RawValue;
-        // Only the `language` member is read in full.
-        let members: std::collections::HashMap<String, &RawValue> =
-            serde_json::from_slice(&ddoc.doc.body).unwrap_or_default();
-        let language = members
-            .get("language")
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+        let language = ddoc.member("language");
         match language.as_ref().and_then(Value::as_str) {
             Some(language) if settee_js::Dialect::of(Some(language)).is_none() => {
                 Ok(Runner::External(language.to_owned(), ddoc.body()?))
@@ -153,10 +235,10 @@ pub fn require_runner(node: &Node, ddoc: &DesignDoc) -> Result<()> {
 
 /// An external server's request object: unlike the renderer, which reads `info` only
 /// when a function does, a server gets it filled in, as CouchDB sends it.
-fn external_req(node: &Node, db: &Arc<Database>, req: &Value) -> Value {
+fn external_req(db: &FnDb, req: &Value) -> Value {
     let mut req = req.clone();
     if let Value::Object(members) = &mut req {
-        members.insert("info".into(), node.db_info(db));
+        members.insert("info".into(), (db.info)());
     }
     req
 }
@@ -178,7 +260,7 @@ fn ddoc_ref<'a>(ddoc: &'a DesignDoc, body: &'a Value) -> settee_views::queryserv
 /// the protocol's `["resp", resp]` for a show, `["up", doc or null, resp]` for an update.
 pub fn doc_answer(
     node: &Arc<Node>,
-    db: &Arc<Database>,
+    db: &FnDb,
     ddoc: &DesignDoc,
     kind: RenderKind,
     name: &str,
@@ -197,7 +279,7 @@ pub fn doc_answer(
                 &language,
                 &ddoc_ref(ddoc, &body),
                 &[kind.member(), name],
-                serde_json::json!([doc, external_req(node, db, req)]),
+                serde_json::json!([doc, external_req(db, req)]),
             )
             .map_err(qs_error),
     }
@@ -210,7 +292,7 @@ pub fn doc_answer(
 /// the last (the list may end itself earlier by answering a row with `end`).
 pub fn list_answer(
     node: &Arc<Node>,
-    db: &Arc<Database>,
+    db: &FnDb,
     ddoc: &DesignDoc,
     name: &str,
     head: &Value,
@@ -222,7 +304,7 @@ pub fn list_answer(
         Runner::External(language, body) => (language, body),
     };
     let qs = &node.views.query_servers;
-    let req = external_req(node, db, req);
+    let req = external_req(db, req);
     let (start, mut session) = qs
         .list(&language, &ddoc_ref(ddoc, &body), name, head.clone(), req)
         .map_err(qs_error)?;
@@ -256,7 +338,7 @@ fn expect_answer<'a>(answer: &'a Value, tags: &[&str]) -> Result<&'a str> {
 /// process for JavaScript, else in its language's query server: the protocol's answer.
 pub fn rewrite_answer(
     node: &Arc<Node>,
-    db: &Arc<Database>,
+    db: &FnDb,
     ddoc: &DesignDoc,
     body: &Value,
     req: &Value,
@@ -361,10 +443,129 @@ pub struct Updated {
     pub written: Option<(String, Option<settee_core::Rev>)>,
 }
 
+/// Where a show or an update reads its design document and the document it is about:
+/// a database of this node, or a clustered one through its coordinator.
+pub trait FnReads {
+    /// `_design/{name}`, with a read's 404s (`missing`, `deleted`).
+    fn design(&self, name: &str) -> Result<DesignDoc>;
+    /// Document `id` as a function gets it (see [`function_doc`]): `null` when there is
+    /// none.
+    fn doc(&self, id: &str) -> Result<Value>;
+    /// The database, as the request object shows it.
+    fn db(&self) -> &FnDb;
+}
+
+/// A database of this node, for [`FnReads`].
+struct LocalReads {
+    db: Arc<Database>,
+    fn_db: FnDb,
+}
+
+impl FnReads for LocalReads {
+    fn design(&self, name: &str) -> Result<DesignDoc> {
+        DesignDoc::open(&self.db, name)
+    }
+
+    fn doc(&self, id: &str) -> Result<Value> {
+        function_doc(&self.db, id)
+    }
+
+    fn db(&self) -> &FnDb {
+        &self.fn_db
+    }
+}
+
+/// A show (`call`) over `reads`: its answer with its `ETag` and `Vary: Accept`, unless
+/// `matches` (the client's `If-None-Match`) names the ETag. A missing document is `null`
+/// to the function.
+pub fn show_with(
+    node: &Arc<Node>,
+    reads: &dyn FnReads,
+    call: &FnCall,
+    accept: Option<&str>,
+    matches: &dyn Fn(&str) -> bool,
+) -> Result<Shown> {
+    let (name, req) = (call.name.as_str(), &call.req);
+    let ddoc = reads.design(&call.ddoc)?;
+    ddoc.require_function("shows", name)?;
+    let doc = match &call.doc_id {
+        Some(id) => reads.doc(id)?,
+        None => Value::Null,
+    };
+    let etag = show_etag(&ddoc, &doc, accept, req);
+    if matches(&etag) {
+        return Ok(Shown::NotModified(etag));
+    }
+    let db = reads.db();
+    let req = req.render_json_for(node, db)?;
+    let answer = doc_answer(node, db, &ddoc, RenderKind::Show, name, &doc, &req)?;
+    let mut resp = crate::list::answer_part(&answer, "resp", 1)?.clone();
+    apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
+    Ok(Shown::Answer(crate::list::External::parse(&resp, 200)?))
+}
+
+/// Runs update `call` over `reads` (`refused`: asked for with GET, which CouchDB refuses
+/// once it has found the function): the function's response object, and the document
+/// it returned when that is an object (its id checked), to be written as the requester.
+pub fn update_with(
+    node: &Arc<Node>,
+    reads: &dyn FnReads,
+    call: &FnCall,
+    refused: bool,
+) -> Result<(Value, Option<settee_core::ParsedDoc>)> {
+    let ddoc = reads.design(&call.ddoc)?;
+    // chttpd_show looks the function up first; the refusal is the query server's.
+    ddoc.require_function("updates", &call.name)?;
+    if refused {
+        return Err(Error::UpdateByGet);
+    }
+    let doc = match &call.doc_id {
+        Some(id) => reads.doc(id)?,
+        None => Value::Null,
+    };
+    let db = reads.db();
+    let req = call.req.render_json_for(node, db)?;
+    let answer = doc_answer(node, db, &ddoc, RenderKind::Update, &call.name, &doc, &req)?;
+    let resp = crate::list::answer_part(&answer, "up", 2)?.clone();
+    let new_doc = crate::list::answer_part(&answer, "up", 1)?;
+    if !new_doc.is_object() {
+        return Ok((resp, None));
+    }
+    let parsed = settee_core::parse_doc(new_doc.clone())?;
+    settee_core::validate_doc_id(parsed.id.as_deref().unwrap_or_default())?;
+    Ok((resp, Some(parsed)))
+}
+
+/// An update's answer (`chttpd_show:send_doc_update_response`): with a document written
+/// (its id, new revision, and whether it reached fewer copies than the write quorum),
+/// 201 (202 below the quorum) with `X-Couch-Update-NewRev` and `X-Couch-Id`; else 200.
+/// The function's `code` overrides either.
+pub fn updated(
+    mut resp: Value,
+    written: Option<(String, Option<settee_core::Rev>, bool)>,
+) -> Result<Updated> {
+    let (code, written) = match written {
+        Some((id, rev, accepted)) => {
+            let shown = rev.as_ref().map(|r| r.to_string()).unwrap_or_default();
+            apply_headers(
+                &mut resp,
+                &[
+                    ("X-Couch-Update-NewRev", &shown),
+                    ("X-Couch-Id", &settee_wire::url_encode(&id)),
+                ],
+            );
+            (if accepted { 202 } else { 201 }, Some((id, rev)))
+        }
+        None => (200, None),
+    };
+    Ok(Updated {
+        response: crate::list::External::parse(&resp, code)?,
+        written,
+    })
+}
+
 impl Node {
-    /// A show (`call`): its answer with its `ETag`
-    /// and `Vary: Accept`, unless `matches` (the client's `If-None-Match`) names the ETag.
-    /// A missing document is `null` to the function.
+    /// A show (`call`) of a database of this node (see [`show_with`]).
     pub fn show(
         self: &Arc<Self>,
         db: &Arc<Database>,
@@ -372,29 +573,16 @@ impl Node {
         accept: Option<&str>,
         matches: &dyn Fn(&str) -> bool,
     ) -> Result<Shown> {
-        let (name, req) = (call.name.as_str(), &call.req);
-        let ddoc = DesignDoc::open(db, &call.ddoc)?;
-        ddoc.require_function("shows", name)?;
-        let doc = match &call.doc_id {
-            Some(id) => function_doc(db, id)?,
-            None => Value::Null,
+        let reads = LocalReads {
+            db: db.clone(),
+            fn_db: FnDb::local(self, db),
         };
-        let etag = show_etag(&ddoc, &doc, accept, req);
-        if matches(&etag) {
-            return Ok(Shown::NotModified(etag));
-        }
-        let req = req.render_json(self, db)?;
-        let answer = doc_answer(self, db, &ddoc, RenderKind::Show, name, &doc, &req)?;
-        let mut resp = crate::list::answer_part(&answer, "resp", 1)?.clone();
-        apply_headers(&mut resp, &[("ETag", &etag), ("Vary", "Accept")]);
-        Ok(Shown::Answer(crate::list::External::parse(&resp, 200)?))
+        show_with(self, &reads, call, accept, matches)
     }
 
-    /// An update (`call`) as `user`: the function's document,
-    /// if it returns one, is written as the requester would write it (201,
-    /// `X-Couch-Update-NewRev`, `X-Couch-Id`); else 200. The function's `code` overrides
-    /// either. `refused`: the method is GET (or HEAD), which CouchDB refuses once it has
-    /// found the function.
+    /// An update (`call`) as `user` of a database of this node: the function's document,
+    /// if it returns one, is written as the requester would write it (see [`updated`]).
+    /// `refused`: the method is GET (or HEAD).
     pub async fn update(
         self: &Arc<Self>,
         db: Arc<Database>,
@@ -403,34 +591,17 @@ impl Node {
         refused: bool,
     ) -> Result<Updated> {
         let (node, user2) = (self.clone(), user.clone());
-        let FnCall {
-            ddoc,
-            name,
-            doc_id,
-            req,
-        } = call;
         // One blocking pass runs the function and hands its document to the writer.
         let (resp, pending) = crate::blocking::<_, Error>(move || {
-            let ddoc = DesignDoc::open(&db, &ddoc)?;
-            // chttpd_show looks the function up first; the refusal is the query server's.
-            ddoc.require_function("updates", &name)?;
-            if refused {
-                return Err(Error::UpdateByGet);
-            }
-            let doc = match &doc_id {
-                Some(id) => function_doc(&db, id)?,
-                None => Value::Null,
+            let reads = LocalReads {
+                fn_db: FnDb::local(&node, &db),
+                db: db.clone(),
             };
-            let req = req.render_json(&node, &db)?;
-            let answer = doc_answer(&node, &db, &ddoc, RenderKind::Update, &name, &doc, &req)?;
-            let resp = crate::list::answer_part(&answer, "up", 2)?.clone();
-            let new_doc = crate::list::answer_part(&answer, "up", 1)?;
-            if !new_doc.is_object() {
+            let (resp, parsed) = update_with(&node, &reads, &call, refused)?;
+            let Some(parsed) = parsed else {
                 return Ok((resp, None));
-            }
-            let parsed = settee_core::parse_doc(new_doc.clone())?;
+            };
             let id = parsed.id.clone().unwrap_or_default();
-            settee_core::validate_doc_id(&id)?;
             let settings = node.write_settings();
             let pending = settee_docs::submit(
                 &settings,
@@ -443,29 +614,17 @@ impl Node {
             Ok((resp, Some((id, pending))))
         })
         .await?;
-        let mut resp = resp;
-        let (code, written) = match pending {
+        let written = match pending {
             Some((id, pending)) => {
                 let rev = pending
                     .wait()
                     .await?
                     .pop()
                     .expect("one result per document")?;
-                let shown = rev.as_ref().map(|r| r.to_string()).unwrap_or_default();
-                apply_headers(
-                    &mut resp,
-                    &[
-                        ("X-Couch-Update-NewRev", &shown),
-                        ("X-Couch-Id", &settee_wire::url_encode(&id)),
-                    ],
-                );
-                (201, Some((id, rev)))
+                Some((id, rev, false))
             }
-            None => (200, None),
+            None => None,
         };
-        Ok(Updated {
-            response: crate::list::External::parse(&resp, code)?,
-            written,
-        })
+        updated(resp, written)
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! Threading: everything here blocks (the design document's read, JavaScript).
 
-use crate::render::{rewrite_answer, DesignDoc};
+use crate::render::{rewrite_answer, DesignDoc, FnDb};
 use crate::{Error, Node, Result};
 use serde_json::{Map, Value};
 use settee_core::reduce::reason_text;
@@ -67,10 +67,9 @@ fn bad(reason: impl Into<String>) -> Error {
     failed(Failure::BadAnswer(reason.into()))
 }
 
-impl Node {
-    /// Design document `ddoc`'s rewrites.
-    pub fn rewrites(&self, db: &Database, ddoc: &str) -> Result<Rewrites> {
-        let design = DesignDoc::open(db, ddoc)?;
+impl Rewrites {
+    /// The rewrites of design document `design` (however it was read).
+    pub fn of(design: DesignDoc) -> Result<Rewrites> {
         let body = design.body()?;
         match body.get("rewrites") {
             Some(Value::Array(rules)) => Ok(Rewrites::Rules(rules.clone())),
@@ -80,6 +79,13 @@ impl Node {
             }),
             _ => Err(failed(Failure::InvalidPath)),
         }
+    }
+}
+
+impl Node {
+    /// Design document `ddoc`'s rewrites.
+    pub fn rewrites(&self, db: &Database, ddoc: &str) -> Result<Rewrites> {
+        Rewrites::of(DesignDoc::open(db, ddoc)?)
     }
 
     /// Where `rules` send `method` on `path` (the segments after `_rewrite`) with
@@ -104,6 +110,20 @@ impl Node {
     pub fn rewrite_by_function(
         self: &Arc<Self>,
         db: &Arc<Database>,
+        ddoc: &str,
+        design: (&DesignDoc, &Value),
+        req: Value,
+        query: &[(String, String)],
+    ) -> Result<Rewrite> {
+        let db = FnDb::local(self, db);
+        self.rewrite_by_function_in(&db, ddoc, design, req, query)
+    }
+
+    /// [`Node::rewrite_by_function`] for a database a design function runs for (a
+    /// node's, or a clustered one).
+    pub fn rewrite_by_function_in(
+        self: &Arc<Self>,
+        db: &FnDb,
         ddoc: &str,
         (design, body): (&DesignDoc, &Value),
         mut req: Value,

@@ -99,6 +99,7 @@ impl Node {
             passwords: password_rules(config),
             auth_db: auth_db(config),
             query_servers: self.views.query_servers.clone(),
+            cluster_designs: self.cluster_designs.get().cloned(),
         }
     }
 

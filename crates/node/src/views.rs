@@ -43,15 +43,33 @@ impl ViewArgs {
     /// Validates the arguments for view number `n` of `g` as CouchDB does (the limit against `[query_server_config] query_limit`, or
     /// `partition_query_limit` for a partitioned view; then `validate_args`, the partition,
     /// then the key range).
-    pub fn for_view(mut a: MrArgs, g: &Group, n: usize, node: &NodeConfig) -> Result<ViewArgs> {
-        let limit_key = if g.partitioned {
+    pub fn for_view(a: MrArgs, g: &Group, n: usize, node: &NodeConfig) -> Result<ViewArgs> {
+        debug_assert_eq!(
+            g.reduces[n] != ReduceKind::None,
+            g.def.views[n].reduce.is_some()
+        );
+        ViewArgs::for_def(a, &g.def, n, g.partitioned, node)
+    }
+
+    /// [`ViewArgs::for_view`] for view `n` of design `def` in a database partitioned or
+    /// not: how a cluster's coordinator checks a query before it asks any copy, so that
+    /// its errors are a node's.
+    pub fn for_def(
+        mut a: MrArgs,
+        def: &settee_core::design::ViewGroupDef,
+        n: usize,
+        db_partitioned: bool,
+        node: &NodeConfig,
+    ) -> Result<ViewArgs> {
+        let partitioned = def.partitioned.unwrap_or(db_partitioned);
+        let limit_key = if partitioned {
             "partition_query_limit"
         } else {
             "query_limit"
         };
         let max_limit = node.get_u64("query_server_config", limit_key, MAX_VIEW_LIMIT);
         settee_wire::mrargs::apply_limit(&mut a.limit, max_limit)?;
-        let has_reduce = g.reduces[n] != ReduceKind::None;
+        let has_reduce = def.views[n].reduce.is_some();
         let view_type = if has_reduce && a.reduce != Some(false) {
             ViewType::Red
         } else {
@@ -61,7 +79,7 @@ impl ViewArgs {
         if a.partition.as_deref() == Some("") {
             return Err(parse_error("Invalid value for `partition`."));
         }
-        match (g.partitioned, &a.partition) {
+        match (partitioned, &a.partition) {
             (true, Some(p)) => settee_core::validate_partition(p)?,
             (true, None) => {
                 return Err(parse_error(
@@ -95,7 +113,7 @@ impl ViewArgs {
             },
             partition: a.partition,
         };
-        query.check_range(g.def.raw(n)).map_err(Error::QueryParse)?;
+        query.check_range(def.raw(n)).map_err(Error::QueryParse)?;
         Ok(ViewArgs {
             query,
             include_docs: a.include_docs,

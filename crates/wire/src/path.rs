@@ -154,6 +154,10 @@ pub enum NodeOp {
     NodeDocs,
     /// `_nodes/{node-name}`: one node's document in the membership list
     NodeDoc(String),
+    /// `_settee/ddocs_changed/{db}` (POST): Settee's own, between cluster members: the
+    /// design documents of clustered database `db` changed (see the coordinator's
+    /// `ddocs`).
+    DesignsChanged(String),
     /// Compaction scheduling and restarts: later work (501 for the `method` CouchDB
     /// serves, 405 for others).
     Unimplemented(&'static str, &'static str),
@@ -292,6 +296,7 @@ fn parse_node(rest: &[&str]) -> NodeOp {
         ["_nodes"] | ["_nodes", ""] => NodeOp::NodesInfo,
         ["_nodes", "_all_docs"] => NodeOp::NodeDocs,
         ["_nodes", name] => NodeOp::NodeDoc(name.to_string()),
+        ["_settee", "ddocs_changed", db] => NodeOp::DesignsChanged(db.to_string()),
         ["_smoosh", "status"] => U("compaction scheduling (_smoosh)", "GET"),
         ["_restart"] => U("_restart", "POST"),
         _ => NodeOp::Missing,
@@ -611,6 +616,10 @@ mod tests {
         assert_eq!(
             parse("/_node/_local/_nodes/a%40h").unwrap(),
             Endpoint::Node("_local".into(), NodeOp::NodeDoc("a@h".into()))
+        );
+        assert_eq!(
+            parse("/_node/_local/_settee/ddocs_changed/a%2Fb").unwrap(),
+            Endpoint::Node("_local".into(), NodeOp::DesignsChanged("a/b".into()))
         );
         assert_eq!(
             parse("/_node/_local/_nodes/_all_docs").unwrap(),

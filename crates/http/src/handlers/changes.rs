@@ -97,7 +97,7 @@ fn normal_body(
 pub async fn changes(state: AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "GET,POST,HEAD")?;
     let post = req.method == "POST";
-    let body = if post {
+    let mut body = if post {
         crate::req::require_json(&req.headers)?;
         let b = req.bytes().await?;
         if b.is_empty() {
@@ -121,10 +121,21 @@ pub async fn changes(state: AppState, db: DbRef, mut req: Req) -> ApiResult<Resp
             o.since = o.seqs.since(id)?;
         }
     }
+    let given = given_filter(&db, &mut body)?;
     // `doc_ids` and `view` are read as sent (CouchDB's `configure_filter`); `filter` folded.
     let spec = FilterSpec::parse(params.get("filter"), &req.params, post, body.as_ref())?;
-    let req_info = Box::new(|| crate::req_info::of_request(&req, body.as_ref()));
-    let o = Fabric::changes_filter(&*state.fabric, &db.name, &req.user, spec, o, req_info).await?;
+    let o = match given {
+        Some((design, given_req)) => {
+            let engine = db.engine("_changes")?;
+            let (node, user) = (&state.node, &req.user);
+            node.given_changes_filter(engine, user, spec, design, given_req, o)
+                .await?
+        }
+        None => {
+            let req_info = Box::new(|| crate::req_info::of_request(&req, body.as_ref()));
+            Fabric::changes_filter(&*state.fabric, &db.name, &req.user, spec, o, req_info).await?
+        }
+    };
     match Feed::for_changes(&params)? {
         Feed::Normal => {
             // chttpd_db: the ETag is the database's info, whatever the query, and a match is
@@ -156,6 +167,28 @@ pub async fn changes(state: AppState, db: DbRef, mut req: Req) -> ApiResult<Resp
             };
             Ok(live_feed(state.clone(), db.name.clone(), o, feed, live).await)
         }
+    }
+}
+
+/// A design document given to a shard copy for its filter, and a function's request
+/// object.
+type GivenFilter = (serde_json::Map<String, Value>, Option<Value>);
+
+/// The design document (and a filter function's request object) a shard copy's
+/// coordinator gives in the body (see `Node::given_changes_filter`), taken out of it; any
+/// other database ignores those members, as it ignores every unknown one.
+fn given_filter(db: &DbRef, body: &mut Option<Value>) -> ApiResult<Option<GivenFilter>> {
+    let Some(Value::Object(members)) = body.as_mut() else {
+        return Ok(None);
+    };
+    if !settee_core::is_shard_name(&db.name) {
+        return Ok(None);
+    }
+    let given_req = members.shift_remove(changes::GIVEN_REQ);
+    match members.shift_remove(changes::GIVEN_DESIGN) {
+        None => Ok(None),
+        Some(Value::Object(design)) => Ok(Some((design, given_req))),
+        Some(_) => Err(ApiError::bad_request("A given design must be an object.")),
     }
 }
 

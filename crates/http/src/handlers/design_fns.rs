@@ -12,12 +12,10 @@ use crate::req::{etag_matches, require_json};
 use crate::{AppState, Req};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
-use settee_db::Database;
 use settee_node::fabric::DbRef;
 use settee_node::list::ListCall;
 use settee_node::render::{DesignDoc, FnCall, Shown};
 use settee_node::Fabric;
-use std::sync::Arc;
 
 /// What a path below `_design/{ddoc}/` asks of a render function.
 pub use settee_wire::DesignFn;
@@ -31,7 +29,7 @@ pub async fn design_fn(
     fun: DesignFn,
     req: Req,
 ) -> ApiResult<Response> {
-    let db = db.engine("design functions")?.clone();
+    let db = db.name;
     match fun {
         DesignFn::Show { name, doc } => show(state, db, ddoc, name, doc, req).await,
         DesignFn::List {
@@ -41,7 +39,9 @@ pub async fn design_fn(
         } => list(state, db, ddoc, name, view_ddoc, view, req).await,
         DesignFn::Update { name, doc } => update(state, db, ddoc, name, doc, req).await,
         DesignFn::BadPath(error, reason) => {
-            blocking(move || Ok(DesignDoc::open(&db, &ddoc).map(drop)?)).await?;
+            let (fabric, user) = (state.fabric.clone(), req.user.clone());
+            blocking(move || Ok(DesignDoc::open_via(&*fabric, &db, &user, &ddoc).map(drop)?))
+                .await?;
             Err(ApiError::Named(
                 StatusCode::NOT_FOUND,
                 error.into(),
@@ -55,7 +55,7 @@ pub async fn design_fn(
 /// matches `If-None-Match`).
 async fn show(
     state: AppState,
-    db: Arc<Database>,
+    db: String,
     ddoc: String,
     name: String,
     doc_id: Option<String>,
@@ -75,7 +75,7 @@ async fn show(
         let matches = |etag: &str| etag_matches(&headers, etag);
         Ok(Fabric::show(
             &*node,
-            &db.name,
+            &db,
             &call,
             accept.as_deref(),
             &matches,
@@ -94,7 +94,7 @@ async fn show(
 /// `_update/{func}[/{docid}]` (see [`settee_node::Node::update`]).
 async fn update(
     state: AppState,
-    db: Arc<Database>,
+    db: String,
     ddoc: String,
     name: String,
     doc_id: Option<String>,
@@ -109,7 +109,7 @@ async fn update(
     };
     // Any method but GET (and HEAD, which CouchDB takes for a GET); without `Allow`.
     let refused = matches!(req.method.as_str(), "GET" | "HEAD");
-    let updated = Fabric::update(&*state.fabric, &db.name, &req.user, call, refused).await?;
+    let updated = Fabric::update(&*state.fabric, &db, &req.user, call, refused).await?;
     external_response(updated.response, &state)
 }
 
@@ -117,7 +117,7 @@ async fn update(
 /// view's query parameters as for the view itself; the function's chunks stream.
 async fn list(
     state: AppState,
-    db: Arc<Database>,
+    db: String,
     ddoc: String,
     name: String,
     view_ddoc: Option<String>,
@@ -144,6 +144,6 @@ async fn list(
         req: crate::req_info::for_render(&req, &body, None),
         csp: showlist_csp(&state),
     };
-    let pieces = Fabric::list(&*state.fabric, &db.name, &req.user, call).await?;
+    let pieces = Fabric::list(&*state.fabric, &db, &req.user, call).await?;
     Ok(list_response(pieces).await)
 }

@@ -99,6 +99,12 @@ pub async fn node(state: &AppState, node: &str, op: NodeOp, req: Req) -> ApiResu
             Ok(crate::reply::json_bytes(StatusCode::OK, body.into_bytes()))
         }
         NodeOp::NodeDoc(name) => node_doc(state, node, &name, req).await,
+        NodeOp::DesignsChanged(db) => {
+            allow(&req.method, "POST")?;
+            check_node(node)?;
+            state.node.cluster_designs_changed(&db);
+            Ok(ok_true(StatusCode::OK))
+        }
         NodeOp::Missing => Err(ApiError::NotFound("missing".into())),
         NodeOp::Unimplemented(what, method) => {
             allow(&req.method, method)?;

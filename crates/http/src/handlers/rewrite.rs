@@ -14,6 +14,7 @@ use axum::http::{request, HeaderName, HeaderValue, Method, Request, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use settee_node::fabric::DbRef;
+use settee_node::render::{DesignDoc, FnDb};
 use settee_node::rewrite::{Failure, Rewrite, Rewrites};
 use std::sync::{Arc, Mutex};
 
@@ -35,7 +36,6 @@ pub async fn rewrite(
     path: Vec<String>,
     mut req: Req,
 ) -> ApiResult<Response> {
-    let db = db.engine("_rewrite")?.clone();
     let limit = state
         .config
         .chttpd("rewrite_limit")
@@ -44,9 +44,18 @@ pub async fn rewrite(
     if req.rewrites >= limit {
         return Err(ApiError::bad_request("Exceeded rewrite recursion limit"));
     }
+    // A clustered database's design document is read through its coordinator.
+    let local = db.engine("_rewrite").ok().cloned();
     let rewrites = {
-        let (node, db, ddoc) = (state.node.clone(), db.clone(), ddoc.clone());
-        super::blocking(move || Ok(node.rewrites(&db, &ddoc)?)).await?
+        let (node, fabric, local) = (state.node.clone(), state.fabric.clone(), local.clone());
+        let (name, ddoc, user) = (db.name.clone(), ddoc.clone(), req.user.clone());
+        super::blocking(move || {
+            Ok(match &local {
+                Some(local) => node.rewrites(local, &ddoc)?,
+                None => Rewrites::of(DesignDoc::open_via(&*fabric, &name, &user, &ddoc)?)?,
+            })
+        })
+        .await?
     };
     let query: Vec<(String, String)> = (req.params.pairs())
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -62,11 +71,16 @@ pub async fn rewrite(
         Rewrites::Function { design, body } => (design, body),
     };
     let bytes = req.bytes().await?;
-    let obj = crate::req_info::for_render(&req, &bytes, None).render_json(state, &db)?;
+    let info = crate::req_info::for_render(&req, &bytes, None);
     let rewrite = {
-        let (node, db) = (state.node.clone(), db.clone());
+        let (node, fabric, name) = (state.node.clone(), state.fabric.clone(), db.name.clone());
         super::blocking(move || {
-            Ok(node.rewrite_by_function(&db, &ddoc, (&design, &body), obj, &query)?)
+            let db = match &local {
+                Some(local) => FnDb::local(&node, local),
+                None => FnDb::via(fabric, &name)?,
+            };
+            let obj = info.render_json_for(&node, &db)?;
+            Ok(node.rewrite_by_function_in(&db, &ddoc, (&design, &body), obj, &query)?)
         })
         .await?
     };
