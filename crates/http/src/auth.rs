@@ -115,9 +115,10 @@ pub fn authenticate(node: &Node, creds: &Credentials) -> Result<Authenticated, A
 /// A request another member of the cluster sends on behalf of a server admin it has
 /// authenticated (`/_node/{name}/…` for this node), or as a database's coordinator (a shard
 /// copy's database): a server admin, named after that member, for this node's node-local
-/// paths, shard copies and the system databases every member keeps whole
-/// (`settee_cluster::EVERYWHERE`, which members push to each other) only, so that the
-/// cluster's secret never opens a database a client names.
+/// paths, shard copies, the system databases every member keeps whole
+/// (`settee_cluster::EVERYWHERE`, which members push to each other) and the scheduler's
+/// `/_scheduler/…` (its replications) only, so that the cluster's secret never opens a
+/// database a client names.
 fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authenticated, ApiError> {
     let refused = |why: &str| Err(ApiError::Unauthorized(why.into()));
     let Some(cluster) = node.cluster() else {
@@ -136,7 +137,9 @@ fn by_member(node: &Node, value: &str, creds: &Credentials) -> Result<Authentica
             .and_then(|t| t.strip_prefix(db))
             .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?']))
     });
-    if !(node_local || shard_copy || everywhere) {
+    // Another member's scheduler, gathering every member's replications.
+    let scheduler = creds.target.starts_with("/_scheduler/");
+    if !(node_local || shard_copy || everywhere || scheduler) {
         return refused("Cluster credentials are taken for node-local requests only.");
     }
     let secret = &cluster.config().secret;

@@ -135,7 +135,9 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Utils(file) => utils::utils(&state, req, file).await,
         Endpoint::Replicate(false) => crate::handlers::replicate::replicate(&state, req).await,
         Endpoint::Replicate(true) => unavailable::replicate(req, true).await,
-        Endpoint::Scheduler(rest) => crate::handlers::scheduler::scheduler(&state, &req, &rest),
+        Endpoint::Scheduler(rest) => {
+            crate::handlers::scheduler::scheduler(&state, &req, &rest).await
+        }
         Endpoint::Reshard(rest) => unavailable::reshard(&req, &rest),
         Endpoint::ClusterSetup => cluster_setup::cluster_setup(&state, req).await,
         Endpoint::Cluster(rest) => cluster_moves::cluster(&state, &rest, req).await,

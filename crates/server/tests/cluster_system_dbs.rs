@@ -5,16 +5,27 @@
 
 mod common;
 
-use common::cluster::{eventually, eventually_within, three_members};
+use common::cluster::{eventually, eventually_within, three_members, NAMES};
 use common::{basic, Server, ADMIN};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// The `_replicator` jobs `s` runs now.
-fn jobs(s: &Server) -> usize {
+/// The members running `_replicator` jobs as `s` shows them (`_scheduler/jobs` gathers
+/// every member's), one per job.
+fn runners(s: &Server) -> Vec<String> {
     let r = s.get("/_scheduler/jobs");
     assert_eq!(r.status, 200, "{}", r.text);
-    r.json()["total_rows"].as_u64().unwrap() as usize
+    let v = r.json();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(v["total_rows"], jobs.len());
+    (jobs.iter())
+        .map(|j| j["node"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `r1`'s `_scheduler/docs` row as `s` shows it.
+fn doc_row(s: &Server) -> Value {
+    s.get("/_scheduler/docs/_replicator/r1").json()
 }
 
 fn doc_count(s: &Server, db: &str) -> u64 {
@@ -69,12 +80,21 @@ fn users_and_replication_documents_reach_every_member_and_run_once() {
     let r = nodes[1].put("/_replicator/r1", &rep.to_string());
     assert_eq!(r.status, 201, "{}", r.text);
     eventually("the documents replicated", || doc_count(&peer, "tgt") == 3);
-    eventually("one member runs the job", || {
-        nodes.iter().map(jobs).sum::<usize>() == 1
+    eventually("one member runs the job, every member shows it", || {
+        let seen: Vec<Vec<String>> = nodes.iter().map(runners).collect();
+        seen[0].len() == 1 && seen.iter().all(|s| *s == seen[0])
     });
     std::thread::sleep(Duration::from_secs(2));
-    assert_eq!(nodes.iter().map(jobs).sum::<usize>(), 1, "still only one");
-    let owner = nodes.iter().position(|n| jobs(n) == 1).unwrap();
+    let owner = runners(&nodes[0]);
+    assert_eq!(owner.len(), 1, "still only one: {owner:?}");
+    let owner = NAMES.iter().position(|n| *n == owner[0]).unwrap();
+    for n in &nodes {
+        let row = doc_row(n);
+        assert_eq!(
+            (&row["state"], &row["node"]),
+            (&json!("running"), &json!(NAMES[owner]))
+        );
+    }
 
     // The member running it dies: another takes it over once its lease has run out, and
     // the replication goes on.
@@ -83,7 +103,10 @@ fn users_and_replication_documents_reach_every_member_and_run_once() {
     eventually_within(
         Duration::from_secs(30),
         "another member runs the job",
-        || alive.iter().map(|i| jobs(&nodes[*i])).sum::<usize>() == 1,
+        || {
+            let seen = runners(&nodes[alive[0]]);
+            seen.len() == 1 && seen[0] != NAMES[owner] && runners(&nodes[alive[1]]) == seen
+        },
     );
     assert_eq!(peer.put("/src/d", "{}").status, 201);
     eventually("the new document replicated", || {
@@ -96,6 +119,6 @@ fn users_and_replication_documents_reach_every_member_and_run_once() {
     let r = nodes[alive[1]].delete(&format!("/_replicator/r1?rev={rev}"));
     assert_eq!(r.status, 200, "{}", r.text);
     eventually("no member runs it", || {
-        alive.iter().map(|i| jobs(&nodes[*i])).sum::<usize>() == 0
+        alive.iter().all(|i| runners(&nodes[*i]).is_empty())
     });
 }

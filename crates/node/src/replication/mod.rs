@@ -208,6 +208,33 @@ impl Replicator {
     pub fn doc_row(self: &Arc<Self>, doc_id: &str) -> Option<Value> {
         docs::doc_row(self, doc_id)
     }
+
+    /// The other running cluster members' answers (200s only, as JSON) to `GET target`
+    /// of their scheduler (`/_scheduler/…`), asked as this member: each answers for the
+    /// replications it runs, as CouchDB's `_scheduler` gathers every node's by
+    /// `rpc:multicall`. None on a single node; a member that fails to answer is left out.
+    pub async fn other_members(&self, target: &str) -> Vec<Value> {
+        let Some(cluster) = self.node.cluster() else {
+            return Vec::new();
+        };
+        let me = cluster.config().node.clone();
+        let others = (cluster.members().into_iter()).filter(|m| m.name != me);
+        let asks = others.map(|m| async move {
+            let answer = self
+                .node
+                .peer_json(&m.name, "GET", target, None, None)
+                .await;
+            match answer {
+                Ok(Some(a)) if a.status == 200 => serde_json::from_slice(&a.body).ok(),
+                _ => None,
+            }
+        });
+        futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
 }
 
 /// Either kind of endpoint.
