@@ -234,3 +234,50 @@ impl Coordinator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(ids: &[&str]) -> Arc<DesignSet> {
+        let docs = (ids.iter())
+            .map(|id| DesignEntry {
+                id: id.to_string(),
+                rev: "1-a".into(),
+                body: serde_json::json!({}),
+            })
+            .collect();
+        Arc::new(DesignSet::new(docs))
+    }
+
+    #[test]
+    fn a_set_read_across_a_change_is_not_kept() {
+        let designs = Designs::default();
+        let (none, generation) = designs.cached("db", "u1");
+        assert!(none.is_none());
+        // A change while the set is read: the old set must not come back.
+        designs.forget("db");
+        designs.keep("db", "u1", generation, &set(&["_design/old"]));
+        let (none, generation) = designs.cached("db", "u1");
+        assert!(none.is_none());
+        designs.keep("db", "u1", generation, &set(&["_design/new"]));
+        let (got, _) = designs.cached("db", "u1");
+        assert_eq!(got.unwrap().docs[0].id, "_design/new");
+        // Another creation of the name, or a change, forgets it.
+        assert!(designs.cached("db", "u2").0.is_none());
+        designs.forget("db");
+        assert!(designs.cached("db", "u1").0.is_none());
+        assert!(designs.cached("other", "u1").0.is_none());
+    }
+
+    #[test]
+    fn sets_are_in_id_order_and_fingerprinted_by_ids_and_revisions() {
+        let (a, b) = (
+            set(&["_design/b", "_design/a"]),
+            set(&["_design/a", "_design/b"]),
+        );
+        assert_eq!(a.docs[0].id, "_design/a");
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_ne!(a.fingerprint, set(&["_design/a"]).fingerprint);
+    }
+}
