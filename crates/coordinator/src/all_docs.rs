@@ -12,7 +12,7 @@ use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_node::all_docs::{Namespace, Query};
 use settee_node::fabric::Out;
-use settee_node::{Error, Result};
+use settee_node::Result;
 
 impl Coordinator {
     pub(crate) fn all_docs_clustered(
@@ -29,12 +29,16 @@ impl Coordinator {
             Namespace::Design => "_design_docs",
             Namespace::Local => "_local_docs",
         };
-        if q.partition.is_some() {
-            return Err(Error::NotOnCluster("a partition's _all_docs"));
-        }
+        // A partition's ids are all in one range: its copy's partition `_all_docs`.
+        let partition = q.partition.as_deref().map(|p| {
+            let range = map.copies_of(&format!("{p}:")).range.clone();
+            (range, format!("_partition/{}/_all_docs", crate::enc(p)))
+        });
+        let endpoint = partition.as_ref().map_or(endpoint, |(_, e)| e.as_str());
+        let only = partition.as_ref().map(|(r, _)| r.as_str());
         let (mut head, rows) = match &q.keys {
-            None => self.all_docs_range(db, map, user, &q, endpoint)?,
-            Some(keys) => self.all_docs_keys(db, map, user, &q, keys, endpoint)?,
+            None => self.all_docs_range(db, map, user, &q, endpoint, only)?,
+            Some(keys) => self.all_docs_keys(db, map, user, &q, keys, endpoint, only)?,
         };
         if ns == Namespace::Local {
             // Each copy keeps its own local documents; CouchDB counts none of them.
@@ -47,7 +51,8 @@ impl Coordinator {
         Ok(())
     }
 
-    /// The rows of an id range: `(head without its rows, rows)`.
+    /// The rows of an id range: `(head without its rows, rows)`; `only` that range's
+    /// (a partition's), which is given `skip` and `limit` as they are.
     fn all_docs_range(
         &self,
         db: &str,
@@ -55,6 +60,7 @@ impl Coordinator {
         user: &UserCtx,
         q: &Query,
         endpoint: &str,
+        only: Option<&str>,
     ) -> Result<(String, Vec<Value>)> {
         let mut params = copy_params(q);
         // The range's bounds as ids; an upper bound that is no string (no id is below it)
@@ -80,31 +86,49 @@ impl Coordinator {
         if !q.inclusive_end {
             params.push(("inclusive_end", "false".into()));
         }
-        if let Some(limit) = q.limit {
-            params.push(("limit", limit.saturating_add(q.skip).to_string()));
-        }
+        let skip = match only {
+            Some(_) => {
+                params.push(("skip", q.skip.to_string()));
+                params.extend(q.limit.map(|l| ("limit", l.to_string())));
+                0
+            }
+            None => {
+                let limit = q.limit.map(|l| l.saturating_add(q.skip));
+                params.extend(limit.map(|l| ("limit", l.to_string())));
+                q.skip
+            }
+        };
         let query = form_query(&params);
         let answers = self.one_copy_per_range(
             map,
             |range| {
                 let path = format!("{}/{endpoint}?{query}", copy_path(map, db, range));
-                Some(("GET", path, None))
+                only.is_none_or(|r| r == range)
+                    .then_some(("GET", path, None))
             },
             Some(user),
         )?;
         let total = total_rows(&answers);
-        let offset = offset(&answers, total, q.skip);
+        let offset = match only {
+            Some(_) => answers
+                .iter()
+                .map(|a| a.body["offset"].as_u64().unwrap_or(0))
+                .sum(),
+            None => offset(&answers, total, q.skip),
+        };
         let mut head = format!("{{\"total_rows\":{total},\"offset\":{offset}");
         if q.update_seq {
             head.push_str(&format!(",\"update_seq\":{}", json!(update_seq(&answers))));
         }
         let rows = answers.into_iter().map(|a| rows_of(a.body)).collect();
-        let rows = merge::all_docs_rows(rows, q.descending, q.skip, q.limit);
+        let rows = merge::all_docs_rows(rows, q.descending, skip, q.limit);
         Ok((head, rows))
     }
 
     /// The rows of a list of keys, as CouchDB's coordinator: the list reversed when
-    /// `descending`, `skip` and `limit` applied to it, each key asked of its range.
+    /// `descending`, `skip` and `limit` applied to it, each key asked of its range (of
+    /// range `only`, a partition's, when given).
+    #[allow(clippy::too_many_arguments)]
     fn all_docs_keys(
         &self,
         db: &str,
@@ -113,6 +137,7 @@ impl Coordinator {
         q: &Query,
         keys: &[Value],
         endpoint: &str,
+        only: Option<&str>,
     ) -> Result<(String, Vec<Value>)> {
         let mut keys = keys.to_vec();
         if q.descending {
@@ -126,14 +151,17 @@ impl Coordinator {
             )
             .collect();
         // Each key goes to the range of the id a copy reads it as.
-        let ranges: Vec<&str> = map.by_range.iter().map(|c| c.range.as_str()).collect();
+        let ranges: Vec<&str> = (map.by_range.iter())
+            .map(|c| c.range.as_str())
+            .filter(|r| only.is_none_or(|o| o == *r))
+            .collect();
         let routes: Vec<usize> = (keys.iter())
             .map(|k| {
                 let id = k.as_str().map_or_else(|| k.to_string(), str::to_owned);
-                let range = &map.copies_of(&id).range;
+                let range = only.unwrap_or(&map.copies_of(&id).range);
                 ranges
                     .iter()
-                    .position(|r| r == range)
+                    .position(|r| *r == range)
                     .expect("a range of the map")
             })
             .collect();
@@ -141,10 +169,7 @@ impl Coordinator {
         let answers = self.one_copy_per_range(
             map,
             |range| {
-                let r = ranges
-                    .iter()
-                    .position(|x| *x == range)
-                    .expect("a range of the map");
+                let r = ranges.iter().position(|x| *x == range)?;
                 let mine: Vec<&Value> = (keys.iter().zip(&routes))
                     .filter(|(_, to)| **to == r)
                     .map(|(k, _)| k)

@@ -25,12 +25,19 @@
 //! document given to every copy ([`changes`]). Writes to this member's copies validate
 //! with the whole clustered database's `validate_doc_update` functions, which this
 //! member reads and keeps, told by the coordinator that writes a design document
-//! ([`ddocs`]). Every other operation on it answers 501 `not_implemented` (never a local
+//! ([`ddocs`]). Attachment uploads and deletions go to every copy at the write quorum,
+//! multipart clients read documents with their attachments as parts, and `atts_since`
+//! works on every read ([`atts`]); `multipart/related` document writes, `batch=ok`
+//! (single documents and local ones) and `COPY` ([`writes`]); a partition's `_all_docs`
+//! asks its one range ([`all_docs`]); `_purge`, `_revs_limit`, `_purged_infos_limit`,
+//! `_compact`, `_compact/{ddoc}`, `_view_cleanup` and a design document's `_info`
+//! ([`admin`]). Every other operation on it answers 501 `not_implemented` (never a local
 //! answer about a database this node does not hold).
 //!
 //! Threading: the [`Fabric`] contract's blocking calls wait for the copies with the Tokio
 //! runtime's handle, so they must run on a blocking thread (as `http` runs them).
 
+mod admin;
 mod all_docs;
 mod atts;
 mod changes;
@@ -45,6 +52,7 @@ mod partitions;
 mod revs;
 mod security;
 mod views;
+mod writes;
 
 use bytes::Bytes;
 use futures_util::future::{join_all, BoxFuture};
@@ -62,7 +70,7 @@ use settee_node::att_read::{self, AttInfo};
 use settee_node::att_write::AttUpload;
 use settee_node::changes::{ChangesOpts, FeedOut, FilterSpec, Live, ShownSeq};
 use settee_node::dbs::{CreateDb, Limit, NameRange};
-use settee_node::fabric::{DbRef, FeedEnd, Fut, Out, Reached, ReqFn, Written};
+use settee_node::fabric::{Copied, DbRef, FeedEnd, Fut, Out, Purged, Reached, ReqFn, Written};
 use settee_node::list::{ListCall, Piece};
 use settee_node::mango_index::{self, BulkDeleted, Created};
 use settee_node::read::{Read, ReadOpts, Rendered, Revision};
@@ -166,14 +174,34 @@ impl Coordinator {
         user: Option<&UserCtx>,
         decided: impl Fn(&[Option<Reply>]) -> bool,
     ) -> Vec<Option<Reply>> {
+        self.ask_until_with(asks, user, None, decided).await
+    }
+
+    /// [`Self::ask_until`] with bodies described by `headers` (lowercase name, value)
+    /// instead of JSON ones: an attachment's content, a `multipart/related` document.
+    async fn ask_until_with(
+        &self,
+        asks: Vec<(String, &'static str, String, Option<Bytes>)>,
+        user: Option<&UserCtx>,
+        headers: Option<Arc<Vec<(String, String)>>>,
+        decided: impl Fn(&[Option<Reply>]) -> bool,
+    ) -> Vec<Option<Reply>> {
         let mut pending: futures_util::stream::FuturesUnordered<_> = (asks.into_iter())
             .enumerate()
             .map(|(i, (member, method, target, body))| {
-                let (node, user) = (self.node.clone(), user.cloned());
+                let (node, user, headers) = (self.node.clone(), user.cloned(), headers.clone());
                 let task = tokio::spawn(async move {
-                    let answer = node
-                        .peer_json(&member, method, &target, user.as_ref(), body)
-                        .await;
+                    let user = user.as_ref();
+                    let answer = match headers {
+                        None => node.peer_json(&member, method, &target, user, body).await,
+                        Some(h) => {
+                            let h: Vec<(&str, &str)> =
+                                h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                            let body = body.unwrap_or_default();
+                            node.peer_raw(&member, method, &target, user, &h, body)
+                                .await
+                        }
+                    };
                     reply_of(&member, answer)
                 });
                 async move { (i, task.await) }
@@ -317,9 +345,6 @@ impl Coordinator {
         doc: ParsedDoc,
         opts: WriteOpts,
     ) -> Result<Written> {
-        if opts.batch {
-            return Err(Error::NotOnCluster("batch=ok"));
-        }
         let id = doc
             .id
             .clone()
@@ -348,18 +373,7 @@ impl Coordinator {
             .ask_until(asks, Some(user), |r| merge::write_decided(r, w))
             .await;
         let replies: Vec<Reply> = replies.into_iter().flatten().collect();
-        match merge::write(&replies, w) {
-            WriteOutcome::Ok(rev) => Ok(Written {
-                rev: Some(rev),
-                accepted: false,
-            }),
-            WriteOutcome::Accepted(rev) => Ok(Written {
-                rev: Some(rev),
-                accepted: true,
-            }),
-            WriteOutcome::Refused { status, body } => Err(copy_error(status, &body)),
-            WriteOutcome::Unanswered(why) => Err(unavailable(why)),
-        }
+        writes::written_of(&replies, w)
     }
 
     /// `_bulk_docs` on a clustered database: each range's documents to every copy of the
@@ -464,17 +478,17 @@ impl Coordinator {
         id: &str,
         opts: &ReadOpts,
     ) -> Result<Read> {
-        if opts.atts.since_pos > 0 || (opts.atts.inline && opts.multipart) {
-            return Err(Error::NotOnCluster("attachments with a document read"));
-        }
         let d = &opts.doc;
+        // A multipart client's attachments come from one copy once the revision is known
+        // (`read_related`); stubs until then.
+        let related = opts.atts.inline && opts.multipart;
         let mut query: Vec<(&str, String)> = vec![("revs", "true".into())];
         for (flag, on) in [
             ("revs_info", d.revs_info),
             ("conflicts", d.conflicts),
             ("deleted_conflicts", d.deleted_conflicts),
             ("local_seq", d.local_seq),
-            ("attachments", opts.atts.inline),
+            ("attachments", opts.atts.inline && !related),
             ("att_encoding_info", opts.atts.encoding_info),
             ("latest", opts.latest),
         ] {
@@ -482,6 +496,7 @@ impl Coordinator {
                 query.push((flag, "true".into()));
             }
         }
+        query.extend(atts::since_param(&opts.atts).filter(|_| !related));
         if let Some(rev) = &opts.rev {
             query.push(("rev", rev.to_string()));
         }
@@ -525,10 +540,15 @@ impl Coordinator {
                     }
                 }
                 let has_meta = d.revs_info || d.conflicts || d.deleted_conflicts || d.local_seq;
+                let body = if related && doc.get("_attachments").is_some() {
+                    block_on(self.read_related(&copies, user, &rev, opts))?
+                } else {
+                    Rendered::Json(serde_json::to_vec(&doc).expect("json"))
+                };
                 Ok(Read {
                     rev,
                     has_meta,
-                    body: Rendered::Json(serde_json::to_vec(&doc).expect("json")),
+                    body,
                 })
             }
             ReadOutcome::NotFound(reason) => Err(settee_db::Error::NotFound(reason).into()),
@@ -765,15 +785,24 @@ impl Fabric for Coordinator {
     }
 
     fn get_limit(&self, db: &str, which: Limit) -> Result<u64> {
-        Fabric::get_limit(self.local(db, "database limits")?, db, which)
+        match self.clustered(db) {
+            Some((_, map)) => self.get_limit_clustered(db, &map, which),
+            None => Fabric::get_limit(&self.node, db, which),
+        }
     }
 
     fn set_limit(&self, db: &str, which: Limit, n: u64) -> Result<()> {
-        Fabric::set_limit(self.local(db, "database limits")?, db, which, n)
+        match self.clustered(db) {
+            Some((_, map)) => self.set_limit_clustered(db, &map, which, n),
+            None => Fabric::set_limit(&self.node, db, which, n),
+        }
     }
 
     fn compact_db(&self, db: &str) -> Result<()> {
-        Fabric::compact_db(self.local(db, "_compact")?, db)
+        match self.clustered(db) {
+            Some((_, map)) => self.every_copy_cast(db, &map, "_compact"),
+            None => Fabric::compact_db(&self.node, db),
+        }
     }
 
     fn create_db(&self, name: &str, opts: CreateDb) -> Result<Reached> {
@@ -909,6 +938,9 @@ impl Fabric for Coordinator {
     ) -> Fut<'a, Written> {
         Box::pin(async move {
             match self.clustered(db) {
+                Some((_, map)) if opts.batch => Ok(self
+                    .write_batched(db, map, user, doc, opts, Vec::new())
+                    .await),
                 Some((_, map)) => {
                     let id = doc.id.clone().unwrap_or_default();
                     let written = self.write_clustered(db, &map, user, doc, opts).await?;
@@ -916,6 +948,27 @@ impl Fabric for Coordinator {
                     Ok(written)
                 }
                 None => Fabric::update_doc(&self.node, db, user, doc, opts).await,
+            }
+        })
+    }
+
+    fn update_doc_related<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+        parts: Vec<(String, Bytes)>,
+    ) -> Fut<'a, Written> {
+        Box::pin(async move {
+            match self.clustered(db) {
+                Some((_, map)) if opts.batch => {
+                    Ok(self.write_batched(db, map, user, doc, opts, parts).await)
+                }
+                Some((_, map)) => {
+                    (self.write_related_clustered(db, &map, user, doc, opts, parts)).await
+                }
+                None => Fabric::update_doc_related(&self.node, db, user, doc, opts, parts).await,
             }
         })
     }
@@ -948,7 +1001,10 @@ impl Fabric for Coordinator {
         batch: bool,
     ) -> Fut<'a, Option<u64>> {
         match self.clustered(db) {
-            Some(_) if batch => Box::pin(async { Err(Error::NotOnCluster("batch=ok")) }),
+            Some((_, map)) if batch => {
+                self.put_local_batched(db, map, update);
+                Box::pin(async { Ok(None) })
+            }
             Some((_, map)) => {
                 Box::pin(async move { self.put_local_clustered(db, &map, update).await.map(Some) })
             }
@@ -960,10 +1016,13 @@ impl Fabric for Coordinator {
         &'a self,
         db: &'a str,
         asked: Vec<(String, Vec<Rev>)>,
-    ) -> Fut<'a, Vec<(String, Vec<Rev>)>> {
-        match self.local(db, "_purge") {
-            Ok(node) => Fabric::purge(node, db, asked),
-            Err(e) => Box::pin(async move { Err(e) }),
+        w: Option<u32>,
+    ) -> Fut<'a, Purged> {
+        match self.clustered(db) {
+            Some((_, map)) => {
+                Box::pin(async move { self.purge_clustered(db, &map, asked, w).await })
+            }
+            None => Fabric::purge(&self.node, db, asked, w),
         }
     }
 
@@ -973,10 +1032,12 @@ impl Fabric for Coordinator {
         user: &'a UserCtx,
         source: (&'a str, Option<Rev>),
         dest: (&'a str, Option<Rev>),
-    ) -> Fut<'a, String> {
-        match self.local(db, "COPY") {
-            Ok(node) => Fabric::copy_doc(node, db, user, source, dest),
-            Err(e) => Box::pin(async move { Err(e) }),
+    ) -> Fut<'a, Copied> {
+        match self.clustered(db) {
+            Some((_, map)) => {
+                Box::pin(async move { self.copy_clustered(db, &map, user, source, dest).await })
+            }
+            None => Fabric::copy_doc(&self.node, db, user, source, dest),
         }
     }
 
@@ -1099,10 +1160,13 @@ impl Fabric for Coordinator {
         user: &'a UserCtx,
         id: &'a str,
         up: AttUpload<'a>,
-    ) -> Fut<'a, Rev> {
-        match self.local(db, "attachments") {
-            Ok(node) => Fabric::upload_attachment(node, db, user, id, up),
-            Err(e) => Box::pin(async move { Err(e) }),
+    ) -> Fut<'a, Written> {
+        match self.clustered(db) {
+            Some((_, map)) => Box::pin(async move {
+                self.upload_attachment_clustered(db, &map, user, id, up)
+                    .await
+            }),
+            None => Fabric::upload_attachment(&self.node, db, user, id, up),
         }
     }
 
@@ -1113,10 +1177,13 @@ impl Fabric for Coordinator {
         id: &'a str,
         name: &'a str,
         rev: Option<Rev>,
-    ) -> Fut<'a, Rev> {
-        match self.local(db, "attachments") {
-            Ok(node) => Fabric::delete_attachment(node, db, user, id, name, rev),
-            Err(e) => Box::pin(async move { Err(e) }),
+        w: Option<u32>,
+    ) -> Fut<'a, Written> {
+        match self.clustered(db) {
+            Some((_, map)) => Box::pin(async move {
+                (self.delete_attachment_clustered(db, &map, user, id, name, rev, w)).await
+            }),
+            None => Fabric::delete_attachment(&self.node, db, user, id, name, rev, w),
         }
     }
 
@@ -1148,15 +1215,24 @@ impl Fabric for Coordinator {
     }
 
     fn design_info(&self, db: &str, ddoc: &str) -> Result<Value> {
-        Fabric::design_info(self.local(db, "design document info")?, db, ddoc)
+        match self.clustered(db) {
+            Some((_, map)) => self.design_info_clustered(db, &map, ddoc),
+            None => Fabric::design_info(&self.node, db, ddoc),
+        }
     }
 
     fn compact_design(&self, db: &str, ddoc: &str) -> Result<()> {
-        Fabric::compact_design(self.local(db, "view compaction")?, db, ddoc)
+        match self.clustered(db) {
+            Some((_, map)) => self.compact_design_clustered(db, &map, ddoc),
+            None => Fabric::compact_design(&self.node, db, ddoc),
+        }
     }
 
     fn view_cleanup(&self, db: &str) -> Result<()> {
-        Fabric::view_cleanup(self.local(db, "_view_cleanup")?, db)
+        match self.clustered(db) {
+            Some((_, map)) => self.every_copy_cast(db, &map, "_view_cleanup"),
+            None => Fabric::view_cleanup(&self.node, db),
+        }
     }
 
     fn explain(&self, db: &str, opts: &FindOpts) -> Result<Value> {

@@ -76,10 +76,8 @@ impl Coordinator {
         opts: BulkGetOpts,
         out: &mut dyn FnMut(BulkGetItem) -> bool,
     ) -> Result<()> {
-        if opts.atts.since_pos > 0 {
-            return Err(Error::NotOnCluster("atts_since with _bulk_get"));
-        }
         let mut params = vec![("revs", "true".to_string())];
+        params.extend(crate::atts::since_param(&opts.atts));
         for (name, on) in [
             ("latest", opts.latest),
             ("attachments", opts.atts.inline),
@@ -152,11 +150,9 @@ impl Coordinator {
         wanted: &str,
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>> {
-        if opts.atts.since_pos > 0 {
-            return Err(Error::NotOnCluster("atts_since with open_revs"));
-        }
         let d = &opts.doc;
         let mut params = vec![("open_revs", wanted.to_owned()), ("revs", "true".into())];
+        params.extend(crate::atts::since_param(&opts.atts));
         for (name, on) in [
             ("latest", opts.latest),
             ("attachments", opts.atts.inline || opts.multipart),

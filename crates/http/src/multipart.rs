@@ -58,7 +58,7 @@ impl ByteRanges {
 /// `Content-Length` known in advance, as `couch_doc:len_doc_to_multi_part_stream` gives it.
 /// With no parts to send it is the JSON alone (`application/json`, no final newline).
 pub async fn multipart_response(
-    db: Arc<Database>,
+    db: Option<Arc<Database>>,
     doc_json: Vec<u8>,
     parts: Vec<Part>,
 ) -> Response {
@@ -77,7 +77,7 @@ pub async fn multipart_response(
     let len = related_length(&boundary, &doc_json, &parts);
     let b = boundary.clone();
     let mut resp = stream("multipart/related", move |out| {
-        write_related(out, &db, &b, &doc_json, parts)
+        write_related(out, db.as_deref(), &b, &doc_json, parts)
     })
     .await;
     if resp.status() == StatusCode::OK {
@@ -114,12 +114,7 @@ pub async fn multipart_mixed(db: Option<Arc<Database>>, revs: Vec<Revision>) -> 
                         format!("--{b}\r\nContent-Type: multipart/related; boundary=\"{inner}\"\r\n\r\n")
                             .as_bytes(),
                     );
-                    let db = db.as_ref().ok_or_else(|| {
-                        ApiError::Db(settee_db::Error::Internal(
-                            "attachment parts of a database held elsewhere".into(),
-                        ))
-                    })?;
-                    write_related(out, db, &inner, &doc, parts)?;
+                    write_related(out, db.as_deref(), &inner, &doc, parts)?;
                     out.write(b"\r\n");
                 }
             }
@@ -174,21 +169,26 @@ fn related_length(boundary: &str, doc_json: &[u8], parts: &[Part]) -> u64 {
 }
 
 /// The body of a `multipart/related` document: its JSON, then each attachment part as
-/// stored.
+/// stored (its content read from `db`, unless the part carries it).
 fn write_related(
     out: &mut crate::reply::Chunks,
-    db: &Database,
+    db: Option<&Database>,
     boundary: &str,
     doc_json: &[u8],
     parts: Vec<Part>,
 ) -> ApiResult<()> {
+    let missing = || ApiError::Db(settee_db::Error::Internal("attachment content".into()));
     out.write(related_head(boundary).as_bytes());
     out.write(doc_json);
     for p in parts {
         out.write(part_head(boundary, &p).as_bytes());
-        let chunks = db
+        if let Some(content) = &p.content {
+            out.write(content);
+            continue;
+        }
+        let chunks = (db.ok_or_else(missing)?)
             .attachment_chunks(&p.digest, 0..p.length)?
-            .ok_or_else(|| ApiError::Db(settee_db::Error::Internal("attachment content".into())))?;
+            .ok_or_else(missing)?;
         for c in chunks {
             out.write(&c?);
         }
@@ -212,4 +212,21 @@ pub async fn read_multipart(
     let body = req.take_body().into_data_stream();
     let doc = settee_wire::read_related(body, boundary, &mut store).await?;
     Ok((doc, store.followed))
+}
+
+/// Reads a `multipart/related` document upload into memory (a clustered database's: its
+/// copies are sent it whole): the document and its parts (name, content as sent), none
+/// larger than `[couchdb] max_attachment_size`.
+pub async fn read_held(
+    state: &AppState,
+    req: &mut Req,
+) -> ApiResult<(Value, Vec<(String, bytes::Bytes)>)> {
+    let ct = req.header("content-type").unwrap_or("").to_string();
+    let boundary =
+        boundary_of(&ct).ok_or_else(|| ApiError::bad_request("Missing multipart boundary"))?;
+    let limit = state.node.write_settings().att_limit;
+    let mut held = settee_node::att_write::HeldParts::new(limit);
+    let body = req.take_body().into_data_stream();
+    let doc = settee_wire::read_related(body, boundary, &mut held).await?;
+    Ok((doc, held.parts))
 }

@@ -35,6 +35,9 @@ pub struct AttUpload<'a> {
     pub rev: Option<Rev>,
     /// The client's `Content-MD5`, checked against the content as sent.
     pub content_md5: Option<String>,
+    /// `w`: how many copies must hold the new revision for a 201 (see
+    /// [`crate::write::WriteOpts::w`]).
+    pub w: Option<u32>,
     /// The content; an error ends the upload with it, nothing written.
     pub body: BoxStream<'a, Result<Bytes>>,
 }
@@ -248,6 +251,70 @@ impl settee_wire::FollowsSink for FollowsStore<'_> {
 
     fn finish(&mut self, name: &str, w: FollowsWriter) -> Result<()> {
         self.followed.insert(name.to_string(), w.finish()?);
+        Ok(())
+    }
+}
+
+/// Stores the parts of a `multipart/related` document held in memory (name, content as
+/// sent) as [`FollowsStore`] stores them as they arrive; an attachment `doc` does not
+/// mark `follows` is refused as CouchDB refuses a part it does not expect.
+pub fn store_parts(
+    node: &Node,
+    db: &Database,
+    doc: &ParsedDoc,
+    parts: Vec<(String, Bytes)>,
+) -> Result<Followed> {
+    use settee_wire::FollowsSink;
+    let mut store = node.follows_store(db);
+    let empty = Map::new();
+    let atts = doc.atts.as_ref().unwrap_or(&empty);
+    for (name, content) in parts {
+        let att = (atts.get(&name))
+            .and_then(Value::as_object)
+            .filter(|a| a.get("follows") == Some(&Value::Bool(true)))
+            .ok_or_else(|| Error::bad_request(format!("Unexpected attachment part: {name}")))?;
+        let mut part = store.open(&name, att)?;
+        store.write(&mut part, &content)?;
+        store.finish(&name, part)?;
+    }
+    Ok(store.followed)
+}
+
+/// The parts of a `multipart/related` body held in memory (name, content as sent), in the
+/// order they came, none larger than `limit` bytes: a clustered database's document goes
+/// to each copy whole.
+pub struct HeldParts {
+    pub parts: Vec<(String, Bytes)>,
+    limit: u64,
+}
+
+impl HeldParts {
+    pub fn new(limit: u64) -> HeldParts {
+        HeldParts {
+            parts: Vec::new(),
+            limit,
+        }
+    }
+}
+
+impl settee_wire::FollowsSink for HeldParts {
+    type Part = Vec<u8>;
+    type Error = Error;
+
+    fn open(&mut self, _: &str, _: &Map<String, Value>) -> Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
+
+    fn write(&mut self, part: &mut Vec<u8>, chunk: &[u8]) -> Result<()> {
+        part.extend_from_slice(chunk);
+        if part.len() as u64 > self.limit {
+            return Err(settee_db::Error::AttachmentTooLarge.into());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, name: &str, part: Vec<u8>) -> Result<()> {
+        self.parts.push((name.to_owned(), Bytes::from(part)));
         Ok(())
     }
 }

@@ -71,6 +71,7 @@ impl AttRender for AttOpts {
                     },
                     digest,
                     gzip: atts.gzip(name),
+                    content: None,
                 });
             }
             // CouchDB sends multipart documents with their encoding info, attachments as
@@ -157,6 +158,9 @@ pub struct Part {
     pub length: u64,
     pub digest: [u8; 16],
     pub gzip: bool,
+    /// The content as stored, when it was read from elsewhere (a clustered database's
+    /// copy) rather than from the database that renders it.
+    pub content: Option<bytes::Bytes>,
 }
 
 /// The stored content of attachment `name` of a revision (`stored`: its stored bytes),

@@ -138,15 +138,34 @@ impl Node {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
-        (self.peer_send(name, method, target, None, content_type, None, None, body)).await
+        let headers: Vec<(&str, &str)> = content_type
+            .map(|ct| ("content-type", ct))
+            .into_iter()
+            .collect();
+        (self.peer_send(name, method, target, None, &headers, body)).await
     }
 
     /// `GET` of an attachment's content (`target`) from member `name`, as a client that
     /// accepts gzip (content stored compressed comes as stored, `content_encoding` gzip),
     /// signed as this node on behalf of a server admin (the caller authorized the client).
     pub async fn peer_attachment(&self, name: &str, target: &str) -> Result<Option<Forwarded>> {
-        let gzip = Some("gzip");
-        (self.peer_send(name, "GET", target, None, None, None, gzip, Bytes::new())).await
+        let gzip = [("accept-encoding", "gzip")];
+        (self.peer_send(name, "GET", target, None, &gzip, Bytes::new())).await
+    }
+
+    /// A request of member `name` with a body of any type (an attachment's content, a
+    /// `multipart/related` document) and the `headers` (lowercase name, value) that
+    /// describe it, for `user` when given (see `peer_send`).
+    pub async fn peer_raw(
+        &self,
+        name: &str,
+        method: &str,
+        target: &str,
+        user: Option<&settee_auth::UserCtx>,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Option<Forwarded>> {
+        (self.peer_send(name, method, target, user, headers, body)).await
     }
 
     /// A request of JSON to member `name` (see `peer_send`): the member answers JSON (never
@@ -159,33 +178,31 @@ impl Node {
         user: Option<&settee_auth::UserCtx>,
         body: Option<Bytes>,
     ) -> Result<Option<Forwarded>> {
-        let ct = body.as_ref().map(|_| "application/json");
-        self.peer_send(
+        let mut headers = vec![("accept", "application/json")];
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
+        }
+        (self.peer_send(
             name,
             method,
             target,
             user,
-            ct,
-            Some("application/json"),
-            None,
+            &headers,
             body.unwrap_or_default(),
-        )
+        ))
         .await
     }
 
     /// Sends a request for `target` (path and query) to member `name`, signed as this node,
     /// for `user` when given (the member then applies that user's rights): its answer, or
-    /// `None` when `name` is no running member.
-    #[allow(clippy::too_many_arguments)]
+    /// `None` when `name` is no running member. `headers`: (lowercase name, value).
     async fn peer_send(
         &self,
         name: &str,
         method: &str,
         target: &str,
         user: Option<&settee_auth::UserCtx>,
-        content_type: Option<&str>,
-        accept: Option<&str>,
-        accept_encoding: Option<&str>,
+        headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<Option<Forwarded>> {
         let Some(cluster) = self.cluster() else {
@@ -211,14 +228,8 @@ impl Node {
             .request(method, format!("{}{target}", member.url))
             .header(peer::HEADER, auth)
             .body(body);
-        if let Some(ct) = content_type {
-            request = request.header(reqwest::header::CONTENT_TYPE, ct);
-        }
-        if let Some(accept) = accept {
-            request = request.header(reqwest::header::ACCEPT, accept);
-        }
-        if let Some(encoding) = accept_encoding {
-            request = request.header(reqwest::header::ACCEPT_ENCODING, encoding);
+        for (header, value) in headers {
+            request = request.header(*header, *value);
         }
         let unreachable = |e: String| {
             Error::Cluster(settee_cluster::Error::Unavailable(format!(

@@ -77,6 +77,24 @@ pub struct Written {
     pub accepted: bool,
 }
 
+/// A `_purge`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Purged {
+    /// Each id asked for, in order, with the revisions purged.
+    pub ids: Vec<(String, Vec<Rev>)>,
+    /// Fewer copies than the write quorum agree on some id's (a 202).
+    pub accepted: bool,
+}
+
+/// A `COPY`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Copied {
+    /// The destination's new revision (`0-N` for a local document).
+    pub rev: String,
+    /// Fewer copies than the write quorum hold it yet (a 202).
+    pub accepted: bool,
+}
+
 /// A database a request names, as [`Fabric::open_db`] finds it: its name and properties,
 /// and its handle when this node holds it whole (not as shard copies).
 #[derive(Clone)]
@@ -230,6 +248,17 @@ pub trait Fabric: Send + Sync {
         opts: WriteOpts,
     ) -> Fut<'a, Written>;
 
+    /// Writes one document sent as `multipart/related`: the content of its attachments
+    /// marked `follows`, as sent, in `parts` (name, content), held in memory.
+    fn update_doc_related<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+        parts: Vec<(String, bytes::Bytes)>,
+    ) -> Fut<'a, Written>;
+
     /// `_bulk_docs`.
     fn bulk_docs<'a>(
         &'a self,
@@ -246,12 +275,14 @@ pub trait Fabric: Send + Sync {
         batch: bool,
     ) -> Fut<'a, Option<u64>>;
 
-    /// `_purge`: each id asked for, in order, with the revisions purged.
+    /// `_purge`: each id asked for, in order, with the revisions purged; accepted when
+    /// fewer than `w` copies agree on an id's.
     fn purge<'a>(
         &'a self,
         db: &'a str,
         asked: Vec<(String, Vec<Rev>)>,
-    ) -> Fut<'a, Vec<(String, Vec<Rev>)>>;
+        w: Option<u32>,
+    ) -> Fut<'a, Purged>;
 
     /// `COPY`: revision `rev` of document `id` (a local document when `_local/…`)
     /// written as `dest` at `dest_rev`; the copy's revision.
@@ -261,7 +292,7 @@ pub trait Fabric: Send + Sync {
         user: &'a UserCtx,
         source: (&'a str, Option<Rev>),
         dest: (&'a str, Option<Rev>),
-    ) -> Fut<'a, String>;
+    ) -> Fut<'a, Copied>;
 
     /// A document (`GET /{db}/{docid}`).
     fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read>;
@@ -335,16 +366,17 @@ pub trait Fabric: Send + Sync {
     ) -> Result<()>;
 
     /// Stores an attachment's content as it arrives and puts it into a revision: the new
-    /// revision.
+    /// revision (always one), accepted below `up.w` (see [`Written`]).
     fn upload_attachment<'a>(
         &'a self,
         db: &'a str,
         user: &'a UserCtx,
         id: &'a str,
         up: AttUpload<'a>,
-    ) -> Fut<'a, Rev>;
+    ) -> Fut<'a, Written>;
 
-    /// Removes attachment `name` from revision `rev`: the new revision.
+    /// Removes attachment `name` from revision `rev`: the new revision (always one),
+    /// accepted below `w`.
     fn delete_attachment<'a>(
         &'a self,
         db: &'a str,
@@ -352,7 +384,8 @@ pub trait Fabric: Send + Sync {
         id: &'a str,
         name: &'a str,
         rev: Option<Rev>,
-    ) -> Fut<'a, Rev>;
+        w: Option<u32>,
+    ) -> Fut<'a, Written>;
 
     /// `POST …/_view/{view}/queries`: each query object over `base`, all checked before
     /// any runs; each one's response to `out` with its place.
@@ -575,6 +608,23 @@ impl Fabric for Arc<Node> {
         })
     }
 
+    fn update_doc_related<'a>(
+        &'a self,
+        db: &'a str,
+        user: &'a UserCtx,
+        doc: ParsedDoc,
+        opts: WriteOpts,
+        parts: Vec<(String, bytes::Bytes)>,
+    ) -> Fut<'a, Written> {
+        Box::pin(async move {
+            let db = self.couch.get(db)?;
+            let followed = crate::att_write::store_parts(self, &db, &doc, parts)?;
+            let accepted = write::short_of(opts.w, 1);
+            let rev = Node::update_doc_with(self, db, user, doc, opts, followed).await?;
+            Ok(Written { rev, accepted })
+        })
+    }
+
     fn bulk_docs<'a>(
         &'a self,
         db: &'a str,
@@ -612,10 +662,14 @@ impl Fabric for Arc<Node> {
         &'a self,
         db: &'a str,
         asked: Vec<(String, Vec<Rev>)>,
-    ) -> Fut<'a, Vec<(String, Vec<Rev>)>> {
+        w: Option<u32>,
+    ) -> Fut<'a, Purged> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
-            Node::purge_revs(self, &db, asked).await
+            Ok(Purged {
+                ids: Node::purge_revs(self, &db, asked).await?,
+                accepted: write::short_of(w, 1),
+            })
         })
     }
 
@@ -625,8 +679,14 @@ impl Fabric for Arc<Node> {
         user: &'a UserCtx,
         source: (&'a str, Option<Rev>),
         dest: (&'a str, Option<Rev>),
-    ) -> Fut<'a, String> {
-        Box::pin(Node::copy_doc(self, db, user, source, dest))
+    ) -> Fut<'a, Copied> {
+        Box::pin(async move {
+            let rev = Node::copy_doc(self, db, user, source, dest).await?;
+            Ok(Copied {
+                rev,
+                accepted: false,
+            })
+        })
     }
 
     fn open_doc(&self, db: &str, user: &UserCtx, id: &str, opts: &ReadOpts) -> Result<Read> {
@@ -792,10 +852,16 @@ impl Fabric for Arc<Node> {
         user: &'a UserCtx,
         id: &'a str,
         up: AttUpload<'a>,
-    ) -> Fut<'a, Rev> {
+    ) -> Fut<'a, Written> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
-            Node::upload_attachment(self, db, user, id, up).await
+            // One copy: a `w` above one is never met (CouchDB's single node answers 202).
+            let accepted = write::short_of(up.w, 1);
+            let rev = Node::upload_attachment(self, db, user, id, up).await?;
+            Ok(Written {
+                rev: Some(rev),
+                accepted,
+            })
         })
     }
 
@@ -806,10 +872,15 @@ impl Fabric for Arc<Node> {
         id: &'a str,
         name: &'a str,
         rev: Option<Rev>,
-    ) -> Fut<'a, Rev> {
+        w: Option<u32>,
+    ) -> Fut<'a, Written> {
         Box::pin(async move {
             let db = self.couch.get(db)?;
-            Node::delete_attachment(self, db, user, id, rev, name).await
+            let rev = Node::delete_attachment(self, db, user, id, rev, name).await?;
+            Ok(Written {
+                rev: Some(rev),
+                accepted: write::short_of(w, 1),
+            })
         })
     }
 }

@@ -311,7 +311,23 @@ impl crate::Node {
     /// as chttpd renders it).
     pub fn design_info(&self, db: &Database, ddoc: &str) -> Result<Value> {
         let g = self.ddoc_group(db, ddoc)?;
-        let info = self.views.info(db, &g)?;
+        self.group_info(db, ddoc, &g)
+    }
+
+    /// [`Node::design_info`] of the design document a coordinator gives a shard copy
+    /// (`design`: its body; see [`GIVEN_DESIGN`]), which the copy need not hold.
+    pub fn design_info_given(
+        &self,
+        db: &Database,
+        ddoc: &str,
+        design: &Map<String, Value>,
+    ) -> Result<Value> {
+        let g = self.views.group(db, &format!("_design/{ddoc}"), design)?;
+        self.group_info(db, ddoc, &g)
+    }
+
+    fn group_info(&self, db: &Database, ddoc: &str, g: &settee_views::Group) -> Result<Value> {
+        let info = self.views.info(db, g)?;
         let pending = db.update_seq().saturating_sub(info.update_seq);
         Ok(json!({
             "name": ddoc,

@@ -45,6 +45,7 @@ fn upload(name: &str, content_type: &str, data: &[u8], rev: Option<Rev>) -> AttU
         gzipped: false,
         rev,
         content_md5: Some(md5_of(data)),
+        w: None,
         body: futures_util::stream::iter(chunks).boxed(),
     }
 }
@@ -73,6 +74,8 @@ async fn uploads_are_stored_checked_read_and_removed() {
     let r1 = fabric
         .upload_attachment("db", &user, "d", up)
         .await
+        .unwrap()
+        .rev
         .unwrap();
     assert_eq!(r1.pos, 1);
     assert_eq!(read(fabric, "d", "a.bin", None), b"hello world");
@@ -91,6 +94,8 @@ async fn uploads_are_stored_checked_read_and_removed() {
     let r2 = fabric
         .upload_attachment("db", &user, "d", up)
         .await
+        .unwrap()
+        .rev
         .unwrap();
     assert_eq!(r2.pos, 2);
     let att = fabric.open_attachment("db", "d", "b.txt", None).unwrap();
@@ -109,8 +114,8 @@ async fn uploads_are_stored_checked_read_and_removed() {
     assert!(matches!(old, Err(Error::Db(settee_db::Error::NotFound(_)))));
 
     // Removing one makes a revision without it.
-    let r3 = fabric.delete_attachment("db", &user, "d", "a.bin", Some(r2.clone()));
-    assert_eq!(r3.await.unwrap().pos, 3);
+    let r3 = fabric.delete_attachment("db", &user, "d", "a.bin", Some(r2.clone()), None);
+    assert_eq!(r3.await.unwrap().rev.unwrap().pos, 3);
     let gone = fabric.open_attachment("db", "d", "a.bin", None);
     assert!(matches!(
         gone,
@@ -166,12 +171,12 @@ async fn attachment_changes_fail_as_couchdb_fails_them() {
     ));
     // Removing what is not there: 404; without a revision: a conflict, once found.
     let missing = (f.fabric())
-        .delete_attachment("db", &user, "d", "nope", Some(r1))
+        .delete_attachment("db", &user, "d", "nope", Some(r1), None)
         .await
         .unwrap_err();
     assert!(matches!(missing, Error::Db(settee_db::Error::NotFound(_))));
     let norev = (f.fabric())
-        .delete_attachment("db", &user, "d", "a", None)
+        .delete_attachment("db", &user, "d", "a", None, None)
         .await
         .unwrap_err();
     assert!(matches!(norev, Error::Db(settee_db::Error::Conflict)));

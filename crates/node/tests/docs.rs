@@ -329,9 +329,11 @@ async fn revs_diff_and_purge() {
                 ("_local/x".into(), vec![]),
                 ("a".into(), vec![Rev::parse("1-0000").unwrap()]),
             ],
+            None,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .ids;
     assert_eq!(
         purged,
         vec![
@@ -347,7 +349,7 @@ async fn revs_diff_and_purge() {
         .set("purge", "max_document_id_number", "1")
         .unwrap();
     let refused = fabric
-        .purge("db", vec![("a".into(), vec![]), ("c".into(), vec![])])
+        .purge("db", vec![("a".into(), vec![]), ("c".into(), vec![])], None)
         .await
         .unwrap_err();
     assert!(
@@ -449,7 +451,8 @@ async fn copies_go_to_new_documents_revisions_and_local_documents() {
     let written: Vec<Rev> = entries(answer).iter().map(|e| written(e).1).collect();
     let someone = user();
     let copy = |source: (&'static str, Option<Rev>), dest: (&'static str, Option<Rev>)| {
-        fabric.copy_doc("db", &someone, source, dest)
+        let copied = fabric.copy_doc("db", &someone, source, dest);
+        async move { copied.await.map(|c| c.rev) }
     };
     // To a new document, and over an existing one at the revision named.
     let c = copy(("a", None), ("c", None)).await.unwrap();

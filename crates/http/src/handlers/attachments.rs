@@ -116,20 +116,16 @@ async fn put(
         gzipped,
         rev,
         content_md5: req.header("content-md5").map(String::from),
+        w: crate::req::write_quorum(&req),
         body: (req.take_body().into_data_stream())
             .map(|frame| {
                 frame.map_err(|_| settee_node::Error::bad_request("Incomplete request body"))
             })
             .boxed(),
     };
-    let rev = Fabric::upload_attachment(&*state.fabric, &db.name, &req.user, &id, up).await?;
-    // One copy (attachments are not served on clustered databases yet): a `w` above one is
-    // not met, as CouchDB's single node answers.
-    let status = if settee_node::write::short_of(crate::req::write_quorum(&req), 1) {
-        StatusCode::ACCEPTED
-    } else {
-        StatusCode::CREATED
-    };
+    let written = Fabric::upload_attachment(&*state.fabric, &db.name, &req.user, &id, up).await?;
+    let status = crate::reply::written_status(&written, StatusCode::CREATED);
+    let rev = written_rev(written.rev)?;
     Ok(changed(state, &req, &id, &name, &rev, status))
 }
 
@@ -142,15 +138,12 @@ async fn delete(
 ) -> ApiResult<Response> {
     check_name(&name)?;
     let rev = crate::req::reconcile_rev(&req, None)?;
-    let deleted = Fabric::delete_attachment(&*state.fabric, &db.name, &req.user, &id, &name, rev);
-    Ok(changed(
-        state,
-        &req,
-        &id,
-        &name,
-        &deleted.await?,
-        StatusCode::OK,
-    ))
+    let w = crate::req::write_quorum(&req);
+    let deleted =
+        Fabric::delete_attachment(&*state.fabric, &db.name, &req.user, &id, &name, rev, w);
+    // A deletion answers 200 even below the quorum, as CouchDB.
+    let rev = written_rev(deleted.await?.rev)?;
+    Ok(changed(state, &req, &id, &name, &rev, StatusCode::OK))
 }
 
 /// The `Content-Type` of a form upload: `multipart/form-data`, else CouchDB's 415.

@@ -158,16 +158,18 @@ pub async fn purge(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Respo
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
     let asked = id_revs(&req.json().await?)?;
-    let purged = Fabric::purge(&*state.fabric, &db.name, asked).await?;
+    let w = crate::req::write_quorum(&req);
+    let purged = Fabric::purge(&*state.fabric, &db.name, asked, w).await?;
     let mut out = Map::new();
-    for (id, revs) in purged {
+    for (id, revs) in purged.ids {
         out.insert(
             id,
             json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
         );
     }
-    Ok(json(
-        StatusCode::CREATED,
-        &json!({"purge_seq": null, "purged": out}),
-    ))
+    let status = match purged.accepted {
+        true => StatusCode::ACCEPTED,
+        false => StatusCode::CREATED,
+    };
+    Ok(json(status, &json!({"purge_seq": null, "purged": out})))
 }

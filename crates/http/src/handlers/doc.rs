@@ -121,7 +121,8 @@ async fn get(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Res
     }
     let mut resp = match read.body {
         Rendered::Multipart { doc, parts } => {
-            let db = db.engine("multipart documents")?.clone();
+            // A clustered database's parts carry their content.
+            let db = db.engine("multipart documents").ok().cloned();
             crate::multipart::multipart_response(db, doc, parts).await
         }
         Rendered::Json(doc) => json_bytes(StatusCode::OK, doc),
@@ -180,13 +181,19 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
         .header("content-type")
         .is_some_and(|c| c.to_ascii_lowercase().starts_with("multipart/related"));
     // Attachments that follow a multipart body are written before the document, to the
-    // database's own store.
-    let (body, followed) = if multipart {
-        let engine = db.engine("multipart document writes")?.clone();
-        let (body, followed) = crate::multipart::read_multipart(state, &engine, &mut req).await?;
-        (body, Some((engine, followed)))
-    } else {
-        (req.json().await?, None)
+    // database's own store; a clustered database's are held for its copies.
+    let (body, followed, held) = match db.engine("multipart document writes") {
+        Ok(engine) if multipart => {
+            let engine = engine.clone();
+            let (body, followed) =
+                crate::multipart::read_multipart(state, &engine, &mut req).await?;
+            (body, Some((engine, followed)), None)
+        }
+        Err(_) if multipart => {
+            let (body, held) = crate::multipart::read_held(state, &mut req).await?;
+            (body, None, Some(held))
+        }
+        _ => (req.json().await?, None, None),
     };
     let mut doc = parse_doc(body)?;
     doc.id = Some(id.clone());
@@ -204,14 +211,18 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
         batch,
         w: crate::req::write_quorum(&req),
     };
-    let written = match followed {
-        Some((engine, followed)) => Written {
+    let written = match (followed, held) {
+        (Some((engine, followed)), _) => Written {
             accepted: settee_node::write::short_of(opts.w, 1),
             rev: (state.node)
                 .update_doc_with(engine, &req.user, doc, opts, followed)
                 .await?,
         },
-        None => Fabric::update_doc(&*state.fabric, &db.name, &req.user, doc, opts).await?,
+        (None, Some(parts)) => {
+            let fabric = &*state.fabric;
+            Fabric::update_doc_related(fabric, &db.name, &req.user, doc, opts, parts).await?
+        }
+        (None, None) => Fabric::update_doc(&*state.fabric, &db.name, &req.user, doc, opts).await?,
     };
     if batch {
         return Ok(accepted(&id));
@@ -346,16 +357,15 @@ async fn copy(state: &AppState, db: DbRef, id: String, req: Req) -> ApiResult<Re
         false => reconcile_rev(&req, None)?,
     };
     let (source, dest) = ((id.as_str(), rev), (dest_id.as_str(), dest_rev));
-    let rev = Fabric::copy_doc(&*state.fabric, &db.name, &req.user, source, dest).await?;
+    let copied = Fabric::copy_doc(&*state.fabric, &db.name, &req.user, source, dest).await?;
+    let rev = copied.rev;
     let location = doc_location(&state.config, &req, &db.name, &dest_id);
     let etag = Some(rev_etag(&rev));
-    Ok(write_response(
-        StatusCode::CREATED,
-        &dest_id,
-        &rev,
-        etag,
-        location,
-    ))
+    let status = match copied.accepted {
+        true => StatusCode::ACCEPTED,
+        false => StatusCode::CREATED,
+    };
+    Ok(write_response(status, &dest_id, &rev, etag, location))
 }
 
 // ---- local documents ------------------------------------------------------------------

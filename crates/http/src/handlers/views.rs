@@ -136,8 +136,23 @@ pub async fn design_info(
     state: AppState,
     db: DbRef,
     ddoc: String,
-    req: Req,
+    mut req: Req,
 ) -> ApiResult<Response> {
+    // A shard copy is given the design document by its coordinator (POST).
+    if req.method == "POST" && settee_core::is_shard_name(&db.name) {
+        let body = crate::req::body_object(req.json().await?)?;
+        let Some(serde_json::Value::Object(design)) = body.get(settee_node::views::GIVEN_DESIGN)
+        else {
+            return Err(ApiError::bad_request("A given design must be an object."));
+        };
+        let (node, engine, design) = (
+            state.node.clone(),
+            db.engine("views")?.clone(),
+            design.clone(),
+        );
+        let body = blocking(move || Ok(node.design_info_given(&engine, &ddoc, &design)?)).await?;
+        return Ok(json(StatusCode::OK, &body));
+    }
     allow_in_ddoc(&state, &db, &ddoc, &req, "GET").await?;
     let body = blocking(move || Ok(Fabric::design_info(&*state.fabric, &db.name, &ddoc)?)).await?;
     Ok(json(StatusCode::OK, &body))
