@@ -198,8 +198,13 @@ fn run_move(client: &Client, step: &Step) -> Result<(), Error> {
     let moved = asked
         .join()
         .map_err(|_| Error::Format("the move's request failed".into()))??;
-    let nodes = &moved["shards"][&step.range];
-    println!("moved {what}; {} is now on {nodes}", step.range);
+    let nodes: Vec<&str> = (moved["shards"][&step.range]
+        .as_array()
+        .into_iter()
+        .flatten())
+    .filter_map(Value::as_str)
+    .collect();
+    println!("moved {what}; {} is now on {}", step.range, nodes.join(" "));
     Ok(())
 }
 

@@ -184,9 +184,15 @@ fn a_copy_moves_under_writes_and_a_new_member_gets_its_share() {
                 i += 1;
             }
         });
-        // A second move of the same range on the same member meanwhile is a conflict.
+        // The move shows in the member's `_active_tasks`; a second move of the same range
+        // on the same member meanwhile is a conflict.
         let second = scope.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            eventually("the move among the active tasks", || {
+                let tasks = n1.get("/_active_tasks").json();
+                (tasks.as_array().unwrap().iter()).any(|t| {
+                    t["type"] == "shard_move" && t["database"] == "moved" && t["range"] == *range
+                })
+            });
             move_copy(n1, "moved", &range, &from, &to)
         });
         let r = move_copy(n1, "moved", &range, &from, &to);

@@ -140,6 +140,11 @@ async fn round(
         if pushed.get(&key) == Some(&seq) {
             continue;
         }
+        // The map may have changed since the round began: a copy moved off a member
+        // (`settee_node::moves`) is neither created there again nor pushed to.
+        if create.is_some() && !placed(cluster, &key.0, &key.1) {
+            continue;
+        }
         // A copy the other member may lack (its member was down when the database was
         // created): created before the first push, as CouchDB's internal replication
         // creates a missing target shard.
@@ -157,6 +162,20 @@ async fn round(
         }
     }
     pushed.retain(|k, _| held.contains(k));
+}
+
+/// Whether the map of shard copy `copy` (`shards/{range}/{db}.{created}`) still places
+/// its range on member `other`.
+fn placed(cluster: &Cluster, copy: &str, other: &str) -> bool {
+    let Some((range, rest)) = copy.strip_prefix("shards/").and_then(|c| c.split_once('/')) else {
+        return false;
+    };
+    let Some((db, _)) = rest.rsplit_once('.') else {
+        return false;
+    };
+    cluster.db(db).is_some_and(|map| {
+        (map.by_range.iter()).any(|c| c.range == range && c.nodes.iter().any(|n| n == other))
+    })
 }
 
 /// Creates `copy` on member `other` (`query`: its creation's) unless it has it.
