@@ -773,9 +773,7 @@ fn clustered_databases_list_and_guard_documents_across_ranges() {
     // through the others.
     let admin_only = json!({"members": {"roles": ["_admin"]}, "admins": {"roles": ["_admin"]}});
     assert_eq!(nodes[2].get("/ldb/_security").json(), admin_only);
-    for n in &nodes {
-        n.add_user("bob", "pw", &[]);
-    }
+    add_user_everywhere(&nodes.iter().collect::<Vec<_>>(), "bob", "pw");
     let bob = ("bob", "pw");
     assert_eq!(nodes[0].as_user(bob, "GET", "/ldb/d01", None).status, 403);
     let members = json!({"members": {"names": ["bob"]}});

@@ -155,9 +155,8 @@ fn clustered_mango_answers_as_a_single_node() {
     // A database member queries as on a single node; index writes are an admin's.
     let members = json!({"members": {"names": ["bob"]}}).to_string();
     let bob = ("bob", "pw");
-    for s in nodes.iter().chain([&single]) {
-        s.add_user("bob", "pw", &[]);
-    }
+    add_user_everywhere(&nodes.iter().collect::<Vec<_>>(), "bob", "pw");
+    single.add_user("bob", "pw", &[]);
     assert_eq!(nodes[0].put("/mdb/_security", &members).status, 200);
     assert_eq!(single.put("/mdb/_security", &members).status, 200);
     let q = queries[0].to_string();

@@ -81,3 +81,16 @@ pub fn three_members() -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>) {
     let (dirs, nodes) = three_members_on(&etcd);
     (etcd, dirs, nodes)
 }
+
+/// Creates user `name` through the first of `nodes` and waits until every one of them
+/// knows it (`_users` is kept whole on every member, pushed from the member written).
+pub fn add_user_everywhere(nodes: &[&Server], name: &str, password: &str) {
+    nodes[0].add_user(name, password, &[]);
+    let auth = super::basic(name, password);
+    for n in nodes {
+        eventually("the user known on every member", || {
+            let r = n.anon("GET", "/_session", None, &[("Authorization", &auth)]);
+            r.status == 200 && r.json()["userCtx"]["name"] == name
+        });
+    }
+}
