@@ -144,9 +144,10 @@ impl Coordinator {
             .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
         // The node's checks of the arguments, before any copy is asked: its errors.
         ViewArgs::for_def(args.clone(), &def, n, map.partitioned, &self.node.config)?;
-        if args.partition.is_some() {
-            return Err(Error::NotOnCluster("partitioned views"));
-        }
+        // A partition's rows all live in its range (documents are placed by partition):
+        // that range's copy answers alone, through its own partition path.
+        let partition = args.partition.clone();
+        let only = (partition.as_ref()).map(|p| map.copies_of(&format!("{p}:")).range.clone());
         let raw = def.views[n].raw_collation;
         let reducing = def.views[n].reduce.is_some() && args.reduce != Some(false);
         let mut rereduce = if reducing {
@@ -162,15 +163,19 @@ impl Coordinator {
         }
         let body = Value::Object(body);
         let target = |range: &str| {
+            let under = match &partition {
+                Some(p) => format!("/_partition/{}", crate::enc(p)),
+                None => String::new(),
+            };
             format!(
-                "{}/{}/_view/{}?{}",
+                "{}{under}/{}/_view/{}?{}",
                 copy_path(map, db, range),
                 enc_id(&format!("_design/{ddoc}")),
                 crate::enc(view),
                 form_query(&copy_params(&args))
             )
         };
-        let answers = self.each_range_turned(map, None, target, &body)?;
+        let answers = self.each_range_turned(map, only.as_deref(), target, &body)?;
 
         let cmp_keys = move |a: &Value, b: &Value| {
             if raw {
