@@ -195,6 +195,10 @@ impl Coordinator {
                 out[*i].1 = revs;
             }
         }
+        // A purged design document changes what validates writes.
+        let purged = out.iter().filter(|(_, revs)| !revs.is_empty());
+        self.after_write(db, purged.map(|(id, _)| id.as_str()))
+            .await;
         Ok(Purged { ids: out, accepted })
     }
 

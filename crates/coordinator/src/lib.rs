@@ -27,7 +27,8 @@
 //! member reads and keeps, told by the coordinator that writes a design document
 //! ([`ddocs`]). Attachment uploads and deletions go to every copy at the write quorum,
 //! multipart clients read documents with their attachments as parts, and `atts_since`
-//! works on every read ([`atts`]); `multipart/related` document writes, `batch=ok`
+//! works on every read ([`atts`]); `multipart/related` document writes (form uploads
+//! too, through `http`), `batch=ok`
 //! (single documents and local ones) and `COPY` ([`writes`]); a partition's `_all_docs`
 //! asks its one range ([`all_docs`]); `_purge`, `_revs_limit`, `_purged_infos_limit`,
 //! `_compact`, `_compact/{ddoc}`, `_view_cleanup` and a design document's `_info`
@@ -966,7 +967,11 @@ impl Fabric for Coordinator {
                     Ok(self.write_batched(db, map, user, doc, opts, parts).await)
                 }
                 Some((_, map)) => {
-                    (self.write_related_clustered(db, &map, user, doc, opts, parts)).await
+                    let id = doc.id.clone().unwrap_or_default();
+                    let written =
+                        (self.write_related_clustered(db, &map, user, doc, opts, parts)).await?;
+                    self.after_write(db, std::iter::once(id.as_str())).await;
+                    Ok(written)
                 }
                 None => Fabric::update_doc_related(&self.node, db, user, doc, opts, parts).await,
             }

@@ -268,6 +268,7 @@ impl Coordinator {
         } else {
             (self.write_related_clustered(db, map, user, doc, opts, parts)).await?
         };
+        self.after_write(db, std::iter::once(dest_id)).await;
         Ok(Copied {
             rev: written.rev.map(|r| r.to_string()).unwrap_or_default(),
             accepted: written.accepted,

@@ -46,6 +46,7 @@ fn clustered_writes_and_maintenance_answer_as_couchdb() {
     attachments(&nodes, &copies);
     related_documents(&nodes);
     copies_and_batches(&nodes);
+    forms(&nodes);
     maintenance(&nodes, &copies);
     partitions(&nodes);
 }
@@ -445,4 +446,67 @@ fn partitions(nodes: &[Server]) {
         assert_eq!(keys["rows"][0]["id"], "a:3", "{keys}");
         assert_eq!(keys["rows"][1], json!({"key": "a:9", "error": "not_found"}));
     }
+}
+
+/// `multipart/form-data` uploads (an HTML form's) and attachment names that are not
+/// UTF-8, on a clustered database.
+fn forms(nodes: &[Server]) {
+    let host = nodes[1].url.trim_start_matches("http://").to_string();
+    let referer = format!("http://{host}");
+    let ct = "multipart/form-data; boundary=----TF";
+    let form = |path: &str, body: String| {
+        let headers = [("content-type", ct), ("referer", referer.as_str())];
+        nodes[1].req_with("POST", path, Some(&body), &headers, true)
+    };
+    let file = |name: &str, content: &str| {
+        format!("------TF\r\nContent-Disposition: form-data; name=\"_attachments\"; filename=\"{name}\"\r\nContent-Type: text/plain\r\n\r\n{content}\r\n")
+    };
+    // A new document from `_doc`, then a file added to its revision with `_rev`.
+    let body = format!(
+        "------TF\r\nContent-Disposition: form-data; name=\"_doc\"\r\n\r\n{{\"k\":1}}\r\n{}------TF--",
+        file("one.txt", "first file")
+    );
+    let r = form("/cdb/f1", body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev1 = r.json()["rev"].as_str().unwrap().to_owned();
+    assert_eq!(r.header("etag"), Some(format!("\"{rev1}\"").as_str()));
+    let body = format!(
+        "------TF\r\nContent-Disposition: form-data; name=\"_rev\"\r\n\r\n{rev1}\r\n{}------TF--",
+        file("two.txt", "second file")
+    );
+    let r = form("/cdb/f1", body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert!(
+        r.json()["rev"].as_str().unwrap().starts_with("2-"),
+        "{}",
+        r.text
+    );
+    for n in nodes {
+        let doc = n.get("/cdb/f1").json();
+        assert_eq!(doc["k"], 1, "{doc}");
+        assert_eq!(doc["_attachments"]["one.txt"]["revpos"], 1, "{doc}");
+        assert_eq!(doc["_attachments"]["two.txt"]["revpos"], 2, "{doc}");
+        assert_eq!(n.get("/cdb/f1/one.txt").text, "first file");
+        assert_eq!(n.get("/cdb/f1/two.txt").text, "second file");
+    }
+    let stale = format!(
+        "------TF\r\nContent-Disposition: form-data; name=\"_rev\"\r\n\r\n{rev1}\r\n{}------TF--",
+        file("three.txt", "x")
+    );
+    assert_eq!(form("/cdb/f1", stale).status, 409);
+
+    // A name that is not UTF-8: the document is looked up through the cluster first.
+    let r = nodes[0].get("/cdb/f1/%FF");
+    assert_eq!(
+        status_json(r),
+        (
+            404,
+            json!({"error": "not_found", "reason": "Document is missing attachment"})
+        )
+    );
+    let r = nodes[0].get("/cdb/nope/%FF");
+    assert_eq!(
+        status_json(r),
+        (404, json!({"error": "not_found", "reason": "missing"}))
+    );
 }

@@ -163,7 +163,9 @@ pub fn form_content_type(req: &Req) -> ApiResult<String> {
 /// same-named attachments. CouchDB requires a `Referer` of the same host (a guard against
 /// forms posted from other sites) and answers 201 with the new revision as `ETag`.
 pub async fn form(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult<Response> {
-    let db = db.engine("form uploads")?.clone();
+    let Ok(db) = db.engine("form uploads").cloned() else {
+        return form_clustered(state, db, id, req).await;
+    };
     crate::req::check_referer(&req)?;
     settee_core::validate_doc_id(&id)?;
     let ct = form_content_type(&req)?;
@@ -229,14 +231,113 @@ pub async fn form(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiR
                 .await?
         }
     };
+    Ok(form_written(&id, &rev, StatusCode::CREATED))
+}
+
+/// A form upload's answer: `{"ok","id","rev"}` with the revision as `ETag`.
+fn form_written(id: &str, rev: &Rev, status: StatusCode) -> Response {
     let rev = rev.to_string();
-    let mut resp = crate::reply::json(
-        StatusCode::CREATED,
-        &json!({"ok": true, "id": id, "rev": rev}),
-    );
+    let mut resp = crate::reply::json(status, &json!({"ok": true, "id": id, "rev": rev}));
     let etag = HeaderValue::from_str(&format!("\"{rev}\"")).expect("revs are ASCII");
     resp.headers_mut().insert(header::ETAG, etag);
-    Ok(resp)
+    resp
+}
+
+/// [`form`] on a clustered database: the files held in memory (up to
+/// `max_attachment_size` each) and the document written to its copies as a
+/// `multipart/related` one ([`Fabric::update_doc_related`]); with `_rev`, that revision
+/// read through the cluster, its attachments kept as stubs after the files. 202 below
+/// the write quorum, as CouchDB's.
+async fn form_clustered(
+    state: &AppState,
+    db: DbRef,
+    id: String,
+    mut req: Req,
+) -> ApiResult<Response> {
+    crate::req::check_referer(&req)?;
+    settee_core::validate_doc_id(&id)?;
+    let ct = form_content_type(&req)?;
+    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
+    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
+    let limit = state.node.write_settings().att_limit;
+    let (mut doc_field, mut rev_field, mut files) = (None, None, Vec::new());
+    while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
+        match (field.name(), field.file_name()) {
+            (Some("_attachments"), Some(file)) => {
+                let name = file.to_string();
+                check_name(&name)?;
+                let content_type = field
+                    .content_type()
+                    .map_or_else(|| "application/octet-stream".to_string(), |m| m.to_string());
+                let mut content = Vec::new();
+                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                    content.extend_from_slice(&chunk);
+                    if content.len() as u64 > limit {
+                        return Err(ApiError::Db(settee_db::Error::AttachmentTooLarge));
+                    }
+                }
+                files.push((name, content_type, bytes::Bytes::from(content)));
+            }
+            (Some("_doc"), _) => doc_field = Some(field.text().await.map_err(multipart_error)?),
+            (Some("_rev"), _) => rev_field = Some(field.text().await.map_err(multipart_error)?),
+            _ => {}
+        }
+    }
+    let mut doc = match doc_field {
+        Some(text) => {
+            let mut doc = settee_core::parse_doc(crate::req::parse_json(text.as_bytes())?)?;
+            if let Some(rev) = crate::req::reconcile_rev(&req, doc.rev())? {
+                doc.revs.get_or_insert((rev.pos, vec![rev.id]));
+            }
+            doc
+        }
+        None => {
+            let rev = Rev::parse(rev_field.as_deref().unwrap_or(""))?;
+            let opts = settee_node::read::ReadOpts {
+                rev: Some(rev.clone()),
+                ..Default::default()
+            };
+            let (fabric, name, user, id) = (
+                state.fabric.clone(),
+                db.name.clone(),
+                req.user.clone(),
+                id.clone(),
+            );
+            let read =
+                super::blocking(move || Ok(fabric.open_doc(&name, &user, &id, &opts)?)).await?;
+            let settee_node::read::Rendered::Json(body) = read.body else {
+                return Err(ApiError::Db(settee_db::Error::Internal(
+                    "a revision read as multipart".into(),
+                )));
+            };
+            let mut body = crate::req::body_object(crate::req::parse_json(&body)?)?;
+            for special in ["_id", "_rev", "_revisions"] {
+                body.shift_remove(special);
+            }
+            let mut doc = settee_core::parse_doc(serde_json::Value::Object(body))?;
+            doc.revs = Some((rev.pos, vec![rev.id]));
+            doc
+        }
+    };
+    doc.id = Some(id.clone());
+    let sent = doc.atts.take().unwrap_or_default();
+    let mut atts = Map::new();
+    for (name, content_type, _) in &files {
+        atts.insert(
+            name.clone(),
+            json!({"content_type": content_type, "follows": true}),
+        );
+    }
+    for (name, att) in sent {
+        atts.entry(name).or_insert(att);
+    }
+    doc.atts = (!atts.is_empty()).then_some(atts);
+    let parts = files.into_iter().map(|(name, _, c)| (name, c)).collect();
+    let opts = WriteOpts::default();
+    let fabric = &*state.fabric;
+    let written = Fabric::update_doc_related(fabric, &db.name, &req.user, doc, opts, parts).await?;
+    let status = crate::reply::written_status(&written, StatusCode::CREATED);
+    Ok(form_written(&id, &written_rev(written.rev)?, status))
 }
 
 async fn get(

@@ -52,13 +52,18 @@ pub async fn not_utf8(state: &AppState, name: NotUtf8, req: &Req) -> ApiResult<R
             }
         }
         NotUtf8::Attachment(db, id) => {
-            let db = state.fabric.open_db(&db)?.engine("attachments")?.clone();
+            let db = state.fabric.open_db(&db)?.name;
             match (method, id) {
                 ("GET" | "HEAD" | "DELETE", None) => missing("missing"),
                 ("PUT", None) => Err(bad_id().into()),
                 ("GET" | "HEAD", Some(id)) => {
-                    let rev = req.params.get("rev").map(Rev::parse).transpose()?;
-                    blocking(move || Ok(db.open_doc(&id, rev.as_ref())?)).await?;
+                    let opts = ReadOpts {
+                        rev: req.params.get("rev").map(Rev::parse).transpose()?,
+                        ..Default::default()
+                    };
+                    let (fabric, user) = (state.fabric.clone(), req.user.clone());
+                    blocking(move || Ok(fabric.open_doc(&db, &user, &id, &opts).map(drop)?))
+                        .await?;
                     missing("Document is missing attachment")
                 }
                 ("PUT" | "DELETE", Some(_)) => Err(ApiError::bad_request(
