@@ -19,7 +19,7 @@ use crate::{Error, Node, Result};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use settee_cluster::{Cluster, ShardMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long after the new copy entered the map the old copy's seq is read: every member
@@ -196,17 +196,25 @@ fn seq_number(seq: &Value) -> Option<u64> {
 }
 
 impl Node {
-    /// Moves a copy (see the module's documentation): the database's map once moved.
-    pub async fn move_copy(&self, what: Move) -> Result<Value> {
-        let cluster = self.cluster().ok_or(Error::NotClustered)?;
+    /// Moves a copy (see the module's documentation): the database's map once moved. The
+    /// move runs on a task of its own, to its end even if the caller stops waiting (a
+    /// client that hangs up does not leave a range half moved).
+    pub async fn move_copy(self: &Arc<Self>, what: Move) -> Result<Value> {
+        let cluster = self.cluster().ok_or(Error::NotClustered)?.clone();
         let map = cluster
             .db(&what.db)
             .ok_or_else(|| Error::NotFound("Database does not exist.".into()))?;
-        check(cluster, &map, &what)?;
+        check(&cluster, &map, &what)?;
         self.moves.start(&what)?;
-        let moved = self.run_move(cluster, &map, &what).await;
-        self.moves.finish(&what);
-        let map = moved?;
+        let (node, running) = (self.clone(), what.clone());
+        let task = tokio::spawn(async move {
+            let moved = node.run_move(&cluster, &map, &running).await;
+            node.moves.finish(&running);
+            moved
+        });
+        let map = task
+            .await
+            .map_err(|e| Error::internal(format!("the move's task: {e}")))??;
         tracing::info!(db = %what.db, range = %what.range, from = %what.from, to = %what.to,
             "shard copy moved");
         let shards: serde_json::Map<String, Value> = (map.by_range.iter())
