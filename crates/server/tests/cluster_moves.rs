@@ -9,6 +9,7 @@ use common::cluster::{eventually, member, membership, three_members, NAMES};
 use common::{Resp, Server, ADMIN};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -278,6 +279,42 @@ fn a_copy_moves_under_writes_and_a_new_member_gets_its_share() {
     assert!(ok(&["cluster", "rebalance", "--url", &url]).contains("balanced"));
     for n in nodes.iter().chain([&n4]) {
         eventually("every document on every member after the rebalance", || {
+            holds_exactly(n, "moved", &acked)
+        });
+    }
+
+    // A client that hangs up right after asking does not leave the range half moved: the
+    // move runs to its end on the member.
+    let now = shards(n1, "moved");
+    let (r1, h1) = now.as_object().unwrap().iter().next().unwrap();
+    let h1: Vec<String> = serde_json::from_value(h1.clone()).unwrap();
+    let spare = (NAMES.iter().chain([&FOURTH]))
+        .find(|n| !h1.contains(&n.to_string()))
+        .unwrap()
+        .to_string();
+    let body = json!({"db": "moved", "range": r1, "from": h1[0], "to": spare}).to_string();
+    let mut socket = std::net::TcpStream::connect(n1.addr()).unwrap();
+    write!(
+        socket,
+        "POST /_cluster/move HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        n1.addr(),
+        common::basic(ADMIN.0, ADMIN.1),
+        body.len()
+    )
+    .unwrap();
+    eventually("the move among the active tasks", || {
+        n1.get("/_active_tasks").text.contains("shard_move")
+    });
+    drop(socket);
+    let mut expected = h1[1..].to_vec();
+    expected.push(spare.clone());
+    eventually("the abandoned move done", || {
+        shards(n1, "moved")[r1] == json!(expected)
+            && !n1.get("/_active_tasks").text.contains("shard_move")
+    });
+    for n in nodes.iter().chain([&n4]) {
+        eventually("every document on every member after it", || {
             holds_exactly(n, "moved", &acked)
         });
     }
