@@ -1,6 +1,7 @@
 //! `settee cluster status` and `settee cluster add-node`: a cluster seen and grown through
 //! any member's HTTP API (CouchDB's `_membership`, `_shards`, `_nodes` and `_cluster_setup`),
-//! so they work on a CouchDB cluster as on a Settee one.
+//! so they work on a CouchDB cluster as on a Settee one. `move` and `rebalance`, Settee's
+//! own, are in `moves`.
 
 use crate::client::{enc, Client, Target};
 use crate::{progress, Error};
