@@ -414,9 +414,11 @@ impl ApiError {
             ApiError::Named(status, error, reason) => {
                 (*status, error.clone().into(), reason.clone())
             }
-            ApiError::Crash { error, reason, .. } => {
-                (StatusCode::INTERNAL_SERVER_ERROR, error.clone(), reason.clone())
-            }
+            ApiError::Crash { error, reason, .. } => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error.clone(),
+                reason.clone(),
+            ),
             other => {
                 let (status, error, reason) = other.fixed_parts();
                 (status, error.into(), reason)
