@@ -107,19 +107,6 @@ impl Coordinator {
         }))
         .await;
         let replies: Vec<Reply> = replies.into_iter().flatten().collect();
-        // A replicated revision (`new_edits=false`) is answered by its copies without a
-        // revision: the one given.
-        if !opts.new_edits && replies.iter().any(merge::replicated_ok) {
-            let written = (replies.iter())
-                .filter(
-                    |r| matches!(r, Reply::Answered { status, .. } if (200..300).contains(status)),
-                )
-                .count();
-            return Ok(Written {
-                rev: doc.rev(),
-                accepted: written < w,
-            });
-        }
         written_of(&replies, w)
     }
 
