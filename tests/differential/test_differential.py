@@ -12,7 +12,8 @@ Env: SETTEE_BIN        the settee binary (default: the workspace's target/releas
                        SETTEE_CLUSTER=1 it is a cluster member (tests/cluster/with_cluster.py):
                        ``cluster`` members ({q, n, w, r}) are not compared, ``{node}`` is the
                        member's own name, and the sequences listed in
-                       cluster_differences.txt are expected to differ (strict xfail)
+                       cluster_differences.txt are expected to differ (xfail; one that
+                       passes shows as XPASS, its line then due for removal)
      COUCHDB_REF       the couchdb-ref script
      COUCHDB_REF_PORT  the reference's port
      DIFF_CASES        only run sequences whose test id contains this text
@@ -490,7 +491,9 @@ def _params():
     for seq in SEQUENCES:
         sid = sequence_id(seq)
         why = known.pop(sid, None)
-        marks = [pytest.mark.xfail(strict=True, reason=why)] if why else []
+        # Not strict: some differences depend on timing (internal replication's
+        # checkpoints listed by `_local_docs`), and an XPASS is shown, not hidden.
+        marks = [pytest.mark.xfail(strict=False, reason=why)] if why else []
         yield pytest.param(seq, id=sid, marks=marks)
     # A stale entry (a renamed sequence) must not hide silently.
     assert not known, "cluster_differences.txt names no sequence: %s" % sorted(known)
