@@ -556,7 +556,7 @@ fn setup_search_and_query_server_routes() {
         err(
             501,
             "not_implemented",
-            "cluster setup is not supported by this Settee version"
+            "This node is set up as a single node when it first starts"
         )
     );
     assert_eq!(
