@@ -197,6 +197,19 @@ impl Coordinator {
         Ok((head, rows))
     }
 
+    /// Every range's `_design_docs?include_docs=true`, from one copy each (the database's
+    /// design documents, whole).
+    pub(crate) fn design_docs_of(&self, db: &str, map: &ShardMap) -> Result<Vec<RangeAnswer>> {
+        let path = |range: &str| {
+            let path = format!(
+                "{}/_design_docs?include_docs=true",
+                copy_path(map, db, range)
+            );
+            Some(("GET", path, None))
+        };
+        self.one_copy_per_range(map, path, None)
+    }
+
     /// One answer per range `ask(range)` names a request for (method, target, body), in
     /// ring order: each range's copies asked in turn, this node's first
     /// ([`Coordinator::first_answer`]).

@@ -13,7 +13,7 @@
 //! own revision is the same edit, and keeps a copy's refusal (no such revision, no such
 //! attachment) its own, merged as a document write's.
 
-use crate::merge::{self, Reply, WriteOutcome};
+use crate::merge::{self, Reply};
 use crate::{copy_error, enc, unavailable, Coordinator};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
@@ -116,18 +116,7 @@ impl Coordinator {
         let replies =
             (self.ask_until_with(asks, Some(user), headers, |r| merge::write_decided(r, w))).await;
         let replies: Vec<Reply> = replies.into_iter().flatten().collect();
-        match merge::write(&replies, w) {
-            WriteOutcome::Ok(rev) => Ok(Written {
-                rev: Some(rev),
-                accepted: false,
-            }),
-            WriteOutcome::Accepted(rev) => Ok(Written {
-                rev: Some(rev),
-                accepted: true,
-            }),
-            WriteOutcome::Refused { status, body } => Err(copy_error(status, &body)),
-            WriteOutcome::Unanswered(why) => Err(unavailable(why)),
-        }
+        crate::writes::written_of(&replies, w)
     }
 
     pub(crate) fn open_attachment_clustered(

@@ -20,7 +20,7 @@
 //! member, for no client) are validated by nothing, as CouchDB's internal replication.
 
 use crate::copies::rows_of;
-use crate::{copy_path, enc, Coordinator};
+use crate::{enc, Coordinator};
 use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_docs::{ClusterDesigns, DesignEntry, DesignSet, Validating};
@@ -170,19 +170,8 @@ impl Coordinator {
 
     /// `_design_docs` of one copy per range, with the documents.
     fn read_design_set(&self, db: &str, map: &ShardMap) -> Result<DesignSet> {
-        let answers = self.one_copy_per_range(
-            map,
-            |range| {
-                let path = format!(
-                    "{}/_design_docs?include_docs=true",
-                    copy_path(map, db, range)
-                );
-                Some(("GET", path, None))
-            },
-            None,
-        )?;
         let mut docs = Vec::new();
-        for answer in answers {
+        for answer in self.design_docs_of(db, map)? {
             for mut row in rows_of(answer.body) {
                 let doc = row["doc"].take();
                 let text = |k: &str| doc[k].as_str().map(str::to_owned);

@@ -133,18 +133,7 @@ impl Coordinator {
     /// The database's `"language": "query"` design documents, whole (`_id` and `_rev`
     /// included), from one copy of each range's `_design_docs`, in id order.
     fn query_designs(&self, db: &str, map: &ShardMap) -> Result<Vec<Value>> {
-        let answers = self.one_copy_per_range(
-            map,
-            |range| {
-                let path = format!(
-                    "{}/_design_docs?include_docs=true",
-                    copy_path(map, db, range)
-                );
-                Some(("GET", path, None))
-            },
-            None,
-        )?;
-        let mut designs: Vec<Value> = (answers.into_iter())
+        let mut designs: Vec<Value> = (self.design_docs_of(db, map)?.into_iter())
             .flat_map(|a| match a.body {
                 Value::Object(mut m) => match m.shift_remove("rows") {
                     Some(Value::Array(rows)) => rows,

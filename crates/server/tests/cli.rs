@@ -2,33 +2,10 @@
 //! run as the real binary against a real server over HTTP.
 
 mod common;
+use common::cli::{ok, settee};
 use common::{Server, ADMIN};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::{Command, Output};
-
-/// Runs `settee args…`; stdin is closed and stderr is not a terminal, so no bars are drawn.
-fn settee(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_settee"))
-        .args(args)
-        .env_remove("COUCH_URL")
-        .env_remove("SETTEE_USER")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run settee")
-}
-
-/// Runs `settee args…` and asserts it succeeded; its stdout.
-fn ok(args: &[&str]) -> String {
-    let out = settee(args);
-    assert!(
-        out.status.success(),
-        "settee {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The server's URL with the admin's credentials in it, plus `path`.
 fn url(s: &Server, path: &str) -> String {

@@ -4,13 +4,13 @@
 //! deleted, while clients keep reading and writing.
 
 mod common;
+use common::cli::{admin_url, ok, settee};
 
 use common::cluster::{eventually, member, membership, three_members, NAMES};
 use common::{Resp, Server, ADMIN};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -44,32 +44,6 @@ fn holds_exactly(s: &Server, db: &str, ids: &BTreeSet<String>) -> bool {
         .filter_map(|row| row["id"].as_str().map(str::to_owned))
         .collect();
     got == *ids
-}
-
-/// Runs `settee args…` (stdin closed, stderr no terminal: no bars drawn).
-fn settee(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_settee"))
-        .args(args)
-        .env_remove("COUCH_URL")
-        .env_remove("SETTEE_USER")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run settee")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = settee(args);
-    assert!(
-        out.status.success(),
-        "settee {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn admin_url(s: &Server) -> String {
-    format!("http://{}:{}@{}", ADMIN.0, ADMIN.1, s.addr())
 }
 
 /// The copies each running member holds, over every database.

@@ -3,11 +3,11 @@
 //! commands (`status`, `add-node`) run as the real binary against the cluster.
 
 mod common;
+use common::cli::{admin_url, ok, settee};
 
 use common::cluster::{eventually, membership, three_members, NAMES};
 use common::{Resp, Server, ADMIN};
 use serde_json::{json, Value};
-use std::process::{Command, Output};
 
 fn setup(s: &Server, body: Value) -> Resp {
     s.post("/_cluster_setup", &body.to_string())
@@ -36,32 +36,6 @@ fn port(s: &Server) -> u16 {
 fn config(s: &Server, section: &str, key: &str) -> Value {
     s.get(&format!("/_node/_local/_config/{section}/{key}"))
         .json()
-}
-
-/// Runs `settee args…` (stdin closed, stderr no terminal: no bars drawn).
-fn settee(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_settee"))
-        .args(args)
-        .env_remove("COUCH_URL")
-        .env_remove("SETTEE_USER")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run settee")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = settee(args);
-    assert!(
-        out.status.success(),
-        "settee {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn admin_url(s: &Server) -> String {
-    format!("http://{}:{}@{}", ADMIN.0, ADMIN.1, s.addr())
 }
 
 #[test]

@@ -639,3 +639,37 @@ impl Drop for Server {
         self.kill9();
     }
 }
+
+/// The `settee` client subcommands run as the real binary.
+pub mod cli {
+    use std::process::{Command, Output};
+
+    /// Runs `settee args…`; stdin is closed and stderr is not a terminal, so no bars are
+    /// drawn.
+    pub fn settee(args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_settee"))
+            .args(args)
+            .env_remove("COUCH_URL")
+            .env_remove("SETTEE_USER")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run settee")
+    }
+
+    /// Runs `settee args…` and asserts it succeeded; its stdout.
+    pub fn ok(args: &[&str]) -> String {
+        let out = settee(args);
+        assert!(
+            out.status.success(),
+            "settee {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `s`'s URL with the test admin's credentials in it.
+    pub fn admin_url(s: &super::Server) -> String {
+        format!("http://{}:{}@{}", super::ADMIN.0, super::ADMIN.1, s.addr())
+    }
+}
