@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Runs a command against a Settee cluster: three etcd members and three Settee members on
 loopback, joined as CouchDB's manual procedure has it, then the command with
-``SETTEE_URL`` set to the first member (and ``SETTEE_CLUSTER=1``, so suites know not to
-expect a single node's sequence order). Everything is stopped and removed afterwards;
+``SETTEE_URL`` set to the first member, ``SETTEE_URLS`` to every member's URL (comma
+separated) and ``SETTEE_CLUSTER=1``, so suites know not to expect a single node's sequence
+order. Everything is stopped and removed afterwards;
 the command's exit status is this script's.
 
     tests/cluster/with_cluster.py -- bash tests/clients/run.sh
@@ -139,7 +140,8 @@ def main():
         wait("every member to see all three", everyone_sees_all, procs)
         print("with_cluster: %d members (%s), etcd %s" % (MEMBERS, " ".join(urls), endpoints),
               flush=True)
-        run_env = dict(os.environ, SETTEE_URL=urls[0], SETTEE_CLUSTER="1")
+        run_env = dict(os.environ, SETTEE_URL=urls[0], SETTEE_URLS=",".join(urls),
+                       SETTEE_CLUSTER="1")
         status = subprocess.call(args, env=run_env)
     finally:
         for _, p, _ in reversed(procs):

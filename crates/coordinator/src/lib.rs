@@ -30,7 +30,8 @@
 //! works on every read ([`atts`]); `multipart/related` document writes (form uploads
 //! too, through `http`), `batch=ok`
 //! (single documents and local ones) and `COPY` ([`writes`]); a partition's `_all_docs`
-//! asks its one range ([`all_docs`]); `_purge`, `_revs_limit`, `_purged_infos_limit`,
+//! asks its one range ([`all_docs`]), as do a partition's info ([`partitions`]) and its
+//! views ([`views`]); `_purge`, `_revs_limit`, `_purged_infos_limit`,
 //! `_compact`, `_compact/{ddoc}`, `_view_cleanup` and a design document's `_info`
 //! ([`admin`]). Every other operation on it answers 501 `not_implemented` (never a local
 //! answer about a database this node does not hold).
