@@ -142,7 +142,7 @@ impl Node {
             .map(|ct| ("content-type", ct))
             .into_iter()
             .collect();
-        (self.peer_send(name, method, target, None, &headers, body)).await
+        (self.peer_raw(name, method, target, None, &headers, body)).await
     }
 
     /// `GET` of an attachment's content (`target`) from member `name`, as a client that
@@ -150,25 +150,10 @@ impl Node {
     /// signed as this node on behalf of a server admin (the caller authorized the client).
     pub async fn peer_attachment(&self, name: &str, target: &str) -> Result<Option<Forwarded>> {
         let gzip = [("accept-encoding", "gzip")];
-        (self.peer_send(name, "GET", target, None, &gzip, Bytes::new())).await
+        (self.peer_raw(name, "GET", target, None, &gzip, Bytes::new())).await
     }
 
-    /// A request of member `name` with a body of any type (an attachment's content, a
-    /// `multipart/related` document) and the `headers` (lowercase name, value) that
-    /// describe it, for `user` when given (see `peer_send`).
-    pub async fn peer_raw(
-        &self,
-        name: &str,
-        method: &str,
-        target: &str,
-        user: Option<&settee_auth::UserCtx>,
-        headers: &[(&str, &str)],
-        body: Bytes,
-    ) -> Result<Option<Forwarded>> {
-        (self.peer_send(name, method, target, user, headers, body)).await
-    }
-
-    /// A request of JSON to member `name` (see `peer_send`): the member answers JSON (never
+    /// A request of JSON to member `name` (see `peer_raw`): the member answers JSON (never
     /// multipart).
     pub async fn peer_json(
         &self,
@@ -182,7 +167,7 @@ impl Node {
         if body.is_some() {
             headers.push(("content-type", "application/json"));
         }
-        (self.peer_send(
+        (self.peer_raw(
             name,
             method,
             target,
@@ -195,8 +180,10 @@ impl Node {
 
     /// Sends a request for `target` (path and query) to member `name`, signed as this node,
     /// for `user` when given (the member then applies that user's rights): its answer, or
-    /// `None` when `name` is no running member. `headers`: (lowercase name, value).
-    async fn peer_send(
+    /// `None` when `name` is no running member. The body may be of any type (an
+    /// attachment's content, a `multipart/related` document); `headers` (lowercase name,
+    /// value) describe it.
+    pub async fn peer_raw(
         &self,
         name: &str,
         method: &str,
