@@ -1,0 +1,124 @@
+//! The system databases on a cluster: `_users` and `_replicator` kept whole on every member
+//! (each pushes them to the others), so a user written on one member logs in on every
+//! member, and a replication document written on any member is run by exactly one member,
+//! the one holding its claim in etcd, another taking it over when that member dies.
+
+use crate::common;
+
+use common::cluster::{eventually, eventually_within, three_members, NAMES};
+use common::{basic, Server, ADMIN};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The members running `_replicator` jobs as `s` shows them (`_scheduler/jobs` gathers
+/// every member's), one per job.
+fn runners(s: &Server) -> Vec<String> {
+    let r = s.get("/_scheduler/jobs");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    let jobs = v["jobs"].as_array().unwrap();
+    assert_eq!(v["total_rows"], jobs.len());
+    (jobs.iter())
+        .map(|j| j["node"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `r1`'s `_scheduler/docs` row as `s` shows it.
+fn doc_row(s: &Server) -> Value {
+    s.get("/_scheduler/docs/_replicator/r1").json()
+}
+
+fn doc_count(s: &Server, db: &str) -> u64 {
+    s.get(&format!("/{db}")).json()["doc_count"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[test]
+fn users_and_replication_documents_reach_every_member_and_run_once() {
+    let (_etcd, _dirs, nodes) = three_members();
+
+    // A user written on one member logs in on every member.
+    let r = nodes[0].put(
+        "/_users/org.couchdb.user:carol",
+        r#"{"name": "carol", "password": "pw", "roles": ["ops"], "type": "user"}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    for n in &nodes {
+        eventually("carol known on every member", || {
+            let r = n.anon(
+                "GET",
+                "/_session",
+                None,
+                &[("Authorization", &basic("carol", "pw"))],
+            );
+            r.status == 200 && r.json()["userCtx"]["name"] == "carol"
+        });
+    }
+    // Her stored document is the hashed one everywhere, never the password.
+    let stored = nodes[2].get("/_users/org.couchdb.user:carol").json();
+    assert!(stored.get("password").is_none(), "{stored}");
+    assert_eq!(stored["password_scheme"], "pbkdf2");
+
+    // A continuous replication, its document written on the second member: one member
+    // runs it. Its endpoints are on a node outside the cluster, which outlives any member.
+    let peer = Server::start();
+    for db in ["src", "tgt"] {
+        assert_eq!(peer.put(&format!("/{db}"), "").status, 201);
+    }
+    let r = peer.post(
+        "/src/_bulk_docs",
+        r#"{"docs": [{"_id": "a"}, {"_id": "b"}, {"_id": "c"}]}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let auth = json!({"basic": {"username": ADMIN.0, "password": ADMIN.1}});
+    let rep = json!({
+        "source": {"url": format!("{}/src", peer.url), "auth": auth},
+        "target": {"url": format!("{}/tgt", peer.url), "auth": auth},
+        "continuous": true
+    });
+    let r = nodes[1].put("/_replicator/r1", &rep.to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    eventually("the documents replicated", || doc_count(&peer, "tgt") == 3);
+    eventually("one member runs the job, every member shows it", || {
+        let seen: Vec<Vec<String>> = nodes.iter().map(runners).collect();
+        seen[0].len() == 1 && seen.iter().all(|s| *s == seen[0])
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let owner = runners(&nodes[0]);
+    assert_eq!(owner.len(), 1, "still only one: {owner:?}");
+    let owner = NAMES.iter().position(|n| *n == owner[0]).unwrap();
+    for n in &nodes {
+        let row = doc_row(n);
+        assert_eq!(
+            (&row["state"], &row["node"]),
+            (&json!("running"), &json!(NAMES[owner]))
+        );
+    }
+
+    // The member running it dies: another takes it over once its lease has run out, and
+    // the replication goes on.
+    nodes[owner].kill9();
+    let alive: Vec<usize> = (0..3).filter(|i| *i != owner).collect();
+    eventually_within(
+        Duration::from_secs(30),
+        "another member runs the job",
+        || {
+            let seen = runners(&nodes[alive[0]]);
+            seen.len() == 1 && seen[0] != NAMES[owner] && runners(&nodes[alive[1]]) == seen
+        },
+    );
+    assert_eq!(peer.put("/src/d", "{}").status, 201);
+    eventually("the new document replicated", || {
+        doc_count(&peer, "tgt") == 4
+    });
+
+    // Deleting the document (on any member) stops the job everywhere.
+    let doc: Value = nodes[alive[1]].get("/_replicator/r1").json();
+    let rev = doc["_rev"].as_str().unwrap().to_owned();
+    let r = nodes[alive[1]].delete(&format!("/_replicator/r1?rev={rev}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    eventually("no member runs it", || {
+        alive.iter().all(|i| runners(&nodes[*i]).is_empty())
+    });
+}

@@ -1,0 +1,512 @@
+//! Write-side and maintenance operations on clustered databases, as a clustered CouchDB
+//! 3.5.2 answers them: attachment uploads and deletions, `multipart/related` document
+//! writes and reads, `atts_since`, `COPY`, `batch=ok`, `_purge`, the database limits,
+//! compaction, view clean-up, a design document's `_info` and a partition's `_all_docs`.
+//! Revisions are CouchDB's own (the same content makes the same revision), so the values
+//! asserted are those the reference CouchDB gave for the same requests.
+
+use crate::common;
+
+use common::cluster::*;
+use common::Server;
+use serde_json::{json, Value};
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// The path of `db`'s copy of its one range (`q=1`) on member `n`, created at or after
+/// `t0`.
+fn copy_of(n: &Server, db: &str, t0: u64) -> String {
+    (t0..=now_secs())
+        .map(|t| format!("/shards%2F00000000-ffffffff%2F{db}.{t}"))
+        .find(|c| n.get(c).status == 200)
+        .expect("the member's copy")
+}
+
+fn status_json(r: common::Resp) -> (u16, Value) {
+    let v = serde_json::from_str(&r.text).unwrap_or(Value::Null);
+    (r.status, v)
+}
+
+const REV1: &str = "1-23202479633c2b380f79507a776743d5";
+const REV2: &str = "2-cb25466e989bfc7d9a7c93b0a7bd9e81";
+
+#[test]
+fn clustered_writes_and_maintenance_answer_as_couchdb() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let t0 = now_secs();
+    // One range with a copy on every member, so each copy can be read directly.
+    assert_eq!(nodes[0].put("/wdb?q=1&n=3", "").status, 201);
+    let copies: Vec<String> = nodes.iter().map(|n| copy_of(n, "wdb", t0)).collect();
+
+    attachments(&nodes, &copies);
+    related_documents(&nodes);
+    copies_and_batches(&nodes);
+    forms(&nodes);
+    maintenance(&nodes, &copies);
+    partitions(&nodes);
+}
+
+fn attachments(nodes: &[Server], copies: &[String]) {
+    assert_eq!(nodes[0].put("/wdb/d1", r#"{"a":1}"#).json()["rev"], REV1);
+    // An upload reaches every copy; 201 with a Location, as CouchDB.
+    let r = nodes[1].req_with(
+        "PUT",
+        &format!("/wdb/d1/hello.txt?rev={REV1}"),
+        Some("hello world"),
+        &[("content-type", "text/plain")],
+        true,
+    );
+    assert_eq!(
+        (r.status, r.json()),
+        (201, json!({"ok": true, "id": "d1", "rev": REV2}))
+    );
+    assert!(r.header("location").unwrap().ends_with("/wdb/d1/hello.txt"));
+    for (n, copy) in nodes.iter().zip(copies) {
+        let r = n.req_bytes("GET", &format!("{copy}/d1/hello.txt"), vec![], &[]);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello world"[..]));
+        assert_eq!(n.get("/wdb/d1/hello.txt").text, "hello world");
+    }
+    // CouchDB's refusals: a new document where one exists, a revision it does not
+    // have, a deletion without a revision, an attachment it does not have.
+    let put = |path: &str| {
+        status_json(nodes[2].req_with(
+            "PUT",
+            path,
+            Some("x"),
+            &[("content-type", "text/plain")],
+            true,
+        ))
+    };
+    let conflict = json!({"error": "conflict", "reason": "Document update conflict."});
+    let missing_rev = json!({"error": "not_found", "reason": "missing_rev"});
+    assert_eq!(put("/wdb/d1/x.txt"), (409, conflict.clone()));
+    assert_eq!(put("/wdb/d1/x.txt?rev=9-abc"), (409, missing_rev.clone()));
+    assert_eq!(
+        status_json(nodes[0].delete("/wdb/d1/hello.txt")),
+        (409, conflict)
+    );
+    assert_eq!(
+        status_json(nodes[0].delete(&format!("/wdb/d1/nope?rev={REV2}"))),
+        (
+            404,
+            json!({"error": "not_found", "reason": "Document is missing attachment"})
+        )
+    );
+    // `w` above the copies is accepted (202), as a document write.
+    let r = put(&format!("/wdb/d1/more.txt?rev={REV2}&w=4"));
+    assert_eq!(r.0, 202, "{r:?}");
+    let rev3 = r.1["rev"].as_str().unwrap().to_owned();
+    let r = nodes[1].delete(&format!("/wdb/d1/more.txt?rev={rev3}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.json()["rev"].as_str().unwrap().starts_with("4-"));
+    assert_eq!(nodes[2].get("/wdb/d1/more.txt").status, 404);
+
+    // Reads with attachments: inline JSON, `atts_since`, and multipart for a client that
+    // accepts it (the content as stored: gzip, as CouchDB sends it).
+    let d1 = nodes[0].get("/wdb/d1?attachments=true").json();
+    assert_eq!(d1["_attachments"]["hello.txt"]["data"], "aGVsbG8gd29ybGQ=");
+    let since = nodes[0]
+        .get(&format!("/wdb/d1?atts_since=%5B%22{REV2}%22%5D"))
+        .json();
+    assert_eq!(since["_attachments"]["hello.txt"]["stub"], true);
+    let since = nodes[0]
+        .get(&format!("/wdb/d1?atts_since=%5B%22{REV1}%22%5D"))
+        .json();
+    assert_eq!(
+        since["_attachments"]["hello.txt"]["data"],
+        "aGVsbG8gd29ybGQ="
+    );
+    let r = nodes[2].req_bytes(
+        "GET",
+        "/wdb/d1?attachments=true",
+        vec![],
+        &[("accept", "multipart/related")],
+    );
+    let text = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, 200);
+    assert!(text.starts_with("--"), "{text}");
+    assert!(text.contains(
+        r#""hello.txt":{"content_type":"text/plain","revpos":2,"digest":"md5-7mkg+nM0HN26sZkLN8KVSA==","length":11,"follows":true,"encoding":"gzip","encoded_length":31}"#
+    ), "{text}");
+    assert!(text.contains("Content-Encoding: gzip"), "{text}");
+    let bulk = nodes[1].post(
+        "/wdb/_bulk_get?revs=true&attachments=true&atts_since=%5B%221-x%22%5D",
+        &json!({"docs": [{"id": "d1", "rev": REV2}]}).to_string(),
+    );
+    let doc = &bulk.json()["results"][0]["docs"][0]["ok"];
+    assert_eq!(
+        doc["_attachments"]["hello.txt"]["data"], "aGVsbG8gd29ybGQ=",
+        "{}",
+        bulk.text
+    );
+}
+
+/// A `multipart/related` body of `doc` and one part.
+fn related(doc: &Value, name: &str, content: &str) -> String {
+    format!(
+        "--XX\r\nContent-Type: application/json\r\n\r\n{doc}\r\n--XX\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n{content}\r\n--XX--"
+    )
+}
+
+fn related_documents(nodes: &[Server]) {
+    let ct = [("content-type", "multipart/related; boundary=\"XX\"")];
+    let att =
+        json!({"f.txt": {"content_type": "text/plain", "revpos": 5, "length": 5, "follows": true}});
+    let doc = json!({"b": 2, "_attachments": att});
+    let r = nodes[0].req_with(
+        "PUT",
+        "/wdb/mp1",
+        Some(&related(&doc, "f.txt", "hello")),
+        &ct,
+        true,
+    );
+    assert_eq!(
+        status_json(r),
+        (
+            201,
+            json!({"ok": true, "id": "mp1", "rev": "1-beb4183810d6e081c7909c2faaf59e24"})
+        )
+    );
+    assert_eq!(nodes[2].get("/wdb/mp1/f.txt").text, "hello");
+    assert_eq!(
+        nodes[1].get("/wdb/mp1").json()["_attachments"]["f.txt"]["revpos"],
+        1
+    );
+    // A replicated revision keeps its history and its attachment's revpos.
+    let doc = json!({"b": 2, "_rev": "3-abc", "_revisions": {"start": 3, "ids": ["abc", "def", "0a0"]}, "_attachments": att});
+    let r = nodes[1].req_with(
+        "PUT",
+        "/wdb/mp2?new_edits=false",
+        Some(&related(&doc, "f.txt", "hello")),
+        &ct,
+        true,
+    );
+    assert_eq!(
+        status_json(r),
+        (201, json!({"ok": true, "id": "mp2", "rev": "3-abc"}))
+    );
+    let got = nodes[2].get("/wdb/mp2?revs=true").json();
+    assert_eq!(got["_revisions"]["ids"], json!(["abc", "def", "0a0"]));
+    assert_eq!(got["_attachments"]["f.txt"]["revpos"], 5);
+    assert_eq!(nodes[0].get("/wdb/mp2/f.txt").text, "hello");
+}
+
+fn copies_and_batches(nodes: &[Server]) {
+    // COPY across ranges (q=2): the copy keeps the attachment, as CouchDB's.
+    assert_eq!(nodes[0].put("/cdb?q=2&n=2", "").status, 201);
+    assert_eq!(nodes[0].put("/cdb/d1", r#"{"a":1}"#).status, 201);
+    let r = nodes[0].req_with(
+        "PUT",
+        &format!("/cdb/d1/hello.txt?rev={REV1}"),
+        Some("hello world"),
+        &[("content-type", "text/plain")],
+        true,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let copy_rev = "1-1ac8348394b3fd5c4a60c4ef52c3ad0d";
+    for (dest, want) in [
+        (
+            "d1copy",
+            (201, json!({"ok": true, "id": "d1copy", "rev": copy_rev})),
+        ),
+        (
+            "d1copy",
+            (
+                409,
+                json!({"error": "conflict", "reason": "Document update conflict."}),
+            ),
+        ),
+        (
+            "_local/l1",
+            (201, json!({"ok": true, "id": "_local/l1", "rev": "0-1"})),
+        ),
+        (
+            "_local/l1?rev=0-1",
+            (201, json!({"ok": true, "id": "_local/l1", "rev": "0-2"})),
+        ),
+    ] {
+        let r = nodes[1].raw("COPY", "/cdb/d1", &[("Destination", dest)]);
+        assert_eq!(status_json(r), want, "COPY to {dest}");
+    }
+    let r = nodes[2].raw(
+        "COPY",
+        &format!("/cdb/d1?rev={REV1}"),
+        &[("Destination", "d1b")],
+    );
+    assert_eq!(
+        status_json(r),
+        (201, json!({"ok": true, "id": "d1b", "rev": REV1}))
+    );
+    let r = nodes[2].raw("COPY", "/cdb/_local/l1", &[("Destination", "fromlocal")]);
+    assert_eq!(
+        status_json(r),
+        (201, json!({"ok": true, "id": "fromlocal", "rev": REV1}))
+    );
+    let r = nodes[0].raw("COPY", "/cdb/nope", &[("Destination", "x")]);
+    assert_eq!(
+        status_json(r),
+        (404, json!({"error": "not_found", "reason": "missing"}))
+    );
+    let r = nodes[2].raw(
+        "COPY",
+        "/cdb/d1",
+        &[("Destination", &format!("d1copy?rev={copy_rev}"))],
+    );
+    assert_eq!(
+        status_json(r),
+        (
+            201,
+            json!({"ok": true, "id": "d1copy", "rev": "2-4f50470bf510fc01cb0bb0e111492912"})
+        )
+    );
+    for n in nodes {
+        assert_eq!(n.get("/cdb/d1copy/hello.txt").text, "hello world");
+        assert_eq!(
+            n.get("/cdb/_local/l1").json(),
+            json!({"_id": "_local/l1", "_rev": "0-2", "a": 1})
+        );
+    }
+
+    // `batch=ok`: 202 at once, the write reaching the copies afterwards.
+    let ok = |id: &str| (202, json!({"ok": true, "id": id}));
+    assert_eq!(
+        status_json(nodes[0].put("/cdb/b1?batch=ok", r#"{"x":1}"#)),
+        ok("b1")
+    );
+    assert_eq!(
+        status_json(nodes[1].post("/cdb?batch=ok", r#"{"_id":"b2"}"#)),
+        ok("b2")
+    );
+    assert_eq!(
+        status_json(nodes[2].put("/cdb/_local/b3?batch=ok", r#"{"x":3}"#)),
+        ok("_local/b3")
+    );
+    let r = nodes[0].put("/cdb/_design/b4?batch=ok", r#"{"views":{}}"#);
+    assert_eq!(status_json(r), ok("_design/b4"));
+    for n in nodes {
+        eventually("batched writes on every member", || {
+            n.get("/cdb/b1").json()["_rev"] == "1-0785e9eb543380151003dc452c3a001a"
+                && n.get("/cdb/b2").status == 200
+                && n.get("/cdb/_local/b3").json()["x"] == 3
+                && n.get("/cdb/_design/b4").status == 200
+        });
+    }
+}
+
+fn maintenance(nodes: &[Server], copies: &[String]) {
+    // _purge: every copy of each id's range; local ids purge nothing.
+    let p1 = "1-967a00dff5e02add41819138abb3284d";
+    assert_eq!(nodes[0].put("/wdb/p1", "{}").json()["rev"], p1);
+    let r = nodes[1].post(
+        "/wdb/_purge",
+        &json!({"p1": [p1, "1-abc"], "nope": ["1-x"], "_local/z": []}).to_string(),
+    );
+    assert_eq!(
+        (r.status, r.text.trim_end()),
+        (
+            201,
+            r#"{"purge_seq":null,"purged":{"p1":["1-967a00dff5e02add41819138abb3284d"],"nope":[],"_local/z":[]}}"#
+        )
+    );
+    for (n, copy) in nodes.iter().zip(copies) {
+        assert_eq!(n.get(&format!("{copy}/p1")).status, 404);
+        assert_ne!(n.get(copy).json()["purge_seq"], 0, "{copy}");
+    }
+    let info = nodes[2].get("/wdb").json();
+    assert!(
+        info["purge_seq"].as_str().unwrap().starts_with("1-"),
+        "{info}"
+    );
+    let r = nodes[1].post("/wdb/_purge?w=4", &json!({"d1": ["9-x"]}).to_string());
+    assert_eq!(
+        (r.status, r.json()["purged"]["d1"].clone()),
+        (202, json!([]))
+    );
+
+    // Limits: set on every copy, read from one.
+    for (limit, n) in [("_revs_limit", 7), ("_purged_infos_limit", 9)] {
+        assert_eq!(nodes[0].get(&format!("/wdb/{limit}")).json(), 1000);
+        let r = nodes[1].put(&format!("/wdb/{limit}"), &n.to_string());
+        assert_eq!(status_json(r), (200, json!({"ok": true})));
+        for (m, copy) in nodes.iter().zip(copies) {
+            assert_eq!(m.get(&format!("/wdb/{limit}")).json(), n);
+            assert_eq!(m.get(&format!("{copy}/{limit}")).json(), n);
+        }
+    }
+    let r = nodes[0].put("/wdb/_purged_infos_limit", "0");
+    assert_eq!(
+        status_json(r),
+        (
+            400,
+            json!({"error": "bad_request", "reason": "`purged_infos_limit` must be positive integer"})
+        )
+    );
+
+    // Compaction and clean-up: 202 at once, as CouchDB.
+    let accepted = (202, json!({"ok": true}));
+    assert_eq!(status_json(nodes[2].post("/wdb/_compact", "")), accepted);
+    assert_eq!(
+        status_json(nodes[0].post("/wdb/_view_cleanup", "")),
+        accepted
+    );
+    let r = nodes[1].put(
+        "/wdb/_design/v",
+        r#"{"views":{"a":{"map":"function(d){emit(1)}"}}}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(nodes[1].get("/wdb/_design/v/_view/a").status, 200);
+    assert_eq!(status_json(nodes[1].post("/wdb/_compact/v", "")), accepted);
+    let missing = (404, json!({"error": "not_found", "reason": "missing"}));
+    assert_eq!(
+        status_json(nodes[1].post("/wdb/_compact/nope", "")),
+        missing
+    );
+
+    // A design document's index information: the copies' combined, in CouchDB's order.
+    assert_eq!(
+        status_json(nodes[0].get("/wdb/_design/nope/_info")),
+        missing
+    );
+    let docs = nodes[0].get("/wdb").json()["doc_count"].as_u64().unwrap();
+    let info = nodes[2].get("/wdb/_design/v/_info").json();
+    let index = &info["view_index"];
+    assert_eq!(info["name"], "v");
+    let keys: Vec<&str> = index
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "updates_pending",
+            "waiting_commit",
+            "waiting_clients",
+            "updater_running",
+            "update_seq",
+            "sizes",
+            "signature",
+            "purge_seq",
+            "language",
+            "compact_running",
+            "collator_versions"
+        ]
+    );
+    // The one range's index is built on one copy (the one read), not on the two others.
+    let pending = &index["updates_pending"];
+    assert_eq!(
+        (&pending["minimum"], &pending["preferred"]),
+        (&json!(0), &json!(0))
+    );
+    assert!(pending["total"].as_u64().unwrap() >= 2 * docs, "{info}");
+    assert_eq!(index["language"], "javascript");
+}
+
+fn partitions(nodes: &[Server]) {
+    assert_eq!(
+        nodes[0].put("/pdb?q=4&n=2&partitioned=true", "").status,
+        201
+    );
+    let docs: Vec<Value> = (1..=3)
+        .flat_map(|i| {
+            [
+                json!({"_id": format!("a:{i}")}),
+                json!({"_id": format!("b:{i}")}),
+            ]
+        })
+        .collect();
+    let r = nodes[1].post("/pdb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ids = |v: &Value| -> Vec<String> {
+        (v["rows"].as_array().unwrap().iter())
+            .map(|r| r["id"].as_str().unwrap_or("-").to_owned())
+            .collect()
+    };
+    for n in nodes {
+        let all = n.get("/pdb/_partition/a/_all_docs").json();
+        assert_eq!(ids(&all), ["a:1", "a:2", "a:3"], "{all}");
+        let page = n.get("/pdb/_partition/b/_all_docs?skip=1&limit=1").json();
+        assert_eq!(
+            (ids(&page), &page["offset"]),
+            (vec!["b:2".to_owned()], &json!(1))
+        );
+        let desc = n
+            .get("/pdb/_partition/a/_all_docs?descending=true&start_key=%22a:2%22")
+            .json();
+        assert_eq!(ids(&desc), ["a:2", "a:1"]);
+        let keys = n
+            .post("/pdb/_partition/a/_all_docs", r#"{"keys":["a:3","a:9"]}"#)
+            .json();
+        assert_eq!(keys["rows"][0]["id"], "a:3", "{keys}");
+        assert_eq!(keys["rows"][1], json!({"key": "a:9", "error": "not_found"}));
+    }
+}
+
+/// `multipart/form-data` uploads (an HTML form's) and attachment names that are not
+/// UTF-8, on a clustered database.
+fn forms(nodes: &[Server]) {
+    let host = nodes[1].url.trim_start_matches("http://").to_string();
+    let referer = format!("http://{host}");
+    let ct = "multipart/form-data; boundary=----TF";
+    let form = |path: &str, body: String| {
+        let headers = [("content-type", ct), ("referer", referer.as_str())];
+        nodes[1].req_with("POST", path, Some(&body), &headers, true)
+    };
+    let file = |name: &str, content: &str| {
+        format!("------TF\r\nContent-Disposition: form-data; name=\"_attachments\"; filename=\"{name}\"\r\nContent-Type: text/plain\r\n\r\n{content}\r\n")
+    };
+    // A new document from `_doc`, then a file added to its revision with `_rev`.
+    let body = format!(
+        "------TF\r\nContent-Disposition: form-data; name=\"_doc\"\r\n\r\n{{\"k\":1}}\r\n{}------TF--",
+        file("one.txt", "first file")
+    );
+    let r = form("/cdb/f1", body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev1 = r.json()["rev"].as_str().unwrap().to_owned();
+    assert_eq!(r.header("etag"), Some(format!("\"{rev1}\"").as_str()));
+    let body = format!(
+        "------TF\r\nContent-Disposition: form-data; name=\"_rev\"\r\n\r\n{rev1}\r\n{}------TF--",
+        file("two.txt", "second file")
+    );
+    let r = form("/cdb/f1", body);
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert!(
+        r.json()["rev"].as_str().unwrap().starts_with("2-"),
+        "{}",
+        r.text
+    );
+    for n in nodes {
+        let doc = n.get("/cdb/f1").json();
+        assert_eq!(doc["k"], 1, "{doc}");
+        assert_eq!(doc["_attachments"]["one.txt"]["revpos"], 1, "{doc}");
+        assert_eq!(doc["_attachments"]["two.txt"]["revpos"], 2, "{doc}");
+        assert_eq!(n.get("/cdb/f1/one.txt").text, "first file");
+        assert_eq!(n.get("/cdb/f1/two.txt").text, "second file");
+    }
+    let stale = format!(
+        "------TF\r\nContent-Disposition: form-data; name=\"_rev\"\r\n\r\n{rev1}\r\n{}------TF--",
+        file("three.txt", "x")
+    );
+    assert_eq!(form("/cdb/f1", stale).status, 409);
+
+    // A name that is not UTF-8: the document is looked up through the cluster first.
+    let r = nodes[0].get("/cdb/f1/%FF");
+    assert_eq!(
+        status_json(r),
+        (
+            404,
+            json!({"error": "not_found", "reason": "Document is missing attachment"})
+        )
+    );
+    let r = nodes[0].get("/cdb/nope/%FF");
+    assert_eq!(
+        status_json(r),
+        (404, json!({"error": "not_found", "reason": "missing"}))
+    );
+}
