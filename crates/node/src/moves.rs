@@ -326,11 +326,15 @@ impl Node {
             if reached > done {
                 (done, moved_at) = (reached, Instant::now());
             } else if moved_at.elapsed() > STALLED {
-                return Err(unavailable(format!(
-                    "the new copy on {} stopped catching up (at {done} of {total}); the \
-                     range keeps both copies, and the same move asked again resumes",
-                    what.to
-                )));
+                return Err(Error::Relayed {
+                    status: 503,
+                    error: "timeout".into(),
+                    reason: format!(
+                        "the new copy on {} stopped catching up (at {done} of {total}); the \
+                         range keeps both copies, and the same move asked again resumes",
+                        what.to
+                    ),
+                });
             }
         }
         self.moves.update(what, Phase::Filling, total, total);
@@ -344,7 +348,7 @@ impl Node {
                 let body = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
                 Ok((answer.status, body))
             }
-            None => Err(unavailable(format!("node {name} is not running"))),
+            None => Err(node_down(name)),
         }
     }
 
@@ -378,14 +382,20 @@ fn check(cluster: &Cluster, map: &ShardMap, what: &Move) -> Result<()> {
     let running = cluster.members();
     for node in [&what.from, &what.to] {
         if !running.iter().any(|m| m.name == *node) {
-            return Err(unavailable(format!("node {node} is not running")));
+            return Err(node_down(node));
         }
     }
     Ok(())
 }
 
-fn unavailable(why: String) -> Error {
-    Error::Cluster(settee_cluster::Error::Unavailable(why))
+/// A member the move needs is not running: 503 `nodedown` (CouchDB's name for an
+/// unreachable node), not the 503 of an unreachable etcd.
+fn node_down(node: &str) -> Error {
+    Error::Relayed {
+        status: 503,
+        error: "nodedown".into(),
+        reason: format!("node {node} is not running"),
+    }
 }
 
 /// A member's refusal of a step of the move, passed on as it gave it.
