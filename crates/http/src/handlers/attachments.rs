@@ -157,6 +157,120 @@ pub fn form_content_type(req: &Req) -> ApiResult<String> {
     Ok(ct)
 }
 
+/// A form upload's fields: `_doc` (the document's JSON) or `_rev` (the revision to edit),
+/// and the `_attachments` files (name, content type, what their sink made of them).
+struct Form<F> {
+    doc: Option<String>,
+    rev: Option<String>,
+    files: Vec<(String, String, F)>,
+}
+
+/// Where a form's file goes while it is read: the database's attachment store on a single
+/// node (streamed), memory on a clustered database (sent on to the copies afterwards).
+trait FileSink {
+    type Done;
+    fn write(&mut self, chunk: &[u8]) -> ApiResult<()>;
+    fn finish(self) -> ApiResult<Self::Done>;
+}
+
+impl FileSink for settee_node::att_write::Upload {
+    type Done = settee_docs::Written;
+    fn write(&mut self, chunk: &[u8]) -> ApiResult<()> {
+        Ok(settee_node::att_write::Upload::write(self, chunk)?)
+    }
+    fn finish(self) -> ApiResult<Self::Done> {
+        Ok(settee_node::att_write::Upload::finish(self, None)?)
+    }
+}
+
+/// A file held in memory, refused past `max_attachment_size`.
+struct InMemory {
+    content: Vec<u8>,
+    limit: u64,
+}
+
+impl FileSink for InMemory {
+    type Done = bytes::Bytes;
+    fn write(&mut self, chunk: &[u8]) -> ApiResult<()> {
+        self.content.extend_from_slice(chunk);
+        if self.content.len() as u64 > self.limit {
+            return Err(ApiError::Db(settee_db::Error::AttachmentTooLarge));
+        }
+        Ok(())
+    }
+    fn finish(self) -> ApiResult<Self::Done> {
+        Ok(self.content.into())
+    }
+}
+
+/// Checks a form upload's request (`Referer`, document id, content type) and reads its
+/// fields, each file into the sink `sink(content_type)` gives.
+async fn read_form<S: FileSink>(
+    req: &mut Req,
+    id: &str,
+    sink: impl Fn(&str) -> S,
+) -> ApiResult<Form<S::Done>> {
+    crate::req::check_referer(req)?;
+    settee_core::validate_doc_id(id)?;
+    let ct = form_content_type(req)?;
+    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
+    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
+    let mut form = Form {
+        doc: None,
+        rev: None,
+        files: Vec::new(),
+    };
+    while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
+        match (field.name(), field.file_name()) {
+            (Some("_attachments"), Some(file)) => {
+                let name = file.to_string();
+                check_name(&name)?;
+                let content_type = field
+                    .content_type()
+                    .map_or_else(|| "application/octet-stream".to_string(), |m| m.to_string());
+                let mut file = sink(&content_type);
+                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                    file.write(&chunk)?;
+                }
+                form.files.push((name, content_type, file.finish()?));
+            }
+            (Some("_doc"), _) => form.doc = Some(field.text().await.map_err(multipart_error)?),
+            (Some("_rev"), _) => form.rev = Some(field.text().await.map_err(multipart_error)?),
+            _ => {}
+        }
+    }
+    Ok(form)
+}
+
+/// The `_doc` field's document, as `id`, its revision reconciled with the request's.
+fn form_doc(text: &str, id: &str, req: &Req) -> ApiResult<settee_core::ParsedDoc> {
+    let mut doc = settee_core::parse_doc(crate::req::parse_json(text.as_bytes())?)?;
+    doc.id = Some(id.to_owned());
+    if let Some(rev) = crate::req::reconcile_rev(req, doc.rev())? {
+        doc.revs.get_or_insert((rev.pos, vec![rev.id]));
+    }
+    Ok(doc)
+}
+
+impl<F> Form<F> {
+    /// `doc`'s `_attachments` with the files as `follows` entries first, replacing the
+    /// document's own entries of the same names.
+    fn follow_files(&self, doc: &mut settee_core::ParsedDoc) {
+        let sent = doc.atts.take().unwrap_or_default();
+        let mut atts = Map::new();
+        for (name, content_type, _) in &self.files {
+            atts.insert(
+                name.clone(),
+                json!({"content_type": content_type, "follows": true}),
+            );
+        }
+        for (name, att) in sent {
+            atts.entry(name).or_insert(att);
+        }
+        doc.atts = (!atts.is_empty()).then_some(atts);
+    }
+}
+
 /// `POST /{db}/{docid}` with a `multipart/form-data` body, as an HTML form uploads files:
 /// a `_doc` field (the document's JSON) or a `_rev` field (the revision to edit, kept as
 /// it is), and `_attachments` file fields, named by their file names, which replace
@@ -166,52 +280,15 @@ pub async fn form(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiR
     let Ok(db) = db.engine("form uploads").cloned() else {
         return form_clustered(state, db, id, req).await;
     };
-    crate::req::check_referer(&req)?;
-    settee_core::validate_doc_id(&id)?;
-    let ct = form_content_type(&req)?;
-    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
-    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
-    let (mut doc_field, mut rev_field, mut files) = (None, None, Vec::new());
-    while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
-        match (field.name(), field.file_name()) {
-            (Some("_attachments"), Some(file)) => {
-                let name = file.to_string();
-                check_name(&name)?;
-                let content_type = field
-                    .content_type()
-                    .map_or_else(|| "application/octet-stream".to_string(), |m| m.to_string());
-                let mut upload = state.node.upload(&db, &content_type, false);
-                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-                    upload.write(&chunk)?;
-                }
-                files.push((name, content_type, upload.finish(None)?));
-            }
-            (Some("_doc"), _) => doc_field = Some(field.text().await.map_err(multipart_error)?),
-            (Some("_rev"), _) => rev_field = Some(field.text().await.map_err(multipart_error)?),
-            _ => {}
-        }
-    }
-    let rev = match doc_field {
+    let form = read_form(&mut req, &id, |ct| state.node.upload(&db, ct, false)).await?;
+    let rev = match &form.doc {
         Some(text) => {
-            let mut doc = settee_core::parse_doc(crate::req::parse_json(text.as_bytes())?)?;
-            doc.id = Some(id.clone());
-            if let Some(rev) = crate::req::reconcile_rev(&req, doc.rev())? {
-                doc.revs.get_or_insert((rev.pos, vec![rev.id]));
-            }
+            let mut doc = form_doc(text, &id, &req)?;
+            form.follow_files(&mut doc);
             let mut followed = Followed::new();
-            let sent = doc.atts.take().unwrap_or_default();
-            let mut atts = Map::new();
-            for (name, content_type, written) in files {
-                atts.insert(
-                    name.clone(),
-                    json!({"content_type": content_type, "follows": true}),
-                );
+            for (name, _, written) in form.files {
                 followed.insert(name, written);
             }
-            for (name, att) in sent {
-                atts.entry(name).or_insert(att);
-            }
-            doc.atts = (!atts.is_empty()).then_some(atts);
             written_rev(
                 (state.node)
                     .update_doc_with(db, &req.user, doc, WriteOpts::default(), followed)
@@ -219,11 +296,11 @@ pub async fn form(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiR
             )?
         }
         None => {
-            let rev = Rev::parse(rev_field.as_deref().unwrap_or(""))?;
+            let rev = Rev::parse(form.rev.as_deref().unwrap_or(""))?;
             let revpos = rev.pos + 1;
             let base = edited(&db, &id, Some(rev)).await?;
             let mut atts = base.atts();
-            for (name, content_type, written) in files.into_iter().rev() {
+            for (name, content_type, written) in form.files.into_iter().rev() {
                 atts.put_first(name, &content_type, revpos, &written);
             }
             (state.node)
@@ -254,57 +331,28 @@ async fn form_clustered(
     id: String,
     mut req: Req,
 ) -> ApiResult<Response> {
-    crate::req::check_referer(&req)?;
-    settee_core::validate_doc_id(&id)?;
-    let ct = form_content_type(&req)?;
-    let boundary = boundary_of(&ct).ok_or_else(|| bad("Missing multipart boundary".into()))?;
-    let mut parts = multer::Multipart::new(req.take_body().into_data_stream(), boundary);
     let limit = state.node.write_settings().att_limit;
-    let (mut doc_field, mut rev_field, mut files) = (None, None, Vec::new());
-    while let Some(mut field) = parts.next_field().await.map_err(multipart_error)? {
-        match (field.name(), field.file_name()) {
-            (Some("_attachments"), Some(file)) => {
-                let name = file.to_string();
-                check_name(&name)?;
-                let content_type = field
-                    .content_type()
-                    .map_or_else(|| "application/octet-stream".to_string(), |m| m.to_string());
-                let mut content = Vec::new();
-                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
-                    content.extend_from_slice(&chunk);
-                    if content.len() as u64 > limit {
-                        return Err(ApiError::Db(settee_db::Error::AttachmentTooLarge));
-                    }
-                }
-                files.push((name, content_type, bytes::Bytes::from(content)));
-            }
-            (Some("_doc"), _) => doc_field = Some(field.text().await.map_err(multipart_error)?),
-            (Some("_rev"), _) => rev_field = Some(field.text().await.map_err(multipart_error)?),
-            _ => {}
-        }
-    }
-    let mut doc = match doc_field {
-        Some(text) => {
-            let mut doc = settee_core::parse_doc(crate::req::parse_json(text.as_bytes())?)?;
-            if let Some(rev) = crate::req::reconcile_rev(&req, doc.rev())? {
-                doc.revs.get_or_insert((rev.pos, vec![rev.id]));
-            }
-            doc
-        }
+    let sink = |_: &str| InMemory {
+        content: Vec::new(),
+        limit,
+    };
+    let form = read_form(&mut req, &id, sink).await?;
+    let mut doc = match &form.doc {
+        Some(text) => form_doc(text, &id, &req)?,
         None => {
-            let rev = Rev::parse(rev_field.as_deref().unwrap_or(""))?;
+            let rev = Rev::parse(form.rev.as_deref().unwrap_or(""))?;
             let opts = settee_node::read::ReadOpts {
                 rev: Some(rev.clone()),
                 ..Default::default()
             };
-            let (fabric, name, user, id) = (
+            let (fabric, name, user, docid) = (
                 state.fabric.clone(),
                 db.name.clone(),
                 req.user.clone(),
                 id.clone(),
             );
             let read =
-                super::blocking(move || Ok(fabric.open_doc(&name, &user, &id, &opts)?)).await?;
+                super::blocking(move || Ok(fabric.open_doc(&name, &user, &docid, &opts)?)).await?;
             let settee_node::read::Rendered::Json(body) = read.body else {
                 return Err(ApiError::Db(settee_db::Error::Internal(
                     "a revision read as multipart".into(),
@@ -315,24 +363,17 @@ async fn form_clustered(
                 body.shift_remove(special);
             }
             let mut doc = settee_core::parse_doc(serde_json::Value::Object(body))?;
+            doc.id = Some(id.clone());
             doc.revs = Some((rev.pos, vec![rev.id]));
             doc
         }
     };
-    doc.id = Some(id.clone());
-    let sent = doc.atts.take().unwrap_or_default();
-    let mut atts = Map::new();
-    for (name, content_type, _) in &files {
-        atts.insert(
-            name.clone(),
-            json!({"content_type": content_type, "follows": true}),
-        );
-    }
-    for (name, att) in sent {
-        atts.entry(name).or_insert(att);
-    }
-    doc.atts = (!atts.is_empty()).then_some(atts);
-    let parts = files.into_iter().map(|(name, _, c)| (name, c)).collect();
+    form.follow_files(&mut doc);
+    let parts = form
+        .files
+        .into_iter()
+        .map(|(name, _, c)| (name, c))
+        .collect();
     let opts = WriteOpts::default();
     let fabric = &*state.fabric;
     let written = Fabric::update_doc_related(fabric, &db.name, &req.user, doc, opts, parts).await?;
