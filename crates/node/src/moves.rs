@@ -269,7 +269,8 @@ impl Node {
                 }
             };
         }
-        self.fill(what, &path, &copy).await?;
+        let from = source(cluster, nodes, what)?;
+        self.fill(what, &from, &path, &copy).await?;
         self.moves.update(what, Phase::Removing, 0, 0);
         let nodes = &(map.by_range.iter())
             .find(|c| c.range == what.range)
@@ -285,6 +286,10 @@ impl Node {
             .clone();
         // Writes begun under the previous map are answered before the old copy goes.
         tokio::time::sleep(SETTLE).await;
+        if from != what.from {
+            tracing::warn!(copy, node = %what.from, "moved off a member that is down: the old copy kept");
+            return Ok(map);
+        }
         self.moves.update(what, Phase::Deleting, 0, 0);
         match self.ask_member(&what.from, "DELETE", &path).await {
             Ok((200 | 202 | 404, _)) => {}
@@ -297,20 +302,18 @@ impl Node {
         Ok(map)
     }
 
-    /// Waits until the new copy holds what the old copy held once every member saw the new
-    /// copy in the map: the push checkpoint the new copy keeps (written there only by a
-    /// push into this very copy, unlike the old copy's, which may be left from an earlier
-    /// copy of the same name on that member) has reached that seq. Writes from then on
-    /// reach the new copy directly.
-    async fn fill(&self, what: &Move, path: &str, copy: &str) -> Result<()> {
+    /// Waits until the new copy holds what the source copy `from` (the old one, or another
+    /// if the old one's member is down) held once every member saw the new copy in the map:
+    /// the push checkpoint the new copy keeps (written there only by a push into this very
+    /// copy, unlike the source's, which may be left from an earlier copy of the same name
+    /// on that member) has reached that seq. Writes from then on reach the new copy
+    /// directly.
+    async fn fill(&self, what: &Move, from: &str, path: &str, copy: &str) -> Result<()> {
         self.moves.update(what, Phase::Filling, 0, 0);
         tokio::time::sleep(SETTLE).await;
-        let info = self.member_json(&what.from, path).await?;
+        let info = self.member_json(from, path).await?;
         let total = info.get("update_seq").and_then(seq_number).unwrap_or(0);
-        let checkpoint = format!(
-            "{path}/_local/{}",
-            checkpoint_id(copy, &what.from, &what.to)
-        );
+        let checkpoint = format!("{path}/_local/{}", checkpoint_id(copy, from, &what.to));
         let (mut done, mut moved_at) = (0, Instant::now());
         while done < total {
             self.moves.update(what, Phase::Filling, done, total);
@@ -379,13 +382,26 @@ fn check(cluster: &Cluster, map: &ShardMap, what: &Move) -> Result<()> {
     if !cluster.nodes().iter().any(|d| d.name == what.to) {
         return bad(format!("{} is not a node of the cluster", what.to));
     }
-    let running = cluster.members();
-    for node in [&what.from, &what.to] {
-        if !running.iter().any(|m| m.name == *node) {
-            return Err(node_down(node));
-        }
+    if !cluster.members().iter().any(|m| m.name == what.to) {
+        return Err(node_down(&what.to));
     }
-    Ok(())
+    source(cluster, &copies.nodes, what).map(|_| ())
+}
+
+/// The copy the new one is filled from: the old one while its member runs, else another
+/// running copy of the range. A copy can thus move off a member that is down; writes that
+/// reached only the old copy (none, for a write answered 201 under the default `w`) stay
+/// in it, on its member, which is never asked to delete it while down.
+fn source(cluster: &Cluster, holders: &[String], what: &Move) -> Result<String> {
+    let running = cluster.members();
+    let runs = |node: &String| running.iter().any(|m| m.name == *node);
+    if runs(&what.from) {
+        return Ok(what.from.clone());
+    }
+    (holders.iter())
+        .find(|n| **n != what.from && **n != what.to && runs(n))
+        .cloned()
+        .ok_or_else(|| node_down(&what.from))
 }
 
 /// A member the move needs is not running: 503 `nodedown` (CouchDB's name for an

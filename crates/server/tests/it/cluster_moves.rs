@@ -310,3 +310,54 @@ fn a_copy_moves_under_writes_and_a_new_member_gets_its_share() {
     );
     assert_eq!(shards(n1, "moved"), now);
 }
+
+#[test]
+fn a_copy_moves_off_a_member_that_is_down() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let n1 = &nodes[0];
+    assert_eq!(n1.put("/gone?q=1&n=2", "").status, 201);
+    let docs: Vec<Value> = (0..30)
+        .map(|i| json!({"_id": format!("d{i:02}"), "v": i}))
+        .collect();
+    let r = n1.post("/gone/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let before = shards(n1, "gone");
+    let (range, holders) = before.as_object().unwrap().iter().next().unwrap();
+    let holders: Vec<String> = serde_json::from_value(holders.clone()).unwrap();
+    // The copy moves off a holder other than the member asked (which stays up).
+    let from = (holders.iter()).find(|n| *n != NAMES[0]).unwrap().clone();
+    let kept = (holders.iter()).find(|n| **n != from).unwrap().clone();
+    let to = (NAMES.iter()).find(|n| !holders.contains(&n.to_string()));
+    let to = to.unwrap().to_string();
+    let down = &nodes[NAMES.iter().position(|n| *n == from).unwrap()];
+    down.kill9();
+    eventually("the member down for the others", || {
+        !membership(n1).0.as_array().unwrap().contains(&json!(from))
+    });
+
+    // Moving to the member that is down is refused; moving off it fills the new copy
+    // from the copy that runs.
+    let r = move_copy(n1, "gone", range, &kept, &from);
+    assert_eq!(
+        (r.status, r.json()["error"].as_str()),
+        (503, Some("nodedown")),
+        "{}",
+        r.text
+    );
+    let r = move_copy(n1, "gone", range, &from, &to);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["shards"][range], json!([kept, to]));
+    let copy = r.json()["copy"].as_str().unwrap().to_owned();
+    let on_new =
+        nodes[NAMES.iter().position(|n| *n == to).unwrap()].get(&format!("/{}", enc(&copy)));
+    assert_eq!(on_new.status, 200, "{}", on_new.text);
+    assert_eq!(on_new.json()["doc_count"], 30);
+    // Reads and writes go on with the range's two running copies.
+    let r = n1.put("/gone/after", r#"{"a": 1}"#);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ids: BTreeSet<String> = (0..30)
+        .map(|i| format!("d{i:02}"))
+        .chain(["after".to_string()])
+        .collect();
+    assert!(holds_exactly(n1, "gone", &ids));
+}
