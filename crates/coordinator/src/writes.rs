@@ -92,10 +92,10 @@ impl Coordinator {
             ("content-type".to_owned(), ct),
             ("accept".to_owned(), "application/json".to_owned()),
         ]);
-        let query = if opts.new_edits {
-            ""
-        } else {
-            "?new_edits=false"
+        let query = match (opts.new_edits, opts.keep_revpos) {
+            (false, _) => "?new_edits=false",
+            (true, true) => "?settee_keep_revpos=true",
+            (true, false) => "",
         };
         let copies = Self::doc_copies(map, db, &id);
         let w = merge::quorum_or(opts.w, copies.len());
@@ -249,7 +249,10 @@ impl Coordinator {
         let mut doc = settee_core::parse_doc(body)?;
         doc.id = Some(dest_id.to_owned());
         doc.revs = dest_rev.map(|r| (r.pos, vec![r.id]));
-        let opts = WriteOpts::default();
+        let opts = WriteOpts {
+            keep_revpos: true,
+            ..WriteOpts::default()
+        };
         let written = if parts.is_empty() {
             self.write_clustered(db, map, user, doc, opts).await?
         } else {

@@ -78,7 +78,28 @@ pub(crate) fn gzip_stream<W: std::io::Write>(w: W, level: u32) -> flate2::write:
 }
 
 /// Contents stored from the parts of a `multipart/related` upload, by attachment name.
-pub type Followed = std::collections::HashMap<String, Written>;
+#[derive(Default)]
+pub struct Followed {
+    parts: std::collections::HashMap<String, Written>,
+    /// The contents are not new (a coordinator copying a document, `COPY`): their
+    /// attachments keep the `revpos` the document gives, as CouchDB keeps it for
+    /// contents it already holds. Otherwise a new revision's `revpos`.
+    pub keep_revpos: bool,
+}
+
+impl Followed {
+    pub fn new() -> Followed {
+        Followed::default()
+    }
+
+    pub fn insert(&mut self, name: String, content: Written) {
+        self.parts.insert(name, content);
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Written> {
+        self.parts.remove(name)
+    }
+}
 
 /// What [`ContentWriter::finish`] stored.
 pub struct Written {
@@ -386,7 +407,7 @@ pub fn resolve(
                 .ok_or_else(|| bad(format!("Missing attachment data for {name}")))?;
             let content_type = content_type_of(att.get("content_type"));
             let revpos = match att.get("revpos").and_then(Value::as_u64) {
-                Some(p) if !new_edits => p,
+                Some(p) if !new_edits || followed.keep_revpos => p,
                 _ => new_pos,
             };
             out.insert(name, content_type, revpos, &written);

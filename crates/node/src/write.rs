@@ -24,6 +24,9 @@ pub struct WriteOpts {
     /// `w`: how many copies must hold the revision for a 201 (fewer, but one: 202).
     /// `None`: a majority of the copies.
     pub w: Option<u32>,
+    /// Attachments that follow a `multipart/related` body keep the `revpos` it gives:
+    /// their contents are not new (see [`settee_docs::Followed::keep_revpos`]).
+    pub keep_revpos: bool,
 }
 
 /// Whether a write that reached `copies` copies falls short of the `w` asked for (a 202).
@@ -37,6 +40,7 @@ impl Default for WriteOpts {
             new_edits: true,
             batch: false,
             w: None,
+            keep_revpos: false,
         }
     }
 }
@@ -166,9 +170,10 @@ impl Node {
         user: &UserCtx,
         doc: ParsedDoc,
         opts: WriteOpts,
-        followed: Followed,
+        mut followed: Followed,
     ) -> Result<Option<Rev>> {
         let settings = self.write_settings();
+        followed.keep_revpos = opts.keep_revpos;
         if opts.batch {
             // As CouchDB's `batch=ok`: answered at once; the checks (validation functions
             // included) and the write happen afterwards, and their failures are only

@@ -133,9 +133,9 @@ pub async fn db(state: &AppState, name: &str, mut req: Req) -> ApiResult<Respons
             settee_core::validate_doc_id(&id)?;
             parsed.id = Some(id.clone());
             let opts = WriteOpts {
-                new_edits: true,
                 batch,
                 w: crate::req::write_quorum(&req),
+                ..WriteOpts::default()
             };
             let written = Fabric::update_doc(&*state.fabric, name, &req.user, parsed, opts).await?;
             if batch {

@@ -215,6 +215,9 @@ async fn put(state: &AppState, db: DbRef, id: String, mut req: Req) -> ApiResult
         new_edits,
         batch,
         w: crate::req::write_quorum(&req),
+        // A coordinator's `COPY` to a shard copy (`?settee_keep_revpos=true`).
+        keep_revpos: settee_core::is_shard_name(&db.name)
+            && req.params.get("settee_keep_revpos") == Some("true"),
     };
     let written = match (followed, held) {
         (Some((engine, followed)), _) => Written {

@@ -266,6 +266,10 @@ fn copies_and_batches(nodes: &[Server]) {
     );
     for n in nodes {
         assert_eq!(n.get("/cdb/d1copy/hello.txt").text, "hello world");
+        // The attachment keeps the source's revpos, as CouchDB's copy does (its content is
+        // not new), in the copy's first revision and its second.
+        let copied = n.get("/cdb/d1copy").json();
+        assert_eq!(copied["_attachments"]["hello.txt"]["revpos"], 2, "{copied}");
         assert_eq!(
             n.get("/cdb/_local/l1").json(),
             json!({"_id": "_local/l1", "_rev": "0-2", "a": 1})
