@@ -51,6 +51,7 @@ mod local;
 mod mango;
 pub mod merge;
 mod partitions;
+mod rereduce;
 mod revs;
 mod security;
 mod views;

@@ -9,67 +9,17 @@
 //! different members, in parallel, and every coordinator reads the one index built.
 
 use crate::copies::{offset, rows_of, total_rows, update_seq};
+use crate::rereduce::{reduced_rows_by_keys, Rereduce};
 use crate::{copy_path, enc_id, form_query, merge, Coordinator};
 use serde_json::{json, Map, Value};
 use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_core::design::ViewGroupDef;
-use settee_core::reduce::Builtin;
 use settee_node::fabric::Out;
 use settee_node::read::{ReadOpts, Rendered};
-use settee_node::views::{ViewArgs, GIVEN_DESIGN};
+use settee_node::views::{ViewArgs, GIVEN_DESIGN, GIVEN_PARTIALS};
 use settee_node::{Error, Result};
 use settee_wire::mrargs::{MrArgs, Update};
-
-/// How a view's values reduce again at the coordinator.
-enum Rereduce {
-    Builtin(Builtin),
-    Js(Box<settee_js::ViewRuntime>),
-}
-
-impl Rereduce {
-    fn of(def: &ViewGroupDef, view: usize) -> Result<Option<Rereduce>> {
-        let v = &def.views[view];
-        let Some(src) = v.reduce.as_deref() else {
-            return Ok(None);
-        };
-        if let Some(b) = Builtin::from_source(src) {
-            return match b {
-                // Copies give these finalized: nothing reduces them again.
-                Builtin::ApproxCountDistinct | Builtin::First | Builtin::Last => Err(
-                    Error::NotOnCluster("_approx_count_distinct, _first and _last reductions"),
-                ),
-                b => Ok(Some(Rereduce::Builtin(b))),
-            };
-        }
-        let Some(dialect) = settee_js::Dialect::of(Some(&def.language)) else {
-            return Err(Error::NotOnCluster("reduce functions of query servers"));
-        };
-        let fns = settee_js::ViewFns {
-            views: vec![settee_js::ViewSource {
-                name: v.name.clone(),
-                map: v.map.clone(),
-                reduce: Some(src.to_owned()),
-            }],
-            lib: def.lib.clone(),
-            dialect,
-        };
-        let rt = settee_js::ViewRuntime::new(&fns, Default::default())
-            .map_err(|e| Error::Views(settee_views::Error::Js(e)))?;
-        Ok(Some(Rereduce::Js(Box::new(rt))))
-    }
-
-    fn run(&mut self, values: &[&Value]) -> Result<Value> {
-        match self {
-            Rereduce::Builtin(b) => b
-                .rereduce(values)
-                .map_err(|e| Error::bad_request(e.to_string())),
-            Rereduce::Js(rt) => rt
-                .rereduce(0, values)
-                .map_err(|e| Error::Views(settee_views::Error::Js(e))),
-        }
-    }
-}
 
 /// The parameters every copy is given: the client's, but `skip` (applied here) and
 /// `limit` (each copy gives `skip + limit`), `keys` going in the body.
@@ -151,13 +101,17 @@ impl Coordinator {
         let raw = def.views[n].raw_collation;
         let reducing = def.views[n].reduce.is_some() && args.reduce != Some(false);
         let mut rereduce = if reducing {
-            Rereduce::of(&def, n)?
+            Rereduce::of(&self.node, &def, n)?
         } else {
             None
         };
 
         let mut body = Map::new();
         body.insert(GIVEN_DESIGN.into(), Value::Object(design));
+        if reducing {
+            // Partial results, reduced again across ranges and finalized here.
+            body.insert(GIVEN_PARTIALS.into(), Value::Bool(true));
+        }
         if let Some(keys) = &args.keys {
             body.insert("keys".into(), keys.clone());
         }
@@ -205,6 +159,10 @@ impl Coordinator {
             }
         };
         let rows = match (&mut rereduce, &args.keys) {
+            (Some(r), Some(Value::Array(keys))) => {
+                let (skip, limit) = (args.skip, args.limit);
+                reduced_rows_by_keys(rows, keys, cmp_keys, skip, limit, |v| r.run(v))?
+            }
             (Some(r), _) => merge::reduced_rows(rows, order, args.skip, args.limit, |v| r.run(v))?,
             (None, Some(Value::Array(keys))) => {
                 merge::rows_in_key_order(rows, keys, cmp_keys, order, args.skip, args.limit)

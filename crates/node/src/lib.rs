@@ -261,7 +261,19 @@ impl Node {
         args: settee_wire::mrargs::MrArgs,
         out: fabric::Out<'_>,
     ) -> Result<()> {
-        let mut args = views::ViewArgs::for_view(args, &g, n, &self.config)?;
+        let args = views::ViewArgs::for_view(args, &g, n, &self.config)?;
+        self.run_view_args(db, user, g, n, args, out)
+    }
+
+    fn run_view_args(
+        &self,
+        db: &Arc<Database>,
+        user: &settee_auth::UserCtx,
+        g: Arc<settee_views::Group>,
+        n: usize,
+        mut args: views::ViewArgs,
+        out: fabric::Out<'_>,
+    ) -> Result<()> {
         args.reader = replicator_read::reader(db, user);
         views::run(&self.views, db, &g, n, &args, out)
     }
@@ -271,7 +283,9 @@ impl Node {
     /// which holds only its own range's design documents (CouchDB's shard workers take
     /// the design document from their coordinator the same way). The index is the copy's
     /// own, by the design's signature. Only a shard copy, only for a server admin (a
-    /// member, for its coordinator).
+    /// member, for its coordinator). With `partials`, reductions are given as partial
+    /// results, which the coordinator reduces again with other ranges' ones and finalizes
+    /// (see [`views::GIVEN_PARTIALS`]).
     #[allow(clippy::too_many_arguments)]
     pub fn query_given_view(
         &self,
@@ -281,6 +295,7 @@ impl Node {
         design: &serde_json::Map<String, Value>,
         view: &str,
         args: settee_wire::mrargs::MrArgs,
+        partials: bool,
         out: fabric::Out<'_>,
     ) -> Result<()> {
         if !settee_core::is_shard_name(&db.name) || !user.is_server_admin() {
@@ -291,7 +306,9 @@ impl Node {
         let g = self.views.group(db, &format!("_design/{ddoc}"), design)?;
         let n = (g.def.view(view).map(|(i, _)| i))
             .ok_or_else(|| Error::NotFound("missing_named_view".into()))?;
-        self.run_view(db, user, Arc::new(g), n, args, out)
+        let mut args = views::ViewArgs::for_view(args, &g, n, &self.config)?;
+        args.query.partials = partials;
+        self.run_view_args(db, user, Arc::new(g), n, args, out)
     }
 }
 

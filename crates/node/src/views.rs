@@ -32,6 +32,12 @@ pub struct ViewArgs {
 /// document to query (see [`crate::Node::query_given_view`]).
 pub const GIVEN_DESIGN: &str = "settee_design";
 
+/// The member of such a POST's body by which a coordinator asks the copy for reductions
+/// as partial results (`true`), not finalized: CouchDB's shard workers give their
+/// coordinator `_approx_count_distinct`'s registers and `_first`/`_last`'s key and id,
+/// which only the coordinator, having every range's, finalizes.
+pub const GIVEN_PARTIALS: &str = "settee_partials";
+
 /// CouchDB's `?MAX_VIEW_LIMIT`: the default of `query_limit` and `partition_query_limit`.
 pub const MAX_VIEW_LIMIT: u64 = 0x1000_0000;
 
@@ -112,6 +118,7 @@ impl ViewArgs {
                 }
             },
             partition: a.partition,
+            partials: false,
         };
         query.check_range(def.raw(n)).map_err(Error::QueryParse)?;
         Ok(ViewArgs {

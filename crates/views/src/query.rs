@@ -9,6 +9,7 @@ use crate::tree::{self, Entry, NodeRead, Range, Row};
 use crate::{Error, Result, Views};
 use serde_json::Value;
 use settee_core::collate;
+use settee_core::reduce::Builtin;
 use std::cmp::Ordering;
 use std::ops::{Bound, ControlFlow};
 
@@ -36,6 +37,9 @@ pub struct ViewQuery {
     pub grouping: Grouping,
     /// The partition a query of a partitioned view reads (required for those views).
     pub partition: Option<String>,
+    /// Reductions given as their partial results, not finalized: what a cluster's
+    /// coordinator reduces again across ranges (see [`partial_of`]).
+    pub partials: bool,
 }
 
 impl Default for ViewQuery {
@@ -53,6 +57,7 @@ impl Default for ViewQuery {
             reduce: false,
             grouping: Grouping::None,
             partition: None,
+            partials: false,
         }
     }
 }
@@ -498,7 +503,7 @@ fn reduce_rows(
     'ranges: for range in q.ranges(g.def.raw(view)) {
         let level = match q.grouping {
             Grouping::None => {
-                if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &range)? {
+                if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &range, q.partials)? {
                     if emit(&Value::Null, &v, out)?.is_break() {
                         break 'ranges;
                     }
@@ -522,7 +527,7 @@ fn reduce_rows(
             after.push(0xFF);
             let group = intersect(&cur, &prefix, &after);
             let key = group_key(&row, level)?;
-            if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &group)? {
+            if let Some(v) = reduce_value(g, view, &mut js, nodes, root, &group, q.partials)? {
                 if emit(&key, &v, out)?.is_break() {
                     break 'ranges;
                 }
@@ -577,7 +582,8 @@ fn group_key(row: &Row, level: Option<usize>) -> Result<Value> {
     Ok(key)
 }
 
-/// The final reduction of the rows in `range`, or `None` if it holds no rows.
+/// The final reduction of the rows in `range` (with `partials`, its partial result, see
+/// [`partial_of`]), or `None` if it holds no rows.
 fn reduce_value(
     g: &Group,
     view: usize,
@@ -585,6 +591,7 @@ fn reduce_value(
     nodes: &dyn NodeRead,
     root: Option<&Entry>,
     range: &Range,
+    partials: bool,
 ) -> Result<Option<Value>> {
     let (parts, count) =
         g.with_reducer(view, js, |red| tree::reduce_range(nodes, root, range, red))?;
@@ -600,7 +607,38 @@ fn reduce_value(
     };
     let value = decode(&combined).map_err(Error::Reduce)?;
     Ok(Some(match g.reduces[view] {
+        ReduceKind::Builtin(b) if partials => partial_of(b, value, nodes, root, range)?,
         ReduceKind::Builtin(b) => b.finalize(&value),
         _ => value,
     }))
+}
+
+/// The partial result a coordinator merges with other ranges' ones, for the rows of
+/// `range` whose stored partial is `value`: that partial, except for `_first` and `_last`,
+/// whose stored partial (`[value]`) relies on index order and so is given with its row's
+/// key and document id, `[key, id, value]`, as CouchDB's `{Key, Id, Value}` partial.
+fn partial_of(
+    b: Builtin,
+    value: Value,
+    nodes: &dyn NodeRead,
+    root: Option<&Entry>,
+    range: &Range,
+) -> Result<Value> {
+    let last = match b {
+        Builtin::First => false,
+        Builtin::Last => true,
+        _ => return Ok(value),
+    };
+    let Some(row) = edge_row(nodes, root, range, last)? else {
+        return Ok(value);
+    };
+    let p = decode_payload(&row.value).ok_or_else(|| Error::Internal("bad view row".into()))?;
+    let key: Value =
+        serde_json::from_slice(p.key).map_err(|_| Error::Internal("bad view key".into()))?;
+    let value = value.as_array().and_then(|a| a.first()).cloned();
+    Ok(Value::Array(vec![
+        key,
+        p.doc_id.into(),
+        value.unwrap_or(Value::Null),
+    ]))
 }

@@ -54,11 +54,11 @@ pub async fn view(
         MrArgs::from_query(&req.params)?
     };
     let user = req.user.clone();
-    if let Some(design) = given {
+    if let Some(Given { design, partials }) = given {
         let (node, db) = (state.node.clone(), db.engine("views")?.clone());
         return Ok(stream(JSON, move |sink| {
             let out = &mut |b: &[u8]| sink.write(b);
-            Ok(node.query_given_view(&db, &user, &ddoc, &design, &view, args, out)?)
+            Ok(node.query_given_view(&db, &user, &ddoc, &design, &view, args, partials, out)?)
         })
         .await);
     }
@@ -72,25 +72,40 @@ pub async fn view(
     .await)
 }
 
+/// What a coordinator gives a shard copy with a view query (see `Node::query_given_view`).
+struct Given {
+    design: serde_json::Map<String, serde_json::Value>,
+    /// Reductions as partial results (`settee_partials`).
+    partials: bool,
+}
+
 /// A view POST's arguments and, on a shard copy, the design document its coordinator
-/// gives in the body's `settee_design` (see `Node::query_given_view`); any other
-/// database ignores that member, as it ignores every unknown one.
-fn given_design(
-    db: &DbRef,
-    req: &Req,
-    body: &[u8],
-) -> ApiResult<(MrArgs, Option<serde_json::Map<String, serde_json::Value>>)> {
+/// gives in the body's `settee_design` (see `Node::query_given_view`), with whether it
+/// asks for partial reductions (`settee_partials`); any other database ignores those
+/// members, as it ignores every unknown one.
+fn given_design(db: &DbRef, req: &Req, body: &[u8]) -> ApiResult<(MrArgs, Option<Given>)> {
+    use settee_node::views::{GIVEN_DESIGN, GIVEN_PARTIALS};
     if !settee_core::is_shard_name(&db.name) {
         return Ok((crate::req::args_of_body(req, body)?, None));
     }
     let mut object = crate::req::body_object(crate::req::parse_json(body)?)?;
-    let design = match object.shift_remove(settee_node::views::GIVEN_DESIGN) {
+    let partials = match object.shift_remove(GIVEN_PARTIALS) {
+        None => false,
+        Some(serde_json::Value::Bool(on)) => on,
+        Some(_) => return Err(ApiError::bad_request("settee_partials must be a boolean.")),
+    };
+    let given = match object.shift_remove(GIVEN_DESIGN) {
+        None if partials => {
+            return Err(ApiError::bad_request(
+                "settee_partials is given only with settee_design.",
+            ))
+        }
         None => None,
-        Some(serde_json::Value::Object(design)) => Some(design),
+        Some(serde_json::Value::Object(design)) => Some(Given { design, partials }),
         Some(_) => return Err(ApiError::bad_request("A given design must be an object.")),
     };
     let rest = serde_json::Value::Object(object).to_string();
-    Ok((crate::req::args_of_body(req, rest.as_bytes())?, design))
+    Ok((crate::req::args_of_body(req, rest.as_bytes())?, given))
 }
 
 pub async fn view_queries(

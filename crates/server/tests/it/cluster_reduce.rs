@@ -1,0 +1,242 @@
+//! Reductions of clustered views that the copies cannot finalize alone, each checked
+//! against a single Settee holding the same documents: `_approx_count_distinct` (the
+//! ranges' registers merged before they are counted), `_first` and `_last` (the ranges'
+//! rows compared by key and document id), and reduce functions of external query servers
+//! (Python), reduced again at the coordinator through its query server.
+
+use crate::common;
+
+use common::cluster::*;
+use common::Server;
+use serde_json::{json, Value};
+use settee_cluster::testing::Etcd;
+use std::path::Path;
+
+fn status(r: &common::Resp, want: u16, what: &str) {
+    assert_eq!(r.status, want, "{what}: {}", r.text);
+}
+
+/// A program's path, or `None` when it is not installed.
+fn on_path(program: &str) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    let found = std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file());
+    found.map(|p| p.to_string_lossy().into_owned())
+}
+
+/// A member of `etcd` (as `common::cluster::member`) with `python` views run by `python`.
+fn python_member(etcd: &Etcd, name: &str, dir: &Path, python: &str) -> Server {
+    let ini = dir.join("cluster.ini");
+    std::fs::write(&ini, format!("[cluster]\nlease_ttl = {LEASE_TTL}\n")).unwrap();
+    let endpoints = etcd.endpoints().join(",");
+    let args = [
+        "--node-name",
+        name,
+        "--cluster",
+        &endpoints,
+        "--config",
+        ini.to_str().unwrap(),
+    ];
+    let env = [SECRET, ("COUCHDB_QUERY_SERVER_PYTHON", python)];
+    Server::start_in_with_env(dir, &args, &env)
+}
+
+/// Three members and a single node, all running `python` views when couchpy is installed
+/// (`None` then).
+fn servers() -> (
+    Etcd,
+    Vec<tempfile::TempDir>,
+    Vec<Server>,
+    Server,
+    Option<String>,
+) {
+    let python = on_path("couchpy");
+    if python.is_none() {
+        eprintln!("SKIPPED (Python views): `couchpy` is not on PATH");
+    }
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| match &python {
+            Some(p) => python_member(&etcd, NAMES[i], dirs[i].path(), p),
+            None => member(&etcd, NAMES[i], dirs[i].path()),
+        })
+        .collect();
+    for n in &nodes {
+        eventually("three members running and listed", || {
+            membership(n) == (json!(NAMES), json!(NAMES))
+        });
+    }
+    let single = match &python {
+        Some(p) => Server::start_with_env_ini(&[("COUCHDB_QUERY_SERVER_PYTHON", p)], ""),
+        None => Server::start(),
+    };
+    (etcd, dirs, nodes, single, python)
+}
+
+#[test]
+fn clustered_reductions() {
+    let (_etcd, _dirs, nodes, single, python) = servers();
+    same_data(&nodes[0], &single, "red");
+    finalized_builtins(&nodes, &single);
+    if python.is_some() {
+        python_reduce(&nodes, &single);
+    }
+}
+
+/// Creates `db` (q=4, n=2 on the cluster) on both with the same documents: keys
+/// `[g, k]` repeat across documents, so across ranges.
+fn same_data(cluster: &Server, single: &Server, db: &str) {
+    status(&cluster.put(&format!("/{db}?q=4&n=2"), ""), 201, "create");
+    status(&single.put(&format!("/{db}"), ""), 201, "create");
+    let docs: Vec<Value> = (0..60)
+        .map(|i| json!({"_id": format!("doc{i:03}"), "n": i, "g": i % 3, "k": i % 7}))
+        .collect();
+    let first = "function(doc) { if (doc.n !== undefined) emit([doc.g, doc.k], doc._id); }";
+    let raw = "function(doc) { if (doc.n !== undefined) emit(doc.n % 2 ? 'B' + doc.k : 'a' + doc.k, doc.n); }";
+    let design = json!({
+        "_id": "_design/r",
+        "views": {
+            "acd": {"map": "function(doc) { if (doc.n !== undefined) emit([doc.g, doc.k, doc.n % 4], null); }",
+                    "reduce": "_approx_count_distinct"},
+            "first": {"map": first, "reduce": "_first"},
+            "last": {"map": first, "reduce": "_last"},
+            "raw_first": {"map": raw, "reduce": "_first", "options": {"collation": "raw"}},
+            "stats": {"map": "function(doc) { if (doc.n !== undefined) emit([doc.g, doc.k], doc.n); }",
+                      "reduce": "_stats"},
+        }
+    });
+    let mut all = docs;
+    all.push(design);
+    if let Some(p) = python_design() {
+        all.push(p);
+    }
+    let body = json!({ "docs": all }).to_string();
+    status(
+        &single.post(&format!("/{db}/_bulk_docs"), &body),
+        201,
+        "bulk",
+    );
+    let r = cluster.post(&format!("/{db}/_bulk_docs"), &body);
+    assert!(r.status == 201 || r.status == 202, "bulk: {}", r.text);
+    // Below the quorum (202), the copies a view reads may learn of some documents later.
+    eventually("every document in the view's copies", || {
+        let r = cluster.get(&format!("/{db}/_design/r/_view/stats"));
+        r.status == 200 && r.json()["rows"][0]["value"]["count"] == 60
+    });
+}
+
+fn python_design() -> Option<Value> {
+    on_path("couchpy")?;
+    let map = "def fun(doc):\n    if 'n' in doc:\n        yield [doc['g'], doc['k']], doc['n']";
+    Some(json!({
+        "_id": "_design/py",
+        "language": "python",
+        "views": {
+            "sum": {"map": map, "reduce": "def fun(keys, values, rereduce):\n    return sum(values)"},
+            "count": {"map": map,
+                      "reduce": "def fun(keys, values, rereduce):\n    if rereduce:\n        return sum(values)\n    return len(values)"},
+            "builtin": {"map": map, "reduce": "_count"},
+        }
+    }))
+}
+
+/// `path` answers the same (status and body) through `member` as on `single`.
+fn same_answer(member: &Server, single: &Server, method: &str, path: &str, body: Option<&str>) {
+    let path = path
+        .replace('[', "%5B")
+        .replace(']', "%5D")
+        .replace('"', "%22")
+        .replace('{', "%7B")
+        .replace('}', "%7D");
+    let (a, b) = (
+        member.req(method, &path, body),
+        single.req(method, &path, body),
+    );
+    assert_eq!(
+        a.status, b.status,
+        "{method} {path}: {} vs {}",
+        a.text, b.text
+    );
+    assert_eq!(a.json(), b.json(), "{method} {path}");
+}
+
+/// The query strings every reducing view is asked with.
+const QUERIES: &[&str] = &[
+    "",
+    "?group=true",
+    "?group_level=1",
+    "?group_level=2",
+    "?group=true&descending=true",
+    "?group_level=1&descending=true",
+    "?start_key=[1]&end_key=[2]",
+    "?start_key=[0,3]&end_key=[2,2]&group_level=1",
+    "?start_key=[0,3]&end_key=[2,2]&inclusive_end=false&group=true",
+    "?group=true&skip=2&limit=4",
+    "?key=[1,4]",
+    "?key=[1,4]&group=true",
+    "?start_key=[2,9]&end_key=[1]&descending=true",
+    "?start_key=[5]",
+];
+
+/// `_approx_count_distinct`, `_first`, `_last` (in ICU and raw collation) and `_stats` as on
+/// a single node, through every member, for whole, grouped and ranged reductions.
+fn finalized_builtins(nodes: &[Server], single: &Server) {
+    for (i, view) in ["acd", "first", "last", "stats"].iter().enumerate() {
+        let member = &nodes[i % nodes.len()];
+        for q in QUERIES {
+            let path = format!("/red/_design/r/_view/{view}{q}");
+            same_answer(member, single, "GET", &path, None);
+        }
+        let keys = json!({"keys": [[1, 4], [0, 0], [2, 6]]}).to_string();
+        let path = format!("/red/_design/r/_view/{view}?group=true");
+        same_answer(member, single, "POST", &path, Some(&keys));
+    }
+    for q in ["", "?group=true", "?start_key=\"B3\"", "?descending=true"] {
+        let path = format!("/red/_design/r/_view/raw_first{q}");
+        same_answer(&nodes[1], single, "GET", &path, None);
+    }
+    // The merged registers count keys that several ranges hold once.
+    let r = nodes[2].get("/red/_design/r/_view/acd");
+    status(&r, 200, "acd");
+    let estimate = r.json()["rows"][0]["value"].as_u64().unwrap();
+    assert!(
+        (57..=63).contains(&estimate),
+        "60 distinct keys: {}",
+        r.text
+    );
+    let r = nodes[2].get("/red/_design/r/_view/first?group=true&limit=1");
+    assert_eq!(
+        r.json()["rows"],
+        json!([{"key": [0, 0], "value": "doc000"}])
+    );
+    // `/queries` too.
+    let queries = json!({"queries": [{"group": true}, {"group_level": 1, "descending": true}]});
+    same_answer(
+        &nodes[0],
+        single,
+        "POST",
+        "/red/_design/r/_view/acd/queries",
+        Some(&queries.to_string()),
+    );
+}
+
+/// A Python reduce function on a clustered view answers as on a single node: the ranges'
+/// reductions reduced again through the coordinator's query server.
+fn python_reduce(nodes: &[Server], single: &Server) {
+    for (i, view) in ["sum", "count", "builtin"].iter().enumerate() {
+        let member = &nodes[i % nodes.len()];
+        for q in QUERIES {
+            let path = format!("/red/_design/py/_view/{view}{q}");
+            same_answer(member, single, "GET", &path, None);
+        }
+    }
+    let r = nodes[1].get("/red/_design/py/_view/sum");
+    assert_eq!(
+        r.json()["rows"],
+        json!([{"key": null, "value": 1770}]),
+        "{}",
+        r.text
+    );
+}
