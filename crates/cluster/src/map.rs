@@ -162,14 +162,35 @@ impl ShardMap {
         settee_core::shard_name(range, db, self.created)
     }
 
-    /// The copies of the range holding document `id`.
+    /// The copies of the range holding document `id` (ranges by their names: a split
+    /// leaves them of unequal widths).
     pub fn copies_of(&self, id: &str) -> &Copies {
         let h = shards::hash(id, self.partitioned);
-        let i = shards::ranges(self.q)
-            .iter()
-            .position(|(s, e)| (*s..=*e).contains(&h))
-            .expect("the ranges cover the ring");
-        &self.by_range[i]
+        (self.by_range.iter())
+            .find(|c| shards::parse_range(&c.range).is_some_and(|(s, e)| (s..=e).contains(&h)))
+            .expect("the ranges cover the ring")
+    }
+
+    /// This map with `range` replaced by its two halves ([`shards::split_range`]), each
+    /// held by the nodes that held `range`; `q` counts the ranges then, as CouchDB's does.
+    pub fn with_range_split(&self, range: &str) -> Result<ShardMap, PlanError> {
+        let i = (self.by_range.iter())
+            .position(|c| c.range == range)
+            .ok_or_else(|| PlanError::UnknownRange(range.to_owned()))?;
+        let halves = (shards::parse_range(range))
+            .and_then(shards::split_range)
+            .ok_or_else(|| PlanError::BadNodes(format!("range {range} cannot be split")))?;
+        let mut edited = self.clone();
+        let nodes = edited.by_range[i].nodes.clone();
+        edited.by_range.splice(
+            i..=i,
+            halves.map(|h| Copies {
+                range: shards::range_name(h),
+                nodes: nodes.clone(),
+            }),
+        );
+        edited.q = edited.by_range.len() as u32;
+        Ok(edited)
     }
 
     /// Each node's ranges (CouchDB's `by_node`), nodes by name.
@@ -210,6 +231,17 @@ impl ShardMap {
             .iter()
             .any(|c| c.nodes.iter().any(|n| n == node))
     }
+}
+
+/// The id CouchDB gives the job splitting shard copy `copy` on `node` (`mem3_reshard`'s
+/// `job_id`): `001-` and the hex SHA-256 of the copy's name followed by the node's.
+pub fn split_job_id(copy: &str, node: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(copy.as_bytes())
+        .chain_update(node.as_bytes())
+        .finalize();
+    format!("001-{}", hex::encode(digest))
 }
 
 #[cfg(test)]
@@ -296,6 +328,47 @@ mod tests {
         assert_eq!(
             plan(0, 3, None, false, &nodes(&["a@h"]), 0, "u"),
             Err(PlanError::BadQ)
+        );
+    }
+
+    #[test]
+    fn split_jobs_are_named_as_couchdb_names_them() {
+        // As CouchDB 3.5.2 named its job splitting this copy on this node.
+        assert_eq!(
+            split_job_id(
+                "shards/00000000-ffffffff/rdb.1795993950",
+                "couchdb-5995@127.0.0.1"
+            ),
+            "001-e632ff3e01086409ef4f7d6465a1cf61b8d98416c32875af10d7fd09a86ea3d0"
+        );
+    }
+
+    #[test]
+    fn a_split_range_becomes_two_held_by_the_same_nodes() {
+        let m = plan(2, 2, None, false, &nodes(&["a@h", "b@h"]), 0, "u").unwrap();
+        let split = m.with_range_split("80000000-ffffffff").unwrap();
+        assert_eq!(split.q, 3);
+        let ranges: Vec<&str> = split.by_range.iter().map(|c| c.range.as_str()).collect();
+        assert_eq!(
+            ranges,
+            [
+                "00000000-7fffffff",
+                "80000000-bfffffff",
+                "c0000000-ffffffff"
+            ]
+        );
+        assert_eq!(split.by_range[1].nodes, m.by_range[1].nodes);
+        assert_eq!(split.by_range[2].nodes, m.by_range[1].nodes);
+        // Documents are found in ranges of unequal widths.
+        for i in 0..200 {
+            let id = format!("doc{i}");
+            let h = shards::hash(&id, false);
+            let held = shards::parse_range(&split.copies_of(&id).range).unwrap();
+            assert!((held.0..=held.1).contains(&h), "{id}");
+        }
+        assert_eq!(
+            m.with_range_split("00000000-3fffffff"),
+            Err(PlanError::UnknownRange("00000000-3fffffff".into()))
         );
     }
 

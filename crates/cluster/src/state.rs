@@ -31,6 +31,9 @@ const JOBS: &str = "jobs";
 /// `{prefix}/setup/finished`: the cluster set-up wizard's `finish_cluster` has run.
 const SETUP: &str = "setup";
 const FINISHED: &str = "finished";
+/// `{prefix}/reshard/{name}`: resharding's jobs and switch (`settee_node::reshard`), JSON
+/// values this crate stores without reading.
+const RESHARD: &str = "reshard";
 
 /// What this node knows of the state, as of etcd revision `revision`.
 #[derive(Default)]
@@ -43,11 +46,13 @@ struct Cache {
     jobs: BTreeMap<String, String>,
     /// Who finished the cluster's set-up, once one did.
     finished: Option<Finished>,
+    /// Resharding's records: value and modification revision.
+    reshard: BTreeMap<String, (Vec<u8>, i64)>,
     revision: i64,
 }
 
 impl Cache {
-    fn put(&mut self, kind: &str, name: &str, value: &[u8]) -> Result<()> {
+    fn put(&mut self, kind: &str, name: &str, value: &[u8], modified: i64) -> Result<()> {
         let corrupt = |why: String| Error::Corrupt {
             key: format!("{kind}/{name}"),
             why,
@@ -75,6 +80,10 @@ impl Cache {
                     serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
                 self.jobs.insert(name.to_owned(), owner.node);
             }
+            RESHARD => {
+                self.reshard
+                    .insert(name.to_owned(), (value.to_vec(), modified));
+            }
             SETUP if name == FINISHED => {
                 let f: Finished =
                     serde_json::from_slice(value).map_err(|e| corrupt(e.to_string()))?;
@@ -91,6 +100,7 @@ impl Cache {
             LIVE => drop(self.live.remove(name)),
             DBS => drop(self.dbs.remove(name)),
             JOBS => drop(self.jobs.remove(name)),
+            RESHARD => drop(self.reshard.remove(name)),
             SETUP if name == FINISHED => self.finished = None,
             _ => {}
         }
@@ -382,6 +392,94 @@ impl Cluster {
         Ok(Arc::new(edited))
     }
 
+    /// Replaces `range` of `db`'s map (the creation `uuid`) by its two halves, held by the
+    /// nodes that held it ([`ShardMap::with_range_split`]): one transaction conditional on
+    /// the map's modification revision as read just before, so an edit made meanwhile is
+    /// a conflict, never a lost update. A map already split there (by an earlier attempt,
+    /// or another member's) is answered as it is. The map as stored, once this node's
+    /// cache shows it.
+    pub async fn split_range(&self, db: &str, uuid: &str, range: &str) -> Result<Arc<ShardMap>> {
+        let key = self.key(DBS, db);
+        let (got, _) = (self.call(|mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        }))
+        .await?;
+        let Some(kv) = got.kvs().first() else {
+            return Err(Error::NotFound("missing"));
+        };
+        let current: ShardMap = serde_json::from_slice(kv.value()).map_err(|e| Error::Corrupt {
+            key: format!("{DBS}/{db}"),
+            why: e.to_string(),
+        })?;
+        if current.uuid != uuid {
+            return Err(Error::Conflict);
+        }
+        if !current.by_range.iter().any(|c| c.range == range) {
+            let halves = (settee_core::shards::parse_range(range))
+                .and_then(settee_core::shards::split_range)
+                .map(|h| h.map(settee_core::shards::range_name));
+            let split = |[a, b]: [String; 2]| {
+                let held = |r: &str| current.by_range.iter().any(|c| c.range == r);
+                held(&a) && held(&b)
+            };
+            if halves.is_some_and(split) {
+                self.seen_revision(kv.mod_revision(), self.config.timeout)
+                    .await;
+                return Ok(Arc::new(current));
+            }
+            return Err(map::PlanError::UnknownRange(range.to_owned()).into());
+        }
+        let edited = current.with_range_split(range)?;
+        let value = serde_json::to_vec(&edited).expect("json");
+        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision());
+        let done = self
+            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
+            .await?;
+        if !done.applied_or_holds(&value) {
+            return Err(Error::Conflict);
+        }
+        Ok(Arc::new(edited))
+    }
+
+    /// Resharding's records (`{prefix}/reshard/{name}`): name, value and modification
+    /// revision, by name.
+    pub fn reshard_records(&self) -> Vec<(String, Vec<u8>, i64)> {
+        let cache = self.cache.read().unwrap();
+        (cache.reshard.iter())
+            .map(|(k, (v, m))| (k.clone(), v.clone(), *m))
+            .collect()
+    }
+
+    /// One of resharding's records: its value and modification revision.
+    pub fn reshard_record(&self, name: &str) -> Option<(Vec<u8>, i64)> {
+        self.cache.read().unwrap().reshard.get(name).cloned()
+    }
+
+    /// Stores a record of resharding if its key's modification revision is still
+    /// `expected` (0: absent): whether it did (a conflict otherwise).
+    pub async fn put_reshard(&self, name: &str, value: &[u8], expected: i64) -> Result<bool> {
+        let key = self.key(RESHARD, name);
+        let when = match expected {
+            0 => Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+            m => Compare::mod_revision(key.as_str(), CompareOp::Equal, m),
+        };
+        let done = self
+            .txn(&key, when, TxnOp::put(key.as_str(), value, None))
+            .await?;
+        Ok(done.applied_or_holds(value))
+    }
+
+    /// Deletes a record of resharding: whether it was there.
+    pub async fn delete_reshard(&self, name: &str) -> Result<bool> {
+        let key = self.key(RESHARD, name);
+        let when = Compare::create_revision(key.as_str(), CompareOp::Greater, 0);
+        let done = self
+            .txn(&key, when, TxnOp::delete(key.as_str(), None))
+            .await?;
+        Ok(done.applied_or_gone())
+    }
+
     /// Takes `job` for this node unless another node holds it: whether this node owns it
     /// now. The claim lasts while this node's lease does.
     pub async fn claim(&self, job: &str) -> Result<bool> {
@@ -557,7 +655,7 @@ impl Cluster {
         };
         for kv in got.kvs() {
             if let Some((kind, name)) = split_key(&prefix, kv.key()) {
-                if let Err(e) = fresh.put(kind, name, kv.value()) {
+                if let Err(e) = fresh.put(kind, name, kv.value(), kv.mod_revision()) {
                     tracing::error!(error = %e, "cluster state");
                 }
             }
@@ -585,7 +683,7 @@ impl Cluster {
                 };
                 match ev.event_type() {
                     EventType::Put => {
-                        if let Err(e) = cache.put(kind, name, kv.value()) {
+                        if let Err(e) = cache.put(kind, name, kv.value(), kv.mod_revision()) {
                             tracing::error!(error = %e, "cluster state");
                         }
                     }

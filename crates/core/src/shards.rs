@@ -24,6 +24,31 @@ pub fn range_name((start, end): (u32, u32)) -> String {
     format!("{start:08x}-{end:08x}")
 }
 
+/// A range's bounds from its name (`00000000-7fffffff`): two 8-digit hex numbers, the
+/// first not above the second.
+pub fn parse_range(name: &str) -> Option<(u32, u32)> {
+    let (b, e) = name.split_once('-')?;
+    let hex = |s: &str| {
+        (s.len() == 8 && s.bytes().all(|c| c.is_ascii_hexdigit()))
+            .then(|| u32::from_str_radix(s, 16).ok())
+            .flatten()
+    };
+    let (b, e) = (hex(b)?, hex(e)?);
+    (b <= e).then_some((b, e))
+}
+
+/// The two halves of `range` as CouchDB's resharding cuts it (`mem3_reshard`'s
+/// `target_ranges` with 2 parts): the first `len / 2` positions, then the rest. `None`
+/// for a range of a single position.
+pub fn split_range((start, end): (u32, u32)) -> Option<[(u32, u32); 2]> {
+    let len = u64::from(end) - u64::from(start) + 1;
+    if len < 2 {
+        return None;
+    }
+    let first_end = (u64::from(start) + len / 2 - 1) as u32;
+    Some([(start, first_end), (first_end + 1, end)])
+}
+
 /// The hash placing `id`: CRC-32 of the id, or in a partitioned database of its partition
 /// (ids starting with `_` hash whole, as `couch_partition:hash` does).
 pub fn hash(id: &str, partitioned: bool) -> u32 {
@@ -71,5 +96,32 @@ mod tests {
         assert_eq!(hash("foo:a", true), hash("foo", false));
         assert_eq!(hash("_design/x", true), hash("_design/x", false));
         assert_eq!(range_of(2, "foo", false), (0x8000_0000, 0xffff_ffff));
+    }
+
+    #[test]
+    fn ranges_split_in_two_as_couchdb_cuts_them() {
+        let names = |r: [(u32, u32); 2]| r.map(range_name);
+        let whole = parse_range("00000000-ffffffff").unwrap();
+        assert_eq!(
+            names(split_range(whole).unwrap()),
+            ["00000000-7fffffff", "80000000-ffffffff"]
+        );
+        // A third of the ring (CouchDB's q=3 first range), an odd length: the rest goes last.
+        let third = parse_range("00000000-55555554").unwrap();
+        assert_eq!(
+            names(split_range(third).unwrap()),
+            ["00000000-2aaaaaa9", "2aaaaaaa-55555554"]
+        );
+        assert_eq!(split_range((5, 6)), Some([(5, 5), (6, 6)]));
+        assert_eq!(split_range((7, 7)), None);
+        for bad in [
+            "",
+            "0-1",
+            "00000000",
+            "0000000g-ffffffff",
+            "80000000-7fffffff",
+        ] {
+            assert_eq!(parse_range(bad), None, "{bad}");
+        }
     }
 }
