@@ -5,7 +5,7 @@ use crate::error::ApiError;
 use crate::handlers::design_fns;
 use crate::handlers::{
     all_docs, attachments, bulk, changes, cluster_moves, cluster_setup, database, doc, mango, node,
-    partition, rewrite, server, unavailable, utils, views,
+    partition, reshard, rewrite, server, unavailable, utils, views,
 };
 use crate::{AppState, Req};
 use axum::response::Response;
@@ -138,7 +138,7 @@ pub async fn dispatch(state: AppState, endpoint: Endpoint, req: Req) -> Result<R
         Endpoint::Scheduler(rest) => {
             crate::handlers::scheduler::scheduler(&state, &req, &rest).await
         }
-        Endpoint::Reshard(rest) => unavailable::reshard(&req, &rest),
+        Endpoint::Reshard(rest) => reshard::reshard(&state, req, &rest).await,
         Endpoint::ClusterSetup => cluster_setup::cluster_setup(&state, req).await,
         Endpoint::Cluster(rest) => cluster_moves::cluster(&state, &rest, req).await,
         Endpoint::SearchAnalyze => unavailable::search_analyze(req).await,

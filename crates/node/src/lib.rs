@@ -36,6 +36,7 @@ pub mod read;
 pub mod render;
 pub mod replication;
 pub mod replicator_read;
+pub mod reshard;
 pub mod rewrite;
 pub mod settings;
 pub mod status;
@@ -71,6 +72,8 @@ pub struct Node {
     pub tasks: Tasks,
     /// Shard copies this member is moving now (`_active_tasks`).
     pub moves: moves::Moves,
+    /// Shard copies this member is splitting now (`_active_tasks`).
+    pub splits: reshard::Splits,
     /// What authentication keeps about users between requests.
     pub users: users::Users,
     /// The `[uuids]` generator; replaced when the configured algorithm changes.
@@ -102,6 +105,7 @@ impl Node {
             config,
             tasks: Tasks::default(),
             moves: Default::default(),
+            splits: Default::default(),
             users: Default::default(),
             uuids: Mutex::new(None),
             log: OnceLock::new(),
@@ -210,6 +214,7 @@ impl Node {
         let mut tasks = self.tasks.list();
         tasks.extend(self.views.tasks.list());
         tasks.extend(self.moves.list());
+        tasks.extend(self.splits.list());
         tasks
     }
 

@@ -156,6 +156,8 @@ fn serve(
             node.set_cluster(cluster);
             // Internal replication: this member's copies push what the others lack.
             settee_sync::start(node.clone(), state.replicator());
+            // Resharding: this member runs the split jobs it claims.
+            settee_node::reshard::run::start(node.clone(), state.replicator());
         }
         state.start_scheduler();
         eprintln!(

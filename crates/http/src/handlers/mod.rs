@@ -13,6 +13,7 @@ pub mod mango;
 pub mod node;
 pub mod partition;
 pub mod replicate;
+pub mod reshard;
 pub mod rewrite;
 pub mod scheduler;
 pub mod server;

@@ -11,6 +11,7 @@ mod cluster_mango;
 mod cluster_moves;
 mod cluster_partitions;
 mod cluster_reduce;
+mod cluster_reshard;
 mod cluster_setup;
 mod cluster_system_dbs;
 mod cluster_writes;

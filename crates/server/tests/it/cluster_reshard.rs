@@ -1,0 +1,521 @@
+//! Resharding on a cluster (CouchDB 3's `_reshard`): a range split in two on every copy
+//! while clients write, the API's answers and refusals as CouchDB 3.5.2 gives them, the
+//! cluster-wide switch and a job's own state, and a job of a member that went down taken
+//! over by another.
+
+use crate::common;
+use common::cluster::{eventually, member, membership, three_members, NAMES};
+use common::{Resp, Server};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// The database's ranges and their nodes, as `_shards` shows them on `s`.
+fn shards(s: &Server, db: &str) -> Value {
+    let r = s.get(&format!("/{db}/_shards"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json()["shards"].clone()
+}
+
+fn enc(s: &str) -> String {
+    s.replace('/', "%2F")
+}
+
+fn refused(r: Resp, status: u16, error: &str, reason: &str) {
+    assert_eq!(
+        (
+            r.status,
+            r.json()["error"].as_str(),
+            r.json()["reason"].as_str()
+        ),
+        (status, Some(error), Some(reason)),
+        "{}",
+        r.text
+    );
+}
+
+fn jobs(s: &Server) -> Vec<Value> {
+    let r = s.get("/_reshard/jobs");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let v = r.json();
+    assert_eq!(v["offset"], 0);
+    let jobs = v["jobs"].as_array().unwrap().clone();
+    assert_eq!(v["total_rows"], jobs.len());
+    jobs
+}
+
+/// Every job of `db` completed.
+fn all_completed(s: &Server, db: &str, count: usize) -> bool {
+    let of_db: Vec<Value> = (jobs(s).into_iter())
+        .filter(|j| j["source"].as_str().unwrap().contains(&format!("/{db}.")))
+        .collect();
+    of_db.len() == count && of_db.iter().all(|j| j["job_state"] == "completed")
+}
+
+/// The ids in `_all_docs` of `s`.
+fn all_ids(s: &Server, db: &str) -> BTreeSet<String> {
+    let r = s.get(&format!("/{db}/_all_docs"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    (r.json()["rows"].as_array().unwrap().iter())
+        .map(|row| row["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_range_splits_on_every_copy_while_clients_write() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let n1 = &nodes[0];
+    assert_eq!(n1.put("/split?q=2&n=2", "").status, 201);
+    let docs: Vec<Value> = (0..60)
+        .map(|i| json!({"_id": format!("d{i:03}"), "v": i}))
+        .collect();
+    let r = n1.post("/split/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let mut acked: BTreeSet<String> = (0..60).map(|i| format!("d{i:03}")).collect();
+    // A conflicted document, a deleted one, one with an attachment, a local one.
+    let branches = json!({"new_edits": false, "docs": [
+        {"_id": "conflicted", "_rev": "1-aaaa", "side": "a"},
+        {"_id": "conflicted", "_rev": "1-bbbb", "side": "b"},
+    ]});
+    assert_eq!(
+        n1.post("/split/_bulk_docs", &branches.to_string()).status,
+        201
+    );
+    acked.insert("conflicted".into());
+    let rev = n1.put("/split/gone", "{}").json()["rev"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(n1.delete(&format!("/split/gone?rev={rev}")).status, 200);
+    let att =
+        json!({"_attachments": {"a.txt": {"content_type": "text/plain", "data": "aGVsbG8="}}});
+    assert_eq!(n1.put("/split/withatt", &att.to_string()).status, 201);
+    acked.insert("withatt".into());
+    assert_eq!(n1.put("/split/_local/mine", r#"{"kept": 1}"#).status, 201);
+
+    // The API before any job, and its refusals (CouchDB 3.5.2's words).
+    assert_eq!(
+        n1.get("/_reshard").text.trim_end(),
+        r#"{"state":"running","state_reason":null,"completed":0,"failed":0,"running":0,"stopped":0,"total":0}"#
+    );
+    assert_eq!(
+        n1.get("/_reshard/state").text.trim_end(),
+        r#"{"state":"running","reason":null}"#
+    );
+    assert_eq!(
+        n1.get("/_reshard/jobs").text.trim_end(),
+        r#"{"total_rows":0,"offset":0,"jobs":[]}"#
+    );
+    let post = |body: Value| n1.post("/_reshard/jobs", &body.to_string());
+    refused(
+        post(json!({"type": "merge", "db": "split"})),
+        400,
+        "bad_request",
+        "`job type must be `split`",
+    );
+    refused(
+        post(json!({"type": "split", "db": "nope"})),
+        400,
+        "bad_request",
+        "Invalid `db`",
+    );
+    refused(
+        post(json!({"type": "split"})),
+        400,
+        "bad_request",
+        "Must specify at least `db` or `shard`",
+    );
+    refused(
+        post(json!({"type": "split", "db": "split", "range": "zz"})),
+        400,
+        "bad_request",
+        "Invalid `range`",
+    );
+    refused(
+        post(json!({"type": "split", "db": "split", "node": "x@y"})),
+        400,
+        "bad_request",
+        "`node` is not a valid node name",
+    );
+    refused(
+        post(json!({"type": "split", "db": "split", "range": "00000000-3fffffff"})),
+        404,
+        "not_found",
+        "missing",
+    );
+    refused(
+        post(json!([])),
+        400,
+        "bad_request",
+        "Request body must be a JSON object",
+    );
+    refused(n1.get("/_reshard/jobs/nope"), 404, "not_found", "missing");
+    refused(
+        n1.delete("/_reshard/jobs/nope"),
+        404,
+        "not_found",
+        "missing",
+    );
+    refused(
+        n1.put("/_reshard/state", "{}"),
+        400,
+        "bad_request",
+        "Expected a `state` field",
+    );
+    refused(
+        n1.put("/_reshard/jobs/nope/state", r#"{"state": "x"}"#),
+        400,
+        "bad_request",
+        "State field not `running` or `stopped`",
+    );
+    refused(n1.get("/_reshard/x"), 404, "not_found", "missing");
+    let r = n1.req("DELETE", "/_reshard", None);
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET,HEAD")));
+    let anon = n1.anon("GET", "/_reshard", None, &[]);
+    assert_eq!(anon.status, 401, "{}", anon.text);
+
+    // A writer on every member keeps going while the first range splits, and the split
+    // shows in its members' `_active_tasks`.
+    let before = shards(n1, "split");
+    let (range, holders) = before.as_object().unwrap().iter().next().unwrap();
+    let (range, holders) = (range.clone(), holders.clone());
+    let stop = AtomicBool::new(false);
+    let written = Mutex::new(Vec::<String>::new());
+    let seen_task = AtomicBool::new(false);
+    let created = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && i < 5000 {
+                let id = format!("w{i:04}");
+                let r = nodes[i % 3].put(&format!("/split/{id}"), r#"{"during": true}"#);
+                assert!(
+                    matches!(r.status, 201 | 202),
+                    "write {id}: {} {}",
+                    r.status,
+                    r.text
+                );
+                written.lock().unwrap().push(id);
+                i += 1;
+            }
+        });
+        let watcher = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                for n in &nodes {
+                    let tasks = n.get("/_active_tasks").json();
+                    if (tasks.as_array().unwrap().iter())
+                        .any(|t| t["type"] == "shard_split" && t["database"] == "split")
+                    {
+                        seen_task.store(true, Ordering::Relaxed);
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+        });
+        // Some writes land before the split begins.
+        eventually("writes before the split", || {
+            written.lock().unwrap().len() > 20
+        });
+        let created = post(json!({"type": "split", "db": "split", "range": range}));
+        eventually("both copies' jobs completed", || {
+            all_completed(n1, "split", 2)
+        });
+        // And some after the map names the halves.
+        let after = written.lock().unwrap().len() + 20;
+        eventually("writes after the split", || {
+            written.lock().unwrap().len() > after
+        });
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+        watcher.join().unwrap();
+        created
+    });
+    assert_eq!(created.status, 201, "{}", created.text);
+    let created = created.json();
+    let created = created.as_array().unwrap();
+    assert_eq!(created.len(), 2);
+    let source = created[0]["shard"].as_str().unwrap().to_owned();
+    assert!(source.starts_with(&format!("shards/{range}/split.")));
+    for (entry, node) in created.iter().zip(holders.as_array().unwrap()) {
+        let keys: Vec<&String> = entry.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["ok", "id", "node", "shard"]);
+        assert_eq!(entry["node"], *node);
+        assert_eq!(entry["shard"], source);
+        assert!(entry["id"].as_str().unwrap().starts_with("001-"));
+    }
+    assert!(
+        seen_task.load(Ordering::Relaxed),
+        "no shard_split task seen"
+    );
+    let during = written.into_inner().unwrap();
+    acked.extend(during);
+
+    // The map: the range replaced by its halves, on the same members, everywhere.
+    let halves: Vec<String> = {
+        let (b, e) = range.split_once('-').unwrap();
+        let (b, e) = (
+            u64::from_str_radix(b, 16).unwrap(),
+            u64::from_str_radix(e, 16).unwrap(),
+        );
+        let len = e - b + 1;
+        let mid = b + len / 2;
+        vec![
+            format!("{b:08x}-{:08x}", mid - 1),
+            format!("{mid:08x}-{e:08x}"),
+        ]
+    };
+    for n in &nodes {
+        let now = shards(n, "split");
+        assert_eq!(now.as_object().unwrap().len(), 3, "{now}");
+        for h in &halves {
+            assert_eq!(now[h], holders, "{now}");
+        }
+        assert!(now.get(&range).is_none());
+        assert_eq!(n.get("/split").json()["cluster"]["q"], 3);
+    }
+    // Each member that held the copy holds the halves and no longer the copy.
+    for holder in holders.as_array().unwrap() {
+        let i = NAMES.iter().position(|n| *n == holder).unwrap();
+        assert_eq!(nodes[i].get(&format!("/{}", enc(&source))).status, 404);
+        for h in &halves {
+            let half = source.replace(&range, h);
+            assert_eq!(nodes[i].get(&format!("/{}", enc(&half))).status, 200);
+        }
+    }
+
+    // Nothing acknowledged was lost, and every document is as it was.
+    for n in &nodes {
+        assert_eq!(all_ids(n, "split"), acked);
+        let c = n.get("/split/conflicted?conflicts=true").json();
+        assert_eq!(c["_conflicts"].as_array().map(Vec::len), Some(1), "{c}");
+        refused(n.get("/split/gone"), 404, "not_found", "deleted");
+        let a = n.get("/split/withatt/a.txt");
+        assert_eq!((a.status, a.text.as_str()), (200, "hello"));
+        assert_eq!(n.get("/split/_local/mine").json()["kept"], 1);
+        assert_eq!(
+            n.get("/split").json()["doc_count"],
+            acked.len(),
+            "doc_count on a member"
+        );
+    }
+
+    // The jobs as CouchDB shows them: every step in the history, on every member alike.
+    let all = jobs(n1);
+    assert_eq!(all, jobs(&nodes[2]));
+    let j = &all[0];
+    let keys: Vec<&String> = j.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "id",
+            "type",
+            "source",
+            "target",
+            "job_state",
+            "split_state",
+            "state_info",
+            "node",
+            "start_time",
+            "update_time",
+            "history"
+        ]
+    );
+    assert_eq!(j["type"], "split");
+    assert_eq!(j["split_state"], "completed");
+    assert_eq!(j["state_info"], json!({}));
+    let targets: Vec<String> = halves.iter().map(|h| source.replace(&range, h)).collect();
+    assert_eq!(j["target"], json!(targets));
+    let steps: Vec<(String, Value)> = (j["history"].as_array().unwrap().iter())
+        .map(|h| (h["type"].as_str().unwrap().to_owned(), h["detail"].clone()))
+        .collect();
+    let mut expected = vec![("new".to_owned(), Value::Null)];
+    for s in [
+        "initial_copy",
+        "topoff1",
+        "build_indices",
+        "topoff2",
+        "copy_local_docs",
+        "update_shardmap",
+        "wait_source_close",
+        "topoff3",
+        "source_delete",
+    ] {
+        expected.push(("running".into(), json!(s)));
+    }
+    expected.push(("completed".into(), Value::Null));
+    assert_eq!(steps, expected);
+    let id = j["id"].as_str().unwrap();
+    assert_eq!(n1.get(&format!("/_reshard/jobs/{id}")).json(), *j);
+    assert_eq!(
+        nodes[1]
+            .get(&format!("/_reshard/jobs/{id}/state"))
+            .text
+            .trim_end(),
+        r#"{"state":"completed","reason":null}"#
+    );
+    assert_eq!(
+        n1.get("/_reshard").text.trim_end(),
+        r#"{"state":"running","state_reason":null,"completed":2,"failed":0,"running":0,"stopped":0,"total":2}"#
+    );
+    // The split copy is no longer there to split again.
+    refused(
+        post(json!({"type": "split", "shard": source})),
+        404,
+        "not_found",
+        "missing",
+    );
+    let r = nodes[2].delete(&format!("/_reshard/jobs/{id}"));
+    assert_eq!((r.status, r.text.trim_end()), (200, r#"{"ok":true}"#));
+    eventually("the job forgotten everywhere", || {
+        n1.get(&format!("/_reshard/jobs/{id}")).status == 404
+    });
+
+    // A partitioned database splits by partition: a partition stays whole in one half.
+    assert_eq!(n1.put("/parts?q=1&n=3&partitioned=true", "").status, 201);
+    let docs: Vec<Value> = (0..40)
+        .map(|i| json!({"_id": format!("p{}:d{i:02}", i % 4)}))
+        .collect();
+    let r = n1.post("/parts/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = post(json!({"type": "split", "db": "parts"}));
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json().as_array().unwrap().len(), 3);
+    eventually("the partitioned split completed", || {
+        all_completed(n1, "parts", 3)
+    });
+    for n in &nodes {
+        assert_eq!(shards(n, "parts").as_object().unwrap().len(), 2);
+        for p in 0..4 {
+            let r = n.get(&format!("/parts/_partition/p{p}/_all_docs"));
+            assert_eq!(r.json()["rows"].as_array().unwrap().len(), 10, "{}", r.text);
+        }
+    }
+}
+
+#[test]
+fn jobs_stop_and_resume_and_a_down_members_job_is_taken_over() {
+    let (etcd, dirs, mut nodes) = three_members();
+    let n1 = &nodes[0];
+    assert_eq!(n1.put("/held?q=1&n=3", "").status, 201);
+    let docs: Vec<Value> = (0..30)
+        .map(|i| json!({"_id": format!("d{i:02}")}))
+        .collect();
+    assert_eq!(
+        n1.post("/held/_bulk_docs", &json!({ "docs": docs }).to_string())
+            .status,
+        201
+    );
+    let ids: BTreeSet<String> = (0..30).map(|i| format!("d{i:02}")).collect();
+
+    // Switched off, jobs are made stopped.
+    let r = n1.put("/_reshard/state", r#"{"state": "stopped"}"#);
+    assert_eq!((r.status, r.text.trim_end()), (200, r#"{"ok":true}"#));
+    assert_eq!(
+        nodes[1].get("/_reshard/state").text.trim_end(),
+        r#"{"state":"stopped","reason":"Cluster-wide resharding stopped by the user"}"#
+    );
+    let r = n1.post("/_reshard/jobs", r#"{"type": "split", "db": "held"}"#);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let made: Vec<String> = (r.json().as_array().unwrap().iter())
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(made.len(), 3);
+    // The same copies again: each job exists already (CouchDB's 500 when none is made).
+    let again = n1.post("/_reshard/jobs", r#"{"type": "split", "db": "held"}"#);
+    assert_eq!(again.status, 500, "{}", again.text);
+    assert_eq!(again.json()[0]["error"], "job_already_exists");
+    for j in jobs(n1) {
+        assert_eq!(j["job_state"], "stopped");
+        assert_eq!(j["state_info"]["reason"], "Shard splitting disabled");
+    }
+    assert_eq!(
+        n1.get("/_reshard").text.trim_end(),
+        r#"{"state":"stopped","state_reason":"Cluster-wide resharding stopped by the user","completed":0,"failed":0,"running":0,"stopped":3,"total":3}"#
+    );
+    // One job stopped by its own state stays stopped when the switch is turned back on.
+    let own = &made[0];
+    let r = n1.put(
+        &format!("/_reshard/jobs/{own}/state"),
+        r#"{"state": "stopped", "reason": "mine"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let job_node = |id: &str| {
+        n1.get(&format!("/_reshard/jobs/{id}")).json()["node"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // The member of another job stops: its job is taken over once the switch is on.
+    let down = job_node(&made[1]);
+    let down_i = NAMES.iter().position(|n| *n == down).unwrap();
+    let alive = (0..3).find(|i| *i != down_i).unwrap();
+    nodes[down_i].stop();
+    eventually("the member no longer running", || {
+        membership(&nodes[alive]).0.as_array().unwrap().len() == 2
+    });
+    let r = nodes[alive].put("/_reshard/state", r#"{"state": "running"}"#);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let state = |id: &str| {
+        nodes[alive]
+            .get(&format!("/_reshard/jobs/{id}/state"))
+            .json()
+    };
+    assert_eq!(state(own), json!({"state": "stopped", "reason": "mine"}));
+    // The others wait for it at the map's edit.
+    eventually("the running jobs waiting for the stopped one", || {
+        (made.iter().filter(|id| *id != own)).all(|id| {
+            let j = nodes[alive].get(&format!("/_reshard/jobs/{id}")).json();
+            j["split_state"] == "update_shardmap"
+        })
+    });
+    assert_eq!(
+        shards(&nodes[alive], "held").as_object().unwrap().len(),
+        1,
+        "the map is edited only once every copy has its halves"
+    );
+    let r = nodes[alive].put(
+        &format!("/_reshard/jobs/{own}/state"),
+        r#"{"state": "running"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    eventually("every job completed", || {
+        all_completed(&nodes[alive], "held", 3)
+    });
+    let shards_now = shards(&nodes[alive], "held");
+    assert_eq!(shards_now.as_object().unwrap().len(), 2);
+    for holders in shards_now.as_object().unwrap().values() {
+        assert_eq!(holders.as_array().unwrap().len(), 3);
+    }
+    assert_eq!(all_ids(&nodes[alive], "held"), ids);
+
+    // The member comes back: its old copy goes, and internal replication gives it the
+    // halves, filled.
+    let source = jobs(&nodes[alive])
+        .into_iter()
+        .find(|j| j["node"] == down.as_str())
+        .unwrap();
+    nodes[down_i] = member(&etcd, &down, dirs[down_i].path());
+    let back = &nodes[down_i];
+    eventually("the old copy deleted on its return", || {
+        back.get(&format!("/{}", enc(source["source"].as_str().unwrap())))
+            .status
+            == 404
+    });
+    for half in source["target"].as_array().unwrap() {
+        eventually("a half made on the returned member", || {
+            let r = back.get(&format!("/{}", enc(half.as_str().unwrap())));
+            r.status == 200
+        });
+    }
+    eventually("the returned member's halves filled", || {
+        let total: u64 = (source["target"].as_array().unwrap().iter())
+            .map(|h| {
+                back.get(&format!("/{}", enc(h.as_str().unwrap()))).json()["doc_count"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
+            .sum();
+        total == 30
+    });
+    assert_eq!(all_ids(back, "held"), ids);
+}
