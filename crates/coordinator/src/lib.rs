@@ -388,8 +388,8 @@ impl Coordinator {
         user: &UserCtx,
         req: BulkDocs,
     ) -> Result<BulkAnswer> {
-        if req.all_or_nothing {
-            return Err(Error::NotOnCluster("all_or_nothing"));
+        if let Some(refused) = req.all_or_nothing_refusal() {
+            return Ok(BulkAnswer::AllOrNothingRefused(refused));
         }
         let ids: Vec<String> = (req.docs.iter())
             .map(|d| d.id.clone().unwrap_or_default())

@@ -105,6 +105,25 @@ impl BulkDocs {
     }
 }
 
+impl BulkDocs {
+    /// CouchDB 3's refusal of `all_or_nothing` (417: its fabric's `validate_atomic_update`,
+    /// which a single node runs too): each document's id and the revision it names (`0-`
+    /// for none). `None` when it does not apply: replicated writes (`new_edits: false`)
+    /// ignore the option, and no documents answer `[]` before it is looked at.
+    pub fn all_or_nothing_refusal(&self) -> Option<Vec<(Option<String>, String)>> {
+        if !(self.new_edits && self.all_or_nothing) || self.docs.is_empty() {
+            return None;
+        }
+        let refused = (self.docs.iter())
+            .map(|d| {
+                let rev = d.rev().map_or_else(|| "0-".to_string(), |r| r.to_string());
+                (d.id.clone(), rev)
+            })
+            .collect();
+        Some(refused)
+    }
+}
+
 /// A `w` (or `r`) as CouchDB takes it: a positive count; anything else means the default.
 pub fn quorum_value(n: u64) -> Option<u32> {
     u32::try_from(n).ok().filter(|n| *n > 0)
@@ -207,22 +226,14 @@ impl Node {
         user: &UserCtx,
         req: BulkDocs,
     ) -> Result<BulkAnswer> {
+        if let Some(refused) = req.all_or_nothing_refusal() {
+            return Ok(BulkAnswer::AllOrNothingRefused(refused));
+        }
         let BulkDocs {
             docs: parsed,
             new_edits,
-            all_or_nothing,
-            w: _,
+            ..
         } = req;
-        if new_edits && all_or_nothing {
-            let refused = parsed
-                .iter()
-                .map(|d| {
-                    let rev = d.rev().map_or_else(|| "0-".to_string(), |r| r.to_string());
-                    (d.id.clone(), rev)
-                })
-                .collect();
-            return Ok(BulkAnswer::AllOrNothingRefused(refused));
-        }
         let mut docs = Vec::with_capacity(parsed.len());
         let mut locals = Vec::new();
         for (i, d) in parsed.into_iter().enumerate() {

@@ -2,7 +2,8 @@
 //! against a single Settee holding the same documents: `_approx_count_distinct` (the
 //! ranges' registers merged before they are counted), `_first` and `_last` (the ranges'
 //! rows compared by key and document id), and reduce functions of external query servers
-//! (Python), reduced again at the coordinator through its query server.
+//! (Python), reduced again at the coordinator through its query server. Then writes a
+//! clustered CouchDB answers per document: `_bulk_docs` with `all_or_nothing`.
 
 use crate::common;
 
@@ -83,6 +84,7 @@ fn clustered_reductions() {
     if python.is_some() {
         python_reduce(&nodes, &single);
     }
+    all_or_nothing(&nodes, &single);
 }
 
 /// Creates `db` (q=4, n=2 on the cluster) on both with the same documents: keys
@@ -239,4 +241,51 @@ fn python_reduce(nodes: &[Server], single: &Server) {
         "{}",
         r.text
     );
+}
+
+/// `_bulk_docs` with `all_or_nothing` as a clustered CouchDB 3.5.2 answers it (its fabric
+/// refuses it whatever `q`): 417, every document named with the revision it gives and
+/// nothing written; no documents, `[]`; replicated writes ignore it.
+fn all_or_nothing(nodes: &[Server], single: &Server) {
+    status(&nodes[0].put("/aon?q=3&n=2", ""), 201, "create");
+    status(&single.put("/aon", ""), 201, "create");
+    let docs: Vec<Value> = (0..6)
+        .map(|i| json!({"_id": format!("a{i}"), "i": i}))
+        .collect();
+    let mut with_revs = docs.clone();
+    with_revs.push(json!({"_id": "b", "_rev": "1-x"}));
+    with_revs.push(json!({"_id": "_local/l"}));
+    with_revs.push(json!({"_id": "_design/d"}));
+    let bodies = [
+        json!({"all_or_nothing": true, "docs": with_revs}),
+        json!({"all_or_nothing": true, "docs": []}),
+        json!({"all_or_nothing": false, "docs": [{"_id": "c"}]}),
+        json!({"all_or_nothing": true, "new_edits": false,
+               "docs": [{"_id": "r", "_rev": "1-abc"}]}),
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        let member = &nodes[i % nodes.len()];
+        same_answer(
+            member,
+            single,
+            "POST",
+            "/aon/_bulk_docs",
+            Some(&body.to_string()),
+        );
+    }
+    let r = nodes[1].post("/aon/_bulk_docs", &bodies[0].to_string());
+    assert_eq!(
+        r.json()[6],
+        json!({"id": "b", "rev": "1-x", "error": "not_implemented",
+        "reason": "all_or_nothing is not supported"})
+    );
+    // Nothing of the refused request was written; the others were.
+    for n in nodes {
+        for id in ["a0", "a5", "b", "_local/l", "_design/d"] {
+            status(&n.get(&format!("/aon/{id}")), 404, id);
+        }
+        for id in ["c", "r"] {
+            status(&n.get(&format!("/aon/{id}")), 200, id);
+        }
+    }
 }
