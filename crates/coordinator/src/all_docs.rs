@@ -38,7 +38,10 @@ impl Coordinator {
         let only = partition.as_ref().map(|(r, _)| r.as_str());
         let (mut head, rows) = match &q.keys {
             None => self.all_docs_range(db, map, user, &q, endpoint, only)?,
-            Some(keys) => self.all_docs_keys(db, map, user, &q, keys, endpoint, only)?,
+            Some(keys) => {
+                let keys = settee_node::all_docs::asked_keys(keys, &q, ns);
+                self.all_docs_keys(db, map, user, &q, &keys, endpoint, only)?
+            }
         };
         if ns == Namespace::Local {
             // Each copy keeps its own local documents; CouchDB counts none of them.
@@ -125,9 +128,8 @@ impl Coordinator {
         Ok((head, rows))
     }
 
-    /// The rows of a list of keys, as CouchDB's coordinator: the list reversed when
-    /// `descending`, `skip` and `limit` applied to it, each key asked of its range (of
-    /// range `only`, a partition's, when given).
+    /// The rows of a list of keys (as [`settee_node::all_docs::asked_keys`] takes them),
+    /// each key asked of its range (of range `only`, a partition's, when given).
     #[allow(clippy::too_many_arguments)]
     fn all_docs_keys(
         &self,
@@ -139,17 +141,6 @@ impl Coordinator {
         endpoint: &str,
         only: Option<&str>,
     ) -> Result<(String, Vec<Value>)> {
-        let mut keys = keys.to_vec();
-        if q.descending {
-            keys.reverse();
-        }
-        let keys: Vec<Value> = (keys.into_iter())
-            .skip(usize::try_from(q.skip).unwrap_or(usize::MAX))
-            .take(
-                q.limit
-                    .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)),
-            )
-            .collect();
         // Each key goes to the range of the id a copy reads it as.
         let ranges: Vec<&str> = (map.by_range.iter())
             .map(|c| c.range.as_str())

@@ -242,8 +242,11 @@ pub fn run(
         }
         Namespace::Local => Value::Null,
     };
-    let mut skip = q.skip;
-    let mut left = q.limit.unwrap_or(u64::MAX);
+    // With `keys`, `skip` and `limit` apply to the keys ([`asked_keys`]).
+    let (mut skip, mut left) = match q.keys {
+        Some(_) => (0, u64::MAX),
+        None => (q.skip, q.limit.unwrap_or(u64::MAX)),
+    };
     let mut first = true;
     let mut emit = |row: &[u8], out: &mut dyn FnMut(&[u8]) -> bool| -> ControlFlow<()> {
         if skip > 0 {
@@ -287,37 +290,31 @@ pub fn run(
         return Ok(());
     }
     if let Some(keys) = &q.keys {
-        let mut ids: Vec<String> = keys
-            .iter()
-            .map(|k| {
-                k.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| k.to_string())
-            })
+        let ids: Vec<String> = (asked_keys(keys, q, ns).iter())
+            .map(|k| k.as_str().map_or_else(|| k.to_string(), str::to_string))
             .collect();
-        if q.descending {
-            ids.reverse();
-        }
-        if ns == Namespace::Local {
-            for id in ids {
-                let row = match db.local_doc(&id)? {
+        // `_local/` ids are local documents' rows, in `_all_docs` too (as CouchDB's
+        // `open_doc` reads them); the others are looked up together.
+        let local = |id: &String| id.starts_with("_local/") && ns != Namespace::Design;
+        let docs: Vec<String> = ids.iter().filter(|id| !local(id)).cloned().collect();
+        let mut docs = db.lookup_docs(&docs, q.include_docs)?.into_iter();
+        for id in &ids {
+            let row = if local(id) {
+                match db.local_doc(id)? {
                     Some(d) => local_row(&d, q),
                     None => {
                         serde_json::to_vec(&json!({"key": id, "error": "not_found"})).expect("json")
                     }
-                };
-                if emit(&row, out).is_break() {
-                    break;
                 }
-            }
-        } else {
-            for mut row in db.lookup_docs(&ids, q.include_docs)? {
+            } else {
+                let mut row = docs.next().expect("a row per id");
                 if !q.in_scope(&row.id) {
                     row.info = None;
                 }
-                if emit(&render_row(db, &row, q), out).is_break() {
-                    break;
-                }
+                render_row(db, &row, q)
+            };
+            if emit(&row, out).is_break() {
+                break;
             }
         }
     } else if hi.as_deref().is_none_or(|h| h > lo.as_str()) {
@@ -340,6 +337,30 @@ pub fn run(
     }
     out(b"\r\n]}\n");
     Ok(())
+}
+
+/// The keys a `keys` query looks up, as CouchDB's coordinator takes them
+/// (`fabric_view_all_docs`): the list reversed when `descending`, `skip` and `limit`
+/// applied to it, then, in `_design_docs` and `_local_docs`, only the keys of the
+/// namespace (ids with its prefix): the others give no row at all, not even `not_found`.
+pub fn asked_keys(keys: &[Value], q: &Query, ns: Namespace) -> Vec<Value> {
+    let mut keys = keys.to_vec();
+    if q.descending {
+        keys.reverse();
+    }
+    let prefix = match ns {
+        Namespace::All => None,
+        Namespace::Design => Some("_design/"),
+        Namespace::Local => Some("_local/"),
+    };
+    (keys.into_iter())
+        .skip(usize::try_from(q.skip).unwrap_or(usize::MAX))
+        .take(
+            q.limit
+                .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX)),
+        )
+        .filter(|k| prefix.is_none_or(|p| k.as_str().is_some_and(|id| id.starts_with(p))))
+        .collect()
 }
 
 fn local_row(d: &settee_db::LocalDoc, q: &Query) -> Vec<u8> {
