@@ -447,6 +447,46 @@ impl Database {
         Ok(rx)
     }
 
+    /// Records purges taken from another database (a split's halves take their copy's),
+    /// each under a new `purge_seq`, documents untouched; replies with them.
+    pub fn record_purges(
+        self: &Arc<Self>,
+        infos: IdRevs,
+    ) -> Result<oneshot::Receiver<Result<IdRevs>>> {
+        let (reply, rx) = oneshot::channel();
+        self.submit(Job::RecordPurges { infos, reply })?;
+        Ok(rx)
+    }
+
+    /// The purge records kept (up to `_purged_infos_limit`), oldest first: each purged
+    /// document's id and revisions.
+    pub fn purge_infos(&self) -> Result<IdRevs> {
+        let snap = self.store.snapshot();
+        let corrupt = || Error::Storage(settee_storage::Error::Corrupted("purge record".into()));
+        let lo = meta::purge_key(self.id, 0);
+        let hi = meta::purge_key(self.id + 1, 0);
+        let mut out = Vec::new();
+        for item in snap.range(Cf::Meta, &lo, &hi, false) {
+            let (_, v) = item?;
+            let record: Value = match v.split_first() {
+                Some((&writer::PURGE_V1, json)) => {
+                    serde_json::from_slice(json).map_err(|_| corrupt())?
+                }
+                _ => return Err(corrupt()),
+            };
+            let id = record["id"].as_str().ok_or_else(corrupt)?.to_string();
+            let revs = (record["revs"].as_array().ok_or_else(corrupt)?.iter())
+                .map(|r| {
+                    r.as_str()
+                        .and_then(|r| Rev::parse(r).ok())
+                        .ok_or_else(corrupt)
+                })
+                .collect::<Result<Vec<Rev>>>()?;
+            out.push((id, revs));
+        }
+        Ok(out)
+    }
+
     /// Whether the database's writer thread is running (it ends when idle).
     pub fn writer_running(&self) -> bool {
         self.writer.lock().unwrap().is_some()

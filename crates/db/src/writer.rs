@@ -32,6 +32,12 @@ pub(crate) enum Job {
         revs: IdRevs,
         reply: oneshot::Sender<Result<IdRevs>>,
     },
+    /// Purge records taken from another database (the copy a split copy was cut from),
+    /// recorded as purges of this one, its documents untouched.
+    RecordPurges {
+        infos: IdRevs,
+        reply: oneshot::Sender<Result<IdRevs>>,
+    },
     /// Compaction step: stem to `_revs_limit` and drop bodies of non-leaf revisions for up
     /// to `limit` documents starting at id `from`; replies with where to continue (`None`
     /// when done).
@@ -48,6 +54,7 @@ impl Job {
             Job::Docs { docs, .. } => docs.len(),
             Job::Local { .. } => 1,
             Job::Purge { revs, .. } => revs.len(),
+            Job::RecordPurges { infos, .. } => infos.len(),
             Job::Prune { limit, .. } => *limit,
         }
     }
@@ -269,6 +276,7 @@ fn commit(db: &Arc<Database>, jobs: Vec<Job>) {
             }
             Job::Local { update, reply } => Pending::Local(reply, tx.local(update)),
             Job::Purge { revs, reply } => Pending::Purge(reply, tx.purge(revs)),
+            Job::RecordPurges { infos, reply } => Pending::Purge(reply, tx.record_purges(infos)),
             Job::Prune { from, limit, reply } => Pending::Prune(reply, tx.prune(&from, limit)),
         });
     }
@@ -518,6 +526,17 @@ impl<'a> Txn<'a> {
             out.push((id, gone));
         }
         out
+    }
+
+    /// Records each of `infos` under a new `purge_seq`, as a purge would, touching no
+    /// document.
+    fn record_purges(&mut self, infos: IdRevs) -> IdRevs {
+        for (id, revs) in &infos {
+            self.stats.purge_seq += 1;
+            self.log_purge(id, revs);
+        }
+        self.dirty = true;
+        infos
     }
 
     /// Records a purge under the new `purge_seq` and forgets those beyond

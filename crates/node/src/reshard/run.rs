@@ -280,8 +280,15 @@ impl Run<'_> {
                 }
                 self.copy(&j, map.partitioned).await
             }
-            "topoff1" | "topoff2" | "topoff3" if self.here => self.copy(&j, map.partitioned).await,
-            "copy_local_docs" if self.here => self.copy_local_docs(&j).await,
+            "topoff1" | "topoff2" if self.here => self.copy(&j, map.partitioned).await,
+            "topoff3" if self.here => {
+                self.copy(&j, map.partitioned).await?;
+                self.copy_purges(&j, map.partitioned).await
+            }
+            "copy_local_docs" if self.here => {
+                self.copy_local_docs(&j).await?;
+                self.copy_purges(&j, map.partitioned).await
+            }
             "update_shardmap" => self.update_shardmap(&j).await,
             "wait_source_close" => {
                 tokio::time::sleep(SETTLE).await;
@@ -411,6 +418,62 @@ impl Run<'_> {
                     .map_err(crate::Error::from)?
                     .await
                     .map_err(|_| Halt::Failed("the writer stopped".into()))?
+                    .map_err(crate::Error::from)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives each half the copy's purge records of its documents that it lacks: the
+    /// revisions a half still holds (the copy took the purge after the half took the
+    /// document) are purged from it, the others only recorded.
+    async fn copy_purges(&self, j: &SplitJob, partitioned: bool) -> std::result::Result<(), Halt> {
+        let source = self
+            .node
+            .couch
+            .get(&j.source())
+            .map_err(crate::Error::from)?;
+        let infos = source.purge_infos().map_err(crate::Error::from)?;
+        if infos.is_empty() {
+            return Ok(());
+        }
+        let named = |(id, revs): &(String, Vec<settee_core::Rev>)| {
+            (
+                id.clone(),
+                revs.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+            )
+        };
+        let ranges = j
+            .target_ranges()
+            .ok_or_else(|| Halt::Failed("range too small".into()))?;
+        for (range, half) in ranges.iter().zip(j.targets()) {
+            let (lo, hi) = settee_core::shards::parse_range(range).expect("a range");
+            let db = self.node.couch.get(&half).map_err(crate::Error::from)?;
+            let have: std::collections::HashSet<(String, Vec<String>)> =
+                (db.purge_infos().map_err(crate::Error::from)?.iter())
+                    .map(named)
+                    .collect();
+            let wanted: settee_db::IdRevs = (infos.iter())
+                .filter(|(id, _)| (lo..=hi).contains(&settee_core::shards::hash(id, partitioned)))
+                .filter(|i| !have.contains(&named(i)))
+                .cloned()
+                .collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            let stopped = || Halt::Failed("the writer stopped".into());
+            let purged = (db.purge(wanted.clone()).map_err(crate::Error::from)?.await)
+                .map_err(|_| stopped())?
+                .map_err(crate::Error::from)?;
+            let only_recorded: settee_db::IdRevs = (wanted.into_iter().zip(purged))
+                .filter(|(_, (_, gone))| gone.is_empty())
+                .map(|(w, _)| w)
+                .collect();
+            if !only_recorded.is_empty() {
+                (db.record_purges(only_recorded)
+                    .map_err(crate::Error::from)?
+                    .await)
+                    .map_err(|_| stopped())?
                     .map_err(crate::Error::from)?;
             }
         }

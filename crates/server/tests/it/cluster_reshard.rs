@@ -180,6 +180,15 @@ fn a_range_splits_on_every_copy_while_clients_write() {
     let before = shards(n1, "split");
     let (range, holders) = before.as_object().unwrap().iter().next().unwrap();
     let (range, holders) = (range.clone(), holders.clone());
+    // A document of the range purged before: its purge goes with it into its half.
+    let (lo, hi) = settee_core::shards::parse_range(&range).unwrap();
+    let purged = (0..)
+        .map(|i| format!("purged{i}"))
+        .find(|id| (lo..=hi).contains(&settee_core::shards::hash(id, false)))
+        .unwrap();
+    let rev = n1.put(&format!("/split/{purged}"), "{}").json()["rev"].clone();
+    let r = n1.post("/split/_purge", &json!({ &purged: [rev] }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
     let stop = AtomicBool::new(false);
     let written = Mutex::new(Vec::<String>::new());
     let seen_task = AtomicBool::new(false);
@@ -283,8 +292,31 @@ fn a_range_splits_on_every_copy_while_clients_write() {
         }
     }
 
+    // The purge is in the half of its document on each member holding it.
+    let half_of_purged = halves
+        .iter()
+        .find(|h| {
+            let (b, e) = settee_core::shards::parse_range(h).unwrap();
+            (b..=e).contains(&settee_core::shards::hash(&purged, false))
+        })
+        .unwrap();
+    for holder in holders.as_array().unwrap() {
+        let i = NAMES.iter().position(|n| *n == holder).unwrap();
+        let half = source.replace(&range, half_of_purged);
+        let info = nodes[i].get(&format!("/{}", enc(&half))).json();
+        let purge_seq = info["purge_seq"].as_str().unwrap();
+        let counted: u64 = purge_seq.split('-').next().unwrap().parse().unwrap();
+        assert_eq!(counted, 1, "{info}");
+    }
+
     // Nothing acknowledged was lost, and every document is as it was.
     for n in &nodes {
+        refused(
+            n.get(&format!("/split/{purged}")),
+            404,
+            "not_found",
+            "missing",
+        );
         assert_eq!(all_ids(n, "split"), acked);
         let c = n.get("/split/conflicted?conflicts=true").json();
         assert_eq!(c["_conflicts"].as_array().map(Vec::len), Some(1), "{c}");
