@@ -1,5 +1,6 @@
 //! A clustered database's maintenance: `_purge` (each id's revisions purged on every copy
-//! of its range, merged as CouchDB's `fabric_doc_purge`), `_revs_limit` and
+//! of its range, merged as CouchDB's `fabric_doc_purge`, an id none of whose copies
+//! purged it answered with an error entry of its own), `_revs_limit` and
 //! `_purged_infos_limit` (set on every copy, read from one), `_compact`,
 //! `_compact/{ddoc}` and `_view_cleanup` (asked of every copy, answered at once as
 //! CouchDB casts them), and a design document's `_info` (every copy's index information
@@ -167,7 +168,7 @@ impl Coordinator {
             .iter()
             .map(|(id, _)| (id.clone(), Vec::new()))
             .collect();
-        let mut accepted = false;
+        let (mut accepted, mut failed) = (false, BTreeMap::new());
         for ((nodes, ids), replies) in by_range.values().zip(ranges) {
             let replies: Vec<Reply> = replies.into_iter().flatten().collect();
             let w = merge::quorum_or(w, nodes.len());
@@ -186,10 +187,16 @@ impl Coordinator {
                     })
                     .collect();
                 let Some((revs, agreed)) = purged_id(&each, w) else {
-                    return Err(match merge::first_refusal(&replies) {
-                        Some((status, body)) => copy_error(status, body),
-                        None => unavailable(format!("no copy purged {id}")),
-                    });
+                    // A copy's 400 fails the request, as a worker's `bad_request` fails
+                    // CouchDB's; any other failure of every copy is this id's own entry
+                    // (a worker's exit or node down: `{error, internal_server_error}`).
+                    let refusal = merge::first_refusal(&replies).filter(|(s, _)| *s == 400);
+                    if let Some((status, body)) = refusal {
+                        return Err(copy_error(status, body));
+                    }
+                    tracing::warn!(db, id = %id, "no copy purged the id");
+                    failed.insert(*i, ("error".into(), "internal_server_error".into()));
+                    continue;
                 };
                 accepted |= !agreed;
                 out[*i].1 = revs;
@@ -199,7 +206,11 @@ impl Coordinator {
         let purged = out.iter().filter(|(_, revs)| !revs.is_empty());
         self.after_write(db, purged.map(|(id, _)| id.as_str()))
             .await;
-        Ok(Purged { ids: out, accepted })
+        Ok(Purged {
+            ids: out,
+            accepted,
+            failed,
+        })
     }
 
     /// A limit read from one copy (the first range's, this member's first).

@@ -84,6 +84,11 @@ pub struct Purged {
     pub ids: Vec<(String, Vec<Rev>)>,
     /// Fewer copies than the write quorum agree on some id's (a 202).
     pub accepted: bool,
+    /// Ids of a clustered database that no copy could purge (by their place in `ids`,
+    /// where their revisions are empty), each with its entry's `error` and `reason`: the
+    /// request answers them as CouchDB's `fabric_doc_purge` does, each id on its own, with
+    /// status 500.
+    pub failed: std::collections::BTreeMap<usize, (String, String)>,
 }
 
 /// A `COPY`'s answer.
@@ -669,6 +674,7 @@ impl Fabric for Arc<Node> {
             Ok(Purged {
                 ids: Node::purge_revs(self, &db, asked).await?,
                 accepted: write::short_of(w, 1),
+                failed: Default::default(),
             })
         })
     }

@@ -161,15 +161,20 @@ pub async fn purge(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Respo
     let w = crate::req::write_quorum(&req);
     let purged = Fabric::purge(&*state.fabric, &db.name, asked, w).await?;
     let mut out = Map::new();
-    for (id, revs) in purged.ids {
-        out.insert(
-            id,
-            json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
-        );
+    for (i, (id, revs)) in purged.ids.into_iter().enumerate() {
+        let entry = match purged.failed.get(&i) {
+            Some((error, reason)) => json!({"error": error, "reason": reason}),
+            None => json!(revs.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
+        };
+        out.insert(id, entry);
     }
-    let status = match purged.accepted {
-        true => StatusCode::ACCEPTED,
-        false => StatusCode::CREATED,
+    // chttpd's `purge_results_to_json`: the greatest of the entries' statuses.
+    let status = if !purged.failed.is_empty() {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else if purged.accepted {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CREATED
     };
     Ok(json(status, &json!({"purge_seq": null, "purged": out})))
 }

@@ -3,7 +3,8 @@
 //! ranges' registers merged before they are counted), `_first` and `_last` (the ranges'
 //! rows compared by key and document id), and reduce functions of external query servers
 //! (Python), reduced again at the coordinator through its query server. Then writes a
-//! clustered CouchDB answers per document: `_bulk_docs` with `all_or_nothing`.
+//! clustered CouchDB answers per document: `_bulk_docs` with `all_or_nothing`, and
+//! `_purge` when no copy of some id's range answers.
 
 use crate::common;
 
@@ -85,6 +86,8 @@ fn clustered_reductions() {
         python_reduce(&nodes, &single);
     }
     all_or_nothing(&nodes, &single);
+    // Last: it stops a member.
+    purge_per_id(&nodes);
 }
 
 /// Creates `db` (q=4, n=2 on the cluster) on both with the same documents: keys
@@ -288,4 +291,61 @@ fn all_or_nothing(nodes: &[Server], single: &Server) {
             status(&n.get(&format!("/aon/{id}")), 200, id);
         }
     }
+}
+
+/// `_purge` answers each id on its own, as CouchDB's `fabric_doc_purge`: with the only copy
+/// of some ranges stopped, their ids get `{"error": "error", "reason":
+/// "internal_server_error"}` and the request 500, the other ids are purged.
+fn purge_per_id(nodes: &[Server]) {
+    status(&nodes[0].put("/pur?q=3&n=1", ""), 201, "create");
+    let docs: Vec<Value> = (0..12).map(|i| json!({"_id": format!("p{i}")})).collect();
+    let r = nodes[0].post("/pur/_bulk_docs", &json!({ "docs": docs }).to_string());
+    status(&r, 201, "bulk");
+    let revs: Vec<(String, String)> = (r.json().as_array().unwrap().iter())
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().into(),
+                e["rev"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let holder = |id: &str| {
+        let s = nodes[0].get(&format!("/pur/_shards/{id}")).json();
+        let name = s["nodes"][0].as_str().unwrap().to_owned();
+        NAMES.iter().position(|n| *n == name).unwrap()
+    };
+    let stopped = holder("p0");
+    let (down, up): (Vec<_>, Vec<_>) = revs.iter().partition(|(id, _)| holder(id) == stopped);
+    assert!(!up.is_empty(), "every id in the stopped member's ranges");
+    let absent = (0..)
+        .map(|i| format!("x{i}"))
+        .find(|id| holder(id) != stopped)
+        .unwrap();
+    let coordinator = &nodes[(stopped + 1) % nodes.len()];
+    nodes[stopped].kill9();
+
+    let body: serde_json::Map<String, Value> = (revs.iter())
+        .map(|(id, rev)| (id.clone(), json!([rev])))
+        .collect();
+    let r = coordinator.post("/pur/_purge", &Value::Object(body).to_string());
+    status(&r, 500, "purge with a range down");
+    let purged = &r.json()["purged"];
+    assert_eq!(r.json()["purge_seq"], Value::Null);
+    for (id, rev) in &up {
+        assert_eq!(purged[id], json!([rev]), "{id}: {}", r.text);
+    }
+    for (id, _) in &down {
+        let error = json!({"error": "error", "reason": "internal_server_error"});
+        assert_eq!(purged[id], error, "{id}: {}", r.text);
+    }
+    // Ids of running copies only: 201; the purged ones are gone.
+    let (id, rev) = up[0];
+    let again = json!({ id.as_str(): [rev], absent.as_str(): ["1-abc"] }).to_string();
+    let r = coordinator.post("/pur/_purge", &again);
+    status(&r, 201, "purge of ids on running copies");
+    assert_eq!(
+        r.json()["purged"],
+        json!({id.as_str(): [], absent.as_str(): []})
+    );
+    status(&coordinator.get(&format!("/pur/{id}")), 404, "purged");
 }
