@@ -1,7 +1,7 @@
 //! `settee cluster status` and `settee cluster add-node`: a cluster seen and grown through
 //! any member's HTTP API (CouchDB's `_membership`, `_shards`, `_nodes` and `_cluster_setup`),
 //! so they work on a CouchDB cluster as on a Settee one. `move` and `rebalance`, Settee's
-//! own, are in `moves`.
+//! own, are in `moves`; `split` (CouchDB's resharding API) in `split`.
 
 use crate::client::{enc, Client, Target};
 use crate::{progress, Error};
@@ -28,6 +28,9 @@ pub enum ClusterCommand {
     /// Move copies until every running member holds about as many as any other (after a
     /// node was added); prints the plan, then runs the moves one by one.
     Rebalance(crate::moves::RebalanceArgs),
+    /// Split a database's ranges (or one, --range) in two on every copy, through the
+    /// resharding API (POST /_reshard/jobs), and wait for the jobs to end.
+    Split(crate::split::SplitArgs),
 }
 
 /// The member asked.
@@ -78,6 +81,7 @@ pub fn run(args: &ClusterArgs) -> Result<(), Error> {
         ClusterCommand::AddNode(a) => add_node(a),
         ClusterCommand::Move(a) => crate::moves::move_copy(a),
         ClusterCommand::Rebalance(a) => crate::moves::rebalance(a),
+        ClusterCommand::Split(a) => crate::split::split(a),
     }
 }
 

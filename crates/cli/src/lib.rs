@@ -17,6 +17,7 @@ mod moves;
 mod plot;
 mod progress;
 mod restore;
+mod split;
 
 pub use client::{Client, Target};
 pub use error::Error;

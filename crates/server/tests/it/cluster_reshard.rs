@@ -4,6 +4,7 @@
 //! over by another.
 
 use crate::common;
+use common::cli::{admin_url, ok, settee};
 use common::cluster::{eventually, member, membership, three_members, NAMES};
 use common::{Resp, Server};
 use serde_json::{json, Value};
@@ -550,4 +551,22 @@ fn jobs_stop_and_resume_and_a_down_members_job_is_taken_over() {
         total == 30
     });
     assert_eq!(all_ids(back, "held"), ids);
+
+    // `settee cluster split` asks for a split and waits for its jobs.
+    let half = source["target"][0]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .nth(1)
+        .unwrap();
+    let url = admin_url(back);
+    let out = ok(&["cluster", "split", "--url", &url, "held", "--range", half]);
+    assert!(out.contains("split; held now has these ranges:"), "{out}");
+    let now = shards(back, "held");
+    assert_eq!(now.as_object().unwrap().len(), 3, "{now}");
+    assert!(now.get(half).is_none());
+    assert_eq!(all_ids(&nodes[0], "held"), ids);
+    let failed = settee(&["cluster", "split", "--url", &url, "nope"]);
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("Invalid `db`"));
 }
