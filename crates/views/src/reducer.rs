@@ -8,7 +8,7 @@
 //! touching the failed range report the error, as CouchDB reports it.
 
 use crate::layout::decode_payload;
-use crate::tree::{Reducer, Row};
+use crate::tree::{Reducer, RowRef};
 use crate::ReduceLimit;
 use serde_json::{json, Value};
 use settee_core::reduce::Builtin;
@@ -62,7 +62,7 @@ pub fn decode(bytes: &[u8]) -> Result<Value, ReduceFailure> {
 /// Rows' keys, document ids and values, or an error partial. A key or value not `wanted`
 /// (`[keys, values]`) is not parsed and reads as null.
 fn parse_rows<'r>(
-    rows: &[&'r Row],
+    rows: &[RowRef<'r>],
     wanted: [bool; 2],
 ) -> Result<Vec<(Value, &'r str, Value)>, Vec<u8>> {
     let parse = |json: &[u8], wanted: bool, what: &str| match wanted {
@@ -71,7 +71,7 @@ fn parse_rows<'r>(
     };
     rows.iter()
         .map(|r| {
-            let p = decode_payload(&r.value).ok_or_else(|| err("corrupted_index", "bad row"))?;
+            let p = decode_payload(r.value).ok_or_else(|| err("corrupted_index", "bad row"))?;
             let k = parse(p.key, wanted[0], "bad key")?;
             let v = parse(p.value, wanted[1], "bad value")?;
             Ok((k, p.doc_id, v))
@@ -90,7 +90,7 @@ fn parse_parts(parts: &[&[u8]]) -> Result<Vec<Value>, Vec<u8>> {
 pub struct BuiltinReducer(pub Builtin);
 
 impl Reducer for BuiltinReducer {
-    fn reduce(&mut self, rows: &[&Row]) -> Vec<u8> {
+    fn reduce(&mut self, rows: &[RowRef<'_>]) -> Vec<u8> {
         // Only `_approx_count_distinct` reads keys and `_count` reads nothing: parsing what
         // is not read was most of a fresh `_sum` index's tree building.
         let wanted = [
@@ -288,7 +288,7 @@ pub struct JsReducer<'r, 'a> {
 }
 
 impl Reducer for JsReducer<'_, '_> {
-    fn reduce(&mut self, rows: &[&Row]) -> Vec<u8> {
+    fn reduce(&mut self, rows: &[RowRef<'_>]) -> Vec<u8> {
         let rows = match parse_rows(rows, [true, true]) {
             Ok(r) => r,
             Err(e) => return e,

@@ -30,7 +30,7 @@
 use crate::group::Group;
 use crate::layout::{self, decode_back, encode_back, encode_payload, tree_key, Meta, RowSizes};
 use crate::runs::BulkRows;
-use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, TreeError};
+use crate::tree::{self, Node, NodeId, NodeRead, NodeSink, Op, Row, RowRef, TreeError};
 use crate::{Error, NativeMap, Result, TaskHandle, Views};
 use serde_json::{json, Value};
 use settee_core::{collate, DocJson, Rev};
@@ -236,10 +236,10 @@ fn round(
                 State::Fresh { rows, back } => {
                     send_back(&back_tx, back)?;
                     drop(back_tx);
-                    for (i, rows) in rows.into_iter().enumerate() {
+                    for (i, mut rows) in rows.into_iter().enumerate() {
                         let failed = Cell::new(None);
                         meta.roots[i] = g.with_reducer(i, &mut js, |red| {
-                            tree::build(&mut sink, red, rows.into_sorted(&failed))
+                            tree::build(&mut sink, red, rows.sorted(&failed))
                         });
                         failed.take().map_or(Ok(()), |e| Err(Error::Spill(e)))?;
                     }
@@ -924,8 +924,8 @@ fn write_back(store: &Store, entries: Receiver<BackEntries>) -> Result<Option<Ss
     }
     let mut file = store.sst_writer(Cf::Views)?;
     let failed = Cell::new(None);
-    for row in all.into_sorted(&failed) {
-        file.put(&row.key, &row.value)?;
+    for (key, value) in all.sorted(&failed) {
+        file.put(&key, &value)?;
     }
     failed
         .take()
@@ -1029,14 +1029,14 @@ impl NodeSink for StoreSink<'_> {
         id
     }
 
-    fn leaf_rows(&mut self, rows: &[Row], added: bool) {
+    fn leaf_rows(&mut self, rows: &[RowRef<'_>], added: bool) {
         let total = if added {
             &mut self.added
         } else {
             &mut self.removed
         };
         for r in rows {
-            let s = RowSizes::of_row(&r.key, &r.value);
+            let s = RowSizes::of_row(r.key, r.value);
             total.active += s.active;
             total.external += s.external;
         }
