@@ -216,7 +216,7 @@ fn round(
         let (back_tx, back_rx) = sync_channel::<BackEntries>(1);
         let back_writer = std::thread::Builder::new()
             .name("view-back-index".into())
-            .spawn_scoped(s, move || write_back(store, back_rx))
+            .spawn_scoped(s, move || write_back(store, g, back_rx))
             .expect("spawn the back-index writer");
         let work = (|| -> Result<_> {
             let (last_seq, done) = pipeline(
@@ -854,7 +854,7 @@ impl<'a> Collector<'a> {
                     if d.rows.is_empty() {
                         continue;
                     }
-                    back.push((self.g.prefix.back(&d.id), d.back));
+                    back.push((d.id.into_bytes(), d.back));
                     self.rows += d.rows.len();
                     for (v, key, value) in d.rows {
                         rows[v as usize].push(&key, &value);
@@ -896,7 +896,8 @@ impl<'a> Collector<'a> {
     }
 }
 
-/// Back-index entries of a bulk load: (key, entry).
+/// Back-index entries of a bulk load: (doc id, entry). The writer adds the key's prefix,
+/// so neither the collector nor the sort handles it.
 type BackEntries = Vec<(Vec<u8>, Vec<u8>)>;
 
 fn send_back(writer: &SyncSender<BackEntries>, entries: BackEntries) -> Result<()> {
@@ -907,13 +908,17 @@ fn send_back(writer: &SyncSender<BackEntries>, entries: BackEntries) -> Result<(
 
 /// Gathers a bulk load's back-index entries (spilling sorted runs past [`SPILL_BYTES`])
 /// and writes them, in key order, to a file to ingest: unreferenced until the checkpoint.
-fn write_back(store: &Store, entries: Receiver<BackEntries>) -> Result<Option<SstWriter<'_>>> {
+fn write_back<'s>(
+    store: &'s Store,
+    g: &Group,
+    entries: Receiver<BackEntries>,
+) -> Result<Option<SstWriter<'s>>> {
     let mut all = BulkRows::default();
     let mut any = false;
     for batch in entries {
         any |= !batch.is_empty();
-        for (key, value) in batch {
-            all.push(&key, &value);
+        for (id, value) in batch {
+            all.push(&id, &value);
         }
         if all.bytes() >= SPILL_BYTES {
             all.spill(store.path()).map_err(Error::Spill)?;
@@ -924,7 +929,12 @@ fn write_back(store: &Store, entries: Receiver<BackEntries>) -> Result<Option<Ss
     }
     let mut file = store.sst_writer(Cf::Views)?;
     let failed = Cell::new(None);
-    for (key, value) in all.sorted(&failed) {
+    // Keys sort as their doc ids: they share the prefix.
+    let mut key = g.prefix.back("");
+    let prefix = key.len();
+    for (id, value) in all.sorted(&failed) {
+        key.truncate(prefix);
+        key.extend_from_slice(&id);
         file.put(&key, &value)?;
     }
     failed
