@@ -766,10 +766,11 @@ fn push_rows(
     raw: bool,
     partitioned: bool,
 ) {
-    // A partitioned view's keys start with the document's partition.
-    let prefix = match id.split_once(':') {
-        Some((p, _)) if partitioned => layout::partition_prefix(p),
-        _ => Vec::new(),
+    // A partitioned view's keys start with the document's partition. (Only then is the id
+    // searched for its colon: searching every id was 3% of a build.)
+    let prefix = match partitioned.then(|| id.split_once(':')).flatten() {
+        Some((p, _)) => layout::partition_prefix(p),
+        None => Vec::new(),
     };
     let mut encoded: Vec<(Vec<u8>, Value, Value)> = pairs
         .into_iter()
