@@ -529,24 +529,31 @@ fn fresh_pages(Source { db, snap, .. }: Source<'_>, since: u64) -> Result<Option
 fn item(g: &Group, d: DocLeaves, last: &mut u64) -> Item {
     *last = d.seq;
     let indexed = g.indexes(&d.id);
-    let doc = match d.leaves.first() {
+    let mut leaves = d.leaves;
+    let doc = match leaves.first() {
         Some(w) if !w.deleted && indexed => w.body.map(|body| {
+            // The winner comes first: skipping it spares comparing its revision with
+            // itself, a read of scattered memory per document.
             let others = |deleted: bool| -> Vec<String> {
-                (d.leaves.iter())
+                (leaves.iter().skip(1))
                     .filter(|l| l.deleted == deleted && l.rev != w.rev)
                     .map(|l| l.rev.to_string())
                     .collect()
             };
-            ToMap {
-                rev: w.rev.clone(),
-                body,
-                conflicts: others(false),
-                deleted_conflicts: others(true),
-                local_seq: g.def.local_seq.then_some(d.seq),
-            }
+            (body, others(false), others(true))
         }),
         _ => None,
     };
+    // The winner's revision is moved out of the leaves, not cloned: a fresh index reads
+    // documents in seq order, their revisions lie scattered in memory, and the clone's
+    // copy was 2% of a build's samples.
+    let doc = doc.map(|(body, conflicts, deleted_conflicts)| ToMap {
+        rev: leaves.swap_remove(0).rev,
+        body,
+        conflicts,
+        deleted_conflicts,
+        local_seq: g.def.local_seq.then_some(d.seq),
+    });
     Item { id: d.id, doc }
 }
 
