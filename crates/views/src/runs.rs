@@ -4,6 +4,7 @@
 //! those rows; the files vanish when dropped (or with the process).
 
 use crate::tree::Row;
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -73,20 +74,10 @@ impl RowBuffer {
         let blocks = &self.blocks;
         self.index.iter().map(move |e| Self::slices(blocks, e))
     }
-
-    /// The rows in key order.
-    fn into_sorted_rows(mut self) -> impl Iterator<Item = Row> {
-        self.sort();
-        let RowBuffer { blocks, index } = self;
-        index.into_iter().map(move |e| {
-            let (key, value) = Self::slices(&blocks, &e);
-            Row {
-                key: key.to_vec(),
-                value: value.to_vec(),
-            }
-        })
-    }
 }
+
+/// A row read back in key order: borrowed from memory, or owned when it came from a run.
+pub(crate) type SortedRow<'a> = (Cow<'a, [u8]>, Cow<'a, [u8]>);
 
 /// One view's rows of a bulk load: those in memory and the runs spilled so far.
 #[derive(Default)]
@@ -129,19 +120,25 @@ impl BulkRows {
 
     /// All rows in key order (keys are unique). Reading a run back can fail: the rows then
     /// end early and the error is left in `failed`, for the caller to check after use.
-    pub(crate) fn into_sorted<'a>(
-        self,
+    pub(crate) fn sorted<'a>(
+        &'a mut self,
         failed: &'a Cell<Option<io::Error>>,
-    ) -> Box<dyn Iterator<Item = Row> + 'a> {
-        let memory = self.memory.into_sorted_rows();
-        if self.runs.is_empty() {
-            return Box::new(memory);
+    ) -> Box<dyn Iterator<Item = SortedRow<'a>> + 'a> {
+        let runs = std::mem::take(&mut self.runs);
+        let memory = self.memory.sorted();
+        if runs.is_empty() {
+            return Box::new(memory.map(|(k, v)| (Cow::Borrowed(k), Cow::Borrowed(v))));
         }
-        let mut sources: Vec<Box<dyn Iterator<Item = io::Result<Row>>>> = (self.runs)
+        let mut sources: Vec<Box<dyn Iterator<Item = io::Result<Row>> + 'a>> = runs
             .into_iter()
             .map(|f| Box::new(RunReader(BufReader::with_capacity(1 << 16, f))) as Box<_>)
             .collect();
-        sources.push(Box::new(memory.map(Ok)));
+        sources.push(Box::new(memory.map(|(k, v)| {
+            Ok(Row {
+                key: k.to_vec(),
+                value: v.to_vec(),
+            })
+        })));
         let mut merge = Merge {
             sources,
             heads: BinaryHeap::new(),
@@ -153,7 +150,7 @@ impl BulkRows {
             }
         }
         Box::new(std::iter::from_fn(move || match merge.next()? {
-            Ok(row) => Some(row),
+            Ok(row) => Some((Cow::Owned(row.key), Cow::Owned(row.value))),
             Err(e) => {
                 failed.set(Some(e));
                 None
@@ -190,12 +187,12 @@ impl Iterator for RunReader {
 type Head = Reverse<(Vec<u8>, usize, Vec<u8>)>;
 
 /// A k-way merge of sorted sources: the heap holds each source's next row.
-struct Merge {
-    sources: Vec<Box<dyn Iterator<Item = io::Result<Row>>>>,
+struct Merge<'a> {
+    sources: Vec<Box<dyn Iterator<Item = io::Result<Row>> + 'a>>,
     heads: BinaryHeap<Head>,
 }
 
-impl Merge {
+impl Merge<'_> {
     fn advance(&mut self, source: usize) -> io::Result<()> {
         if let Some(row) = self.sources[source].next().transpose()? {
             self.heads.push(Reverse((row.key, source, row.value)));
@@ -234,6 +231,15 @@ mod tests {
         rows
     }
 
+    fn read_back(buf: &mut BulkRows, failed: &Cell<Option<io::Error>>) -> Vec<Row> {
+        (buf.sorted(failed))
+            .map(|(k, v)| Row {
+                key: k.into_owned(),
+                value: v.into_owned(),
+            })
+            .collect()
+    }
+
     #[test]
     fn memory_rows_come_back_in_key_order() {
         let mut buf = BulkRows::default();
@@ -245,7 +251,7 @@ mod tests {
             "the big row took its own block"
         );
         let failed = Cell::new(None);
-        let got: Vec<Row> = buf.into_sorted(&failed).collect();
+        let got = read_back(&mut buf, &failed);
         assert!(failed.take().is_none());
         assert_eq!(got, sorted(rows()));
     }
@@ -263,7 +269,7 @@ mod tests {
                 }
             }
             let failed = Cell::new(None);
-            let got: Vec<Row> = buf.into_sorted(&failed).collect();
+            let got = read_back(&mut buf, &failed);
             assert!(failed.take().is_none());
             assert_eq!(got, sorted(rows()), "spilling every {spill_every} rows");
         }
@@ -285,12 +291,12 @@ mod tests {
         for (cut, most) in [(3, 99), (len - 5, 0)] {
             buf.runs[0].set_len(len - cut).unwrap();
             let failed = Cell::new(None);
-            let run = BulkRows {
+            let mut run = BulkRows {
                 memory: RowBuffer::default(),
                 runs: vec![buf.runs[0].try_clone().unwrap()],
             };
             buf.runs[0].rewind().unwrap();
-            assert!(run.into_sorted(&failed).count() <= most);
+            assert!(run.sorted(&failed).count() <= most);
             let e = failed.take().expect("the short read is reported");
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         }

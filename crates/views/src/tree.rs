@@ -27,6 +27,37 @@ pub struct Row {
     pub value: Vec<u8>,
 }
 
+/// A row's bytes, borrowed: what leaves are encoded from and reducers read.
+#[derive(Clone, Copy, Debug)]
+pub struct RowRef<'a> {
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+/// A row the tree can write: owned, or borrowed from where a bulk load keeps its rows (a
+/// copy of each row there was a tenth of a fresh build's tree writing).
+pub trait RowBytes {
+    fn row(&self) -> RowRef<'_>;
+}
+
+impl RowBytes for Row {
+    fn row(&self) -> RowRef<'_> {
+        RowRef {
+            key: &self.key,
+            value: &self.value,
+        }
+    }
+}
+
+impl RowBytes for (std::borrow::Cow<'_, [u8]>, std::borrow::Cow<'_, [u8]>) {
+    fn row(&self) -> RowRef<'_> {
+        RowRef {
+            key: &self.0,
+            value: &self.1,
+        }
+    }
+}
+
 /// A pointer to a subtree: its last key, its node, its row count and its reduction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
@@ -66,20 +97,20 @@ pub trait NodeSink: NodeRead {
     fn next_id(&mut self) -> NodeId;
     /// `rows` were written into a leaf (`added`), or were the rows of a leaf being
     /// rewritten (`!added`); a sink may keep the totals of live rows with it.
-    fn leaf_rows(&mut self, _rows: &[Row], _added: bool) {}
+    fn leaf_rows(&mut self, _rows: &[RowRef<'_>], _added: bool) {}
 }
 
 /// Partial reductions: `reduce` of rows, `rereduce` of partials. A tree without a reduce
 /// function uses [`NoReduce`] and stores empty reductions.
 pub trait Reducer {
-    fn reduce(&mut self, rows: &[&Row]) -> Vec<u8>;
+    fn reduce(&mut self, rows: &[RowRef<'_>]) -> Vec<u8>;
     fn rereduce(&mut self, parts: &[&[u8]]) -> Vec<u8>;
 }
 
 pub struct NoReduce;
 
 impl Reducer for NoReduce {
-    fn reduce(&mut self, _: &[&Row]) -> Vec<u8> {
+    fn reduce(&mut self, _: &[RowRef<'_>]) -> Vec<u8> {
         Vec::new()
     }
     fn rereduce(&mut self, _: &[&[u8]]) -> Vec<u8> {
@@ -92,25 +123,21 @@ impl Reducer for NoReduce {
 
 impl Node {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(NODE_BYTES + 256);
         match self {
             Node::Leaf(rows) => {
-                out.push(LEAF);
-                varint::put(&mut out, rows.len() as u64);
-                for r in rows {
-                    varint::put_bytes(&mut out, &r.key);
-                    varint::put_bytes(&mut out, &r.value);
-                }
+                let refs: Vec<RowRef<'_>> = rows.iter().map(Row::row).collect();
+                encode_leaf(&refs)
             }
             Node::Inner(entries) => {
+                let mut out = Vec::with_capacity(NODE_BYTES + 256);
                 out.push(INNER);
                 varint::put(&mut out, entries.len() as u64);
                 for e in entries {
                     e.encode(&mut out);
                 }
+                out
             }
         }
-        out
     }
 
     pub fn decode(mut buf: &[u8]) -> Option<Node> {
@@ -137,6 +164,18 @@ impl Node {
             _ => None,
         }
     }
+}
+
+/// A leaf's bytes, as [`Node::encode`] writes a [`Node::Leaf`].
+fn encode_leaf(rows: &[RowRef<'_>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(NODE_BYTES + 256);
+    out.push(LEAF);
+    varint::put(&mut out, rows.len() as u64);
+    for r in rows {
+        varint::put_bytes(&mut out, r.key);
+        varint::put_bytes(&mut out, r.value);
+    }
+    out
 }
 
 impl Entry {
@@ -206,10 +245,10 @@ pub fn modify(
 }
 
 /// Builds a tree from rows already sorted by unique key (an initial index build).
-pub fn build(
+pub fn build<R: RowBytes>(
     sink: &mut dyn NodeSink,
     red: &mut dyn Reducer,
-    rows: impl IntoIterator<Item = Row>,
+    rows: impl IntoIterator<Item = R>,
 ) -> Option<Entry> {
     let mut entries = write_leaves(sink, red, rows);
     while entries.len() > 1 {
@@ -235,7 +274,8 @@ fn modify_node(
     sink.delete(id);
     match node {
         Node::Leaf(rows) => {
-            sink.leaf_rows(&rows, false);
+            let refs: Vec<RowRef<'_>> = rows.iter().map(Row::row).collect();
+            sink.leaf_rows(&refs, false);
             Ok(write_leaves(sink, red, merge_rows(rows, ops)))
         }
         Node::Inner(entries) => {
@@ -322,27 +362,27 @@ fn chunks<T>(
     }
 }
 
-fn write_leaves(
+fn write_leaves<R: RowBytes>(
     sink: &mut dyn NodeSink,
     red: &mut dyn Reducer,
-    rows: impl IntoIterator<Item = Row>,
+    rows: impl IntoIterator<Item = R>,
 ) -> Vec<Entry> {
     let mut entries = Vec::new();
     chunks(
         rows,
-        |r| r.key.len() + r.value.len() + 4,
+        |r| r.row().key.len() + r.row().value.len() + 4,
         |rows| {
-            let refs: Vec<&Row> = rows.iter().collect();
+            let refs: Vec<RowRef<'_>> = rows.iter().map(R::row).collect();
             let reduction = red.reduce(&refs);
             let id = sink.next_id();
             entries.push(Entry {
-                last: rows.last().expect("chunks are not empty").key.clone(),
+                last: refs.last().expect("chunks are not empty").key.to_vec(),
                 child: id,
                 count: rows.len() as u64,
                 red: reduction,
             });
-            sink.leaf_rows(&rows, true);
-            sink.put(id, Node::Leaf(rows).encode());
+            sink.leaf_rows(&refs, true);
+            sink.put(id, encode_leaf(&refs));
         },
     );
     entries
@@ -560,7 +600,10 @@ fn reduce_node(
 ) -> Result<()> {
     match read.node(id)? {
         Node::Leaf(rows) => {
-            let inside: Vec<&Row> = rows.iter().filter(|r| range.contains(&r.key)).collect();
+            let inside: Vec<RowRef<'_>> = (rows.iter())
+                .filter(|r| range.contains(&r.key))
+                .map(Row::row)
+                .collect();
             if !inside.is_empty() {
                 *count += inside.len() as u64;
                 parts.push(red.reduce(&inside));
@@ -659,7 +702,7 @@ mod tests {
     struct Sum;
 
     impl Reducer for Sum {
-        fn reduce(&mut self, rows: &[&Row]) -> Vec<u8> {
+        fn reduce(&mut self, rows: &[RowRef<'_>]) -> Vec<u8> {
             let s: u64 = rows
                 .iter()
                 .map(|r| u64::from_be_bytes(r.value[..8].try_into().unwrap()))
@@ -878,7 +921,7 @@ mod tests {
     fn empty_ranges_and_empty_trees() {
         let mem = Mem::default();
         let mut sink = MemSink(&mem, 0);
-        assert_eq!(build(&mut sink, &mut Sum, vec![]), None);
+        assert_eq!(build(&mut sink, &mut Sum, Vec::<Row>::new()), None);
         let root = build(
             &mut sink,
             &mut Sum,
