@@ -216,6 +216,7 @@ fn finalized_builtins(nodes: &[Server], single: &Server) {
         r.json()["rows"],
         json!([{"key": [0, 0], "value": "doc000"}])
     );
+    partitioned(&nodes[1], single);
     // `/queries` too.
     let queries = json!({"queries": [{"group": true}, {"group_level": 1, "descending": true}]});
     same_answer(
@@ -225,6 +226,36 @@ fn finalized_builtins(nodes: &[Server], single: &Server) {
         "/red/_design/r/_view/acd/queries",
         Some(&queries.to_string()),
     );
+}
+
+/// A partition's reductions (its one range's copy asked) as on a single node.
+fn partitioned(member: &Server, single: &Server) {
+    status(
+        &member.put("/part?q=3&n=2&partitioned=true", ""),
+        201,
+        "create",
+    );
+    status(&single.put("/part?partitioned=true", ""), 201, "create");
+    let mut docs: Vec<Value> = (0..30)
+        .map(|i| json!({"_id": format!("p{}:d{i:02}", i % 2), "k": i % 4}))
+        .collect();
+    docs.push(json!({"_id": "_design/r", "views": {
+        "acd": {"map": "function(doc) { emit(doc.k, null); }", "reduce": "_approx_count_distinct"},
+        "last": {"map": "function(doc) { emit(doc.k, doc._id); }", "reduce": "_last"},
+    }}));
+    let body = json!({ "docs": docs }).to_string();
+    status(&single.post("/part/_bulk_docs", &body), 201, "bulk");
+    let r = member.post("/part/_bulk_docs", &body);
+    assert!(r.status == 201 || r.status == 202, "bulk: {}", r.text);
+    for view in ["acd", "last"] {
+        for q in ["", "?group=true", "?start_key=1&end_key=2"] {
+            let path = format!("/part/_partition/p1/_design/r/_view/{view}{q}");
+            eventually("the partition's documents in its copy's view", || {
+                let (a, b) = (member.get(&path), single.get(&path));
+                a.status == 200 && a.json() == b.json()
+            });
+        }
+    }
 }
 
 /// A Python reduce function on a clustered view answers as on a single node: the ranges'
