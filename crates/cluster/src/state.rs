@@ -347,19 +347,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// Replaces the nodes holding `range` of `db`'s map (the creation `uuid`) with `nodes`,
-    /// if `expected` holds it now: one transaction conditional on the map's modification
-    /// revision as read just before, so an edit made meanwhile (another move, the
-    /// database deleted or created again) is a conflict, never a lost update. The map as
-    /// stored, once this node's cache shows it.
-    pub async fn set_range_nodes(
-        &self,
-        db: &str,
-        uuid: &str,
-        range: &str,
-        expected: &[String],
-        nodes: Vec<String>,
-    ) -> Result<Arc<ShardMap>> {
+    /// `db`'s map as etcd holds it now (not the cache): its key, the map and the key's
+    /// modification revision, on which an edit is made conditional.
+    async fn stored_map(&self, db: &str) -> Result<(String, ShardMap, i64)> {
         let key = self.key(DBS, db);
         let (got, _) = (self.call(|mut c| {
             let key = key.clone();
@@ -373,6 +363,24 @@ impl Cluster {
             key: format!("{DBS}/{db}"),
             why: e.to_string(),
         })?;
+        let mod_revision = kv.mod_revision();
+        Ok((key, current, mod_revision))
+    }
+
+    /// Replaces the nodes holding `range` of `db`'s map (the creation `uuid`) with `nodes`,
+    /// if `expected` holds it now: one transaction conditional on the map's modification
+    /// revision as read just before, so an edit made meanwhile (another move, the
+    /// database deleted or created again) is a conflict, never a lost update. The map as
+    /// stored, once this node's cache shows it.
+    pub async fn set_range_nodes(
+        &self,
+        db: &str,
+        uuid: &str,
+        range: &str,
+        expected: &[String],
+        nodes: Vec<String>,
+    ) -> Result<Arc<ShardMap>> {
+        let (key, current, mod_revision) = self.stored_map(db).await?;
         let held = current.by_range.iter().find(|c| c.range == range);
         let Some(held) = held else {
             return Err(map::PlanError::UnknownRange(range.to_owned()).into());
@@ -382,7 +390,7 @@ impl Cluster {
         }
         let edited = current.with_range_nodes(range, nodes)?;
         let value = serde_json::to_vec(&edited).expect("json");
-        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision());
+        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_revision);
         let done = self
             .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
             .await?;
@@ -399,19 +407,7 @@ impl Cluster {
     /// or another member's) is answered as it is. The map as stored, once this node's
     /// cache shows it.
     pub async fn split_range(&self, db: &str, uuid: &str, range: &str) -> Result<Arc<ShardMap>> {
-        let key = self.key(DBS, db);
-        let (got, _) = (self.call(|mut c| {
-            let key = key.clone();
-            async move { c.get(key, None).await }
-        }))
-        .await?;
-        let Some(kv) = got.kvs().first() else {
-            return Err(Error::NotFound("missing"));
-        };
-        let current: ShardMap = serde_json::from_slice(kv.value()).map_err(|e| Error::Corrupt {
-            key: format!("{DBS}/{db}"),
-            why: e.to_string(),
-        })?;
+        let (key, current, mod_revision) = self.stored_map(db).await?;
         if current.uuid != uuid {
             return Err(Error::Conflict);
         }
@@ -424,15 +420,14 @@ impl Cluster {
                 held(&a) && held(&b)
             };
             if halves.is_some_and(split) {
-                self.seen_revision(kv.mod_revision(), self.config.timeout)
-                    .await;
+                self.seen_revision(mod_revision, self.config.timeout).await;
                 return Ok(Arc::new(current));
             }
             return Err(map::PlanError::UnknownRange(range.to_owned()).into());
         }
         let edited = current.with_range_split(range)?;
         let value = serde_json::to_vec(&edited).expect("json");
-        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, kv.mod_revision());
+        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_revision);
         let done = self
             .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
             .await?;
