@@ -20,7 +20,6 @@ pub mod map;
 mod nodes;
 pub mod peer;
 mod state;
-#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use map::{Candidate, Copies, PlanError, ShardMap};
