@@ -6,7 +6,7 @@
 use crate::common;
 use common::cli::{admin_url, ok, settee};
 
-use common::cluster::{eventually, member, membership, three_members, NAMES};
+use common::cluster::{eventually, keep_writing, member, membership, three_members, NAMES};
 use common::{Resp, Server, ADMIN};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -136,21 +136,7 @@ fn a_copy_moves_under_writes_and_a_new_member_gets_its_share() {
     let stop = AtomicBool::new(false);
     let written = Mutex::new(Vec::<String>::new());
     let moved = std::thread::scope(|scope| {
-        let writer = scope.spawn(|| {
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) && i < 3000 {
-                let id = format!("w{i:04}");
-                let r = nodes[i % 3].put(&format!("/moved/{id}"), r#"{"during": true}"#);
-                assert!(
-                    matches!(r.status, 201 | 202),
-                    "write {id}: {} {}",
-                    r.status,
-                    r.text
-                );
-                written.lock().unwrap().push(id);
-                i += 1;
-            }
-        });
+        let writer = scope.spawn(|| keep_writing(&nodes, "moved", 3000, &stop, &written));
         let reader = scope.spawn(|| {
             let mut i = 0;
             while !stop.load(Ordering::Relaxed) {

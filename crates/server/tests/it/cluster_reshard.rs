@@ -5,7 +5,7 @@
 
 use crate::common;
 use common::cli::{admin_url, ok, settee};
-use common::cluster::{eventually, member, membership, three_members, NAMES};
+use common::cluster::{eventually, keep_writing, member, membership, three_members, NAMES};
 use common::{Resp, Server};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -194,21 +194,7 @@ fn a_range_splits_on_every_copy_while_clients_write() {
     let written = Mutex::new(Vec::<String>::new());
     let seen_task = AtomicBool::new(false);
     let created = std::thread::scope(|scope| {
-        let writer = scope.spawn(|| {
-            let mut i = 0;
-            while !stop.load(Ordering::Relaxed) && i < 5000 {
-                let id = format!("w{i:04}");
-                let r = nodes[i % 3].put(&format!("/split/{id}"), r#"{"during": true}"#);
-                assert!(
-                    matches!(r.status, 201 | 202),
-                    "write {id}: {} {}",
-                    r.status,
-                    r.text
-                );
-                written.lock().unwrap().push(id);
-                i += 1;
-            }
-        });
+        let writer = scope.spawn(|| keep_writing(&nodes, "split", 5000, &stop, &written));
         let watcher = scope.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 for n in &nodes {

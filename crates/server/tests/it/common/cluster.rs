@@ -94,3 +94,29 @@ pub fn add_user_everywhere(nodes: &[&Server], name: &str, password: &str) {
         });
     }
 }
+
+/// Writes `{"during": true}` documents `w0000`, `w0001`, … to `db`, each through the next
+/// of `nodes` in turn, until `stop` or `limit` documents; every write must be acknowledged
+/// (201 or 202), and its id goes into `written`. The writer of the tests that change a
+/// map under load.
+pub fn keep_writing(
+    nodes: &[Server],
+    db: &str,
+    limit: usize,
+    stop: &std::sync::atomic::AtomicBool,
+    written: &std::sync::Mutex<Vec<String>>,
+) {
+    let mut i = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < limit {
+        let id = format!("w{i:04}");
+        let r = nodes[i % nodes.len()].put(&format!("/{db}/{id}"), r#"{"during": true}"#);
+        assert!(
+            matches!(r.status, 201 | 202),
+            "write {id}: {} {}",
+            r.status,
+            r.text
+        );
+        written.lock().unwrap().push(id);
+        i += 1;
+    }
+}
