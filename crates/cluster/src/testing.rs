@@ -1,4 +1,4 @@
-//! A real etcd for tests (feature `testing`): `n` members of Debian's `etcd` on loopback
+//! A real etcd for tests: `n` members of Debian's `etcd` on loopback
 //! ports in a temporary directory, each of which can be killed and restarted on its data.
 
 use std::io::{Read, Write};
@@ -20,11 +20,27 @@ struct Member {
     child: Option<Child>,
 }
 
+/// A port free now, below Linux's ephemeral range (32768 and up): a member restarted on
+/// its port must find it free, and a port the kernel hands out for outgoing connections
+/// (other tests make many) may be taken in between. Each process starts at its own place
+/// in 20000–32767 and takes ports in turn, passing over those in use.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_768;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id().wrapping_mul(7919) % SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    loop {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl Etcd {
