@@ -110,6 +110,7 @@ pub(crate) struct Hook {
     pub(crate) node: Weak<Node>,
     pub(crate) security: Arc<crate::security::SecurityCache>,
     pub(crate) designs: Arc<Designs>,
+    pub(crate) render_bulk: crate::RenderBulk,
 }
 
 impl ClusterDesigns for Hook {
@@ -124,6 +125,7 @@ impl ClusterDesigns for Hook {
             node,
             security: self.security.clone(),
             designs: self.designs.clone(),
+            render_bulk: self.render_bulk,
         };
         let Some((cluster, map)) = coordinator.clustered(name) else {
             // A copy of a database no longer in the cluster: its own, as any database.

@@ -83,6 +83,7 @@ use settee_node::{Error, Fabric, Node, Result};
 use settee_wire::mrargs::MrArgs;
 use settee_wire::path::Endpoint;
 use std::sync::Arc;
+use tokio::task::JoinHandle;
 
 /// A cluster member's fabric: clustered databases from their copies, the rest from the
 /// node. Cloning it is cheap (its caches are shared).
@@ -92,7 +93,13 @@ pub struct Coordinator {
     security: Arc<security::SecurityCache>,
     /// Clustered databases' design documents, validating writes to this member's copies.
     designs: Arc<ddocs::Designs>,
+    render_bulk: RenderBulk,
 }
+
+/// How the HTTP layer answers a `_bulk_docs` (status, JSON body): a range's copy on this
+/// member is written in-process, with no request and no second parse of its documents,
+/// and its answer is read as another member's would be.
+pub type RenderBulk = fn(Result<BulkAnswer>) -> (u16, Value);
 
 /// How long a decided write waits for its other copies before it answers (see
 /// `Coordinator::ask_until`).
@@ -106,16 +113,18 @@ const DEFAULT_N: u32 = 3;
 impl Coordinator {
     /// The coordinator of `node`, which from now on validates writes to its shard
     /// copies with their clustered databases' design documents ([`ddocs`]).
-    pub fn new(node: Arc<Node>) -> Coordinator {
+    pub fn new(node: Arc<Node>, render_bulk: RenderBulk) -> Coordinator {
         let coordinator = Coordinator {
             node,
             security: Default::default(),
             designs: Default::default(),
+            render_bulk,
         };
         let hook = ddocs::Hook {
             node: Arc::downgrade(&coordinator.node),
             security: coordinator.security.clone(),
             designs: coordinator.designs.clone(),
+            render_bulk,
         };
         coordinator.node.set_cluster_designs(Arc::new(hook));
         coordinator
@@ -189,45 +198,57 @@ impl Coordinator {
         headers: Option<Arc<Vec<(String, String)>>>,
         decided: impl Fn(&[Option<Reply>]) -> bool,
     ) -> Vec<Option<Reply>> {
-        let mut pending: futures_util::stream::FuturesUnordered<_> = (asks.into_iter())
-            .enumerate()
-            .map(|(i, (member, method, target, body))| {
-                let (node, user, headers) = (self.node.clone(), user.cloned(), headers.clone());
-                let task = tokio::spawn(async move {
-                    let user = user.as_ref();
-                    let answer = match headers {
-                        None => node.peer_json(&member, method, &target, user, body).await,
-                        Some(h) => {
-                            let h: Vec<(&str, &str)> =
-                                h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                            let body = body.unwrap_or_default();
-                            node.peer_raw(&member, method, &target, user, &h, body)
-                                .await
-                        }
-                    };
-                    reply_of(&member, answer)
-                });
-                async move { (i, task.await) }
+        let tasks = (asks.into_iter())
+            .map(|(member, method, target, body)| {
+                self.spawn_ask(member, method, target, user, body, headers.clone())
             })
             .collect();
-        let mut replies: Vec<Option<Reply>> = vec![None; pending.len()];
-        let mut grace: Option<tokio::time::Instant> = None;
-        loop {
-            let next = futures_util::StreamExt::next(&mut pending);
-            let got = match grace {
-                None => next.await,
-                Some(until) => match tokio::time::timeout_at(until, next).await {
-                    Ok(got) => got,
-                    Err(_) => break,
-                },
+        until_decided(tasks, decided).await
+    }
+
+    /// A request of one copy's member, on a task of its own (see [`Self::ask_until_with`]).
+    fn spawn_ask(
+        &self,
+        member: String,
+        method: &'static str,
+        target: String,
+        user: Option<&UserCtx>,
+        body: Option<Bytes>,
+        headers: Option<Arc<Vec<(String, String)>>>,
+    ) -> JoinHandle<Reply> {
+        let (node, user) = (self.node.clone(), user.cloned());
+        tokio::spawn(async move {
+            let user = user.as_ref();
+            let answer = match headers {
+                None => node.peer_json(&member, method, &target, user, body).await,
+                Some(h) => {
+                    let h: Vec<(&str, &str)> =
+                        h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    let body = body.unwrap_or_default();
+                    node.peer_raw(&member, method, &target, user, &h, body)
+                        .await
+                }
             };
-            let Some((i, reply)) = got else { break };
-            replies[i] = Some(reply.unwrap_or_else(|e| Reply::Unreachable(e.to_string())));
-            if grace.is_none() && decided(&replies) {
-                grace = Some(tokio::time::Instant::now() + QUORUM_GRACE);
-            }
-        }
-        replies
+            reply_of(&member, answer)
+        })
+    }
+
+    /// `_bulk_docs` of `copy`, this member's copy of a range, in-process on a task of its
+    /// own: answered as the copy's member answers it over HTTP ([`RenderBulk`]). The
+    /// coordinator has authorized `user` on the clustered database, whose security object
+    /// every copy holds; the node validates each document as for a request.
+    fn bulk_here(&self, copy: String, user: &UserCtx, req: BulkDocs) -> JoinHandle<Reply> {
+        let (node, user, render) = (self.node.clone(), user.clone(), self.render_bulk);
+        tokio::spawn(async move {
+            let answer = Fabric::bulk_docs(&node, &copy, &user, req).await;
+            let (status, body) = render(answer);
+            Reply::Answered { status, body }
+        })
+    }
+
+    /// This member's name in the cluster.
+    fn me(&self) -> Option<&str> {
+        self.node.cluster().map(|c| c.config().node.as_str())
     }
 
     /// `db`'s copies of the range holding `id`: (member, path of the document).
@@ -406,45 +427,70 @@ impl Coordinator {
         }
         // Every range's copies at once; each document's quorum and its copies' answers.
         let ranges = join_all(by_range.iter().map(|(range, (copies, docs))| {
-            let mut body = b"{\"docs\":[".to_vec();
-            for (k, i) in docs.iter().enumerate() {
-                if k > 0 {
-                    body.push(b',');
+            // This member's copy in-process, the others over HTTP.
+            let body = std::cell::LazyCell::new(|| {
+                let mut body = b"{\"docs\":[".to_vec();
+                for (k, i) in docs.iter().enumerate() {
+                    if k > 0 {
+                        body.push(b',');
+                    }
+                    merge::write_doc(&req.docs[*i], !req.new_edits, &mut body);
                 }
-                merge::write_doc(&req.docs[*i], !req.new_edits, &mut body);
-            }
-            body.extend_from_slice(format!("],\"new_edits\":{}}}", req.new_edits).as_bytes());
-            let body = Bytes::from(body);
+                body.extend_from_slice(format!("],\"new_edits\":{}}}", req.new_edits).as_bytes());
+                Bytes::from(body)
+            });
             let path = format!("{}/_bulk_docs", copy_path(map, db, range));
-            let asks = (copies.nodes.iter())
-                .map(|node| (node.clone(), "POST", path.clone(), Some(body.clone())))
+            let tasks = (copies.nodes.iter())
+                .map(|member| match self.me() == Some(member.as_str()) {
+                    true => {
+                        let here = BulkDocs {
+                            docs: docs.iter().map(|i| req.docs[*i].clone()).collect(),
+                            new_edits: req.new_edits,
+                            all_or_nothing: false,
+                            w: None,
+                        };
+                        self.bulk_here(map.copy_name(db, range), user, here)
+                    }
+                    false => {
+                        let (member, path, body) = (member.clone(), path.clone(), (*body).clone());
+                        self.spawn_ask(member, "POST", path, Some(user), Some(body), None)
+                    }
+                })
                 .collect();
             let w = merge::quorum_or(req.w, copies.nodes.len());
-            let (ids, new_edits) = (&ids, req.new_edits);
-            // Decided once every document of the range is.
+            let new_edits = req.new_edits;
+            let range_ids: Vec<&str> = docs.iter().map(|i| ids[*i].as_str()).collect();
+            // Decided once every document of the range is: written on `w` copies, or
+            // every copy answered.
             let decided = move |replies: &[Option<Reply>]| {
-                docs.iter().enumerate().all(|(k, i)| {
-                    let entries: Vec<Option<Reply>> = (replies.iter())
-                        .map(|r| {
-                            r.as_ref()
-                                .map(|r| merge::bulk_entry(r, k, &ids[*i], new_edits))
-                        })
-                        .collect();
-                    merge::write_decided(&entries, w)
-                })
+                if replies.iter().all(Option::is_some) {
+                    return true;
+                }
+                let mut written = vec![0; range_ids.len()];
+                for reply in replies.iter().flatten() {
+                    let each = merge::bulk_written(reply, &range_ids, new_edits);
+                    for (n, ok) in written.iter_mut().zip(each) {
+                        *n += usize::from(ok);
+                    }
+                }
+                written.iter().all(|n| *n >= w)
             };
-            self.ask_until(asks, Some(user), decided)
+            until_decided(tasks, decided)
         }))
         .await;
+        // Each document's quorum and its copies' replies.
         let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
-        for ((copies, docs), replies) in by_range.values().zip(&ranges) {
-            for (k, i) in docs.iter().enumerate() {
-                per_doc[*i] = (
-                    merge::quorum_or(req.w, copies.nodes.len()),
-                    (replies.iter().flatten())
-                        .map(|reply| merge::bulk_entry(reply, k, &ids[*i], req.new_edits))
-                        .collect(),
-                );
+        for ((copies, docs), replies) in by_range.values().zip(ranges) {
+            let w = merge::quorum_or(req.w, copies.nodes.len());
+            let range_ids: Vec<&str> = docs.iter().map(|i| ids[*i].as_str()).collect();
+            for i in docs {
+                per_doc[*i].0 = w;
+            }
+            for reply in replies.into_iter().flatten() {
+                let split = merge::bulk_entries(reply, &range_ids, req.new_edits);
+                for (i, reply) in docs.iter().zip(split) {
+                    per_doc[*i].1.push(reply);
+                }
             }
         }
         let mut entries = Vec::with_capacity(ids.len());
@@ -650,6 +696,38 @@ fn reply_of(member: &str, answer: Result<Option<settee_node::cluster::Forwarded>
 /// Waits for `fut` from a blocking thread.
 fn block_on<F: std::future::Future>(fut: F) -> F::Output {
     tokio::runtime::Handle::current().block_on(fut)
+}
+
+/// The replies of `tasks` (copies asked at once, each on a task of its own), in their
+/// order, handed to `decided` as they come: once it says the answer is decided, the other
+/// copies get [`QUORUM_GRACE`] more, then those still working finish in the background
+/// (see `Coordinator::ask_until`).
+async fn until_decided(
+    tasks: Vec<tokio::task::JoinHandle<Reply>>,
+    decided: impl Fn(&[Option<Reply>]) -> bool,
+) -> Vec<Option<Reply>> {
+    let mut pending: futures_util::stream::FuturesUnordered<_> = (tasks.into_iter())
+        .enumerate()
+        .map(|(i, task)| async move { (i, task.await) })
+        .collect();
+    let mut replies: Vec<Option<Reply>> = vec![None; pending.len()];
+    let mut grace: Option<tokio::time::Instant> = None;
+    loop {
+        let next = futures_util::StreamExt::next(&mut pending);
+        let got = match grace {
+            None => next.await,
+            Some(until) => match tokio::time::timeout_at(until, next).await {
+                Ok(got) => got,
+                Err(_) => break,
+            },
+        };
+        let Some((i, reply)) = got else { break };
+        replies[i] = Some(reply.unwrap_or_else(|e| Reply::Unreachable(e.to_string())));
+        if grace.is_none() && decided(&replies) {
+            grace = Some(tokio::time::Instant::now() + QUORUM_GRACE);
+        }
+    }
+    replies
 }
 
 /// The path of `db`'s copy of `range` (its database, one path segment).

@@ -96,47 +96,90 @@ fn unreachable_reason(replies: &[Reply]) -> String {
     format!("no copy answered: {}", why.join("; "))
 }
 
-/// One document's part of a copy's `_bulk_docs` answer (`k`: its place among the
-/// documents sent to that copy), as a single write's reply: its entry with the status a
-/// single write would have had. A replicated write (`new_edits=false`) that succeeded has
-/// no entry: a 201 without a body then.
-pub fn bulk_entry(reply: &Reply, k: usize, id: &str, new_edits: bool) -> Reply {
-    let Reply::Answered { status, body } = reply else {
-        return reply.clone();
+/// A copy's `_bulk_docs` answer to documents `ids` (in the order sent), as each one's
+/// single-write reply: its entry with the status a single write would have had. A
+/// replicated write (`new_edits=false`) that succeeded has no entry: a 201 without a body
+/// then. A failed request (or no answer) is every document's reply. The entries are moved
+/// out of the answer, not copied.
+pub fn bulk_entries(reply: Reply, ids: &[&str], new_edits: bool) -> Vec<Reply> {
+    let entries = match reply {
+        Reply::Answered { status, body } if (200..300).contains(&status) => match body {
+            Value::Array(entries) => entries,
+            _ => Vec::new(),
+        },
+        other => return vec![other; ids.len()],
     };
-    if !(200..300).contains(status) {
-        return reply.clone();
+    if new_edits {
+        let mut entries = entries.into_iter();
+        return (ids.iter())
+            .map(|_| match entries.next() {
+                Some(e) => entry_reply(e),
+                None => Reply::Unreachable("a copy's _bulk_docs answer is short".into()),
+            })
+            .collect();
     }
-    let entries = body.as_array().map(Vec::as_slice).unwrap_or_default();
-    let entry = if new_edits {
-        entries.get(k).cloned()
-    } else {
-        entries.iter().find(|e| e["id"] == id).cloned()
-    };
-    match entry {
-        None if !new_edits => Reply::Answered {
-            status: 201,
-            body: Value::Null,
-        },
-        None => Reply::Unreachable("a copy's _bulk_docs answer is short".into()),
-        Some(e) if e["ok"] == true => Reply::Answered {
-            status: 201,
-            body: e,
-        },
-        Some(e) => {
-            let status = match e["error"].as_str().unwrap_or_default() {
-                "conflict" => 409,
-                "forbidden" => 403,
-                "unauthorized" => 401,
-                "not_found" => 404,
-                _ => 400,
-            };
-            Reply::Answered { status, body: e }
+    // Replicated writes: entries for failures only, found by id (the first for an id).
+    let mut by_id = std::collections::HashMap::new();
+    for (k, e) in entries.iter().enumerate() {
+        if let Some(id) = e["id"].as_str() {
+            by_id.entry(id).or_insert(k);
         }
     }
+    (ids.iter())
+        .map(|id| match by_id.get(id) {
+            Some(k) => entry_reply(entries[*k].clone()),
+            None => Reply::Answered {
+                status: 201,
+                body: Value::Null,
+            },
+        })
+        .collect()
 }
 
-/// A replicated write's success in a [`bulk_entry`] reply.
+/// Which of `ids` a copy's `_bulk_docs` answer wrote, as [`bulk_entries`] would split
+/// it, without taking the answer apart (asked again as each copy answers).
+pub fn bulk_written(reply: &Reply, ids: &[&str], new_edits: bool) -> Vec<bool> {
+    let entries = match reply {
+        Reply::Answered { status, body } if (200..300).contains(status) => {
+            body.as_array().map(Vec::as_slice).unwrap_or_default()
+        }
+        _ => return vec![false; ids.len()],
+    };
+    if new_edits {
+        return (0..ids.len())
+            .map(|k| entries.get(k).is_some_and(|e| e["ok"] == true))
+            .collect();
+    }
+    let mut by_id = std::collections::HashMap::new();
+    for e in entries {
+        if let Some(id) = e["id"].as_str() {
+            by_id.entry(id).or_insert(e["ok"] == true);
+        }
+    }
+    ids.iter()
+        .map(|id| *by_id.get(id).unwrap_or(&true))
+        .collect()
+}
+
+/// One entry of a `_bulk_docs` answer as a single write's reply.
+fn entry_reply(e: Value) -> Reply {
+    if e["ok"] == true {
+        return Reply::Answered {
+            status: 201,
+            body: e,
+        };
+    }
+    let status = match e["error"].as_str().unwrap_or_default() {
+        "conflict" => 409,
+        "forbidden" => 403,
+        "unauthorized" => 401,
+        "not_found" => 404,
+        _ => 400,
+    };
+    Reply::Answered { status, body: e }
+}
+
+/// A replicated write's success in a [`bulk_entries`] reply.
 pub fn replicated_ok(reply: &Reply) -> bool {
     matches!(
         reply,
@@ -789,28 +832,37 @@ mod tests {
             body: json!([{"ok": true, "id": "a", "rev": "1-x"},
                          {"id": "b", "error": "conflict", "reason": "Document update conflict."}]),
         };
+        assert_eq!(bulk_written(&answer, &["a", "b"], true), [true, false]);
+        let split = bulk_entries(answer, &["a", "b"], true);
         assert_eq!(
-            bulk_entry(&answer, 0, "a", true),
+            split[0],
             Reply::Answered {
                 status: 201,
                 body: json!({"ok": true, "id": "a", "rev": "1-x"})
             }
         );
-        assert!(matches!(
-            bulk_entry(&answer, 1, "b", true),
-            Reply::Answered { status: 409, .. }
-        ));
+        assert!(matches!(split[1], Reply::Answered { status: 409, .. }));
         // Replicated writes: only failures have entries.
         let replicated = Reply::Answered {
             status: 201,
             body: json!([{"id": "b", "error": "forbidden", "reason": "no"}]),
         };
-        assert!(replicated_ok(&bulk_entry(&replicated, 0, "a", false)));
+        assert_eq!(bulk_written(&replicated, &["a", "b"], false), [true, false]);
+        let split = bulk_entries(replicated, &["a", "b"], false);
+        assert!(replicated_ok(&split[0]));
+        assert!(matches!(split[1], Reply::Answered { status: 403, .. }));
+        // A short answer, and none at all.
+        let short = Reply::Answered {
+            status: 201,
+            body: json!([{"ok": true, "id": "a", "rev": "1-x"}]),
+        };
+        assert_eq!(bulk_written(&short, &["a", "b"], true), [true, false]);
         assert!(matches!(
-            bulk_entry(&replicated, 1, "b", false),
-            Reply::Answered { status: 403, .. }
+            bulk_entries(short, &["a", "b"], true)[1],
+            Reply::Unreachable(_)
         ));
-        assert_eq!(bulk_entry(&down(), 0, "a", true), down());
+        assert_eq!(bulk_written(&down(), &["a"], true), [false]);
+        assert_eq!(bulk_entries(down(), &["a", "b"], true), [down(), down()]);
     }
 
     #[test]

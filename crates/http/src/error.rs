@@ -409,6 +409,16 @@ impl ApiError {
     }
 
     /// `(status, error, reason)` as CouchDB 3 reports them.
+    /// The error's status and JSON body (`error`, `reason`, and a crash's `ref`).
+    pub fn status_and_body(&self) -> (StatusCode, serde_json::Value) {
+        let (status, error, reason) = self.parts();
+        let mut body = json!({"error": error, "reason": reason});
+        if let ApiError::Crash { stack_hash, .. } = self {
+            body["ref"] = (*stack_hash).into();
+        }
+        (status, body)
+    }
+
     pub fn parts(&self) -> (StatusCode, Cow<'static, str>, String) {
         match self {
             ApiError::Named(status, error, reason) => {
@@ -521,13 +531,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, error, reason) = self.parts();
+        let (status, body) = self.status_and_body();
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = ?self, "internal error");
-        }
-        let mut body = json!({"error": error, "reason": reason});
-        if let ApiError::Crash { stack_hash, .. } = self {
-            body["ref"] = stack_hash.into();
         }
         let body = serde_json::to_vec(&body).expect("json");
         let mut resp = crate::response::json_bytes(status, body);

@@ -30,8 +30,18 @@ pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<R
     let mut body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
     body.w = body.w.or(crate::req::write_quorum(&req));
     let answer = Fabric::bulk_docs(&*state.fabric, &db.name, &req.user, body).await?;
+    let (status, body) = bulk_answer_json(Ok(answer));
+    Ok(json(status, &body))
+}
+
+/// A `_bulk_docs` answer (or its failure as a whole) as its status and JSON body: what
+/// the handler sends, and how a cluster member's coordinator reads the answer of its own
+/// copy of a range, written in-process (`settee_coordinator::RenderBulk`), as it reads
+/// another member's.
+pub fn bulk_answer_json(answer: settee_node::Result<BulkAnswer>) -> (StatusCode, Value) {
     let entries = match answer {
-        BulkAnswer::AllOrNothingRefused(docs) => {
+        Err(e) => return ApiError::from(e).status_and_body(),
+        Ok(BulkAnswer::AllOrNothingRefused(docs)) => {
             let entries = docs
                 .into_iter()
                 .map(|(id, rev)| {
@@ -39,9 +49,9 @@ pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<R
                            "reason": "all_or_nothing is not supported"})
                 })
                 .collect();
-            return Ok(json(StatusCode::EXPECTATION_FAILED, &Value::Array(entries)));
+            return (StatusCode::EXPECTATION_FAILED, Value::Array(entries));
         }
-        BulkAnswer::Entries(entries) => entries,
+        Ok(BulkAnswer::Entries(entries)) => entries,
     };
     // Some document written below the quorum: CouchDB's 202.
     let status = if entries
@@ -61,7 +71,7 @@ pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<R
             BulkEntry::Failed { id, rev, error } => failed_entry(&id, rev, error.into()),
         })
         .collect();
-    Ok(json(status, &Value::Array(entries)))
+    (status, Value::Array(entries))
 }
 
 pub async fn bulk_get(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
