@@ -76,6 +76,7 @@ use settee_node::dbs::{CreateDb, Limit, NameRange};
 use settee_node::fabric::{Copied, DbRef, FeedEnd, Fut, Out, Purged, Reached, ReqFn, Written};
 use settee_node::list::{ListCall, Piece};
 use settee_node::mango_index::{self, BulkDeleted, Created};
+use settee_node::parsed_docs;
 use settee_node::read::{Read, ReadOpts, Rendered, Revision};
 use settee_node::render::{FnCall, Shown, Updated};
 use settee_node::write::{BulkAnswer, BulkDocs, BulkEntry, BulkGetItem, BulkGetOpts, WriteOpts};
@@ -425,19 +426,20 @@ impl Coordinator {
                 .1
                 .push(i);
         }
+        let parsed_headers = Arc::new(vec![
+            (
+                "content-type".to_owned(),
+                parsed_docs::MEDIA_TYPE.to_owned(),
+            ),
+            ("accept".to_owned(), "application/json".to_owned()),
+        ]);
         // Every range's copies at once; each document's quorum and its copies' answers.
         let ranges = join_all(by_range.iter().map(|(range, (copies, docs))| {
-            // This member's copy in-process, the others over HTTP.
+            // This member's copy in-process, the others over HTTP, the documents as
+            // parsed here (`parsed_docs`: their copies do not parse them again).
             let body = std::cell::LazyCell::new(|| {
-                let mut body = b"{\"docs\":[".to_vec();
-                for (k, i) in docs.iter().enumerate() {
-                    if k > 0 {
-                        body.push(b',');
-                    }
-                    merge::write_doc(&req.docs[*i], !req.new_edits, &mut body);
-                }
-                body.extend_from_slice(format!("],\"new_edits\":{}}}", req.new_edits).as_bytes());
-                Bytes::from(body)
+                let docs = docs.iter().map(|i| &req.docs[*i]);
+                Bytes::from(parsed_docs::write(docs, req.new_edits))
             });
             let path = format!("{}/_bulk_docs", copy_path(map, db, range));
             let tasks = (copies.nodes.iter())
@@ -453,7 +455,8 @@ impl Coordinator {
                     }
                     false => {
                         let (member, path, body) = (member.clone(), path.clone(), (*body).clone());
-                        self.spawn_ask(member, "POST", path, Some(user), Some(body), None)
+                        let headers = Some(parsed_headers.clone());
+                        self.spawn_ask(member, "POST", path, Some(user), Some(body), headers)
                     }
                 })
                 .collect();

@@ -31,6 +31,7 @@ pub mod find;
 pub mod list;
 pub mod mango_index;
 pub mod moves;
+pub mod parsed_docs;
 pub mod query_language;
 pub mod read;
 pub mod render;

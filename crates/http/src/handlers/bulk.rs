@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use settee_core::Rev;
 use settee_node::atts::AttOpts;
 use settee_node::fabric::DbRef;
+use settee_node::parsed_docs;
 use settee_node::write::{id_revs, BulkAnswer, BulkDocs, BulkEntry, BulkGetItem, BulkGetOpts};
 use settee_node::Fabric;
 
@@ -26,8 +27,15 @@ fn failed_entry(id: &str, rev: Option<String>, e: ApiError) -> Value {
 
 pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
-    require_json(&req.headers)?;
-    let mut body = BulkDocs::parse(req.json().await?, || state.next_uuid())?;
+    // A coordinator on another member writing its documents to this member's copy.
+    let from_member = req.authenticated_by == Some("cluster")
+        && (req.header("content-type")).is_some_and(|t| t == parsed_docs::MEDIA_TYPE);
+    let mut body = if from_member {
+        parsed_docs::read(&req.bytes().await?)?
+    } else {
+        require_json(&req.headers)?;
+        BulkDocs::parse(req.json().await?, || state.next_uuid())?
+    };
     body.w = body.w.or(crate::req::write_quorum(&req));
     let answer = Fabric::bulk_docs(&*state.fabric, &db.name, &req.user, body).await?;
     let (status, body) = bulk_answer_json(Ok(answer));

@@ -43,12 +43,34 @@ fn clustered_writes_and_maintenance_answer_as_couchdb() {
     assert_eq!(nodes[0].put("/wdb?q=1&n=3", "").status, 201);
     let copies: Vec<String> = nodes.iter().map(|n| copy_of(n, "wdb", t0)).collect();
 
+    parsed_documents(&nodes, &copies);
     attachments(&nodes, &copies);
     related_documents(&nodes);
     copies_and_batches(&nodes);
     forms(&nodes);
     maintenance(&nodes, &copies);
     partitions(&nodes);
+}
+
+/// The form in which coordinators send copies the documents they parsed is taken from
+/// members only: a client's (even an admin's) is a body that is not JSON. The
+/// coordinators' own writes in it are every other test's.
+fn parsed_documents(nodes: &[Server], copies: &[String]) {
+    let parsed = r#"{"docs":[{"id":"p1","body":{}}],"new_edits":true}"#;
+    let ct = [("content-type", "application/x-settee-parsed-docs")];
+    for path in [
+        "/wdb/_bulk_docs".to_string(),
+        format!("{}/_bulk_docs", copies[0]),
+    ] {
+        let r = nodes[0].req_with("POST", &path, Some(parsed), &ct, true);
+        assert_eq!(
+            (r.status, r.json()["error"].clone()),
+            (415, json!("bad_content_type")),
+            "{path}: {}",
+            r.text
+        );
+    }
+    assert_eq!(nodes[1].get("/wdb/p1").status, 404);
 }
 
 fn attachments(nodes: &[Server], copies: &[String]) {
