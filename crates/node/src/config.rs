@@ -307,6 +307,13 @@ pub fn builtin_defaults() -> Sections {
         ("replicator", "max_history", "20".into()),
         ("replicator", "health_threshold", "120".into()),
         ("replicator", "retry_base", "30".into()),
+        // Resharding (CouchDB's defaults, commented out in its default.ini).
+        ("reshard", "max_jobs", "48".into()),
+        ("reshard", "max_history", "20".into()),
+        ("reshard", "max_retries", "5".into()),
+        ("reshard", "retry_interval_sec", "10".into()),
+        ("reshard", "require_node_param", "false".into()),
+        ("reshard", "require_range_param", "false".into()),
         ("settee", "js_memory_limit", limits.memory_limit.to_string()),
         ("settee", "view_index_workers", "0".into()),
         (

@@ -108,8 +108,6 @@ pub struct SplitJob {
     pub taken_over_by: Option<String>,
 }
 
-/// How many history entries a job keeps (CouchDB's `[reshard] max_history` default).
-const MAX_HISTORY: usize = 20;
 /// The reason of jobs stopped by the cluster-wide switch, as CouchDB words it.
 pub const SWITCHED_OFF: &str = "Shard splitting disabled";
 
@@ -168,7 +166,8 @@ impl SplitJob {
 
     /// Adds the history entry of the job's state now, as CouchDB's `update_history`: the
     /// detail of a running job is its step, a stopped or failed job's its reason; an entry
-    /// of the same type and detail as the last only moves the last one's time.
+    /// of the same type and detail as the last only moves the last one's time. The history
+    /// is trimmed where the job is stored ([`SplitJob::trim_history`]).
     fn record(&mut self, now: u64) {
         let kind = self.job_state.as_str().to_owned();
         let detail = match self.job_state {
@@ -182,10 +181,14 @@ impl SplitJob {
             }
             _ => self.history.push((now, kind, detail)),
         }
-        if self.history.len() > MAX_HISTORY {
-            self.history.remove(0);
-        }
         self.update_time = now;
+    }
+
+    /// Keeps the newest `max` history entries (`[reshard] max_history`), as CouchDB trims
+    /// at each entry: trimming once after entries are added keeps the same ones.
+    pub fn trim_history(&mut self, max: usize) {
+        let extra = self.history.len().saturating_sub(max);
+        self.history.drain(..extra);
     }
 
     /// The job runs step `step` from `now`.
@@ -434,6 +437,20 @@ pub fn parse_ask(
     }
 }
 
+/// `[reshard] require_node_param` and `require_range_param` applied to an ask, as
+/// CouchDB's `pick_shards` applies them: `node` is required unless given, `range` only
+/// with `db` and unless given (a `shard` names its range); `node` is looked at first.
+/// The reasons keep CouchDB's spelling ("prameter").
+pub fn check_required(ask: &Ask, node: bool, range: bool) -> Result<(), String> {
+    if node && ask.node.is_none() {
+        return Err("`node` prameter is required".into());
+    }
+    if range && ask.db.is_some() && ask.range.is_none() {
+        return Err("`range` prameter is required".into());
+    }
+    Ok(())
+}
+
 /// The ranges of `map` (database `db`) an ask selects. Settee splits a range on all its
 /// copies at once (its map holds no overlapping ranges), so `node` selects the ranges
 /// that node holds and every copy of them is split.
@@ -596,6 +613,48 @@ mod tests {
             db_of_shard("shards/00000000-7fffffff/a.b/c.17"),
             Some("a.b/c")
         );
+    }
+
+    #[test]
+    fn the_history_keeps_the_newest_entries() {
+        let m = map();
+        let mut j = SplitJob::new("db", &m, "00000000-7fffffff", "a@h", 1, true);
+        for (t, step) in ["initial_copy", "topoff1", "build_indices"]
+            .iter()
+            .enumerate()
+        {
+            j.run_step(step, 2 + t as u64);
+        }
+        let mut kept = j.clone();
+        kept.trim_history(20);
+        assert_eq!(kept, j);
+        j.trim_history(2);
+        let details: Vec<_> = j.history.iter().map(|h| h.2.as_deref()).collect();
+        assert_eq!(details, [Some("topoff1"), Some("build_indices")]);
+        j.trim_history(0);
+        assert_eq!(j.to_json()["history"], json!([]));
+    }
+
+    #[test]
+    fn required_parameters_are_checked_as_couchdb_picks_shards() {
+        let known = |_: &str| (true, true);
+        let ask = |v: Value| parse_ask(v.as_object().unwrap(), known, |_| true).unwrap();
+        let db = ask(json!({"type": "split", "db": "db"}));
+        let node = ask(json!({"type": "split", "db": "db", "node": "a@h"}));
+        let range = ask(json!({"type": "split", "db": "db", "range": "00000000-7fffffff"}));
+        let shard = ask(json!({"type": "split", "shard": "shards/00000000-7fffffff/db.1"}));
+        let need_node = Err("`node` prameter is required".to_owned());
+        let need_range = Err("`range` prameter is required".to_owned());
+        for a in [&db, &node, &range, &shard] {
+            assert_eq!(check_required(a, false, false), Ok(()));
+        }
+        assert_eq!(check_required(&db, true, true), need_node);
+        assert_eq!(check_required(&db, false, true), need_range);
+        assert_eq!(check_required(&node, true, true), need_range);
+        assert_eq!(check_required(&range, true, true), need_node);
+        assert_eq!(check_required(&range, false, true), Ok(()));
+        assert_eq!(check_required(&shard, false, true), Ok(()));
+        assert_eq!(check_required(&shard, true, false), need_node);
     }
 
     #[test]

@@ -25,6 +25,43 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// The switch's record.
 const SWITCH: &str = "state";
 
+/// The `[reshard]` settings read (CouchDB 3.5.2's names and defaults), each where and
+/// when CouchDB reads it: at each request or step, so that a change takes effect at once.
+pub(crate) mod settings {
+    use crate::config::NodeConfig;
+
+    /// `max_jobs`: how many jobs a member's copies may have (any state).
+    pub fn max_jobs(config: &NodeConfig) -> u64 {
+        config.get_u64("reshard", "max_jobs", MAX_JOBS)
+    }
+
+    /// `max_jobs` when not set (or not a number).
+    pub const MAX_JOBS: u64 = 48;
+
+    /// `max_history`: how many entries a job's history keeps.
+    pub fn max_history(config: &NodeConfig) -> usize {
+        config.get_u64("reshard", "max_history", 20) as usize
+    }
+
+    /// `require_node_param`, `require_range_param`.
+    pub fn required(config: &NodeConfig) -> (bool, bool) {
+        (
+            config.get_bool("reshard", "require_node_param", false),
+            config.get_bool("reshard", "require_range_param", false),
+        )
+    }
+
+    /// `max_retries`: how many times a failing step is tried again.
+    pub fn max_retries(config: &NodeConfig) -> u64 {
+        config.get_u64("reshard", "max_retries", 5)
+    }
+
+    /// `retry_interval_sec`: the pause before a failing step is tried again.
+    pub fn retry_interval(config: &NodeConfig) -> std::time::Duration {
+        std::time::Duration::from_secs(config.get_u64("reshard", "retry_interval_sec", 10))
+    }
+}
+
 fn job_key(id: &str) -> String {
     format!("job/{id}")
 }
@@ -55,11 +92,12 @@ pub fn switch(cluster: &Cluster) -> Switch {
 }
 
 /// Edits job `id` with `edit` (which says whether it changed anything) in a transaction
-/// conditional on the record as read, again on a conflict: the job as stored, `None`
-/// when there is no such job.
+/// conditional on the record as read, again on a conflict: the job as stored (its history
+/// trimmed to `max_history` entries), `None` when there is no such job.
 pub async fn update_job(
     cluster: &Cluster,
     id: &str,
+    max_history: usize,
     mut edit: impl FnMut(&mut SplitJob) -> bool,
 ) -> Result<Option<SplitJob>> {
     for _ in 0..20 {
@@ -69,6 +107,7 @@ pub async fn update_job(
         if !edit(&mut j) {
             return Ok(Some(j));
         }
+        j.trim_history(max_history);
         if cluster
             .put_reshard(&job_key(id), &j.stored(), modified)
             .await?
@@ -189,7 +228,59 @@ fn parse_state(body: &Value) -> Result<(bool, Option<String>)> {
     }
 }
 
+/// The jobs of each member's copies, as a `POST /_reshard/jobs` makes more, against each
+/// member's `[reshard] max_jobs` (CouchDB's `start_job`: a member refuses a job when it
+/// has `max_jobs` already, in any state, by its own setting).
+#[derive(Default)]
+struct JobsHeld {
+    /// Job ids by member: those etcd had when first asked, then those made since.
+    ids: BTreeMap<String, std::collections::BTreeSet<String>>,
+    limits: BTreeMap<String, u64>,
+}
+
+impl JobsHeld {
+    /// Whether member `node` may have one job more.
+    async fn room(&mut self, here: &Node, cluster: &Cluster, node: &str) -> bool {
+        if !self.limits.contains_key(node) {
+            let limit = here.max_jobs_of(cluster, node).await;
+            self.limits.insert(node.to_owned(), limit);
+            let ids = (jobs(cluster).into_iter())
+                .filter(|j| j.node == node)
+                .map(|j| j.id)
+                .collect();
+            self.ids.insert(node.to_owned(), ids);
+        }
+        (self.ids[node].len() as u64) < self.limits[node]
+    }
+
+    fn made(&mut self, node: &str, id: &str) {
+        self.ids
+            .entry(node.to_owned())
+            .or_default()
+            .insert(id.to_owned());
+    }
+}
+
 impl Node {
+    /// `[reshard] max_jobs` of member `node`, asked of it (CouchDB reads it where the copy
+    /// is); this member's own when `node` is this one, is not running or does not answer.
+    async fn max_jobs_of(&self, cluster: &Cluster, node: &str) -> u64 {
+        if node != cluster.config().node {
+            let target = "/_node/_local/_config/reshard/max_jobs";
+            let asked = self.forward(node, "GET", target, None, Default::default());
+            match asked.await {
+                Ok(Some(f)) if f.status == 200 => {
+                    let value: Option<String> = serde_json::from_slice(&f.body).ok();
+                    return (value.and_then(|v| v.trim().parse().ok()))
+                        .unwrap_or(settings::MAX_JOBS);
+                }
+                Ok(Some(f)) if f.status == 404 => return settings::MAX_JOBS,
+                Ok(_) | Err(_) => {}
+            }
+        }
+        settings::max_jobs(&self.config)
+    }
+
     fn reshard_cluster(&self) -> Result<&Arc<Cluster>> {
         self.cluster().ok_or(Error::NotClustered)
     }
@@ -239,7 +330,7 @@ impl Node {
                 }
                 _ => false,
             };
-            update_job(c, &j.id, turn).await?;
+            update_job(c, &j.id, settings::max_history(&self.config), turn).await?;
         }
         Ok(json!({"ok": true}))
     }
@@ -272,6 +363,8 @@ impl Node {
             )
         };
         let ask = job::parse_ask(body, known, |d| c.db(d).is_some()).map_err(Error::BadRequest)?;
+        let (need_node, need_range) = settings::required(&self.config);
+        job::check_required(&ask, need_node, need_range).map_err(Error::BadRequest)?;
         let db = match (&ask.db, &ask.shard) {
             (Some(db), _) => db.clone(),
             (None, Some(shard)) => job::db_of_shard(shard).ok_or_else(not_found)?.to_owned(),
@@ -284,6 +377,7 @@ impl Node {
         }
         let running = switch(c).running;
         let mut answers = Vec::new();
+        let mut held = JobsHeld::default();
         let now = now_secs();
         for range in ranges {
             let nodes = &(map.by_range.iter())
@@ -291,7 +385,7 @@ impl Node {
                 .expect("picked")
                 .nodes;
             for node in nodes {
-                let j = SplitJob::new(&db, &map, &range, node, now, running);
+                let mut j = SplitJob::new(&db, &map, &range, node, now, running);
                 let shard = j.source();
                 let refused = |e: String| json!({"error": e, "node": node, "shard": shard});
                 if let Some(bounds) = settee_core::shards::parse_range(&range) {
@@ -304,12 +398,20 @@ impl Node {
                         continue;
                     }
                 }
-                if job(c, &j.id).is_some()
-                    || !c.put_reshard(&job_key(&j.id), &j.stored(), 0).await?
-                {
+                if job(c, &j.id).is_some() {
                     answers.push((false, refused("job_already_exists".into())));
                     continue;
                 }
+                if !held.room(self, c, node).await {
+                    answers.push((false, refused("max_jobs_exceeded".into())));
+                    continue;
+                }
+                j.trim_history(settings::max_history(&self.config));
+                if !c.put_reshard(&job_key(&j.id), &j.stored(), 0).await? {
+                    answers.push((false, refused("job_already_exists".into())));
+                    continue;
+                }
+                held.made(node, &j.id);
                 answers.push((
                     true,
                     json!({"ok": true, "id": j.id, "node": node, "shard": shard}),
@@ -375,7 +477,8 @@ impl Node {
             }
             _ => false,
         };
-        update_job(c, id, edit).await?.ok_or_else(not_found)?;
+        (update_job(c, id, settings::max_history(&self.config), edit).await?)
+            .ok_or_else(not_found)?;
         Ok(json!({"ok": true}))
     }
 }

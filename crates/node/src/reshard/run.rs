@@ -24,7 +24,7 @@
 //! when it is back, and it deletes its old copy itself ([`forget_old_copy`]).
 
 use super::job::{self, JobState, SplitJob};
-use super::{now_secs, update_job};
+use super::{now_secs, settings, update_job};
 use crate::replication::Replicator;
 use crate::{Node, Result};
 use serde_json::{Map, Value};
@@ -41,8 +41,6 @@ pub const TICK: Duration = Duration::from_millis(500);
 /// How long after the map's edit the copy is topped off a last time: every member follows
 /// etcd by watch within moments, and writes begun under the old map are answered.
 const SETTLE: Duration = Duration::from_secs(1);
-/// How many times a failing step is tried before the job fails.
-const TRIES: u32 = 10;
 /// The prefix of the halves' copy checkpoints (`_local/shard-split-…`).
 const CHECKPOINT: &str = "shard-split-";
 
@@ -173,7 +171,7 @@ impl Run<'_> {
     async fn run(&self) -> Result<()> {
         // The step to start from, recorded.
         let now = now_secs();
-        let Some(j) = update_job(self.cluster, self.id, |j| {
+        let Some(j) = update_job(self.cluster, self.id, self.max_history(), |j| {
             let runnable = matches!(j.job_state, JobState::New | JobState::Running);
             if runnable {
                 j.resume(now);
@@ -189,30 +187,33 @@ impl Run<'_> {
         };
         let mut step = j.split_state.clone();
         while step != "completed" {
-            let mut tries = 0;
+            let mut retries = 0;
             loop {
                 match self.step(&step).await {
                     Ok(()) => break,
                     Err(Halt::Stopped) => return self.halted(&step).await,
                     Err(Halt::Failed(why)) => {
-                        tries += 1;
-                        tracing::warn!(job = %self.id, step, tries, "split step failed: {why}");
-                        if tries >= TRIES {
+                        let config = &self.node.config;
+                        tracing::warn!(job = %self.id, step, retries, "split step failed: {why}");
+                        // CouchDB's count: a step is tried again while the retries made
+                        // so far are at most `max_retries`.
+                        if retries > settings::max_retries(config) {
                             let now = now_secs();
-                            update_job(self.cluster, self.id, |j| {
+                            update_job(self.cluster, self.id, self.max_history(), |j| {
                                 j.fail(now, &why);
                                 true
                             })
                             .await?;
                             return Ok(());
                         }
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        retries += 1;
+                        tokio::time::sleep(settings::retry_interval(config)).await;
                     }
                 }
             }
             let next = job::next_step(&step);
             let now = now_secs();
-            let moved = update_job(self.cluster, self.id, |j| {
+            let moved = update_job(self.cluster, self.id, self.max_history(), |j| {
                 let go = j.job_state == JobState::Running && j.split_state == step;
                 if go {
                     j.run_step(next, now);
@@ -226,6 +227,11 @@ impl Run<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `[reshard] max_history` of this member, now.
+    fn max_history(&self) -> usize {
+        settings::max_history(&self.node.config)
     }
 
     /// Whether the job may go on: still there, running, and the switch on.
@@ -498,9 +504,19 @@ impl Run<'_> {
             self.may_go_on().ok_or(Halt::Stopped)?;
             tokio::time::sleep(TICK).await;
         }
-        (self.cluster.split_range(&j.db, &j.uuid, &j.range).await)
-            .map_err(|e| Halt::Failed(format!("editing the map: {e}")))?;
-        Ok(())
+        // A lost race with another edit of the map (another range's split) is tried again
+        // at once, not after `retry_interval_sec`.
+        let mut tries = 0;
+        loop {
+            match self.cluster.split_range(&j.db, &j.uuid, &j.range).await {
+                Ok(_) => return Ok(()),
+                Err(settee_cluster::Error::Conflict) if tries < 20 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(Halt::Failed(format!("editing the map: {e}"))),
+            }
+        }
     }
 }
 
