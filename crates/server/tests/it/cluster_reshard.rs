@@ -556,3 +556,173 @@ fn jobs_stop_and_resume_and_a_down_members_job_is_taken_over() {
     assert!(!failed.status.success());
     assert!(String::from_utf8_lossy(&failed.stderr).contains("Invalid `db`"));
 }
+
+/// Sets `[reshard] key` on member `s`.
+fn set(s: &Server, key: &str, value: &str) {
+    let r = s.put(
+        &format!("/_node/_local/_config/reshard/{key}"),
+        &json!(value).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+/// The answer's entry for member `node`'s copy.
+fn entry_of(answer: &Value, node: &str) -> Value {
+    (answer.as_array().unwrap().iter())
+        .find(|e| e["node"] == node)
+        .unwrap_or_else(|| panic!("no entry of {node}: {answer}"))
+        .clone()
+}
+
+#[test]
+fn reshard_settings_are_read_as_couchdb_reads_them() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let n1 = &nodes[0];
+    assert_eq!(
+        n1.get("/_node/_local/_config/reshard").json(),
+        json!({"max_jobs": "48", "max_history": "20", "max_retries": "5",
+               "retry_interval_sec": "10", "require_node_param": "false",
+               "require_range_param": "false"})
+    );
+    assert_eq!(n1.put("/lim?q=2&n=3", "").status, 201);
+    let ranges: Vec<String> = shards(n1, "lim")
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    // Jobs are made stopped while the switch is off, and run once it is on.
+    assert_eq!(
+        n1.put("/_reshard/state", r#"{"state": "stopped"}"#).status,
+        200
+    );
+    let post = |s: &Server, body: Value| s.post("/_reshard/jobs", &body.to_string());
+
+    // Required parameters: the coordinating member's settings, checked in CouchDB's order.
+    set(n1, "require_node_param", "true");
+    set(n1, "require_range_param", "true");
+    let range = &ranges[0];
+    for (body, reason) in [
+        (json!({"db": "lim"}), "`node` prameter is required"),
+        (
+            json!({"db": "lim", "range": range}),
+            "`node` prameter is required",
+        ),
+        (
+            json!({"db": "lim", "node": NAMES[0]}),
+            "`range` prameter is required",
+        ),
+        (
+            json!({"shard": format!("shards/{range}/lim.1")}),
+            "`node` prameter is required",
+        ),
+    ] {
+        let mut body = body;
+        body["type"] = json!("split");
+        refused(post(n1, body), 400, "bad_request", reason);
+    }
+    set(n1, "require_range_param", "false");
+    refused(
+        post(n1, json!({"type": "split", "db": "lim"})),
+        400,
+        "bad_request",
+        "`node` prameter is required",
+    );
+
+    // `max_jobs` is the setting of the member holding the copy, read at each request.
+    set(&nodes[1], "max_jobs", "1");
+    let first = json!({"type": "split", "db": "lim", "node": NAMES[0], "range": ranges[0]});
+    let r = post(n1, first);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let second = json!({"type": "split", "db": "lim", "node": NAMES[0], "range": ranges[1]});
+    let r = post(n1, second.clone());
+    assert_eq!(r.status, 202, "{}", r.text);
+    let answer = r.json();
+    let shard = format!(
+        "shards/{}/lim.{}",
+        ranges[1],
+        entry_of(&answer, NAMES[0])["shard"]
+            .as_str()
+            .unwrap()
+            .rsplit('.')
+            .next()
+            .unwrap()
+    );
+    assert_eq!(
+        entry_of(&answer, NAMES[1]),
+        json!({"error": "max_jobs_exceeded", "node": NAMES[1], "shard": shard})
+    );
+    for n in [NAMES[0], NAMES[2]] {
+        assert_eq!(entry_of(&answer, n)["ok"], true, "{answer}");
+    }
+    // Raised, it lets the job be made; the others exist already.
+    set(&nodes[1], "max_jobs", "2");
+    let r = post(n1, second.clone());
+    assert_eq!(r.status, 202, "{}", r.text);
+    let answer = r.json();
+    assert_eq!(entry_of(&answer, NAMES[1])["ok"], true, "{answer}");
+    assert_eq!(entry_of(&answer, NAMES[2])["error"], "job_already_exists");
+    // None made: 500; a copy that has its job is said to, even on a member at its limit.
+    // The coordinating member's own `require_node_param` (unset) applies.
+    let r = post(&nodes[2], json!({"type": "split", "db": "lim"}));
+    assert_eq!(r.status, 500, "{}", r.text);
+    let answer = r.json();
+    assert_eq!(answer.as_array().unwrap().len(), 6, "{answer}");
+    assert_eq!(
+        (answer.as_array().unwrap().iter())
+            .filter(|e| e["error"] == "job_already_exists")
+            .count(),
+        6,
+        "{answer}"
+    );
+
+    // `max_history`: the history keeps the newest entries, on every member that edits it.
+    for n in &nodes {
+        set(n, "max_history", "3");
+        set(n, "retry_interval_sec", "0");
+    }
+    assert_eq!(
+        n1.put("/_reshard/state", r#"{"state": "running"}"#).status,
+        200
+    );
+    eventually("the splits completed", || all_completed(n1, "lim", 6));
+    for j in jobs(n1) {
+        let steps: Vec<(&str, &Value)> = (j["history"].as_array().unwrap().iter())
+            .map(|h| (h["type"].as_str().unwrap(), &h["detail"]))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                ("running", &json!("topoff3")),
+                ("running", &json!("source_delete")),
+                ("completed", &Value::Null)
+            ],
+            "{j}"
+        );
+    }
+
+    // `max_retries` and `retry_interval_sec` (0, above): a step failing is tried again
+    // that many times, then the job fails (with the defaults, after a minute).
+    assert_eq!(n1.put("/gone?q=1&n=3", "").status, 201);
+    assert_eq!(
+        n1.put("/_reshard/state", r#"{"state": "stopped"}"#).status,
+        200
+    );
+    set(&nodes[1], "max_jobs", "3");
+    let r = post(&nodes[1], json!({"type": "split", "db": "gone"}));
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(n1.delete("/gone").status, 200);
+    for n in &nodes {
+        set(n, "max_retries", "1");
+    }
+    assert_eq!(
+        n1.put("/_reshard/state", r#"{"state": "running"}"#).status,
+        200
+    );
+    eventually("the jobs of the deleted database failed", || {
+        let of_gone: Vec<Value> = (jobs(n1).into_iter())
+            .filter(|j| j["source"].as_str().unwrap().contains("/gone."))
+            .collect();
+        of_gone.len() == 3 && of_gone.iter().all(|j| j["job_state"] == "failed")
+    });
+}
