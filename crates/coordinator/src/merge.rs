@@ -59,21 +59,19 @@ pub enum WriteOutcome {
 /// CouchDB's `fabric_doc_update` decides. A copy that took the edit outweighs those that
 /// refused it (they become conflicts internal replication resolves).
 pub fn write(replies: &[Reply], w: usize) -> WriteOutcome {
-    let written: Vec<Rev> = replies
-        .iter()
-        .filter_map(|r| match r {
-            Reply::Answered { status, body } if (200..300).contains(status) => {
-                body["rev"].as_str().and_then(|r| Rev::parse(r).ok())
-            }
-            _ => None,
-        })
-        .collect();
-    if let Some(first) = written.first() {
-        let agreeing = written.iter().filter(|r| *r == first).count();
+    // Copies write revisions as one node renders them: equal revisions are equal text,
+    // so only the first is parsed.
+    let mut written = (replies.iter()).filter_map(|r| match r {
+        Reply::Answered { status, body } if (200..300).contains(status) => body["rev"].as_str(),
+        _ => None,
+    });
+    let first = (written.by_ref()).find_map(|text| Some((text, Rev::parse(text).ok()?)));
+    if let Some((text, first)) = first {
+        let agreeing = 1 + written.filter(|t| *t == text).count();
         return if agreeing >= w {
-            WriteOutcome::Ok(first.clone())
+            WriteOutcome::Ok(first)
         } else {
-            WriteOutcome::Accepted(first.clone())
+            WriteOutcome::Accepted(first)
         };
     }
     match first_refusal(replies) {
@@ -755,6 +753,15 @@ mod tests {
         assert_eq!(
             write(&[ok("1-abc"), down(), down()], 2),
             WriteOutcome::Accepted(r.clone())
+        );
+        // Copies that wrote different revisions do not agree.
+        assert_eq!(
+            write(&[ok("1-abc"), ok("1-abd"), ok("1-abc")], 3),
+            WriteOutcome::Accepted(r.clone())
+        );
+        assert_eq!(
+            write(&[ok("1-abc"), ok("1-abd"), ok("1-abc")], 2),
+            WriteOutcome::Ok(r.clone())
         );
         // One copy took it, two refused: accepted, as CouchDB (not a conflict).
         assert_eq!(
