@@ -347,6 +347,24 @@ impl Cluster {
         Ok(())
     }
 
+    /// Stores `edited` at `key` if the key is still at `mod_revision` (as
+    /// [`Self::stored_map`] read it): an edit made meanwhile is a conflict, never a lost
+    /// update.
+    async fn put_stored_map(
+        &self,
+        key: &str,
+        edited: ShardMap,
+        mod_revision: i64,
+    ) -> Result<Arc<ShardMap>> {
+        let value = serde_json::to_vec(&edited).expect("json");
+        let when = Compare::mod_revision(key, CompareOp::Equal, mod_revision);
+        let done = (self.txn(key, when, TxnOp::put(key, value.as_slice(), None))).await?;
+        if !done.applied_or_holds(&value) {
+            return Err(Error::Conflict);
+        }
+        Ok(Arc::new(edited))
+    }
+
     /// `db`'s map as etcd holds it now (not the cache): its key, the map and the key's
     /// modification revision, on which an edit is made conditional.
     async fn stored_map(&self, db: &str) -> Result<(String, ShardMap, i64)> {
@@ -389,15 +407,7 @@ impl Cluster {
             return Err(Error::Conflict);
         }
         let edited = current.with_range_nodes(range, nodes)?;
-        let value = serde_json::to_vec(&edited).expect("json");
-        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_revision);
-        let done = self
-            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
-            .await?;
-        if !done.applied_or_holds(&value) {
-            return Err(Error::Conflict);
-        }
-        Ok(Arc::new(edited))
+        self.put_stored_map(&key, edited, mod_revision).await
     }
 
     /// Replaces `range` of `db`'s map (the creation `uuid`) by its two halves, held by the
@@ -426,15 +436,7 @@ impl Cluster {
             return Err(map::PlanError::UnknownRange(range.to_owned()).into());
         }
         let edited = current.with_range_split(range)?;
-        let value = serde_json::to_vec(&edited).expect("json");
-        let when = Compare::mod_revision(key.as_str(), CompareOp::Equal, mod_revision);
-        let done = self
-            .txn(&key, when, TxnOp::put(key.as_str(), value.as_slice(), None))
-            .await?;
-        if !done.applied_or_holds(&value) {
-            return Err(Error::Conflict);
-        }
-        Ok(Arc::new(edited))
+        self.put_stored_map(&key, edited, mod_revision).await
     }
 
     /// Resharding's records (`{prefix}/reshard/{name}`): name, value and modification
