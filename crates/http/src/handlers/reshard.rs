@@ -9,12 +9,11 @@ use crate::{AppState, Req};
 use axum::http::StatusCode;
 use axum::response::Response;
 
-pub async fn reshard(state: &AppState, mut req: Req, rest: &[String]) -> ApiResult<Response> {
-    if state.node.cluster().is_none() {
-        return super::unavailable::reshard(&req, rest);
-    }
-    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-    let methods = match rest.as_slice() {
+/// The API's grammar, on a cluster or not: its paths (others 404), each path's methods
+/// (405 with `Allow`), and a JSON content type for `PUT` and `POST`, whose body follows
+/// (`true`).
+pub(super) fn check_route(req: &Req, rest: &[&str]) -> ApiResult<bool> {
+    let methods = match rest {
         [] => "GET,HEAD",
         ["state"] | ["jobs", _, "state"] => "GET,HEAD,PUT",
         ["jobs"] => "GET,HEAD,POST",
@@ -22,8 +21,20 @@ pub async fn reshard(state: &AppState, mut req: Req, rest: &[String]) -> ApiResu
         _ => return Err(ApiError::NotFound("missing".into())),
     };
     allow(&req.method, methods)?;
-    let body = if matches!(req.method.as_str(), "PUT" | "POST") {
+    let sends_body = matches!(req.method.as_str(), "PUT" | "POST");
+    if sends_body {
         crate::req::require_json(&req.headers)?;
+    }
+    Ok(sends_body)
+}
+
+pub async fn reshard(state: &AppState, mut req: Req, rest: &[String]) -> ApiResult<Response> {
+    if state.node.cluster().is_none() {
+        return super::unavailable::reshard(&req, rest);
+    }
+    let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+    let sends_body = check_route(&req, &rest)?;
+    let body = if sends_body {
         crate::req::parse_json(&req.bytes().await?)?
     } else {
         serde_json::Value::Null

@@ -38,17 +38,7 @@ pub async fn replicate(mut req: Req, extra: bool) -> ApiResult<Response> {
 /// `/_reshard`, `/_reshard/state`, `/_reshard/jobs[/{id}[/state]]`.
 pub fn reshard(req: &Req, rest: &[String]) -> ApiResult<Response> {
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-    let methods = match rest.as_slice() {
-        [] => "GET,HEAD",
-        ["state"] | ["jobs", _, "state"] => "GET,HEAD,PUT",
-        ["jobs"] => "GET,HEAD,POST",
-        ["jobs", _] => "GET,HEAD,DELETE",
-        _ => return Err(ApiError::NotFound("missing".into())),
-    };
-    allow(&req.method, methods)?;
-    if matches!(req.method.as_str(), "PUT" | "POST") {
-        crate::req::require_json(&req.headers)?;
-    }
+    super::reshard::check_route(req, &rest)?;
     Err(absent("resharding"))
 }
 
