@@ -434,63 +434,69 @@ impl Coordinator {
             ("accept".to_owned(), "application/json".to_owned()),
         ]);
         // Every range's copies at once; each document's quorum and its copies' answers.
-        let ranges = join_all(by_range.iter().map(|(range, (copies, docs))| {
-            // This member's copy in-process, the others over HTTP, the documents as
-            // parsed here (`parsed_docs`: their copies do not parse them again).
-            let body = std::cell::LazyCell::new(|| {
-                let docs = docs.iter().map(|i| &req.docs[*i]);
-                Bytes::from(parsed_docs::write(docs, req.new_edits))
-            });
-            let path = format!("{}/_bulk_docs", copy_path(map, db, range));
-            let tasks = (copies.nodes.iter())
-                .map(|member| match self.me() == Some(member.as_str()) {
-                    true => {
-                        let here = BulkDocs {
-                            docs: docs.iter().map(|i| req.docs[*i].clone()).collect(),
-                            new_edits: req.new_edits,
-                            all_or_nothing: false,
-                            w: None,
-                        };
-                        self.bulk_here(map.copy_name(db, range), user, here)
+        // Each range's document ids, in the order its copies are sent them.
+        let range_ids: Vec<Vec<&str>> = (by_range.values())
+            .map(|(_, docs)| docs.iter().map(|i| ids[*i].as_str()).collect())
+            .collect();
+        let ranges = join_all(by_range.iter().zip(&range_ids).map(
+            |((range, (copies, docs)), range_ids)| {
+                // This member's copy in-process, the others over HTTP, the documents as
+                // parsed here (`parsed_docs`: their copies do not parse them again).
+                let body = std::cell::LazyCell::new(|| {
+                    let docs = docs.iter().map(|i| &req.docs[*i]);
+                    Bytes::from(parsed_docs::write(docs, req.new_edits))
+                });
+                let path = format!("{}/_bulk_docs", copy_path(map, db, range));
+                let tasks = (copies.nodes.iter())
+                    .map(|member| match self.me() == Some(member.as_str()) {
+                        true => {
+                            let here = BulkDocs {
+                                docs: docs.iter().map(|i| req.docs[*i].clone()).collect(),
+                                new_edits: req.new_edits,
+                                all_or_nothing: false,
+                                w: None,
+                            };
+                            self.bulk_here(map.copy_name(db, range), user, here)
+                        }
+                        false => {
+                            let (member, path, body) =
+                                (member.clone(), path.clone(), (*body).clone());
+                            let headers = Some(parsed_headers.clone());
+                            self.spawn_ask(member, "POST", path, Some(user), Some(body), headers)
+                        }
+                    })
+                    .collect();
+                let w = merge::quorum_or(req.w, copies.nodes.len());
+                let new_edits = req.new_edits;
+                // Decided once every document of the range is: written on `w` copies, or
+                // every copy answered.
+                let decided = move |replies: &[Option<Reply>]| {
+                    if replies.iter().all(Option::is_some) {
+                        return true;
                     }
-                    false => {
-                        let (member, path, body) = (member.clone(), path.clone(), (*body).clone());
-                        let headers = Some(parsed_headers.clone());
-                        self.spawn_ask(member, "POST", path, Some(user), Some(body), headers)
+                    let mut written = vec![0; range_ids.len()];
+                    for reply in replies.iter().flatten() {
+                        let each = merge::bulk_written(reply, range_ids, new_edits);
+                        for (n, ok) in written.iter_mut().zip(each) {
+                            *n += usize::from(ok);
+                        }
                     }
-                })
-                .collect();
-            let w = merge::quorum_or(req.w, copies.nodes.len());
-            let new_edits = req.new_edits;
-            let range_ids: Vec<&str> = docs.iter().map(|i| ids[*i].as_str()).collect();
-            // Decided once every document of the range is: written on `w` copies, or
-            // every copy answered.
-            let decided = move |replies: &[Option<Reply>]| {
-                if replies.iter().all(Option::is_some) {
-                    return true;
-                }
-                let mut written = vec![0; range_ids.len()];
-                for reply in replies.iter().flatten() {
-                    let each = merge::bulk_written(reply, &range_ids, new_edits);
-                    for (n, ok) in written.iter_mut().zip(each) {
-                        *n += usize::from(ok);
-                    }
-                }
-                written.iter().all(|n| *n >= w)
-            };
-            until_decided(tasks, decided)
-        }))
+                    written.iter().all(|n| *n >= w)
+                };
+                until_decided(tasks, decided)
+            },
+        ))
         .await;
         // Each document's quorum and its copies' replies.
         let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
-        for ((copies, docs), replies) in by_range.values().zip(ranges) {
+        for (((copies, docs), range_ids), replies) in by_range.values().zip(&range_ids).zip(ranges)
+        {
             let w = merge::quorum_or(req.w, copies.nodes.len());
-            let range_ids: Vec<&str> = docs.iter().map(|i| ids[*i].as_str()).collect();
             for i in docs {
                 per_doc[*i].0 = w;
             }
             for reply in replies.into_iter().flatten() {
-                let split = merge::bulk_entries(reply, &range_ids, req.new_edits);
+                let split = merge::bulk_entries(reply, range_ids, req.new_edits);
                 for (i, reply) in docs.iter().zip(split) {
                     per_doc[*i].1.push(reply);
                 }
