@@ -6,7 +6,9 @@
 use crate::common;
 use common::cli::{admin_url, ok, settee};
 
-use common::cluster::{eventually, keep_writing, member, membership, three_members, NAMES};
+use common::cluster::{
+    enc, eventually, keep_writing, member, membership, shards, three_members, NAMES,
+};
 use common::{Resp, Server, ADMIN};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -19,17 +21,6 @@ const FOURTH: &str = "settee4@127.0.0.1";
 fn move_copy(s: &Server, db: &str, range: &str, from: &str, to: &str) -> Resp {
     let body = json!({"db": db, "range": range, "from": from, "to": to});
     s.post("/_cluster/move", &body.to_string())
-}
-
-/// The database's ranges and their nodes, as `_shards` shows them on `s`.
-fn shards(s: &Server, db: &str) -> Value {
-    let r = s.get(&format!("/{db}/_shards"));
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.json()["shards"].clone()
-}
-
-fn enc(s: &str) -> String {
-    s.replace('/', "%2F")
 }
 
 /// Every id of `ids` is in `_all_docs` of `s` (one copy per range read), and nothing else

@@ -29,19 +29,8 @@ fn on_path(program: &str) -> Option<String> {
 
 /// A member of `etcd` (as `common::cluster::member`) with `python` views run by `python`.
 fn python_member(etcd: &Etcd, name: &str, dir: &Path, python: &str) -> Server {
-    let ini = dir.join("cluster.ini");
-    std::fs::write(&ini, format!("[cluster]\nlease_ttl = {LEASE_TTL}\n")).unwrap();
-    let endpoints = etcd.endpoints().join(",");
-    let args = [
-        "--node-name",
-        name,
-        "--cluster",
-        &endpoints,
-        "--config",
-        ini.to_str().unwrap(),
-    ];
-    let env = [SECRET, ("COUCHDB_QUERY_SERVER_PYTHON", python)];
-    Server::start_in_with_env(dir, &args, &env)
+    let env = [("COUCHDB_QUERY_SERVER_PYTHON", python)];
+    member_with(etcd, name, dir, LEASE_TTL, &env)
 }
 
 /// Three members and a single node, all running `python` views when couchpy is installed

@@ -5,23 +5,14 @@
 
 use crate::common;
 use common::cli::{admin_url, ok, settee};
-use common::cluster::{eventually, keep_writing, member, membership, three_members, NAMES};
+use common::cluster::{
+    enc, eventually, keep_writing, member, membership, shards, three_members, NAMES,
+};
 use common::{Resp, Server};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-
-/// The database's ranges and their nodes, as `_shards` shows them on `s`.
-fn shards(s: &Server, db: &str) -> Value {
-    let r = s.get(&format!("/{db}/_shards"));
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.json()["shards"].clone()
-}
-
-fn enc(s: &str) -> String {
-    s.replace('/', "%2F")
-}
 
 fn refused(r: Resp, status: u16, error: &str, reason: &str) {
     assert_eq!(

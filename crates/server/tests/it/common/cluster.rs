@@ -26,6 +26,17 @@ pub fn member(etcd: &Etcd, name: &str, dir: &Path) -> Server {
 }
 
 pub fn member_with_lease(etcd: &Etcd, name: &str, dir: &Path, lease_ttl: u64) -> Server {
+    member_with(etcd, name, dir, lease_ttl, &[])
+}
+
+/// [`member_with_lease`], with more of the server's environment (`env`).
+pub fn member_with(
+    etcd: &Etcd,
+    name: &str,
+    dir: &Path,
+    lease_ttl: u64,
+    env: &[(&str, &str)],
+) -> Server {
     let ini = dir.join("cluster.ini");
     std::fs::write(&ini, format!("[cluster]\nlease_ttl = {lease_ttl}\n")).unwrap();
     let endpoints = etcd.endpoints().join(",");
@@ -37,7 +48,8 @@ pub fn member_with_lease(etcd: &Etcd, name: &str, dir: &Path, lease_ttl: u64) ->
         "--config",
         ini.to_str().unwrap(),
     ];
-    Server::start_in_with_env(dir, &args, &[SECRET])
+    let env: Vec<(&str, &str)> = std::iter::once(SECRET).chain(env.iter().copied()).collect();
+    Server::start_in_with_env(dir, &args, &env)
 }
 
 /// `_membership`'s `all_nodes` (running) and `cluster_nodes` (listed).
@@ -80,6 +92,18 @@ pub fn three_members() -> (Etcd, Vec<tempfile::TempDir>, Vec<Server>) {
     let etcd = Etcd::start(1);
     let (dirs, nodes) = three_members_on(&etcd);
     (etcd, dirs, nodes)
+}
+
+/// The database's ranges and their nodes, as `_shards` shows them on `s`.
+pub fn shards(s: &Server, db: &str) -> Value {
+    let r = s.get(&format!("/{db}/_shards"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    r.json()["shards"].clone()
+}
+
+/// A shard copy's name (`shards/{range}/{db}.{created}`) as one path segment.
+pub fn enc(s: &str) -> String {
+    s.replace('/', "%2F")
 }
 
 /// Creates user `name` through the first of `nodes` and waits until every one of them
