@@ -111,6 +111,7 @@ pub(crate) struct Hook {
     pub(crate) security: Arc<crate::security::SecurityCache>,
     pub(crate) designs: Arc<Designs>,
     pub(crate) render_bulk: crate::RenderBulk,
+    pub(crate) builds: Arc<crate::builds::Builds>,
 }
 
 impl ClusterDesigns for Hook {
@@ -126,6 +127,7 @@ impl ClusterDesigns for Hook {
             security: self.security.clone(),
             designs: self.designs.clone(),
             render_bulk: self.render_bulk,
+            builds: self.builds.clone(),
         };
         let Some((cluster, map)) = coordinator.clustered(name) else {
             // A copy of a database no longer in the cluster: its own, as any database.

@@ -42,6 +42,7 @@
 mod admin;
 mod all_docs;
 mod atts;
+mod builds;
 mod changes;
 mod copies;
 mod ddocs;
@@ -95,6 +96,8 @@ pub struct Coordinator {
     /// Clustered databases' design documents, validating writes to this member's copies.
     designs: Arc<ddocs::Designs>,
     render_bulk: RenderBulk,
+    /// Where the other copies of each index were last asked to build to ([`builds`]).
+    builds: Arc<builds::Builds>,
 }
 
 /// How the HTTP layer answers a `_bulk_docs` (status, JSON body): a range's copy on this
@@ -120,12 +123,14 @@ impl Coordinator {
             security: Default::default(),
             designs: Default::default(),
             render_bulk,
+            builds: Default::default(),
         };
         let hook = ddocs::Hook {
             node: Arc::downgrade(&coordinator.node),
             security: coordinator.security.clone(),
             designs: coordinator.designs.clone(),
             render_bulk,
+            builds: coordinator.builds.clone(),
         };
         coordinator.node.set_cluster_designs(Arc::new(hook));
         coordinator

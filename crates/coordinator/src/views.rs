@@ -6,7 +6,8 @@
 //!
 //! Each range is read from the same copy whichever member coordinates: a range's copies
 //! in the map's order, turned by the range's number, so the ranges' indexes are built on
-//! different members, in parallel, and every coordinator reads the one index built.
+//! different members, in parallel, and every coordinator reads the one index built; the
+//! other copies build theirs after the query answered ([`crate::builds`]).
 
 use crate::copies::{offset, rows_of, total_rows, update_seq};
 use crate::rereduce::{reduced_rows_by_keys, Rereduce};
@@ -22,7 +23,8 @@ use settee_node::{Error, Result};
 use settee_wire::mrargs::{MrArgs, Update};
 
 /// The parameters every copy is given: the client's, but `skip` (applied here) and
-/// `limit` (each copy gives `skip + limit`), `keys` going in the body.
+/// `limit` (each copy gives `skip + limit`), `keys` going in the body, and `update_seq`
+/// always (where each range's index stands, for [`Coordinator::build_others`]).
 fn copy_params(a: &MrArgs) -> Vec<(&'static str, String)> {
     let mut p = Vec::new();
     let json = |v: &Value| v.to_string();
@@ -60,7 +62,7 @@ fn copy_params(a: &MrArgs) -> Vec<(&'static str, String)> {
         ("include_docs", a.include_docs),
         ("attachments", a.attachments),
         ("att_encoding_info", a.att_encoding_info),
-        ("update_seq", a.update_seq),
+        ("update_seq", true),
     ] {
         if on {
             p.push((name, "true".into()));
@@ -116,20 +118,41 @@ impl Coordinator {
             body.insert("keys".into(), keys.clone());
         }
         let body = Value::Object(body);
-        let target = |range: &str| {
+        let path = |range: &str| {
             let under = match &partition {
                 Some(p) => format!("/_partition/{}", crate::enc(p)),
                 None => String::new(),
             };
             format!(
-                "{}{under}/{}/_view/{}?{}",
+                "{}{under}/{}/_view/{}",
                 copy_path(map, db, range),
                 enc_id(&format!("_design/{ddoc}")),
                 crate::enc(view),
-                form_query(&copy_params(&args))
             )
         };
-        let answers = self.each_range_turned(map, only.as_deref(), target, &body)?;
+        let query = form_query(&copy_params(&args));
+        let answers = self.each_range_turned(
+            map,
+            only.as_deref(),
+            |r| format!("{}?{query}", path(r)),
+            &body,
+        )?;
+        if args.update != Update::False {
+            // The other copies build theirs: no rows, no reduction.
+            let build = if def.views[n].reduce.is_some() {
+                "limit=0&reduce=false"
+            } else {
+                "limit=0"
+            };
+            let index = format!("{db}\0{ddoc}\0{}", body[GIVEN_DESIGN]["_rev"]);
+            self.build_others(
+                map,
+                &index,
+                &answers,
+                |r| format!("{}?{build}", path(r)),
+                || json!({ GIVEN_DESIGN: body[GIVEN_DESIGN] }),
+            );
+        }
 
         let cmp_keys = move |a: &Value, b: &Value| {
             if raw {

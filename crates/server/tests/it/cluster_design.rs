@@ -31,6 +31,56 @@ fn design_documents_on_a_cluster() {
     view_arguments(&pairs);
 }
 
+/// A view query reads each range's index from one copy; then every other copy builds
+/// its own, in the background (as CouchDB's `ken`): the design's `_info` comes to count
+/// no pending updates anywhere, and once the members that answered are gone, the copies
+/// left answer a query that must not build (`update=false`) with every row.
+#[test]
+fn every_copy_of_a_range_builds_its_index_after_a_query() {
+    let (_etcd, _dirs, nodes) = three_members();
+    status(&nodes[0].put("/kdb", ""), 201, "create");
+    let docs: Vec<Value> = (0..40)
+        .map(|i| json!({"_id": format!("d{i:02}"), "i": i}))
+        .collect();
+    let r = nodes[0].post("/kdb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    status(&r, 201, "bulk");
+    let ddoc =
+        json!({"views": {"v": {"map": "function(doc) { emit(doc.i, 1); }", "reduce": "_count"}}});
+    status(
+        &nodes[1].put("/kdb/_design/k", &ddoc.to_string()),
+        201,
+        "design",
+    );
+    let info = |n: &Server| nodes_info(n)["view_index"]["updates_pending"].clone();
+    fn nodes_info(n: &Server) -> Value {
+        let r = n.get("/kdb/_design/k/_info");
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()
+    }
+    // Nothing built yet: every copy has every one of its documents to index.
+    assert!(info(&nodes[0])["minimum"].as_u64().unwrap() > 0);
+
+    let r = nodes[2].get("/kdb/_design/k/_view/v");
+    status(&r, 200, "query");
+    assert_eq!(r.json()["rows"], json!([{"key": null, "value": 40}]));
+    eventually("every copy's index built", || {
+        info(&nodes[0]) == json!({"minimum": 0, "preferred": 0, "total": 0})
+    });
+
+    // Each range's copies on the two members that are not nodes[2], all stopped: nodes[2]'s
+    // copies answer alone, with the index they built without being asked by a client.
+    nodes[0].kill9();
+    nodes[1].kill9();
+    let r = nodes[2].get("/kdb/_design/k/_view/v?update=false&reduce=false");
+    status(&r, 200, "a query that does not build");
+    assert_eq!(
+        r.json()["rows"].as_array().map(Vec::len),
+        Some(40),
+        "{}",
+        r.text
+    );
+}
+
 /// `validate_doc_update` of `_design/rules` (one range) and `_design/more` (maybe
 /// another) refuse writes of every range, through every member, replicated ones too;
 /// an edit or a deletion of them counts for the very next write.
