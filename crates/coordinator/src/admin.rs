@@ -194,8 +194,16 @@ impl Coordinator {
                     if let Some((status, body)) = refusal {
                         return Err(copy_error(status, body));
                     }
+                    // `timeout` only when every copy timed out, as `fabric_doc_purge`
+                    // takes the least of its copies' errors.
                     tracing::warn!(db, id = %id, "no copy purged the id");
-                    failed.insert(*i, ("error".into(), "internal_server_error".into()));
+                    let all_timed_out = replies.iter().all(|r| matches!(r, Reply::TimedOut(_)));
+                    let reason = if all_timed_out {
+                        "timeout"
+                    } else {
+                        "internal_server_error"
+                    };
+                    failed.insert(*i, ("error".into(), reason.into()));
                     continue;
                 };
                 accepted |= !agreed;
@@ -257,6 +265,7 @@ impl Coordinator {
                 Reply::Answered { status: 200, .. } => {}
                 Reply::Answered { status, body } => return Err(copy_error(*status, body)),
                 Reply::Unreachable(why) => return Err(unavailable(why.clone())),
+                Reply::TimedOut(why) => return Err(Error::PeerTimeout(why.clone())),
             }
         }
         Ok(())

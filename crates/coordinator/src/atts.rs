@@ -175,6 +175,7 @@ impl Coordinator {
                 });
             }
             Ok(None) => return Err(Reply::Unreachable(format!("{node} is not running"))),
+            Err(Error::PeerTimeout(why)) => return Err(Reply::TimedOut(why)),
             Err(e) => return Err(Reply::Unreachable(e.to_string())),
         };
         let gzip = answer.content_encoding.as_deref() == Some("gzip");

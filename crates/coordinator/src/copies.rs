@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 use serde_json::Value;
 use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
-use settee_node::Result;
+use settee_node::{Error, Result};
 
 /// One range's copy's answer.
 pub(crate) struct RangeAnswer {
@@ -38,6 +38,8 @@ impl Coordinator {
         // The failure every copy answered with, if each did (a filter function that
         // throws fails on every copy alike): the client's answer.
         let mut common = Some(None);
+        // Whether every copy timed out: then the client's answer is `timeout`.
+        let mut timed_out = true;
         for a in asks {
             match (self.ask(&a.node, a.method, &a.target, user, a.body.as_ref())).await {
                 Reply::Answered { status: 200, body } => return Ok((a.node, body)),
@@ -47,8 +49,14 @@ impl Coordinator {
                 Reply::Answered { status, body } if status >= 500 && body["error"].is_string() => {
                     failures.push(format!("{}: {status} {body}", a.node));
                     common = common.map(|_| Some((status, body)));
+                    timed_out = false;
+                }
+                Reply::TimedOut(why) => {
+                    failures.push(format!("{}: {why}", a.node));
+                    common = None;
                 }
                 other => {
+                    timed_out = false;
                     failures.push(format!("{}: {other:?}", a.node));
                     common = None;
                 }
@@ -56,6 +64,9 @@ impl Coordinator {
         }
         if let Some(Some((status, body))) = common {
             return Err(copy_error(status, &body));
+        }
+        if timed_out && !failures.is_empty() {
+            return Err(Error::PeerTimeout(failures.join("; ")));
         }
         Err(unavailable(format!(
             "no copy of range {range} answered ({})",

@@ -703,6 +703,7 @@ fn reply_of(member: &str, answer: Result<Option<settee_node::cluster::Forwarded>
             body: serde_json::from_slice(&answer.body).unwrap_or(Value::Null),
         },
         Ok(None) => Reply::Unreachable(format!("{member} is not running")),
+        Err(Error::PeerTimeout(why)) => Reply::TimedOut(why),
         Err(e) => Reply::Unreachable(e.to_string()),
     }
 }

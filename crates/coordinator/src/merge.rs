@@ -29,16 +29,17 @@ pub fn write_decided(replies: &[Option<Reply>], w: usize) -> bool {
 pub fn first_refusal(replies: &[Reply]) -> Option<(u16, &Value)> {
     replies.iter().find_map(|r| match r {
         Reply::Answered { status, body } => Some((*status, body)),
-        Reply::Unreachable(_) => None,
+        Reply::Unreachable(_) | Reply::TimedOut(_) => None,
     })
 }
 
 /// One copy's answer to a request: its status and JSON body, or no answer at all (the
-/// member is not running, or did not answer).
+/// member is not running, or did not answer), or none within its `[fabric]` timeout.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reply {
     Answered { status: u16, body: Value },
     Unreachable(String),
+    TimedOut(String),
 }
 
 /// The combined answer to a single-document write.
@@ -87,7 +88,7 @@ fn unreachable_reason(replies: &[Reply]) -> String {
     let why: Vec<&str> = replies
         .iter()
         .filter_map(|r| match r {
-            Reply::Unreachable(why) => Some(why.as_str()),
+            Reply::Unreachable(why) | Reply::TimedOut(why) => Some(why.as_str()),
             Reply::Answered { .. } => None,
         })
         .collect();
@@ -226,7 +227,7 @@ pub fn read(replies: &[Reply]) -> ReadOutcome {
     if let Some((_, rev, doc)) = newest {
         let stale = (0..replies.len())
             .filter(|i| !found.iter().any(|(j, r, _)| j == i && r == rev))
-            .filter(|i| !matches!(replies[*i], Reply::Unreachable(_)))
+            .filter(|i| matches!(replies[*i], Reply::Answered { .. }))
             .collect();
         return ReadOutcome::Found {
             doc: (*doc).clone(),
@@ -252,7 +253,7 @@ pub fn read(replies: &[Reply]) -> ReadOutcome {
                     body: body.clone(),
                 }
             }
-            Reply::Unreachable(_) => {}
+            Reply::Unreachable(_) | Reply::TimedOut(_) => {}
         }
     }
     match not_found {

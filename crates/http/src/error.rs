@@ -158,6 +158,15 @@ impl From<settee_node::Error> for ApiError {
                 "service unavailable".into(),
                 n.to_string(),
             ),
+            // A fabric worker's `timeout` (the member's own words go to the log).
+            N::PeerTimeout(why) => {
+                tracing::warn!(%why, "a member timed out");
+                ApiError::Named(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "timeout".into(),
+                    TIMEOUT_REASON.into(),
+                )
+            }
         }
     }
 }

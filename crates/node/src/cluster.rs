@@ -218,10 +218,21 @@ impl Node {
         for (header, value) in headers {
             request = request.header(*header, *value);
         }
-        let unreachable = |e: String| {
+        let wait = self.fabric_timeout(FabricWait::of(target, headers));
+        if let Some(wait) = wait {
+            request = request.timeout(wait);
+        }
+        let unreachable_because = |e: String| {
             Error::Cluster(settee_cluster::Error::Unavailable(format!(
                 "node {name} did not answer: {e}"
             )))
+        };
+        let unreachable = |e: reqwest::Error| match (e.is_timeout(), wait) {
+            (true, Some(wait)) => Error::PeerTimeout(format!(
+                "node {name} did not answer within {} ms",
+                wait.as_millis()
+            )),
+            _ => unreachable_because(e.to_string()),
         };
         // A member that stops running while it is asked (it hangs, or is cut off, and its
         // lease runs out) is no answer from then on, as one not running when asked: the
@@ -245,15 +256,77 @@ impl Node {
             })
         };
         tokio::select! {
-            answer = exchange => answer.map(Some).map_err(|e| unreachable(e.to_string())),
-            () = cluster.stopped_running(name) => Err(unreachable("it stopped running".into())),
+            answer = exchange => answer.map(Some).map_err(unreachable),
+            () = cluster.stopped_running(name) => Err(unreachable_because("it stopped running".into())),
         }
+    }
+
+    /// How long a request of `kind` to another member may take (`None`: no limit), as
+    /// CouchDB's `[fabric] {kind}_timeout` (milliseconds, or `infinity`).
+    pub fn fabric_timeout(&self, kind: FabricWait) -> Option<Duration> {
+        let (key, default) = match kind {
+            FabricWait::Request => ("request_timeout", Some(60_000)),
+            FabricWait::Attachments => ("attachments_timeout", Some(600_000)),
+            FabricWait::View => ("view_timeout", None),
+            FabricWait::PartitionView => ("partition_view_timeout", None),
+        };
+        let ms = match self.config.get("fabric", key) {
+            Some(v) if v.trim() == "infinity" => None,
+            Some(v) => v.trim().parse::<u64>().ok().or(default),
+            None => default,
+        };
+        ms.map(Duration::from_millis)
     }
 
     /// Removes a node's document: the deletion's revision.
     pub async fn delete_node_doc(&self, name: &str, rev: Option<&str>) -> Result<String> {
         let rev = self.clustered()?.delete_node(name, rev).await?;
         Ok(rev.to_string())
+    }
+}
+
+/// Which of CouchDB's `[fabric]` timeouts bounds a request to another member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricWait {
+    /// Anything else (`request_timeout`, 60 s).
+    Request,
+    /// Attachment content and multipart documents, sent or read (`attachments_timeout`,
+    /// 10 minutes).
+    Attachments,
+    /// A copy's view, Mango, `_all_docs` or `_changes` stream, which may build an index
+    /// or wait for changes first (`view_timeout`, no limit).
+    View,
+    /// The same of a partition (`partition_view_timeout`, no limit).
+    PartitionView,
+}
+
+impl FabricWait {
+    /// The wait of a request for `target` (path and query) with `headers` (lowercase
+    /// name, value).
+    pub fn of(target: &str, headers: &[(&str, &str)]) -> FabricWait {
+        let path = target.split_once('?').map_or(target, |(p, _)| p);
+        let streams = path.contains("/_view/")
+            || [
+                "/_find",
+                "/_all_docs",
+                "/_design_docs",
+                "/_local_docs",
+                "/_changes",
+            ]
+            .iter()
+            .any(|end| path.ends_with(end));
+        let json = |v: &str| v.starts_with("application/json");
+        if streams && path.contains("/_partition/") {
+            FabricWait::PartitionView
+        } else if streams {
+            FabricWait::View
+        } else if (headers.iter())
+            .any(|(h, v)| (*h == "content-type" || *h == "accept") && !json(v))
+        {
+            FabricWait::Attachments
+        } else {
+            FabricWait::Request
+        }
     }
 }
 
@@ -272,8 +345,39 @@ fn peer_client() -> &'static reqwest::Client {
     CLIENT.get_or_init(|| {
         reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(60))
             .build()
             .expect("an HTTP client")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FabricWait as W;
+
+    #[test]
+    fn each_request_to_a_member_has_couchdbs_fabric_wait() {
+        let json = [
+            ("accept", "application/json"),
+            ("content-type", "application/json"),
+        ];
+        let copy = "/shards%2F00000000-ffffffff%2Fdb.1";
+        let of = |tail: &str, h: &[(&str, &str)]| W::of(&format!("{copy}{tail}"), h);
+        assert_eq!(of("/_design/d/_view/v?limit=0", &json), W::View);
+        assert_eq!(of("/_find", &json), W::View);
+        assert_eq!(of("/_all_docs?include_docs=true", &json), W::View);
+        assert_eq!(of("/_changes?feed=longpoll&timeout=45000", &json), W::View);
+        assert_eq!(
+            of("/_partition/p/_design/d/_view/v", &json),
+            W::PartitionView
+        );
+        assert_eq!(of("/_partition/p/_all_docs", &json), W::PartitionView);
+        assert_eq!(of("/_purge", &json), W::Request);
+        assert_eq!(of("/_design/d/_info", &json), W::Request);
+        assert_eq!(of("/doc?r=1", &json), W::Request);
+        // A document named like an endpoint is a document.
+        assert_eq!(of("/_find_me", &json), W::Request);
+        assert_eq!(of("/doc/a.png", &[("accept", "*/*")]), W::Attachments);
+        let multipart = [("content-type", "multipart/related; boundary=x")];
+        assert_eq!(of("/doc", &multipart), W::Attachments);
+    }
 }

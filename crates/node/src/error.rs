@@ -86,6 +86,10 @@ pub enum Error {
     /// another revision, …).
     #[error(transparent)]
     Cluster(#[from] settee_cluster::Error),
+    /// Another member did not answer within its `[fabric]` timeout (CouchDB's 500
+    /// `timeout`).
+    #[error("{0}")]
+    PeerTimeout(String),
     /// What needs a cluster, asked of a node that is in none.
     #[error("This node is not a member of a cluster (start it with --cluster).")]
     NotClustered,

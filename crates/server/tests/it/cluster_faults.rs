@@ -232,6 +232,82 @@ fn a_member_that_hangs_holds_writes_up_no_longer_than_its_lease() {
     });
 }
 
+/// CouchDB's `[fabric]` timeouts bound what a member waits for another: with
+/// `request_timeout` below the members' leases, a purge whose only copy's member hangs
+/// is that id's `timeout` (not `internal_server_error`, which a member down gives); with a
+/// tiny `view_timeout`, a view query whose copies take longer is the request's 500
+/// `timeout`; by default a view query waits for its index however long it takes.
+#[test]
+fn fabric_timeouts_bound_what_a_member_waits_for() {
+    let etcd = Etcd::start(1);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // Leases far longer than the timeouts: a hanging member stays running meanwhile.
+    let nodes: Vec<Server> = (0..3)
+        .map(|i| member_with_lease(&etcd, NAMES[i], dirs[i].path(), 60))
+        .collect();
+    for n in &nodes {
+        eventually("three members running and listed", || {
+            membership(n) == (json!(NAMES), json!(NAMES))
+        });
+    }
+    let set = |n: &Server, key: &str, value: &str| {
+        let r = n.put(
+            &format!("/_node/_local/_config/fabric/{key}"),
+            &json!(value).to_string(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+    };
+
+    // One copy, on a member other than the coordinator.
+    let copies = create_clustered(&nodes, 0, "tdb", "q=1&n=1");
+    let shards = nodes[0].get("/tdb/_shards").json();
+    let holder = shards["shards"][&copies[0].0][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let h = NAMES.iter().position(|n| *n == holder).unwrap();
+    let via = &nodes[(h + 1) % 3];
+    let r = via.put("/tdb/x", "{}");
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev = r.json()["rev"].as_str().unwrap().to_string();
+    let ddoc = json!({"views": {"v": {"map": "function(doc) { emit(doc._id, null); }"}}});
+    assert_eq!(via.put("/tdb/_design/d", &ddoc.to_string()).status, 201);
+    let r = via.get("/tdb/_design/d/_view/v");
+    assert_eq!(r.json()["total_rows"], 1, "{}", r.text);
+
+    // 1 ms: less than indexing a thousand new documents takes.
+    let docs: Vec<Value> = (0..1000).map(|i| json!({"_id": format!("n{i}")})).collect();
+    let r = via.post("/tdb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    set(via, "view_timeout", "1");
+    let r = via.get("/tdb/_design/d/_view/v");
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            500,
+            json!({"error": "timeout", "reason": "The request could not be processed in a reasonable amount of time."})
+        )
+    );
+    set(via, "view_timeout", "infinity");
+    let r = via.get("/tdb/_design/d/_view/v?limit=0");
+    assert_eq!(r.json()["total_rows"], 1001, "{}", r.text);
+
+    set(via, "request_timeout", "300");
+    pause(&nodes[h], true);
+    let r = via.post("/tdb/_purge", &json!({ "x": [rev] }).to_string());
+    pause(&nodes[h], false);
+    assert_eq!(
+        (r.status, r.json()),
+        (
+            500,
+            json!({"purge_seq": null, "purged": {"x": {"error": "error", "reason": "timeout"}}})
+        )
+    );
+    // Back, the member answers as before.
+    let r = via.get("/tdb/x");
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
 /// etcd unreachable (its only member killed) for longer than the members' leases: the
 /// existing clustered database keeps taking documents and answering reads through every
 /// member; what needs etcd (creating or deleting a database) is a 503 that changes
