@@ -28,8 +28,8 @@ use settee_node::{Error, Result};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The longest a copy is asked to hold a longpoll open (below the member client's
-/// 60 s timeout); a longer wait asks again.
+/// The longest a copy is asked to hold a longpoll open; a longer wait asks again (so a
+/// copy that stopped answering is noticed within it).
 const COPY_WAIT: Duration = Duration::from_secs(45);
 
 /// Query parameters for the copies, and a POST body.
