@@ -18,7 +18,9 @@
 //!   without asking any shard).
 //!
 //! Each range is asked in the map's order turned by its number, as views, so the ranges'
-//! Mango indexes build on different members.
+//! Mango indexes build on different members; the other copies build theirs after the
+//! query answered ([`crate::builds`]), from the `update_seq` a copy's json index answer
+//! ends with.
 
 use crate::{copy_error, copy_path, merge, unavailable, Coordinator};
 use futures_util::future::join_all;
@@ -80,6 +82,9 @@ impl Coordinator {
             return Ok(());
         }
         let index = plan.index.as_ref().expect("a _find plan has an index");
+        let rev = (designs.iter())
+            .find(|d| index.ddoc.as_deref().is_some_and(|id| d["_id"] == id))
+            .map(|d| d["_rev"].clone());
         let body = copy_body(opts, designs);
         // A partition's documents are all in its range.
         let only = (!opts.partition.is_empty()).then(|| {
@@ -89,6 +94,26 @@ impl Coordinator {
         });
         let target = |range: &str| format!("{}/_find", copy_path(map, db, range));
         let answers = self.each_range_turned(map, only, target, &body)?;
+        if let (Some(rev), true) = (rev, opts.refresh()) {
+            // The other copies build their view of the index: a query that stops at its
+            // first match.
+            let ddoc = index.ddoc.as_deref().unwrap_or_default();
+            self.build_others(
+                map,
+                &format!("{db}\0{ddoc}\0{rev}"),
+                &answers,
+                target,
+                || {
+                    let mut build = body.clone();
+                    build["limit"] = json!(0);
+                    build["execution_stats"] = json!(false);
+                    if let Value::Object(m) = &mut build {
+                        m.shift_remove("bookmark");
+                    }
+                    build
+                },
+            );
+        }
 
         let mut stats = Stats::default();
         let mut rows = Vec::with_capacity(answers.len());

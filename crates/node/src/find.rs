@@ -51,8 +51,9 @@ impl Node {
     /// how a cluster's coordinator queries a copy, as CouchDB's shard workers are given
     /// the index's design document. The json indexes are the copy's own views of those
     /// designs (built on first use, by signature). Each row is written as `{"key", "id",
-    /// "doc"}` (the index key the coordinator merges by). Only a shard copy, only for a
-    /// server admin (a member, for its coordinator).
+    /// "doc"}` (the index key the coordinator merges by), and a json index's answer ends
+    /// with where the index stands (`update_seq`). Only a shard copy, only for a server
+    /// admin (a member, for its coordinator).
     pub fn find_given(
         &self,
         db: &Arc<Database>,
@@ -242,6 +243,8 @@ struct Run<'a> {
     reader: Option<Arc<crate::replicator_read::Reader>>,
     /// Rows are written as `{"key", "id", "doc"}` (for a coordinator, [`Node::find_given`]).
     keyed: bool,
+    /// Where the json index read stood (its `update_seq`), once read.
+    index_seq: Option<u64>,
 }
 
 impl Run<'_> {
@@ -370,6 +373,7 @@ fn run(
         open: true,
         reader,
         keyed: given.is_some(),
+        index_seq: None,
     };
     let index = plan.index.as_ref().expect("a _find plan has an index");
     // Even `limit: 0` reads up to the first match, which ends it.
@@ -398,7 +402,15 @@ fn run(
         m.mango_too_many_docs_scanned.inc();
         warnings.push(w.into());
     }
-    let tail = body_tail(bookmark, opts.execution_stats.then_some((s, ms)), &warnings);
+    let mut tail = body_tail(bookmark, opts.execution_stats.then_some((s, ms)), &warnings);
+    if let (true, Some(seq)) = (r.keyed, r.index_seq) {
+        // For the coordinator (`Coordinator::build_others`): where this copy's index
+        // stands.
+        tail.insert_str(
+            tail.len() - "}\r\n".len(),
+            &format!(",\r\n\"update_seq\": {seq}"),
+        );
+    }
     (r.out)(tail.as_bytes());
     Ok(())
 }
@@ -790,8 +802,13 @@ fn scan_view(
     let columns = index.columns();
     let mut failure = None;
     let mut out = |e: Event<'_>| {
-        let Event::Row { id, key, .. } = e else {
-            return ControlFlow::Continue(());
+        let (id, key) = match e {
+            Event::Row { id, key, .. } => (id, key),
+            Event::Head { update_seq, .. } => {
+                r.index_seq = Some(update_seq);
+                return ControlFlow::Continue(());
+            }
+            Event::Reduced { .. } => return ControlFlow::Continue(()),
         };
         if passed.take() == Some(id) {
             return ControlFlow::Continue(());

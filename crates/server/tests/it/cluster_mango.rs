@@ -271,6 +271,38 @@ fn clustered_mango_answers_as_a_single_node() {
     }
 }
 
+/// A `_find` reads each range's json index from one copy; then every other copy builds
+/// its own in the background, as views do: the index's design `_info` comes to count no
+/// pending updates, and with the members that answered gone, the copies left answer a
+/// query that must not build (`update: false`) with every match.
+#[test]
+fn every_copy_builds_a_mango_index_after_a_query() {
+    let (_etcd, _dirs, nodes) = three_members();
+    assert_eq!(nodes[0].put("/mdb", "").status, 201);
+    let docs: Vec<Value> = (0..40)
+        .map(|i| json!({"_id": format!("d{i:02}"), "n": i}))
+        .collect();
+    let r = nodes[0].post("/mdb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let index = json!({"index": {"fields": ["n"]}, "ddoc": "by-n", "name": "n"});
+    assert_eq!(nodes[1].post("/mdb/_index", &index.to_string()).status, 200);
+    let q = json!({"selector": {"n": {"$gte": 0}}, "use_index": "by-n", "limit": 100});
+    assert_eq!(ids(&find(&nodes[2], "mdb", &q)).len(), 40);
+    let pending = || {
+        ok_json(nodes[0].get("/mdb/_design/by-n/_info"), "_info")["view_index"]["updates_pending"]
+            .clone()
+    };
+    eventually("every copy's index built", || {
+        pending() == json!({"minimum": 0, "preferred": 0, "total": 0})
+    });
+
+    nodes[0].kill9();
+    nodes[1].kill9();
+    let q =
+        json!({"selector": {"n": {"$gte": 0}}, "use_index": "by-n", "limit": 100, "update": false});
+    assert_eq!(ids(&find(&nodes[2], "mdb", &q)).len(), 40);
+}
+
 #[test]
 /// Only shard copies take given indexes (and `Node::find_given` only from a server
 /// admin): a client naming the body member on an ordinary database is refused as any
