@@ -12,8 +12,10 @@
 
 use crate::copies::{passed_over, Ask};
 use crate::feed::{self, CopyFeed, From, RangePos, Start};
+use crate::merge::Reply;
 use crate::Coordinator;
 use crate::{copy_error, copy_path, form_query, merge};
+use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
 use settee_auth::UserCtx;
@@ -155,6 +157,43 @@ impl<'a> Feed<'a> {
         }
     }
 
+    /// Each range whose vector named a copy that is not read any more: resumed on its
+    /// first copy where that copy's internal replication checkpoint of its pushes to the
+    /// lost one vouches ([`feed::resume_on`]); from 0 when it cannot be read or vouches
+    /// for nothing.
+    async fn resume_lost(&mut self) {
+        let lookups = (self.map.by_range.iter().zip(&self.starts).enumerate())
+            .filter(|(_, (_, s))| s.first == From::Zero)
+            .filter_map(|(i, (copies, s))| {
+                let (lost_node, lost_at) = s.lost.clone()?;
+                let on = s.order.first()?.clone();
+                let copy = self.map.copy_name(self.db, &copies.range);
+                let target = format!(
+                    "{}/_local/{}",
+                    copy_path(&self.map, self.db, &copies.range),
+                    settee_node::moves::checkpoint_id(&copy, &on, &lost_node)
+                );
+                let coord = self.coord;
+                Some(async move {
+                    let reply = coord.ask(&on, "GET", &target, None, None).await;
+                    (i, reply, lost_at)
+                })
+            });
+        let found: Vec<(usize, settee_core::seq::At)> = (join_all(lookups).await.into_iter())
+            .filter_map(|(i, reply, lost)| match reply {
+                Reply::Answered { status: 200, body } => {
+                    let history = body["history"].as_array()?;
+                    Some((i, feed::resume_on(history, &lost)?))
+                }
+                _ => None,
+            })
+            .collect();
+        for (i, at) in found {
+            self.starts[i].first = From::At(at.clone());
+            self.vector[i].at = at;
+        }
+    }
+
     /// The copies' query for a feed from `since`, at most `left` rows (a longpoll of up to
     /// `wait` when given), and its POST body.
     fn query(
@@ -241,6 +280,7 @@ impl<'a> Feed<'a> {
                 Start {
                     order,
                     first: From::At(pos.at.clone()),
+                    lost: None,
                 }
             })
             .collect();
@@ -331,6 +371,7 @@ impl Coordinator {
         row: &mut dyn FnMut(Option<ShownSeq>, &[u8]) -> bool,
     ) -> Result<FeedEnd> {
         let mut feed = Feed::new(self, db, map, opts);
+        crate::block_on(feed.resume_lost());
         let round = crate::block_on(feed.round())?;
         for (seq, r) in round.rows {
             if !row(
@@ -358,6 +399,7 @@ impl Coordinator {
         mut out: Box<dyn FeedOut>,
     ) {
         let mut feed = Feed::new(self, db, map, &opts);
+        feed.resume_lost().await;
         let wait = opts.heartbeat.unwrap_or(opts.timeout);
         let started = tokio::time::Instant::now();
         let mut pending;

@@ -7,9 +7,10 @@
 //! or a bare `0` before the range has shown anything), packed as CouchDB packs it
 //! ([`settee_core::seq::pack`]). Every row shows the vector as it stands after that row,
 //! so a client resumes from any row on any member. A `since` naming a copy that is gone
-//! (its member down, its range moved, its database recreated) starts that range again
-//! on another copy from 0: rows may be seen twice, never missed, as CouchDB rewinds when
-//! no copy's epochs vouch for the position.
+//! (its member down, its range moved) resumes that range on another copy where that
+//! copy's internal replication checkpoints vouch for it ([`resume_on`], as CouchDB's
+//! `mem3_rep:find_source_seq`), else from 0: rows may be seen twice, never missed. A
+//! recreated copy (another uuid) rewinds to 0 itself.
 
 use serde_json::Value;
 use settee_core::seq::{self, At, ShardSeq};
@@ -30,6 +31,10 @@ pub struct RangePos {
 pub struct Start {
     pub order: Vec<String>,
     pub first: From,
+    /// The member and place the vector gave for this range when that copy is not read
+    /// any more (its member not running, or the range moved off it): where the first
+    /// copy may resume instead of 0 ([`resume_on`]).
+    pub lost: Option<(String, At)>,
 }
 
 /// What a copy is asked from.
@@ -75,14 +80,14 @@ pub fn starts(
                 .chain(nodes.iter().filter(|n| *n != me))
                 .cloned()
                 .collect();
+            let mut lost = None;
             let first = match since {
                 SeqArg::Now => From::Now,
                 SeqArg::Seq(_) => From::Zero,
                 SeqArg::Vector(entries) => {
-                    let named = entries
-                        .iter()
-                        .filter(|e| e.range == *range && nodes.contains(&e.node))
-                        .filter(|e| running(&e.node))
+                    let of_range = || entries.iter().filter(|e| e.range == *range);
+                    let named = of_range()
+                        .filter(|e| nodes.contains(&e.node) && running(&e.node))
                         .max_by_key(|e| seq_of(&e.at));
                     match named {
                         Some(e) => {
@@ -90,11 +95,15 @@ pub fn starts(
                             order.insert(0, e.node.clone());
                             From::At(e.at.clone())
                         }
-                        None => From::Zero,
+                        None => {
+                            lost = (of_range().max_by_key(|e| seq_of(&e.at)))
+                                .map(|e| (e.node.clone(), e.at.clone()));
+                            From::Zero
+                        }
                     }
                 }
             };
-            Start { order, first }
+            Start { order, first, lost }
         })
         .collect()
 }
@@ -104,6 +113,33 @@ fn seq_of(at: &At) -> u64 {
         At::Bare(n) | At::Stamped { seq: n, .. } => *n,
         At::Other(_) => 0,
     }
+}
+
+/// Where a copy may resume a feed that read another copy of its range (the lost one) up
+/// to `lost`, from `history`: the history of its own pushes to that copy (its internal
+/// replication checkpoint's, each entry with `recorded_seq`, its own place, and
+/// `target_seq`, where the lost copy stood once the push was in it). Every document the
+/// copy held at an entry's `recorded_seq` was in the lost copy at or before its
+/// `target_seq`; so at the newest entry whose `target_seq` is not past `lost` (on the
+/// same instance: the same uuid prefix when both carry one), the feed has seen all of
+/// them, and resumes there. `None`: no entry vouches (the feed starts from 0).
+pub fn resume_on(history: &[Value], lost: &At) -> Option<At> {
+    let lost_uuid = match lost {
+        At::Stamped { uuid, .. } => Some(uuid),
+        _ => None,
+    };
+    (history.iter())
+        .filter_map(|entry| {
+            let target = copy_place(entry.get("target_seq")?, true);
+            let same = match (&target, lost_uuid) {
+                (At::Stamped { uuid, .. }, Some(lost)) => uuid == lost,
+                _ => true,
+            };
+            (same && seq_of(&target) <= seq_of(lost) && !matches!(target, At::Other(_)))
+                .then(|| copy_place(&entry["recorded_seq"], true))
+        })
+        .max_by_key(seq_of)
+        .filter(|at| seq_of(at) > 0)
 }
 
 /// The `since` a copy on `node` is asked from. A copy is a database of one range whose
@@ -315,14 +351,39 @@ mod tests {
         let starts = starts(&ranges(), &since, "b", |n| n != "a");
         assert_eq!(starts[0].order, ["c", "b", "a"]);
         assert_eq!(starts[0].first, From::At(stamped(5, "u1", "c")));
-        // `a` is down: its range starts over on this member's copy.
+        // `a` is down: its range starts on this member's copy, from where that copy's
+        // checkpoints vouch for `a`'s place (else from 0).
         assert_eq!(starts[1].order, ["b", "a", "c"]);
         assert_eq!(starts[1].first, From::Zero);
+        assert_eq!(starts[1].lost, Some(("a".into(), stamped(7, "u2", "a"))));
+        assert_eq!(starts[0].lost, None);
         // The copy is asked from its place on its whole ring, and counts it only if the
         // uuid prefix is its own.
         let asked = seq::unpack(&copy_since("c", &starts[0].first)).unwrap();
         assert_eq!(asked[0].range, (0, u32::MAX));
         assert_eq!(asked[0].at, stamped(5, "u1", "c"));
+    }
+
+    #[test]
+    fn a_lost_copys_place_resumes_where_the_pushes_to_it_vouch() {
+        // `b`'s pushes to `a`: b's place 4 was in `a` by a's 6, 9 by 12, 15 by 20.
+        let entry = |mine: u64, theirs: u64| {
+            json!({"recorded_seq": copy_seq("b", "ub", mine),
+                   "target_seq": copy_seq("a", "ua", theirs)})
+        };
+        let history = [entry(15, 20), entry(9, 12), entry(4, 6)];
+        let on_b = |n| Some(stamped(n, "ub", "b"));
+        assert_eq!(resume_on(&history, &stamped(12, "ua", "a")), on_b(9));
+        assert_eq!(resume_on(&history, &stamped(19, "ua", "a")), on_b(9));
+        assert_eq!(resume_on(&history, &stamped(25, "ua", "a")), on_b(15));
+        // Before any push vouches, or of another instance of `a`: from 0.
+        assert_eq!(resume_on(&history, &stamped(5, "ua", "a")), None);
+        assert_eq!(resume_on(&history, &stamped(25, "zz", "a")), None);
+        // Entries without a target place (a replication's own) vouch for nothing.
+        let plain = [json!({"recorded_seq": copy_seq("b", "ub", 9)})];
+        assert_eq!(resume_on(&plain, &stamped(25, "ua", "a")), None);
+        // A bare place is taken at its number.
+        assert_eq!(resume_on(&history, &At::Bare(13)), on_b(9));
     }
 
     #[test]

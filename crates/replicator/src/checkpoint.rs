@@ -163,13 +163,15 @@ pub struct Session<'a> {
     pub start_last_seq: &'a Value,
     pub end_last_seq: &'a Value,
     pub recorded_seq: &'a Value,
+    /// Where the target stood at the checkpoint (see `Options::record_target_seq`).
+    pub target_seq: Option<&'a Value>,
     pub stats: &'a Stats,
 }
 
 impl Session<'_> {
     pub fn entry(&self) -> Value {
         let s = self.stats;
-        json!({
+        let mut entry = json!({
             "session_id": self.session_id,
             "start_time": self.start_time,
             "end_time": self.end_time,
@@ -183,7 +185,11 @@ impl Session<'_> {
             "doc_write_failures": s.doc_write_failures,
             "bulk_get_docs": s.bulk_get_docs,
             "bulk_get_attempts": s.bulk_get_attempts,
-        })
+        });
+        if let Some(t) = self.target_seq {
+            entry["target_seq"] = t.clone();
+        }
+        entry
     }
 }
 
@@ -293,6 +299,7 @@ mod tests {
                 start_last_seq: &seq,
                 end_last_seq: &seq,
                 recorded_seq: &seq,
+                target_seq: None,
                 stats: &stats,
             };
             doc = body(&session, &older, false);
@@ -329,6 +336,7 @@ mod tests {
             start_last_seq: &json!(0),
             end_last_seq: &seq,
             recorded_seq: &seq,
+            target_seq: None,
             stats: &stats,
         };
         let doc = body(&session, &[], true);

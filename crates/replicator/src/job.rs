@@ -38,6 +38,11 @@ pub struct Options {
     /// When the replication was asked for (Unix seconds): every session's history entry
     /// shows it as its `start_time`, as CouchDB's do. `None`: when the session starts.
     pub requested_at: Option<u64>,
+    /// Record in each checkpoint's history entry where the target stood once the
+    /// session's writes were in it (`target_seq`, its `update_seq` then): internal
+    /// replication's, so that a feed that read the target up to some place can resume
+    /// on the source (CouchDB's `mem3_rep` checkpoints).
+    pub record_target_seq: bool,
 }
 
 impl Default for Options {
@@ -55,6 +60,7 @@ impl Default for Options {
             create_target: false,
             create_target_params: Map::new(),
             requested_at: None,
+            record_target_seq: false,
         }
     }
 }
@@ -171,8 +177,14 @@ struct Begun {
 }
 
 impl Begun {
-    /// The checkpoint body recording this run up to `current`, ending now.
-    fn body(&self, current: &Value, stats: &Stats) -> Map<String, Value> {
+    /// The checkpoint body recording this run up to `current` (the target then at
+    /// `target_seq`, when recorded), ending now.
+    fn body(
+        &self,
+        current: &Value,
+        target_seq: Option<&Value>,
+        stats: &Stats,
+    ) -> Map<String, Value> {
         let end_time = now_rfc1123();
         let session = Session {
             session_id: &self.session_id,
@@ -181,6 +193,7 @@ impl Begun {
             start_last_seq: &self.since,
             end_last_seq: current,
             recorded_seq: current,
+            target_seq,
             stats,
         };
         checkpoint::body(&session, &self.start.history, self.doc_ids)
@@ -331,7 +344,9 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         }
         Ok(Outcome {
             no_changes: false,
-            history: logs.written.unwrap_or_else(|| begun.body(&current, &stats)),
+            history: logs
+                .written
+                .unwrap_or_else(|| begun.body(&current, None, &stats)),
             stats,
             checkpointed_seq: current,
         })
@@ -501,7 +516,17 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         stats: &Stats,
     ) -> Result<()> {
         let log_id = format!("_local/{}", self.base_id);
-        let body = begun.body(current, stats);
+        let target_seq = match self.options.record_target_seq {
+            true => Some(
+                self.target
+                    .info()
+                    .await
+                    .map_err(|e| self.failed(e))?
+                    .update_seq,
+            ),
+            false => None,
+        };
+        let body = begun.body(current, target_seq.as_ref(), stats);
         // Each side's document replaces the one it holds (its `_rev`), with the same body.
         let doc = |previous: &Option<Value>| {
             let mut doc = Map::new();

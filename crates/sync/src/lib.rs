@@ -234,6 +234,7 @@ async fn push(
         base_id: checkpoint_id(copy, &config.node, other),
         options: Options {
             connection_timeout: PEER_TIMEOUT,
+            record_target_seq: true,
             ..Options::default()
         },
         progress: Default::default(),

@@ -858,6 +858,58 @@ fn copy_info(n: &Server, copy: &str) -> Value {
     n.get(&format!("/{}", copy.replace('/', "%2F"))).json()
 }
 
+/// A feed read on one member's copy, resumed once that member is gone: the range
+/// resumes on another copy where that copy's pushes to the lost one vouch for the
+/// place (its internal replication checkpoint records where the lost copy stood), as
+/// CouchDB's `mem3_rep:find_source_seq` — not from 0.
+#[test]
+fn a_feed_resumes_on_another_copy_where_internal_replication_vouches() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let t0 = now_secs();
+    let r = nodes[0].put("/fdb?q=1&n=3", "");
+    assert_eq!(r.status, 201, "{}", r.text);
+    let copy = (t0..=now_secs())
+        .map(|t| format!("shards/00000000-ffffffff/fdb.{t}"))
+        .find(|c| copy_info(&nodes[1], c)["doc_count"] == 0)
+        .expect("settee2's copy");
+    let docs: Vec<Value> = (0..30).map(|i| json!({"_id": format!("f{i}")})).collect();
+    let r = nodes[0].post("/fdb/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    // settee1 reads its own copy.
+    let r = nodes[0].get("/fdb/_changes").json();
+    assert_eq!(r["results"].as_array().unwrap().len(), 30);
+    let since = r["last_seq"].as_str().unwrap().to_string();
+    // Every push between settee2's copy and the others checkpointed past the writes.
+    let path = |id: &str| format!("/{}/{id}", copy.replace('/', "%2F"));
+    eventually(
+        "settee2's pushes checkpointed with their targets' places",
+        || {
+            let locals = nodes[1].get(&path("_local_docs?include_docs=true")).json();
+            let syncs: Vec<&Value> = (locals["rows"].as_array().unwrap().iter())
+                .filter(|r| r["id"].as_str().unwrap().starts_with("_local/shard-sync-"))
+                .collect();
+            syncs.len() == 4
+                && syncs.iter().all(|r| {
+                    let t = &r["doc"]["history"][0]["target_seq"];
+                    t.as_str().is_some_and(|t| t.starts_with("30-"))
+                })
+        },
+    );
+
+    nodes[0].kill9();
+    eventually("settee1 down", || {
+        membership(&nodes[1]).0.as_array().unwrap().len() == 2
+    });
+    assert_eq!(nodes[1].put("/fdb/late", "{}").status, 201);
+    let r = nodes[1].get(&format!("/fdb/_changes?since={since}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let results = r.json()["results"].clone();
+    let ids: Vec<&str> = (results.as_array().unwrap().iter())
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["late"], "{}", r.text);
+}
+
 #[test]
 fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
     let (etcd, dirs, mut nodes) = three_members();
