@@ -11,7 +11,7 @@ use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_core::Rev;
 use settee_db::RevsDiff;
-use settee_node::read::{ReadOpts, Revision};
+use settee_node::read::{ReadOpts, Rendered, Revision};
 use settee_node::write::{BulkGetItem, BulkGetOpts};
 use settee_node::{Error, Result};
 use std::collections::BTreeMap;
@@ -139,8 +139,10 @@ impl Coordinator {
     /// `GET /{db}/{id}?open_revs=…` (as `fabric_open_revs`): every copy of the id's range
     /// asked for the same revisions (with their histories), the revisions any copy found
     /// kept once each — for `all`, the leaves of the merged trees ([`merge::bulk_get_docs`])
-    /// — then `{"missing": rev}` for each asked revision no copy has. Attachments come
-    /// inline in the documents' JSON, also to a multipart client (a copy answers JSON).
+    /// — then `{"missing": rev}` for each asked revision no copy has. A multipart client's
+    /// revisions with attachments are then each read from one copy with their attachments
+    /// as parts ([`Coordinator::read_related`], as the single-document read does), so that
+    /// they go as a node sends its own: nested `multipart/related`, content as stored.
     pub(crate) fn open_revs_clustered(
         &self,
         db: &str,
@@ -151,11 +153,14 @@ impl Coordinator {
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>> {
         let d = &opts.doc;
+        // A multipart client's attachments come from one copy once the revisions are
+        // known; stubs until then.
+        let related = opts.multipart;
         let mut params = vec![("open_revs", wanted.to_owned()), ("revs", "true".into())];
-        params.extend(crate::atts::since_param(&opts.atts));
+        params.extend(crate::atts::since_param(&opts.atts).filter(|_| !related));
         for (name, on) in [
             ("latest", opts.latest),
-            ("attachments", opts.atts.inline || opts.multipart),
+            ("attachments", opts.atts.inline && !related),
             ("att_encoding_info", opts.atts.encoding_info),
             ("conflicts", d.conflicts),
             ("deleted_conflicts", d.deleted_conflicts),
@@ -187,29 +192,46 @@ impl Coordinator {
         } else {
             merge::open_revs_entries(&answered)
         };
-        Ok((entries.into_iter())
-            .map(|entry| match entry {
-                Value::Object(mut m) => match m.shift_remove("ok") {
-                    Some(mut doc) => {
-                        if let (false, Value::Object(doc)) = (d.revs, &mut doc) {
-                            doc.shift_remove("_revisions");
-                        }
-                        Revision::Json {
-                            ok: true,
-                            body: serde_json::to_vec(&doc).expect("json"),
-                        }
+        let reads = (entries.into_iter()).map(|entry| {
+            let copies = &copies;
+            async move {
+                let doc = match open_revs_entry(entry, d.revs) {
+                    Ok(doc) => doc,
+                    Err(missing) => return Ok(missing),
+                };
+                let rev = doc["_rev"].as_str().and_then(|r| Rev::parse(r).ok());
+                let body = match rev {
+                    Some(rev) if related && doc.get("_attachments").is_some() => {
+                        self.read_related(copies, user, &rev, opts).await?
                     }
-                    None => Revision::Json {
-                        ok: false,
-                        body: serde_json::to_vec(&Value::Object(m)).expect("json"),
-                    },
-                },
-                other => Revision::Json {
-                    ok: false,
-                    body: serde_json::to_vec(&other).expect("json"),
-                },
-            })
-            .collect())
+                    _ => Rendered::Json(serde_json::to_vec(&doc).expect("json")),
+                };
+                Ok(Revision::found(body))
+            }
+        });
+        block_on(join_all(reads)).into_iter().collect()
+    }
+}
+
+/// A merged `open_revs` entry: the revision found (without the `_revisions` the copies
+/// were asked for, unless the client asked too), or the error entry to send as it is
+/// (`{"missing": rev}`).
+fn open_revs_entry(entry: Value, revs: bool) -> std::result::Result<Value, Revision> {
+    let error = |v: &Value| Revision::Json {
+        ok: false,
+        body: serde_json::to_vec(v).expect("json"),
+    };
+    match entry {
+        Value::Object(mut m) => match m.shift_remove("ok") {
+            Some(mut doc) => {
+                if let (false, Value::Object(doc)) = (revs, &mut doc) {
+                    doc.shift_remove("_revisions");
+                }
+                Ok(doc)
+            }
+            None => Err(error(&Value::Object(m))),
+        },
+        other => Err(error(&other)),
     }
 }
 

@@ -90,8 +90,7 @@ pub async fn multipart_response(
 
 /// `open_revs` for clients that accept `multipart/mixed` (CouchDB's replicator): one part
 /// per revision, nested `multipart/related` for those whose attachments are sent, read
-/// from `db` (a clustered database's revisions come as JSON only, attachments inline);
-/// streamed.
+/// from `db` (a clustered database's parts carry their content); streamed.
 pub async fn multipart_mixed(db: Option<Arc<Database>>, revs: Vec<Revision>) -> Response {
     let boundary = new_boundary();
     let b = boundary.clone();

@@ -57,6 +57,24 @@ pub enum Revision {
     Related { doc: Vec<u8>, parts: Vec<Part> },
 }
 
+impl Revision {
+    /// A revision found, as `open_revs` sends it: a nested `multipart/related` when some
+    /// attachment's content follows, else its JSON alone — also when every attachment
+    /// stays a stub (`atts_since`), as CouchDB's `couch_doc:len_doc_to_multi_part_stream`
+    /// answers `application/json` when it has no attachment to send.
+    pub fn found(body: Rendered) -> Revision {
+        match body {
+            Rendered::Multipart { doc, parts } if !parts.is_empty() => {
+                Revision::Related { doc, parts }
+            }
+            Rendered::Multipart { doc, .. } | Rendered::Json(doc) => Revision::Json {
+                ok: true,
+                body: doc,
+            },
+        }
+    }
+}
+
 impl Node {
     /// Reads document `id` of `db` for `user`.
     pub fn read_doc(
@@ -148,20 +166,20 @@ impl Node {
         db.open_revs(id, wanted.as_deref())?
             .iter()
             .map(|(rev, doc)| match doc {
-                Some(d) => match opts
-                    .multipart
-                    .then(|| atts.multipart_stubs(&d.body))
-                    .flatten()
-                {
-                    Some((stubs, parts)) => Ok(Revision::Related {
-                        doc: doc_json_with(d, &doc_opts, Some(stubs)),
-                        parts,
-                    }),
-                    None => Ok(Revision::Json {
-                        ok: true,
-                        body: doc_json_with(d, &doc_opts, atts.render(db, &d.body)?),
-                    }),
-                },
+                Some(d) => {
+                    let multipart = (opts.multipart)
+                        .then(|| atts.multipart_stubs(&d.body))
+                        .flatten();
+                    Ok(Revision::found(match multipart {
+                        Some((stubs, parts)) => Rendered::Multipart {
+                            doc: doc_json_with(d, &doc_opts, Some(stubs)),
+                            parts,
+                        },
+                        None => {
+                            Rendered::Json(doc_json_with(d, &doc_opts, atts.render(db, &d.body)?))
+                        }
+                    }))
+                }
                 None => Ok(Revision::Json {
                     ok: false,
                     body: serde_json::to_vec(&json!({"missing": rev.to_string()})).expect("json"),

@@ -1,6 +1,6 @@
 //! Write-side and maintenance operations on clustered databases, as a clustered CouchDB
 //! 3.5.2 answers them: attachment uploads and deletions, `multipart/related` document
-//! writes and reads, `atts_since`, `COPY`, `batch=ok`, `_purge`, the database limits,
+//! writes and reads, `open_revs` for a `multipart/mixed` client, `atts_since`, `COPY`, `batch=ok`, `_purge`, the database limits,
 //! compaction, view clean-up, a design document's `_info` and a partition's `_all_docs`.
 //! Revisions are CouchDB's own (the same content makes the same revision), so the values
 //! asserted are those the reference CouchDB gave for the same requests.
@@ -8,7 +8,7 @@
 use crate::common;
 
 use common::cluster::*;
-use common::Server;
+use common::{split_responses, RawResp, Server};
 use serde_json::{json, Value};
 
 fn now_secs() -> u64 {
@@ -46,6 +46,7 @@ fn clustered_writes_and_maintenance_answer_as_couchdb() {
     parsed_documents(&nodes, &copies);
     attachments(&nodes, &copies);
     related_documents(&nodes);
+    open_revs_multipart(&nodes);
     copies_and_batches(&nodes);
     forms(&nodes);
     maintenance(&nodes, &copies);
@@ -216,6 +217,244 @@ fn related_documents(nodes: &[Server]) {
     assert_eq!(got["_revisions"]["ids"], json!(["abc", "def", "0a0"]));
     assert_eq!(got["_attachments"]["f.txt"]["revpos"], 5);
     assert_eq!(nodes[0].get("/wdb/mp2/f.txt").text, "hello");
+}
+
+/// `open_revs` for a `multipart/mixed` client (CouchDB's replicator) on a clustered
+/// database: each revision whose attachments are sent is a nested `multipart/related` (the
+/// document with `follows` stubs, then each attachment as stored, gzip kept encoded), one
+/// whose attachments all stay stubs (`atts_since`) is its JSON, a missing one is an error
+/// part; the answers are the single node's, byte for byte but for the boundaries.
+fn open_revs_multipart(nodes: &[Server]) {
+    let single = Server::start();
+    single.create_db("wdb");
+    let text = "hello hello hello hello hello hello hello hello hello";
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n-not-compressed";
+    let b64 = |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b);
+    // Revision 1 with two attachments, 2 keeping them, and a conflicting 2 with a third.
+    let mut revs = Vec::new();
+    for s in [&nodes[0], &single] {
+        let atts = json!({
+            "a.txt": {"content_type": "text/plain", "data": b64(text.as_bytes())},
+            "b.png": {"content_type": "image/png", "data": b64(png)},
+        });
+        let r1 = s.put(
+            "/wdb/or",
+            &json!({"v": 1, "_attachments": atts}).to_string(),
+        );
+        let r1 = r1.json()["rev"].as_str().unwrap().to_owned();
+        let stubs = json!({"a.txt": {"stub": true}, "b.png": {"stub": true}});
+        let r2 = s.put(
+            &format!("/wdb/or?rev={r1}"),
+            &json!({"v": 2, "_attachments": stubs}).to_string(),
+        );
+        let r2 = r2.json()["rev"].as_str().unwrap().to_owned();
+        let conflict = json!({"new_edits": false, "docs": [{
+            "_id": "or", "_rev": "2-ffffffffffffffffffffffffffffffff", "v": 3,
+            "_revisions": {"start": 2, "ids": ["ffffffffffffffffffffffffffffffff", &r1[2..]]},
+            "_attachments": {"c.bin": {"content_type": "application/octet-stream", "revpos": 2, "data": b64(b"bye")}},
+        }]});
+        assert_eq!(s.post("/wdb/_bulk_docs", &conflict.to_string()).status, 201);
+        revs.push((r1, r2));
+    }
+    assert_eq!(
+        revs[0], revs[1],
+        "the same revisions on the cluster and the single node"
+    );
+    let (r1, r2) = revs.remove(0);
+    let conflict = "2-ffffffffffffffffffffffffffffffff";
+
+    let listed = format!("/wdb/or?open_revs=%5B%22{r2}%22,%22{conflict}%22,%229-x%22%5D");
+    let r = get_mixed(&nodes[1], &listed);
+    assert_eq!(r.status, 200);
+    let ct = r.header("content-type").unwrap();
+    assert!(ct.starts_with("multipart/mixed; boundary=\""), "{ct}");
+    let revisions = parts_of(&r.body, boundary_of(ct));
+    assert_eq!(revisions.len(), 3, "{}", String::from_utf8_lossy(&r.body));
+    // Revision 2: its document, then its attachments as stored.
+    let related = &revisions[0];
+    let ct = related.header("content-type");
+    assert!(ct.starts_with("multipart/related; boundary=\""), "{ct}");
+    let inner = parts_of(&related.body, boundary_of(ct));
+    assert_eq!(inner.len(), 3);
+    assert_eq!(inner[0].header("content-type"), "application/json");
+    let doc: Value = serde_json::from_slice(&inner[0].body).unwrap();
+    assert_eq!(
+        (doc["_rev"].as_str(), &doc["v"]),
+        (Some(r2.as_str()), &json!(2))
+    );
+    let a = &doc["_attachments"]["a.txt"];
+    assert_eq!(
+        (&a["follows"], &a["encoding"], &a["length"], a.get("data")),
+        (&json!(true), &json!("gzip"), &json!(text.len()), None),
+        "{doc}"
+    );
+    assert_eq!(a["encoded_length"], json!(inner[1].body.len()));
+    assert_eq!(doc["_attachments"]["b.png"]["follows"], true, "{doc}");
+    let a_part = &inner[1];
+    assert_eq!(
+        a_part.header("content-disposition"),
+        "attachment; filename=\"a.txt\""
+    );
+    assert_eq!(a_part.header("content-type"), "text/plain");
+    assert_eq!(a_part.header("content-encoding"), "gzip");
+    assert_eq!(
+        a_part.header("content-length"),
+        a_part.body.len().to_string()
+    );
+    let mut inflated = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(&a_part.body[..]),
+        &mut inflated,
+    )
+    .unwrap();
+    assert_eq!(inflated, text);
+    assert_eq!(
+        inner[2].header("content-disposition"),
+        "attachment; filename=\"b.png\""
+    );
+    assert_eq!(inner[2].header("content-encoding"), "");
+    assert_eq!(inner[2].body, png);
+    // The conflicting revision, with its own attachment (not compressible: as sent).
+    let ct = revisions[1].header("content-type");
+    let inner = parts_of(&revisions[1].body, boundary_of(ct));
+    let doc: Value = serde_json::from_slice(&inner[0].body).unwrap();
+    assert_eq!((doc["_rev"].as_str(), inner.len()), (Some(conflict), 2));
+    assert_eq!(inner[1].body, b"bye");
+    // The revision no copy has.
+    assert_eq!(
+        revisions[2].header("content-type"),
+        "application/json; error=\"true\""
+    );
+    assert_eq!(revisions[2].body, br#"{"missing":"9-x"}"#);
+
+    // With `atts_since` revision 1, revision 2's attachments all stay stubs: its JSON.
+    let since =
+        format!("/wdb/or?open_revs=%5B%22{r2}%22,%22{conflict}%22%5D&atts_since=%5B%22{r1}%22%5D");
+    let r = get_mixed(&nodes[2], &since);
+    let revisions = parts_of(&r.body, boundary_of(r.header("content-type").unwrap()));
+    assert_eq!(revisions[0].header("content-type"), "application/json");
+    let doc: Value = serde_json::from_slice(&revisions[0].body).unwrap();
+    let a = &doc["_attachments"]["a.txt"];
+    assert_eq!(
+        (&a["stub"], &a["encoding"]),
+        (&json!(true), &json!("gzip")),
+        "{doc}"
+    );
+    assert!(revisions[1]
+        .header("content-type")
+        .starts_with("multipart/related"));
+
+    // Every form the same as the single node's, but for the boundaries.
+    for query in [
+        listed.clone(),
+        since,
+        format!("{listed}&revs=true"),
+        format!("/wdb/or?open_revs=%5B%22{r1}%22%5D&latest=true"),
+        "/wdb/or?open_revs=all&revs=true&conflicts=true".to_string(),
+    ] {
+        for n in nodes {
+            let (clustered, mine) = (get_mixed(n, &query), get_mixed(&single, &query));
+            assert_eq!(
+                (clustered.status, without_boundaries(&clustered)),
+                (mine.status, without_boundaries(&mine)),
+                "{query}"
+            );
+        }
+    }
+}
+
+/// `GET path` on `s` as a client that accepts `multipart/mixed`; the body de-chunked.
+fn get_mixed(s: &Server, path: &str) -> RawResp {
+    let head = s.raw_head(
+        format!("GET {path} HTTP/1.1").as_bytes(),
+        "Accept: multipart/mixed\r\nConnection: close\r\n",
+    );
+    split_responses(&s.exchange(&head)).remove(0)
+}
+
+/// One part of a multipart body: its headers (names lower-cased) and its content.
+struct BodyPart {
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl BodyPart {
+    /// Header `name`'s value, or "" when the part has none.
+    fn header(&self, name: &str) -> &str {
+        (self.headers.iter())
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+}
+
+/// The boundary a multipart content type names (`…; boundary="B"`).
+fn boundary_of(content_type: &str) -> &str {
+    let b = content_type.split("boundary=").nth(1).expect("a boundary");
+    b.trim_matches('"')
+}
+
+/// The parts of a multipart body delimited by `boundary`, framed as RFC 2046 frames them:
+/// `--boundary` opens the body, each part is its header lines, a blank line and its
+/// content, ended by `\r\n--boundary`, and `--` follows the last. Any other framing fails.
+fn parts_of(body: &[u8], boundary: &str) -> Vec<BodyPart> {
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let delimiter = format!("\r\n--{boundary}");
+    let mut rest = (body.strip_prefix(&delimiter.as_bytes()[2..]))
+        .unwrap_or_else(|| panic!("no opening delimiter: {}", String::from_utf8_lossy(body)));
+    let mut parts = Vec::new();
+    while rest != b"--" {
+        rest = rest
+            .strip_prefix(b"\r\n")
+            .expect("a part after a delimiter");
+        let end = find(rest, delimiter.as_bytes()).expect("a part's closing delimiter");
+        let part = &rest[..end];
+        let blank = find(part, b"\r\n\r\n").expect("a part's headers");
+        let headers = (std::str::from_utf8(&part[..blank]).unwrap().split("\r\n"))
+            .map(|line| line.split_once(": ").expect("a header line"))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+            .collect();
+        parts.push(BodyPart {
+            headers,
+            body: part[blank + 4..].to_vec(),
+        });
+        rest = &rest[end + delimiter.len()..];
+    }
+    parts
+}
+
+/// An answer's content type and body with each multipart boundary (the body's and its
+/// nested `multipart/related` parts') replaced by `B`.
+fn without_boundaries(r: &RawResp) -> (String, Vec<u8>) {
+    let ct = r.header("content-type").unwrap_or("").to_owned();
+    let mut boundaries = Vec::new();
+    if ct.starts_with("multipart/") {
+        let outer = boundary_of(&ct).to_owned();
+        for part in parts_of(&r.body, &outer) {
+            let inner = part.header("content-type");
+            if inner.starts_with("multipart/") {
+                boundaries.push(boundary_of(inner).to_owned());
+            }
+        }
+        boundaries.push(outer);
+    }
+    let replace = |bytes: &[u8]| {
+        let mut text = bytes.to_vec();
+        for b in &boundaries {
+            let (b, mut out, mut rest) = (b.as_bytes(), Vec::new(), &text[..]);
+            while let Some(at) = rest.windows(b.len()).position(|w| w == b) {
+                out.extend_from_slice(&rest[..at]);
+                out.push(b'B');
+                rest = &rest[at + b.len()..];
+            }
+            out.extend_from_slice(rest);
+            text = out;
+        }
+        text
+    };
+    (
+        String::from_utf8(replace(ct.as_bytes())).unwrap(),
+        replace(&r.body),
+    )
 }
 
 fn copies_and_batches(nodes: &[Server]) {
