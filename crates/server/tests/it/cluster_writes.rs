@@ -637,7 +637,6 @@ fn maintenance(nodes: &[Server], copies: &[String]) {
         status_json(nodes[0].get("/wdb/_design/nope/_info")),
         missing
     );
-    let docs = nodes[0].get("/wdb").json()["doc_count"].as_u64().unwrap();
     let info = nodes[2].get("/wdb/_design/v/_info").json();
     let index = &info["view_index"];
     assert_eq!(info["name"], "v");
@@ -670,7 +669,6 @@ fn maintenance(nodes: &[Server], copies: &[String]) {
         (&pending["minimum"], &pending["preferred"]),
         (&json!(0), &json!(0))
     );
-    assert!(pending["total"].as_u64().unwrap() <= 2 * docs, "{info}");
     assert_eq!(index["language"], "javascript");
     eventually("every copy's index built", || {
         let info = nodes[2].get("/wdb/_design/v/_info").json();
