@@ -114,20 +114,26 @@ pub(crate) struct Hook {
     pub(crate) builds: Arc<crate::builds::Builds>,
 }
 
+impl Hook {
+    /// The coordinator of these parts, while the node lives.
+    fn coordinator(&self) -> Option<Coordinator> {
+        Some(Coordinator {
+            node: self.node.upgrade()?,
+            security: self.security.clone(),
+            designs: self.designs.clone(),
+            render_bulk: self.render_bulk,
+            builds: self.builds.clone(),
+        })
+    }
+}
+
 impl ClusterDesigns for Hook {
     fn validating(&self, db: &str, user: &UserCtx) -> settee_docs::Result<Validating> {
         let Some(name) = settee_core::shard_db(db) else {
             return Ok(Validating::Own);
         };
-        let Some(node) = self.node.upgrade() else {
+        let Some(coordinator) = self.coordinator() else {
             return Ok(Validating::Own);
-        };
-        let coordinator = Coordinator {
-            node,
-            security: self.security.clone(),
-            designs: self.designs.clone(),
-            render_bulk: self.render_bulk,
-            builds: self.builds.clone(),
         };
         let Some((cluster, map)) = coordinator.clustered(name) else {
             // A copy of a database no longer in the cluster: its own, as any database.
@@ -149,6 +155,21 @@ impl ClusterDesigns for Hook {
 
     fn changed(&self, db: &str) {
         self.designs.forget(db);
+    }
+
+    fn designs(&self, db: &str) -> settee_docs::Result<Option<Arc<DesignSet>>> {
+        let Some(coordinator) = self.coordinator() else {
+            return Ok(None);
+        };
+        let Some((_, map)) = coordinator.clustered(db) else {
+            return Ok(None);
+        };
+        let set = coordinator.design_set(db, &map).map_err(|e| {
+            settee_docs::Error::Db(settee_db::Error::Internal(format!(
+                "could not read the design documents of {db}: {e}"
+            )))
+        })?;
+        Ok(Some(set))
     }
 }
 

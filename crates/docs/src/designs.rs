@@ -70,4 +70,8 @@ pub trait ClusterDesigns: Send + Sync {
     /// Design documents of clustered database `db` changed: what was read of them is
     /// read again.
     fn changed(&self, db: &str);
+
+    /// Every design document of clustered database `db` (`None`: `db` is not clustered),
+    /// as its copies' indexes are built of them.
+    fn designs(&self, db: &str) -> Result<Option<Arc<DesignSet>>>;
 }

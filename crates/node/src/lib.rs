@@ -138,6 +138,15 @@ impl Node {
         }
     }
 
+    /// Every design document of clustered database `db`, read through the cluster
+    /// (`None` when `db` is not clustered, or this node coordinates nothing). Blocking.
+    pub fn clustered_designs(&self, db: &str) -> Result<Option<Arc<settee_docs::DesignSet>>> {
+        match self.cluster_designs.get() {
+            Some(designs) => Ok(designs.designs(db)?),
+            None => Ok(None),
+        }
+    }
+
     /// As CouchDB's welcomes: the `[vendor]` section, when it has any keys, last.
     pub fn add_vendor(&self, body: &mut Value) {
         let vendor = self.config.section("vendor");

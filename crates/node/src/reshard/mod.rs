@@ -60,6 +60,23 @@ pub(crate) mod settings {
     pub fn retry_interval(config: &NodeConfig) -> std::time::Duration {
         std::time::Duration::from_secs(config.get_u64("reshard", "retry_interval_sec", 10))
     }
+
+    /// `delete_source`: whether a split copy is deleted once its halves replace it (read
+    /// from `[mem3_reshard]`, where CouchDB 3.5.2 reads it, though its `default.ini` lists
+    /// it under `[reshard]`).
+    pub fn delete_source(config: &NodeConfig) -> bool {
+        config.get_bool("mem3_reshard", "delete_source", true)
+    }
+
+    /// `index_max_retries`: how many times a failing index build is tried again.
+    pub fn index_max_retries(config: &NodeConfig) -> u64 {
+        config.get_u64("reshard", "index_max_retries", 5)
+    }
+
+    /// `index_retry_interval_sec`: the pause before a failing index build is tried again.
+    pub fn index_retry_interval(config: &NodeConfig) -> std::time::Duration {
+        std::time::Duration::from_secs(config.get_u64("reshard", "index_retry_interval_sec", 10))
+    }
 }
 
 fn job_key(id: &str) -> String {

@@ -134,7 +134,7 @@ fn forget_old_copy(node: &Node, cluster: &Cluster, j: &SplitJob) {
     if map.uuid != j.uuid || map.by_range.iter().any(|c| c.range == j.range) {
         return;
     }
-    if node.couch.exists(&source) {
+    if node.couch.exists(&source) && settings::delete_source(&node.config) {
         match node.delete_db(&source) {
             Ok(()) => tracing::info!(copy = %source, "split copy deleted on return"),
             Err(e) => tracing::warn!(copy = %source, "split copy not deleted: {e}"),
@@ -301,7 +301,8 @@ impl Run<'_> {
                 Ok(())
             }
             "source_delete" if self.here => {
-                if self.node.couch.exists(&j.source()) {
+                let delete = settings::delete_source(&self.node.config);
+                if delete && self.node.couch.exists(&j.source()) {
                     self.node.delete_db(&j.source())?;
                 }
                 for half in j.targets() {
@@ -320,10 +321,56 @@ impl Run<'_> {
                 }
                 Ok(())
             }
-            // `build_indices`: Settee builds a copy's view indexes on their first query.
+            "build_indices" if self.here => self.build_indices(&j).await,
             // The copy steps of a job taken over for an absent member: its halves are made
             // by internal replication once it is back.
             _ => Ok(()),
+        }
+    }
+
+    /// Builds, on both halves, the index of every design document of the database that
+    /// has views (Mango's json indexes among them), as CouchDB's `build_indices`: the
+    /// halves answer their first queries without a build from nothing. A failing build is
+    /// tried again `[reshard] index_max_retries` times, `index_retry_interval_sec` apart;
+    /// then the step fails.
+    async fn build_indices(&self, j: &SplitJob) -> std::result::Result<(), Halt> {
+        let config = &self.node.config;
+        let mut tries = settings::index_max_retries(config);
+        loop {
+            let (node, db, halves) = (self.node.clone(), j.db.clone(), j.targets());
+            let built = crate::blocking::<_, crate::Error>(move || {
+                let Some(set) = node.clustered_designs(&db)? else {
+                    return Ok(());
+                };
+                let with_views = (set.docs.iter())
+                    .filter(|d| d.body["views"].as_object().is_some_and(|v| !v.is_empty()));
+                for d in with_views {
+                    let Some(design) = d.body.as_object() else {
+                        continue;
+                    };
+                    for half in &halves {
+                        let half = node.couch.get(half)?;
+                        let group = node.views.group(&half, &d.id, design)?;
+                        node.views.refresh(&half, &group)?;
+                    }
+                }
+                Ok(())
+            })
+            .await;
+            match built {
+                Ok(()) => return Ok(()),
+                Err(e) if tries == 0 => {
+                    return Err(Halt::Failed(format!("error building the indexes: {e}")))
+                }
+                Err(e) => {
+                    tracing::warn!(job = %self.id, "building the halves' indexes, retrying: {e}");
+                    tries -= 1;
+                    tokio::time::sleep(settings::index_retry_interval(config)).await;
+                    if self.may_go_on().is_none() {
+                        return Err(Halt::Stopped);
+                    }
+                }
+            }
         }
     }
 

@@ -565,6 +565,77 @@ fn entry_of(answer: &Value, node: &str) -> Value {
         .clone()
 }
 
+/// `build_indices` builds, on both halves, the index of every design document with
+/// views (a Mango json index's too), before the map names them: once the split is done,
+/// queries that must not build (`update=false`, `update: false`) find every row. With
+/// `[mem3_reshard] delete_source = false` (where CouchDB reads it) the split copy stays.
+#[test]
+fn a_split_builds_the_halves_indexes() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let n1 = &nodes[0];
+    let secs = || {
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .unwrap()
+            .as_secs()
+    };
+    let t0 = secs();
+    assert_eq!(n1.put("/idx?q=1&n=1", "").status, 201);
+    let holder = shards(n1, "idx")["00000000-ffffffff"][0].clone();
+    let holder = &nodes[NAMES.iter().position(|n| *n == holder).unwrap()];
+    let copy = (t0..=secs())
+        .map(|t| format!("/{}", enc(&format!("shards/00000000-ffffffff/idx.{t}"))))
+        .find(|c| holder.get(c).status == 200)
+        .expect("the copy");
+    let r = holder.put(
+        "/_node/_local/_config/mem3_reshard/delete_source",
+        r#""false""#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let docs: Vec<Value> = (0..50)
+        .map(|i| json!({"_id": format!("d{i:02}"), "v": i}))
+        .collect();
+    let r = n1.post("/idx/_bulk_docs", &json!({ "docs": docs }).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let ddoc = json!({"views": {"by_v": {"map": "function(doc) { emit(doc.v, null); }"}}});
+    assert_eq!(n1.put("/idx/_design/v", &ddoc.to_string()).status, 201);
+    let index = json!({"index": {"fields": ["v"]}, "ddoc": "by-v", "name": "v"});
+    assert_eq!(n1.post("/idx/_index", &index.to_string()).status, 200);
+
+    let r = n1.post(
+        "/_reshard/jobs",
+        &json!({"type": "split", "db": "idx"}).to_string(),
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    eventually("the split completed", || all_completed(n1, "idx", 1));
+    assert_eq!(shards(n1, "idx").as_object().unwrap().len(), 2);
+    let r = holder.get(&copy);
+    assert_eq!(
+        (r.status, &r.json()["doc_count"]),
+        (200, &json!(52)),
+        "{}",
+        r.text
+    );
+
+    let r = n1.get("/idx/_design/v/_view/by_v?update=false");
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json()["rows"].as_array().map(Vec::len),
+        Some(50),
+        "{}",
+        r.text
+    );
+    let q =
+        json!({"selector": {"v": {"$gte": 0}}, "use_index": "by-v", "limit": 100, "update": false});
+    let r = n1.post("/idx/_find", &q.to_string());
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        r.json()["docs"].as_array().map(Vec::len),
+        Some(50),
+        "{}",
+        r.text
+    );
+}
+
 #[test]
 fn reshard_settings_are_read_as_couchdb_reads_them() {
     let (_etcd, _dirs, nodes) = three_members();
