@@ -47,6 +47,7 @@ mod changes;
 mod copies;
 mod ddocs;
 mod design;
+mod everywhere;
 pub mod feed;
 mod local;
 mod mango;
@@ -1043,7 +1044,12 @@ impl Fabric for Coordinator {
                     self.after_write(db, std::iter::once(id.as_str())).await;
                     Ok(written)
                 }
-                None => Fabric::update_doc(&self.node, db, user, doc, opts).await,
+                None => {
+                    let id = doc.id.clone();
+                    let written = Fabric::update_doc(&self.node, db, user, doc, opts).await?;
+                    self.spread(db, id.as_deref().into_iter()).await;
+                    Ok(written)
+                }
             }
         })
     }
@@ -1068,7 +1074,13 @@ impl Fabric for Coordinator {
                     self.after_write(db, std::iter::once(id.as_str())).await;
                     Ok(written)
                 }
-                None => Fabric::update_doc_related(&self.node, db, user, doc, opts, parts).await,
+                None => {
+                    let id = doc.id.clone();
+                    let written =
+                        Fabric::update_doc_related(&self.node, db, user, doc, opts, parts).await?;
+                    self.spread(db, id.as_deref().into_iter()).await;
+                    Ok(written)
+                }
             }
         })
     }
@@ -1089,7 +1101,19 @@ impl Fabric for Coordinator {
                     self.after_write(db, ids.iter().map(String::as_str)).await;
                     Ok(answer)
                 }
-                None => Fabric::bulk_docs(&self.node, db, user, req).await,
+                None => {
+                    let answer = Fabric::bulk_docs(&self.node, db, user, req).await?;
+                    if let BulkAnswer::Entries(entries) = &answer {
+                        let ids = entries.iter().filter_map(|e| match e {
+                            BulkEntry::Written { id, .. } | BulkEntry::Accepted { id, .. } => {
+                                Some(id.as_str())
+                            }
+                            _ => None,
+                        });
+                        self.spread(db, ids).await;
+                    }
+                    Ok(answer)
+                }
             }
         })
     }
@@ -1137,7 +1161,11 @@ impl Fabric for Coordinator {
             Some((_, map)) => {
                 Box::pin(async move { self.copy_clustered(db, &map, user, source, dest).await })
             }
-            None => Fabric::copy_doc(&self.node, db, user, source, dest),
+            None => Box::pin(async move {
+                let copied = Fabric::copy_doc(&self.node, db, user, source, dest.clone()).await?;
+                self.spread(db, std::iter::once(dest.0)).await;
+                Ok(copied)
+            }),
         }
     }
 
@@ -1266,7 +1294,11 @@ impl Fabric for Coordinator {
                 self.upload_attachment_clustered(db, &map, user, id, up)
                     .await
             }),
-            None => Fabric::upload_attachment(&self.node, db, user, id, up),
+            None => Box::pin(async move {
+                let written = Fabric::upload_attachment(&self.node, db, user, id, up).await?;
+                self.spread(db, std::iter::once(id)).await;
+                Ok(written)
+            }),
         }
     }
 
@@ -1283,7 +1315,12 @@ impl Fabric for Coordinator {
             Some((_, map)) => Box::pin(async move {
                 (self.delete_attachment_clustered(db, &map, user, id, name, rev, w)).await
             }),
-            None => Fabric::delete_attachment(&self.node, db, user, id, name, rev, w),
+            None => Box::pin(async move {
+                let written =
+                    Fabric::delete_attachment(&self.node, db, user, id, name, rev, w).await?;
+                self.spread(db, std::iter::once(id)).await;
+                Ok(written)
+            }),
         }
     }
 
