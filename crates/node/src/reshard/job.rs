@@ -97,6 +97,8 @@ pub struct SplitJob {
     pub split_state: String,
     /// `state_info.reason`.
     pub reason: Option<String>,
+    /// `state_info.error`: why the step failed last, while it is tried again.
+    pub error: Option<String>,
     pub start_time: u64,
     pub update_time: u64,
     /// (unix seconds, type, detail), oldest first.
@@ -133,6 +135,7 @@ impl SplitJob {
             job_state: JobState::New,
             split_state: "new".into(),
             reason: None,
+            error: None,
             start_time: now,
             update_time: now,
             history: Vec::new(),
@@ -200,8 +203,14 @@ impl SplitJob {
             self.job_state = JobState::Running;
         }
         self.reason = None;
+        self.error = None;
         self.stopped_by_switch = false;
         self.record(now);
+    }
+
+    /// The job's step failed with `error` and is tried again (CouchDB's `retry_state`).
+    pub fn retrying(&mut self, error: &str) {
+        self.error = Some(error.to_owned());
     }
 
     /// The job stops (`switch`: because resharding stopped cluster-wide).
@@ -229,6 +238,9 @@ impl SplitJob {
     pub fn to_json(&self) -> Value {
         let iso = settee_core::dates::iso8601;
         let mut state_info = Map::new();
+        if let Some(e) = &self.error {
+            state_info.insert("error".into(), json!(e));
+        }
         if let Some(r) = &self.reason {
             state_info.insert("reason".into(), json!(r));
         }
@@ -261,6 +273,7 @@ impl SplitJob {
             "job_state": self.job_state.as_str(),
             "split_state": self.split_state,
             "reason": self.reason,
+            "error": self.error,
             "start_time": self.start_time,
             "update_time": self.update_time,
             "history": self.history,
@@ -295,6 +308,7 @@ impl SplitJob {
             job_state: JobState::parse(&s("job_state")?)?,
             split_state: s("split_state")?,
             reason: s("reason"),
+            error: s("error"),
             start_time: n("start_time")?,
             update_time: n("update_time")?,
             history,
@@ -506,7 +520,14 @@ mod tests {
         while step != "completed" {
             step = next_step(step);
             j.run_step(step, 11);
+            if step == "topoff1" {
+                // A failing step shows its error while it is tried again, until it moves on.
+                j.retrying("disk full");
+                assert_eq!(j.to_json()["state_info"], json!({"error": "disk full"}));
+                assert_eq!(SplitJob::from_stored(&j.stored()), Some(j.clone()));
+            }
         }
+        assert_eq!(j.to_json()["state_info"], json!({}));
         assert_eq!(j.job_state, JobState::Completed);
         let v = j.to_json();
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

@@ -207,6 +207,11 @@ impl Run<'_> {
                             return Ok(());
                         }
                         retries += 1;
+                        update_job(self.cluster, self.id, self.max_history(), |j| {
+                            j.retrying(&why);
+                            true
+                        })
+                        .await?;
                         tokio::time::sleep(settings::retry_interval(config)).await;
                     }
                 }
