@@ -56,6 +56,7 @@ mod partitions;
 mod rereduce;
 mod revs;
 mod security;
+mod users;
 mod views;
 mod writes;
 
@@ -1040,6 +1041,9 @@ impl Fabric for Coordinator {
                     .await),
                 Some((_, map)) => {
                     let id = doc.id.clone().unwrap_or_default();
+                    let mut doc = doc;
+                    (self.users_before_update(db, &map, user, std::slice::from_mut(&mut doc)))
+                        .await?;
                     let written = self.write_clustered(db, &map, user, doc, opts).await?;
                     self.after_write(db, std::iter::once(id.as_str())).await;
                     Ok(written)
@@ -1069,6 +1073,9 @@ impl Fabric for Coordinator {
                 }
                 Some((_, map)) => {
                     let id = doc.id.clone().unwrap_or_default();
+                    let mut doc = doc;
+                    (self.users_before_update(db, &map, user, std::slice::from_mut(&mut doc)))
+                        .await?;
                     let written =
                         (self.write_related_clustered(db, &map, user, doc, opts, parts)).await?;
                     self.after_write(db, std::iter::once(id.as_str())).await;
@@ -1097,6 +1104,8 @@ impl Fabric for Coordinator {
                     let ids: Vec<String> = (req.docs.iter())
                         .filter_map(|d| d.id.clone().filter(|id| id.starts_with("_design/")))
                         .collect();
+                    let mut req = req;
+                    (self.users_before_update(db, &map, user, &mut req.docs)).await?;
                     let answer = self.bulk_clustered(db, &map, user, req).await?;
                     self.after_write(db, ids.iter().map(String::as_str)).await;
                     Ok(answer)

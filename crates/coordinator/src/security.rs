@@ -63,7 +63,12 @@ impl Coordinator {
 
     /// The security object most copies hold.
     pub(crate) fn security_clustered(&self, db: &str, map: &ShardMap) -> Result<Value> {
-        let replies = block_on(self.every_copy_security(db, map, "GET", None));
+        block_on(self.read_security(db, map))
+    }
+
+    /// [`Self::security_clustered`], from async code.
+    pub(crate) async fn read_security(&self, db: &str, map: &ShardMap) -> Result<Value> {
+        let replies = self.every_copy_security(db, map, "GET", None).await;
         let answers: Vec<Value> = (replies.into_iter())
             .filter_map(|(_, r)| match r {
                 Reply::Answered { status: 200, body } => Some(body),

@@ -10,6 +10,7 @@
 use crate::config::NodeConfig;
 use crate::settings::{auth_db, auth_section, password_rules};
 use crate::{Error, Node, Result};
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 use settee_auth::cookie::{self, CookieOptions, CookieStatus};
 use settee_auth::lockout::{Lockout, LockoutConfig};
@@ -17,7 +18,6 @@ use settee_auth::password::{PasswordHash, Scheme};
 use settee_auth::password_cache::{CacheConfig, PasswordCache};
 use settee_auth::password_rules::PasswordRules;
 use settee_auth::{users, UserCtx, ADMIN_ROLE};
-use settee_db::Couch;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -218,7 +218,7 @@ impl Node {
         let admin = node
             .get("admins", name)
             .and_then(|s| PasswordHash::parse(&s));
-        let doc = user_doc(name, node, &self.couch)?;
+        let doc = self.user_doc(name)?;
         if let Some(hash) = admin {
             let mut roles = vec![ADMIN_ROLE.to_string()];
             if let Some(doc) = &doc {
@@ -246,12 +246,82 @@ fn cookie_header(opts: &CookieOptions, name: &str, secret: &str, salt: &[u8], no
     opts.set_cookie(&value, now, false)
 }
 
-/// The user's document in the authentication database, if it exists and is not deleted.
-fn user_doc(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<UserDoc>> {
-    let Ok(db) = couch.get(&auth_db(node)) else {
+impl Node {
+    /// The user's document in the authentication database, if it exists and is not
+    /// deleted. A clustered authentication database is read from a copy of the range
+    /// holding the document: this member's when it holds one, else another member's.
+    fn user_doc(&self, name: &str) -> Result<Option<UserDoc>> {
+        let config = &*self.config;
+        let auth = auth_db(config);
+        let id = format!("{}{name}", users::PREFIX);
+        let Some(map) = self.cluster().and_then(|c| c.db(&auth)) else {
+            return match self.couch.get(&auth) {
+                Ok(db) => user_doc_in(&db, id, config),
+                Err(_) => Ok(None),
+            };
+        };
+        let copies = map.copies_of(&id);
+        let copy = map.copy_name(&auth, &copies.range);
+        if copies.nodes.iter().any(|n| n == settee_core::node::name()) {
+            if let Ok(db) = self.couch.get(&copy) {
+                return user_doc_in(&db, id, config);
+            }
+        }
+        let enc = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+        let target = format!("/{}/{}?conflicts=true", enc(&copy), enc(&id));
+        for member in &copies.nodes {
+            let asked = self.peer_json(member, "GET", &target, None, None);
+            let answer =
+                tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(asked));
+            match answer {
+                Ok(Some(a)) if a.status == 200 => return remote_user_doc(&a.body, id, config),
+                Ok(Some(a)) if a.status == 404 => return Ok(None),
+                other => tracing::warn!(%member, answer = ?other.map(|a| a.map(|a| a.status)),
+                    "reading a user from the authentication database's copy"),
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A user's document as another member's copy answered it (with `_conflicts`).
+fn remote_user_doc(answer: &[u8], id: String, node: &NodeConfig) -> Result<Option<UserDoc>> {
+    let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(answer) else {
         return Ok(None);
     };
-    let id = format!("{}{name}", users::PREFIX);
+    let conflicted = body
+        .shift_remove("_conflicts")
+        .and_then(|c| c.as_array().map(|c| !c.is_empty()))
+        .unwrap_or(false);
+    if conflicted && !node.get_bool("chttpd_auth", "allow_conflicted_user_docs", false) {
+        return Err(conflicts_refused());
+    }
+    body.shift_remove("_id");
+    let rev = (body.shift_remove("_rev"))
+        .and_then(|r| r.as_str().and_then(|r| settee_core::Rev::parse(r).ok()));
+    let Some(rev) = rev else {
+        return Ok(None);
+    };
+    Ok(Some(UserDoc {
+        id,
+        rev,
+        stored: serde_json::to_vec(&body).expect("json"),
+        body,
+    }))
+}
+
+/// CouchDB's refusal of a user document with conflicts.
+fn conflicts_refused() -> Error {
+    Error::Unauthorized(
+        "User document conflicts must be resolved before the document is used for \
+         authentication purposes."
+            .into(),
+    )
+}
+
+/// The user's document `id` in authentication database `db`, if it exists and is not
+/// deleted.
+fn user_doc_in(db: &settee_db::Database, id: String, node: &NodeConfig) -> Result<Option<UserDoc>> {
     let doc = match db.open_doc(&id, None) {
         Ok(d) => d,
         Err(settee_db::Error::NotFound(_)) => return Ok(None),
@@ -265,11 +335,7 @@ fn user_doc(name: &str, node: &NodeConfig, couch: &Couch) -> Result<Option<UserD
         .filter(|l| !l.deleted)
         .count();
     if live_leaves > 1 && !node.get_bool("chttpd_auth", "allow_conflicted_user_docs", false) {
-        return Err(Error::Unauthorized(
-            "User document conflicts must be resolved before the document is used for \
-             authentication purposes."
-                .into(),
-        ));
+        return Err(conflicts_refused());
     }
     let Ok(body) = serde_json::from_slice(settee_core::split_stored(&doc.body).0) else {
         return Ok(None);

@@ -129,3 +129,69 @@ fn users_and_replication_documents_reach_every_member_and_run_once() {
         alive.iter().all(|i| runners(&nodes[*i]).is_empty())
     });
 }
+
+/// A clustered database as `[chttpd_auth] authentication_db`: a new password is hashed
+/// once, at the coordinator (every copy holds the same hash and revision), a user who is
+/// not an admin may write only their own document, and a login reads the user from a copy
+/// of its range, this member's or another's.
+#[test]
+fn a_clustered_authentication_db() {
+    let (_etcd, _dirs, nodes) = three_members();
+    assert_eq!(nodes[0].put("/adb?q=1&n=1", "").status, 201);
+    for n in &nodes {
+        let r = n.put(
+            "/_node/_local/_config/chttpd_auth/authentication_db",
+            r#""adb""#,
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    let r = nodes[1].put(
+        "/adb/org.couchdb.user:dan",
+        r#"{"name": "dan", "password": "pw", "roles": [], "type": "user"}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let stored = nodes[2].get("/adb/org.couchdb.user:dan").json();
+    assert!(stored.get("password").is_none(), "{stored}");
+    assert_eq!(stored["password_scheme"], "pbkdf2");
+    // Every member logs dan in: the one holding the copy reads its own, the others ask it.
+    let holder = shards_of(&nodes[0], "adb");
+    let mut asked_another = false;
+    for (n, name) in nodes.iter().zip(NAMES) {
+        asked_another |= name != holder;
+        let auth = basic("dan", "pw");
+        let r = n.anon("GET", "/_session", None, &[("Authorization", &auth)]);
+        assert_eq!(
+            (r.status, &r.json()["userCtx"]["name"]),
+            (200, &json!("dan")),
+            "{}",
+            r.text
+        );
+    }
+    assert!(asked_another);
+    // Open to every user, dan may still not write another user's document (CouchDB's
+    // not_found).
+    let r = nodes[0].put("/adb/_security", "{}");
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = nodes[0].anon(
+        "PUT",
+        "/adb/org.couchdb.user:erin",
+        Some(r#"{"name": "erin", "password": "x", "roles": [], "type": "user"}"#),
+        &[
+            ("Authorization", &basic("dan", "pw")),
+            ("Content-Type", "application/json"),
+        ],
+    );
+    assert_eq!(
+        (r.status, r.json()["error"].clone()),
+        (404, json!("not_found")),
+        "{}",
+        r.text
+    );
+}
+
+/// The member holding `db`'s one copy.
+fn shards_of(s: &Server, db: &str) -> String {
+    let v = s.get(&format!("/{db}/_shards")).json();
+    let (_, nodes) = v["shards"].as_object().unwrap().iter().next().unwrap();
+    nodes[0].as_str().unwrap().to_owned()
+}
