@@ -523,7 +523,7 @@ fn render_change(
         out = with_doc(
             out,
             c.body.as_deref().map(|b| {
-                let atts = o.atts.render(db, b).unwrap_or_else(|e| {
+                let atts = o.atts.render(db, b, 0).unwrap_or_else(|e| {
                     tracing::warn!(id = %c.id, error = ?e, "reading attachments");
                     None
                 });

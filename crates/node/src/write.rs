@@ -426,7 +426,7 @@ pub fn open_latest(db: &Database, id: &str, rev: &Rev) -> settee_db::Result<Open
 }
 
 /// How `_bulk_get` reads.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BulkGetOpts {
     /// `revs=true`: each revision's `_revisions`.
     pub revs: bool,
@@ -512,7 +512,8 @@ pub fn bulk_get_one(
         Ok(docs) => {
             let mut out = Vec::with_capacity(docs.len());
             for d in &docs {
-                out.push(doc_json_with(d, doc, opts.atts.render(db, &d.body)?));
+                let since = crate::read::since_pos(&opts.atts, d);
+                out.push(doc_json_with(d, doc, opts.atts.render(db, &d.body, since)?));
             }
             Ok(out)
         }
