@@ -152,6 +152,11 @@ impl Coordinator {
         wanted: &str,
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>> {
+        // No meta fields, also in the revisions read with their attachments.
+        let opts = &ReadOpts {
+            doc: settee_node::read::open_revs_opts(opts.doc.clone()),
+            ..opts.clone()
+        };
         let d = &opts.doc;
         // A multipart client's attachments come from one copy once the revisions are
         // known; stubs until then.

@@ -235,7 +235,7 @@ fn reader_opts(db: &Database, user: &UserCtx, opts: &DocOpts) -> DocOpts {
 /// What `open_revs` documents carry: their body, `_revisions` and attachments but none
 /// of the meta fields (`_conflicts`, `_deleted_conflicts`, `_revs_info`, `_local_seq`),
 /// which CouchDB's `couch_db:open_doc_revs` never fills in whatever the options.
-fn open_revs_opts(opts: DocOpts) -> DocOpts {
+pub fn open_revs_opts(opts: DocOpts) -> DocOpts {
     DocOpts {
         conflicts: false,
         deleted_conflicts: false,
