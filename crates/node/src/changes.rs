@@ -382,7 +382,12 @@ impl ChangesOpts {
         o.heartbeat = timing.heartbeat;
         o.timeout = timing.timeout;
         o.seq_interval = timing.seq_interval;
-        o.atts = AttOpts::from_params(p)?;
+        // CouchDB's `parse_changes_query` knows no `atts_since`: ignored, even malformed.
+        o.atts = AttOpts {
+            inline: p.is_true("attachments"),
+            encoding_info: p.is_true("att_encoding_info"),
+            since: Vec::new(),
+        };
         Ok(o)
     }
 }
