@@ -99,7 +99,14 @@ fn inline(
     let mut out = Map::new();
     for (name, stub) in &atts.stubs {
         if stub.get("revpos").and_then(Value::as_u64).unwrap_or(0) <= since_pos {
-            out.insert(name.clone(), stub.clone());
+            // A stub, with its encoding info when asked, as stubs always show it.
+            let mut stub = stub.clone();
+            if let (true, Some(Value::Object(enc)), Value::Object(m)) =
+                (encoding_info, atts.encodings.get(name), &mut stub)
+            {
+                m.extend(enc.clone());
+            }
+            out.insert(name.clone(), stub);
             continue;
         }
         let digest = parse_digest(stub.get("digest"))
