@@ -276,10 +276,11 @@ async fn related_of(answer: Forwarded) -> Result<Rendered> {
     })
 }
 
-/// `atts_since` as a copy takes it: a node keeps only the highest position of the
-/// revisions given (`AttOpts::since_pos`), so a revision at that position stands for them.
+/// `atts_since` for a copy: the revisions the client gave, each of which counts only
+/// for the revisions whose history holds it (`AttOpts::since_pos`).
 pub(crate) fn since_param(atts: &AttOpts) -> Option<(&'static str, String)> {
-    (atts.since_pos > 0).then(|| ("atts_since", format!("[\"{}-0\"]", atts.since_pos)))
+    let revs: Vec<String> = atts.since.iter().map(ToString::to_string).collect();
+    (!revs.is_empty()).then(|| ("atts_since", serde_json::to_string(&revs).expect("json")))
 }
 
 /// A stub's `md5-<base64>` digest.

@@ -647,6 +647,24 @@ pub fn open_revs_entries(answers: &[&Value]) -> Vec<Value> {
     found
 }
 
+/// Merged `open_revs` entries (`{"ok": doc}` or `{"missing": rev}`) in the order CouchDB
+/// answers them ([`settee_node::read::couch_order`]): found revisions by revision, then
+/// missing ones.
+pub fn open_revs_sorted(entries: Vec<Value>) -> Vec<Value> {
+    let keyed: Vec<(Rev, Option<Value>)> = (entries.into_iter())
+        .filter_map(|e| {
+            let (rev, found) = match e.get("ok") {
+                Some(doc) => (doc["_rev"].as_str()?.to_owned(), Some(e)),
+                None => (e["missing"].as_str()?.to_owned(), None),
+            };
+            Some((Rev::parse(&rev).ok()?, found))
+        })
+        .collect();
+    (settee_node::read::couch_order(keyed).into_iter())
+        .map(|(rev, found)| found.unwrap_or_else(|| json!({ "missing": rev.to_string() })))
+        .collect()
+}
+
 /// The security object most copies answered with (the first such when as many answered
 /// with another); `None` when none answered.
 pub fn security(answers: &[Value]) -> Option<Value> {

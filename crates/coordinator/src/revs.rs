@@ -152,6 +152,11 @@ impl Coordinator {
         wanted: &str,
         opts: &ReadOpts,
     ) -> Result<Vec<Revision>> {
+        // No meta fields, also in the revisions read with their attachments.
+        let opts = &ReadOpts {
+            doc: settee_node::read::open_revs_opts(opts.doc.clone()),
+            ..opts.clone()
+        };
         let d = &opts.doc;
         // A multipart client's attachments come from one copy once the revisions are
         // known; stubs until then.
@@ -162,10 +167,6 @@ impl Coordinator {
             ("latest", opts.latest),
             ("attachments", opts.atts.inline && !related),
             ("att_encoding_info", opts.atts.encoding_info),
-            ("conflicts", d.conflicts),
-            ("deleted_conflicts", d.deleted_conflicts),
-            ("revs_info", d.revs_info),
-            ("local_seq", d.local_seq),
         ] {
             if on {
                 params.push((name, "true".into()));
@@ -187,11 +188,11 @@ impl Coordinator {
             return Err(no_copy(&replies));
         }
         let answered: Vec<&Value> = answered.iter().collect();
-        let entries = if wanted == "all" {
+        let entries = merge::open_revs_sorted(if wanted == "all" {
             merge::bulk_get_docs(&answered)
         } else {
             merge::open_revs_entries(&answered)
-        };
+        });
         let reads = (entries.into_iter()).map(|entry| {
             let copies = &copies;
             async move {

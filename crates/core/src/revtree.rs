@@ -164,6 +164,40 @@ impl RevTree {
         leaves
     }
 
+    /// Leaves in the order CouchDB's `couch_key_tree:get_all_leafs` lists them (`_bulk_get`
+    /// of a document without a revision): tree by tree, the trees by their roots from the
+    /// greatest (position, then id) down, each walked depth first with children by id.
+    pub fn leaves_in_tree_order(&self) -> Vec<Leaf> {
+        let mut children: BTreeMap<&Rev, Vec<&Rev>> = BTreeMap::new();
+        let mut roots: Vec<&Rev> = Vec::new();
+        // `nodes` iterates by position then id: children come in id order.
+        for (rev, node) in &self.nodes {
+            let parent = (node.parent.as_ref())
+                .and_then(|p| self.nodes.get_key_value(&Rev::new(rev.pos - 1, p.clone())));
+            match parent {
+                Some((p, _)) => children.entry(p).or_default().push(rev),
+                None => roots.push(rev),
+            }
+        }
+        let mut out = Vec::new();
+        // A stack of revisions still to walk, the next on top.
+        let mut stack: Vec<&Rev> = roots;
+        while let Some(rev) = stack.pop() {
+            match children.get(rev) {
+                Some(kids) => stack.extend(kids.iter().rev()),
+                None => {
+                    let n = &self.nodes[rev];
+                    out.push(Leaf {
+                        rev: rev.clone(),
+                        deleted: n.deleted,
+                        body: n.body,
+                    });
+                }
+            }
+        }
+        out
+    }
+
     pub fn winner(&self) -> Option<Leaf> {
         self.leaves().into_iter().next()
     }
@@ -448,6 +482,43 @@ mod tests {
     }
 
     #[test]
+    fn leaves_in_tree_order_walks_trees_latest_root_first_children_by_id() {
+        let mut t = RevTree::new();
+        let hex = "93a5f13d4ef2a4d1e83d2bbbc3b57eef";
+        let low = "1a5f13d4ef2a4d1e83d2bbbc3b57eefe";
+        t.add_path(1, &[id("aaaa")], false, Some(1));
+        t.add_path(3, &[id("bbbb"), id("b2"), id("aaaa")], false, Some(2));
+        t.add_path(2, &[id("zzzz"), id("aaaa")], false, Some(3));
+        t.add_path(2, &[id("cccc"), id("aaaa")], false, Some(4));
+        t.add_path(
+            5,
+            &[id("0000"), id("q4"), id("q3"), id("q2"), id("q1")],
+            false,
+            None,
+        );
+        t.add_path(2, &[id("dddd"), id("aaaa")], true, Some(5));
+        t.add_path(2, &[id(hex), id("aaaa")], false, Some(6));
+        t.add_path(2, &[id(low), id("aaaa")], false, Some(7));
+        let order: Vec<String> = (t.leaves_in_tree_order().iter())
+            .map(|l| l.rev.to_string())
+            .collect();
+        // Ids of 32 hex digits compare as their 16 bytes (0x1a… < "b2" < … < "zzzz" < 0x93…);
+        // the tree rooted at 1-q1 comes before the one rooted at 1-aaaa.
+        let want = [
+            "5-0000".to_string(),
+            format!("2-{low}"),
+            "3-bbbb".into(),
+            "2-cccc".into(),
+            "2-dddd".into(),
+            "2-zzzz".into(),
+            format!("2-{hex}"),
+        ];
+        assert_eq!(order, want);
+        let deleted: Vec<bool> = t.leaves_in_tree_order().iter().map(|l| l.deleted).collect();
+        assert_eq!(deleted, [false, false, false, false, true, false, false]);
+    }
+
+    #[test]
     fn stemming_keeps_leaves_and_makes_roots() {
         let mut t = RevTree::new();
         let path: Vec<RevId> = (1..=10).rev().map(|i| id(&format!("r{i}"))).collect();
@@ -552,6 +623,17 @@ mod tests {
                 });
                 prop_assert!(covered, "{:?} lost", r);
             }
+        }
+
+        #[test]
+        fn leaves_in_tree_order_lists_every_leaf_once(paths in prop::collection::vec(arb_path(), 1..10)) {
+            let mut t = RevTree::new();
+            for (pos, path, del) in &paths {
+                t.add_path(*pos, path, *del, Some(1));
+            }
+            let mut walked: Vec<Rev> = t.leaves_in_tree_order().into_iter().map(|l| l.rev).collect();
+            walked.sort();
+            prop_assert_eq!(walked, leaf_set(&t));
         }
 
         #[test]

@@ -801,14 +801,18 @@ impl Database {
         })
     }
 
-    /// Opens several revisions of one document from one snapshot; `None` = all leaves.
-    /// Each entry is the revision asked for and what was found.
+    /// Opens several revisions of one document from one snapshot; `None` = all leaves,
+    /// in the order of CouchDB's `couch_key_tree:get_all_leafs`
+    /// ([`settee_core::RevTree::leaves_in_tree_order`]). Each entry is the revision asked
+    /// for and what was found.
     pub fn open_revs(&self, id: &str, revs: Option<&[Rev]>) -> Result<Vec<(Rev, Option<OpenDoc>)>> {
         let snap = self.store.snapshot();
         let info = self.read_info(&snap, id)?;
         let wanted: Vec<Rev> = match (revs, &info) {
             (Some(r), _) => r.to_vec(),
-            (None, Some(info)) => info.tree.leaves().into_iter().map(|l| l.rev).collect(),
+            (None, Some(info)) => (info.tree.leaves_in_tree_order().into_iter())
+                .map(|l| l.rev)
+                .collect(),
             (None, None) => return Err(Error::NotFound("missing")),
         };
         wanted

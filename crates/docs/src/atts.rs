@@ -354,11 +354,8 @@ pub fn resolve(
     let Some(atts) = doc.atts.take() else {
         return Ok(());
     };
-    let new_pos = match &doc.revs {
-        Some((pos, _)) if new_edits => pos + 1,
-        Some((pos, _)) => *pos,
-        None => 1,
-    };
+    // An interactive edit's attachments written now belong to the new revision.
+    let new_pos = doc.revs.as_ref().map_or(1, |(pos, _)| pos + 1);
     let mut out = StoredAtts::default();
     for (name, att) in atts {
         if name.starts_with('_') {
@@ -397,8 +394,10 @@ pub fn resolve(
             w.write(&bytes)?;
             let written = w.finish()?;
             let revpos = match att.get("revpos").and_then(Value::as_u64) {
-                Some(p) if !new_edits => p,
-                _ => new_pos,
+                _ if new_edits => new_pos,
+                // A replicated revision's attachment is stored as sent: without a
+                // `revpos`, 0 (CouchDB's `couch_att:inline_from_json`).
+                given => given.unwrap_or(0),
             };
             out.insert(name, content_type, revpos, &written);
         } else if att.get("follows") == Some(&Value::Bool(true)) {
@@ -408,6 +407,9 @@ pub fn resolve(
             let content_type = content_type_of(att.get("content_type"));
             let revpos = match att.get("revpos").and_then(Value::as_u64) {
                 Some(p) if !new_edits || followed.keep_revpos => p,
+                // As inline data: 0 when a replicated revision names none
+                // (`couch_att:follow_from_json`).
+                None if !new_edits => 0,
                 _ => new_pos,
             };
             out.insert(name, content_type, revpos, &written);

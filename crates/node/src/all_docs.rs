@@ -98,7 +98,7 @@ impl Query {
             atts: AttOpts {
                 inline: a.attachments,
                 encoding_info: a.att_encoding_info,
-                since_pos: 0,
+                since: Vec::new(),
             },
             public_only: None,
             partition: None,
@@ -193,7 +193,7 @@ fn render_row(db: &Database, row: &AllDocsRow, q: &Query) -> Vec<u8> {
     .expect("json");
     if q.include_docs {
         let doc = row.body.as_deref().filter(|_| !deleted).map(|b| {
-            let atts = q.atts.render(db, b).unwrap_or_else(|e| {
+            let atts = q.atts.render(db, b, 0).unwrap_or_else(|e| {
                 tracing::warn!(id = %row.id, error = ?e, "reading attachments");
                 None
             });

@@ -13,15 +13,17 @@ pub use settee_wire::AttOpts;
 /// What [`AttOpts`] (parsed by `settee_wire`) make of a revision's stored attachments.
 pub trait AttRender {
     /// The `_attachments` to render instead of the stored stubs (`None`: the stubs).
-    fn render(&self, db: &Database, stored: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Attachments with a `revpos` up to `since_pos` (of `atts_since`, in the revision's
+    /// history: [`AttOpts::since_pos`]) stay stubs.
+    fn render(&self, db: &Database, stored: &[u8], since_pos: u64) -> Result<Option<Vec<u8>>>;
     /// `_attachments` for a `multipart/related` response: attachments sent as parts are
     /// marked `follows` (content decompressed, so no encoding), older ones stay stubs.
     /// Returns the member's JSON and the parts to send, in order.
-    fn multipart_stubs(&self, stored: &[u8]) -> Option<(Vec<u8>, Vec<Part>)>;
+    fn multipart_stubs(&self, stored: &[u8], since_pos: u64) -> Option<(Vec<u8>, Vec<Part>)>;
 }
 
 impl AttRender for AttOpts {
-    fn render(&self, db: &Database, stored: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn render(&self, db: &Database, stored: &[u8], since_pos: u64) -> Result<Option<Vec<u8>>> {
         if !self.inline && !self.encoding_info {
             return Ok(None);
         }
@@ -30,7 +32,7 @@ impl AttRender for AttOpts {
             return Ok(None);
         }
         if self.inline {
-            return inline(db, &atts, self.since_pos, self.encoding_info).map(Some);
+            return inline(db, &atts, since_pos, self.encoding_info).map(Some);
         }
         let mut stubs = atts.stubs;
         for (name, enc) in &atts.encodings {
@@ -41,7 +43,7 @@ impl AttRender for AttOpts {
         Ok(Some(serde_json::to_vec(&stubs).expect("json")))
     }
 
-    fn multipart_stubs(&self, stored: &[u8]) -> Option<(Vec<u8>, Vec<Part>)> {
+    fn multipart_stubs(&self, stored: &[u8], since_pos: u64) -> Option<(Vec<u8>, Vec<Part>)> {
         let atts = StoredAtts::of(stored);
         if !self.inline || atts.stubs.is_empty() {
             return None;
@@ -55,7 +57,7 @@ impl AttRender for AttOpts {
             let Value::Object(m) = &mut entry else {
                 return None;
             };
-            if revpos > self.since_pos {
+            if revpos > since_pos {
                 m.remove("stub");
                 m.insert("follows".into(), Value::Bool(true));
                 let encoded_length = atts
@@ -97,7 +99,14 @@ fn inline(
     let mut out = Map::new();
     for (name, stub) in &atts.stubs {
         if stub.get("revpos").and_then(Value::as_u64).unwrap_or(0) <= since_pos {
-            out.insert(name.clone(), stub.clone());
+            // A stub, with its encoding info when asked, as stubs always show it.
+            let mut stub = stub.clone();
+            if let (true, Some(Value::Object(enc)), Value::Object(m)) =
+                (encoding_info, atts.encodings.get(name), &mut stub)
+            {
+                m.extend(enc.clone());
+            }
+            out.insert(name.clone(), stub);
             continue;
         }
         let digest = parse_digest(stub.get("digest"))

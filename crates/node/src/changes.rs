@@ -382,7 +382,12 @@ impl ChangesOpts {
         o.heartbeat = timing.heartbeat;
         o.timeout = timing.timeout;
         o.seq_interval = timing.seq_interval;
-        o.atts = AttOpts::from_params(p)?;
+        // CouchDB's `parse_changes_query` knows no `atts_since`: ignored, even malformed.
+        o.atts = AttOpts {
+            inline: p.is_true("attachments"),
+            encoding_info: p.is_true("att_encoding_info"),
+            since: Vec::new(),
+        };
         Ok(o)
     }
 }
@@ -523,7 +528,7 @@ fn render_change(
         out = with_doc(
             out,
             c.body.as_deref().map(|b| {
-                let atts = o.atts.render(db, b).unwrap_or_else(|e| {
+                let atts = o.atts.render(db, b, 0).unwrap_or_else(|e| {
                     tracing::warn!(id = %c.id, error = ?e, "reading attachments");
                     None
                 });

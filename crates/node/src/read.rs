@@ -88,14 +88,15 @@ impl Node {
         let rev = if opts.latest { None } else { opts.rev.as_ref() };
         let mut doc = db.open_doc(id, rev)?;
         let users_view = crate::access::users_reader(&self.config, db, user);
+        let since = since_pos(&opts.atts, &doc);
         let multipart = opts
             .multipart
-            .then(|| opts.atts.multipart_stubs(&doc.body))
+            .then(|| opts.atts.multipart_stubs(&doc.body, since))
             .flatten();
         // Attachment content is read here only for JSON; multipart parts stream later.
         let inline = match &multipart {
             Some(_) => None,
-            None => opts.atts.render(db, &doc.body)?,
+            None => opts.atts.render(db, &doc.body, since)?,
         };
         let body = match users_view {
             // Users reading others' `_users` documents see no attachments at all.
@@ -153,8 +154,8 @@ impl Node {
             ));
         }
         let wanted = parse_open_revs(wanted)?;
-        let doc_opts = reader_opts(db, user, &opts.doc);
-        let mut atts = opts.atts;
+        let doc_opts = open_revs_opts(reader_opts(db, user, &opts.doc));
+        let mut atts = opts.atts.clone();
         atts.inline |= opts.multipart;
         let wanted = match (wanted, opts.latest) {
             (Some(revs), true) => match db.doc_info(id)? {
@@ -163,21 +164,24 @@ impl Node {
             },
             (w, _) => w,
         };
-        db.open_revs(id, wanted.as_deref())?
+        couch_order(db.open_revs(id, wanted.as_deref())?)
             .iter()
             .map(|(rev, doc)| match doc {
                 Some(d) => {
+                    let since = since_pos(&atts, d);
                     let multipart = (opts.multipart)
-                        .then(|| atts.multipart_stubs(&d.body))
+                        .then(|| atts.multipart_stubs(&d.body, since))
                         .flatten();
                     Ok(Revision::found(match multipart {
                         Some((stubs, parts)) => Rendered::Multipart {
                             doc: doc_json_with(d, &doc_opts, Some(stubs)),
                             parts,
                         },
-                        None => {
-                            Rendered::Json(doc_json_with(d, &doc_opts, atts.render(db, &d.body)?))
-                        }
+                        None => Rendered::Json(doc_json_with(
+                            d,
+                            &doc_opts,
+                            atts.render(db, &d.body, since)?,
+                        )),
                     }))
                 }
                 None => Ok(Revision::Json {
@@ -187,6 +191,16 @@ impl Node {
             })
             .collect()
     }
+}
+
+/// `open_revs` entries in the order CouchDB answers them (its `fabric_doc_open_revs`
+/// sorts the replies it merged, as Erlang terms): the revisions found, by position then
+/// id (ids of 32 hex digits as their 16 bytes, as [`Rev`] orders them), then the missing
+/// ones in the same order; each revision once.
+pub fn couch_order<T>(mut entries: Vec<(Rev, Option<T>)>) -> Vec<(Rev, Option<T>)> {
+    entries.sort_by(|(a, x), (b, y)| (x.is_none(), a).cmp(&(y.is_none(), b)));
+    entries.dedup_by(|(a, _), (b, _)| a == b);
+    entries
 }
 
 /// `open_revs`'s value: `all` (`None`) or a JSON list of revisions.
@@ -216,6 +230,28 @@ fn reader_opts(db: &Database, user: &UserCtx, opts: &DocOpts) -> DocOpts {
         reader: crate::replicator_read::reader(db, user),
         ..opts.clone()
     }
+}
+
+/// What `open_revs` documents carry: their body, `_revisions` and attachments but none
+/// of the meta fields (`_conflicts`, `_deleted_conflicts`, `_revs_info`, `_local_seq`),
+/// which CouchDB's `couch_db:open_doc_revs` never fills in whatever the options.
+pub fn open_revs_opts(opts: DocOpts) -> DocOpts {
+    DocOpts {
+        conflicts: false,
+        deleted_conflicts: false,
+        revs_info: false,
+        local_seq: false,
+        ..opts
+    }
+}
+
+/// The position up to which `doc`'s attachments stay stubs under `atts_since`: that of
+/// the newest revision given in its own history ([`AttOpts::since_pos`]).
+pub(crate) fn since_pos(atts: &AttOpts, doc: &settee_db::OpenDoc) -> u64 {
+    if atts.since.is_empty() {
+        return 0;
+    }
+    atts.since_pos(&doc.rev, &doc.info.tree.ancestry(&doc.rev))
 }
 
 /// Each revision asked for replaced by its newest descendant leaves (kept when it has
@@ -248,4 +284,40 @@ pub(crate) fn latest_leaves(info: &DocInfo, rev: &Rev) -> Vec<Rev> {
                 && info.tree.ancestry(l).get((l.pos - rev.pos) as usize) == Some(&rev.id)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(s: &str) -> Rev {
+        Rev::parse(s).unwrap()
+    }
+
+    #[test]
+    fn couch_order_found_by_rev_then_missing_once_each() {
+        let hex = "93a5f13d4ef2a4d1e83d2bbbc3b57eef";
+        let entries = vec![
+            (rev("2-zzzz"), Some(1)),
+            (rev("1-aaaa"), Some(2)),
+            (rev("9-x"), None),
+            (rev(&format!("2-{hex}")), Some(3)),
+            (rev("2-cccc"), Some(4)),
+            (rev("3-nope"), None),
+            (rev("2-cccc"), Some(4)),
+            (rev("9-x"), None),
+        ];
+        let order: Vec<String> = (couch_order(entries).iter())
+            .map(|(r, _)| r.to_string())
+            .collect();
+        let want = [
+            "1-aaaa".to_string(),
+            "2-cccc".into(),
+            "2-zzzz".into(),
+            format!("2-{hex}"),
+            "3-nope".into(),
+            "9-x".into(),
+        ];
+        assert_eq!(order, want);
+    }
 }

@@ -128,7 +128,7 @@ impl ViewArgs {
             atts: AttOpts {
                 inline: a.attachments,
                 encoding_info: a.att_encoding_info,
-                since_pos: 0,
+                since: Vec::new(),
             },
             update_seq: a.update_seq,
             fresh: match a.update {
@@ -271,7 +271,7 @@ fn row_doc(db: &Database, id: &str, value: &[u8], args: &ViewArgs) -> Option<Vec
                 reader: args.reader.clone(),
                 ..Default::default()
             };
-            let atts = args.atts.render(db, &doc.body).unwrap_or_else(|e| {
+            let atts = args.atts.render(db, &doc.body, 0).unwrap_or_else(|e| {
                 tracing::warn!(id, error = ?e, "reading attachments");
                 None
             });

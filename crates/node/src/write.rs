@@ -426,7 +426,7 @@ pub fn open_latest(db: &Database, id: &str, rev: &Rev) -> settee_db::Result<Open
 }
 
 /// How `_bulk_get` reads.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BulkGetOpts {
     /// `revs=true`: each revision's `_revisions`.
     pub revs: bool,
@@ -496,6 +496,15 @@ pub fn bulk_get_one(
             ))
         }
     };
+    let atts = match item_atts_since(item.get("atts_since")) {
+        Ok(None) => opts.atts.clone(),
+        Ok(Some(since)) => AttOpts {
+            inline: true,
+            since,
+            ..opts.atts.clone()
+        },
+        Err((value, reason)) => return Ok(refused(value, Error::bad_request(reason))),
+    };
     let found = match &rev {
         Some(r) if opts.latest => open_latest(db, id, r).map(|d| vec![d]),
         Some(r) => db.open_doc(id, Some(r)).map(|d| vec![d]),
@@ -512,7 +521,8 @@ pub fn bulk_get_one(
         Ok(docs) => {
             let mut out = Vec::with_capacity(docs.len());
             for d in &docs {
-                out.push(doc_json_with(d, doc, opts.atts.render(db, &d.body)?));
+                let since = crate::read::since_pos(&atts, d);
+                out.push(doc_json_with(d, doc, atts.render(db, &d.body, since)?));
             }
             Ok(out)
         }
@@ -522,6 +532,26 @@ pub fn bulk_get_one(
         id: Some(id.to_string()),
         docs,
     })
+}
+
+/// A `_bulk_get` item's own `atts_since` (CouchDB's `bulk_get_parse_atts_since`): `None`
+/// when absent or empty (attachments as the query asks), else the revisions, whose
+/// attachments newer in each revision's history are inlined. A value that is not a list
+/// of revisions is the item's error: the value refused and the reason.
+fn item_atts_since(
+    v: Option<&Value>,
+) -> std::result::Result<Option<Vec<Rev>>, (Value, &'static str)> {
+    let list = match v {
+        None => return Ok(None),
+        Some(Value::Array(list)) => list,
+        Some(other) => return Err((other.clone(), "att_since value must be array of revs.")),
+    };
+    let revs = (list.iter())
+        .map(|r| {
+            (r.as_str().and_then(|s| Rev::parse(s).ok())).ok_or((r.clone(), "Invalid rev format"))
+        })
+        .collect::<std::result::Result<Vec<Rev>, _>>()?;
+    Ok((!revs.is_empty()).then_some(revs))
 }
 
 /// `{"docid": ["rev", ...]}` (`_revs_diff`, `_missing_revs`, `_purge`) → pairs, with
@@ -546,4 +576,35 @@ pub fn id_revs(body: &Value) -> Result<Vec<(String, Vec<Rev>)>> {
             Ok((id.clone(), revs))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_atts_since_as_couchdb_parses_it() {
+        assert_eq!(item_atts_since(None), Ok(None));
+        assert_eq!(item_atts_since(Some(&json!([]))), Ok(None));
+        assert_eq!(
+            item_atts_since(Some(&json!(["1-a", "2-b"]))),
+            Ok(Some(vec![
+                Rev::parse("1-a").unwrap(),
+                Rev::parse("2-b").unwrap()
+            ]))
+        );
+        let not_a_list = "att_since value must be array of revs.";
+        assert_eq!(
+            item_atts_since(Some(&json!("1-a"))),
+            Err((json!("1-a"), not_a_list))
+        );
+        assert_eq!(
+            item_atts_since(Some(&Value::Null)),
+            Err((Value::Null, not_a_list))
+        );
+        assert_eq!(
+            item_atts_since(Some(&json!(["1-a", "x", 3]))),
+            Err((json!("x"), "Invalid rev format"))
+        );
+    }
 }

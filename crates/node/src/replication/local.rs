@@ -249,7 +249,7 @@ impl Endpoint for LocalDb {
         let atts = AttOpts {
             inline: fetch.inline,
             encoding_info: !fetch.inline,
-            since_pos: 0,
+            since: Vec::new(),
         };
         blocking::<_, Error>(move || read_revisions(&db, &user, wanted, atts, fetch.stored))
             .await
@@ -460,7 +460,7 @@ fn read_revisions(
                 body_term: None,
             })
         } else {
-            let rendered = doc_json_with(&d, &opts, atts.render(db, &d.body)?);
+            let rendered = doc_json_with(&d, &opts, atts.render(db, &d.body, 0)?);
             Doc::Json(
                 serde_json::from_slice(&rendered).map_err(|e| Error::internal(e.to_string()))?,
             )
