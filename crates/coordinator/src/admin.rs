@@ -3,10 +3,10 @@
 //! purged it answered with an error entry of its own), `_revs_limit` and
 //! `_purged_infos_limit` (set on every copy, read from one), `_compact`,
 //! `_compact/{ddoc}` and `_view_cleanup` (asked of every copy, answered at once as
-//! CouchDB casts them), and a design document's `_info` (every copy's index information
-//! combined as `fabric_group_info`).
+//! CouchDB casts them), and a design document's `_info` (one copy of each range's index
+//! information, combined as `fabric_group_info`).
 
-use crate::copies::{local_first, turned, Ask};
+use crate::copies::{local_first, Ask};
 use crate::merge::{self, Reply};
 use crate::{copy_error, copy_path, enc, unavailable, Coordinator};
 use futures_util::future::join_all;
@@ -52,20 +52,18 @@ pub(crate) fn purged_id(
     Some((all, agreed))
 }
 
-/// A design document's index information from its copies' (`fabric_group_info`):
-/// pending updates per range (`preferred`: the copy each range's index is read from),
-/// counts and sizes summed, flags of any copy, the first copy's signature and language.
-/// `ranges`: each range's answers, its preferred copy's first.
-pub(crate) fn group_info(name: &Value, ranges: &[Vec<&Value>]) -> Value {
-    let infos: Vec<&Value> = ranges.iter().flatten().map(|b| &b["view_index"]).collect();
-    let pending = |i: &Value| i["updates_pending"]["total"].as_u64().unwrap_or(0);
-    let (mut minimum, mut preferred, mut total) = (0, 0, 0);
-    for answers in ranges {
-        let each: Vec<u64> = answers.iter().map(|b| pending(&b["view_index"])).collect();
-        minimum += each.iter().min().copied().unwrap_or(0);
-        preferred += each.first().copied().unwrap_or(0);
-        total += each.iter().sum::<u64>();
-    }
+/// A design document's index information from one copy of each range (`answers`, each a
+/// copy's `_info`), as CouchDB's `fabric_group_info` merges the copies that completed its
+/// ring (one per range, the first to answer): pending updates, counts and sizes summed,
+/// flags of any copy, the first copy's signature and language. Each range's copy is the
+/// one its index is read from, so `minimum`, `preferred` and `total` are that copy's
+/// pending updates, summed.
+pub(crate) fn group_info(name: &Value, answers: &[&Value]) -> Value {
+    let infos: Vec<&Value> = answers.iter().map(|b| &b["view_index"]).collect();
+    let pending: u64 = (infos.iter())
+        .map(|i| i["updates_pending"]["total"].as_u64().unwrap_or(0))
+        .sum();
+    let (minimum, preferred, total) = (pending, pending, pending);
     let sum = |k: &str| -> u64 { infos.iter().map(|i| i[k].as_u64().unwrap_or(0)).sum() };
     let any = |k: &str| infos.iter().any(|i| i[k] == true);
     let first = |k: &str| infos.first().map_or(Value::Null, |i| i[k].clone());
@@ -341,8 +339,8 @@ impl Coordinator {
         }
     }
 
-    /// `GET /{db}/_design/{ddoc}/_info`: every copy's, combined ([`group_info`]); each
-    /// range needs one copy's.
+    /// `GET /{db}/_design/{ddoc}/_info`: one copy's of each range — the one its index is
+    /// read from, else the next to answer — combined ([`group_info`]).
     pub(crate) fn design_info_clustered(
         &self,
         db: &str,
@@ -355,29 +353,11 @@ impl Coordinator {
         let design = self.design(db, map, &admin, ddoc)?;
         let what = format!("_design/{}/_info", enc(ddoc));
         let body = json!({ GIVEN_DESIGN: design });
-        let replies = self.each_copy(db, map, "POST", &what, Some(body));
-        let mut ranges = Vec::new();
-        for (i, (copies, replies)) in map.by_range.iter().zip(&replies).enumerate() {
-            let preferred = turned(&copies.nodes, i);
-            let place = |node: &String| preferred.iter().position(|p| p == node);
-            let mut answers: Vec<(Option<usize>, &Value)> = (replies.iter())
-                .filter_map(|(node, r)| match r {
-                    Reply::Answered { status: 200, body } => Some((place(node), body)),
-                    _ => None,
-                })
-                .collect();
-            answers.sort_by_key(|(place, _)| *place);
-            ranges.push(answers.into_iter().map(|(_, b)| b).collect::<Vec<_>>());
-        }
-        if ranges.iter().any(Vec::is_empty) {
-            let replies: Vec<Reply> = replies.into_iter().flatten().map(|(_, r)| r).collect();
-            return Err(match merge::first_refusal(&replies) {
-                Some((status, body)) => copy_error(status, body),
-                None => unavailable(format!("a range of {db} has no copy answering")),
-            });
-        }
-        let name = ranges[0][0]["name"].clone();
-        Ok(group_info(&name, &ranges))
+        let target = |range: &str| format!("{}/{what}", copy_path(map, db, range));
+        let answers = self.each_range_turned(map, None, target, &body)?;
+        let bodies: Vec<&Value> = answers.iter().map(|a| &a.body).collect();
+        let name = bodies.first().map_or(Value::Null, |b| b["name"].clone());
+        Ok(group_info(&name, &bodies))
     }
 
     /// `method` of `{copy}/{what}` asked of every copy of every range at once: per range
@@ -433,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn index_information_sums_the_copies_and_takes_pending_per_range() {
+    fn index_information_sums_one_copy_of_each_range() {
         let info = |pending: u64, seq: u64, running: bool| {
             json!({"name": "d", "view_index": {
                 "updates_pending": {"minimum": pending, "preferred": pending, "total": pending},
@@ -443,11 +423,11 @@ mod tests {
                 "compact_running": false, "collator_versions": ["153.112"]}})
         };
         let (a, b, c) = (info(2, 5, false), info(0, 7, true), info(4, 1, false));
-        let got = group_info(&json!("d"), &[vec![&a, &b], vec![&c]]);
+        let got = group_info(&json!("d"), &[&a, &b, &c]);
         let v = &got["view_index"];
         assert_eq!(
             v["updates_pending"],
-            json!({"minimum": 4, "preferred": 6, "total": 6})
+            json!({"minimum": 6, "preferred": 6, "total": 6})
         );
         assert_eq!(
             (v["update_seq"].clone(), v["updater_running"].clone()),
