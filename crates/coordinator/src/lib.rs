@@ -374,9 +374,10 @@ impl Coordinator {
         db: &str,
         map: &ShardMap,
         user: &UserCtx,
-        doc: ParsedDoc,
+        mut doc: ParsedDoc,
         opts: WriteOpts,
     ) -> Result<Written> {
+        (self.users_before_update(db, map, user, std::slice::from_mut(&mut doc))).await?;
         let id = doc
             .id
             .clone()
@@ -415,8 +416,10 @@ impl Coordinator {
         db: &str,
         map: &ShardMap,
         user: &UserCtx,
-        req: BulkDocs,
+        mut req: BulkDocs,
     ) -> Result<BulkAnswer> {
+        self.users_before_update(db, map, user, &mut req.docs)
+            .await?;
         if let Some(refused) = req.all_or_nothing_refusal() {
             return Ok(BulkAnswer::AllOrNothingRefused(refused));
         }
@@ -1041,9 +1044,6 @@ impl Fabric for Coordinator {
                     .await),
                 Some((_, map)) => {
                     let id = doc.id.clone().unwrap_or_default();
-                    let mut doc = doc;
-                    (self.users_before_update(db, &map, user, std::slice::from_mut(&mut doc)))
-                        .await?;
                     let written = self.write_clustered(db, &map, user, doc, opts).await?;
                     self.after_write(db, std::iter::once(id.as_str())).await;
                     Ok(written)
@@ -1073,9 +1073,6 @@ impl Fabric for Coordinator {
                 }
                 Some((_, map)) => {
                     let id = doc.id.clone().unwrap_or_default();
-                    let mut doc = doc;
-                    (self.users_before_update(db, &map, user, std::slice::from_mut(&mut doc)))
-                        .await?;
                     let written =
                         (self.write_related_clustered(db, &map, user, doc, opts, parts)).await?;
                     self.after_write(db, std::iter::once(id.as_str())).await;
@@ -1104,8 +1101,6 @@ impl Fabric for Coordinator {
                     let ids: Vec<String> = (req.docs.iter())
                         .filter_map(|d| d.id.clone().filter(|id| id.starts_with("_design/")))
                         .collect();
-                    let mut req = req;
-                    (self.users_before_update(db, &map, user, &mut req.docs)).await?;
                     let answer = self.bulk_clustered(db, &map, user, req).await?;
                     self.after_write(db, ids.iter().map(String::as_str)).await;
                     Ok(answer)
@@ -1221,7 +1216,12 @@ impl Fabric for Coordinator {
     ) -> Fut<'a, Updated> {
         match self.clustered(db) {
             Some((_, map)) => Box::pin(self.update_clustered(db, map, user, call, refused)),
-            None => Fabric::update(&self.node, db, user, call, refused),
+            None => Box::pin(async move {
+                let updated = Fabric::update(&self.node, db, user, call, refused).await?;
+                let id = updated.written.as_ref().map(|(id, _)| id.as_str());
+                self.spread(db, id.into_iter()).await;
+                Ok(updated)
+            }),
         }
     }
 

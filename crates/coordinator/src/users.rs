@@ -1,7 +1,8 @@
 //! A clustered users database (the configured `[chttpd_auth] authentication_db`, or any
 //! `…/_users`): a new `password` is hashed here, once, before the documents go to the
-//! copies, as CouchDB's `fabric_doc_update` runs `couch_users_db:before_doc_update` at the
-//! coordinator. Each copy hashing for itself would salt differently, and the copies'
+//! copies (in every clustered write: single, `multipart/related`, `_bulk_docs`, and so
+//! `batch=ok`, update functions and `COPY` too), as CouchDB's `fabric_doc_update` runs
+//! `couch_users_db:before_doc_update` at the coordinator. Each copy hashing for itself would salt differently, and the copies'
 //! revisions (of the hashed body) would differ. A user who is not an admin may write only
 //! their own document here too.
 

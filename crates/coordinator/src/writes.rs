@@ -77,10 +77,11 @@ impl Coordinator {
         db: &str,
         map: &ShardMap,
         user: &UserCtx,
-        doc: ParsedDoc,
+        mut doc: ParsedDoc,
         opts: WriteOpts,
         parts: Vec<(String, Bytes)>,
     ) -> Result<Written> {
+        (self.users_before_update(db, map, user, std::slice::from_mut(&mut doc))).await?;
         let id =
             (doc.id.clone()).ok_or_else(|| Error::internal("a document write without an id"))?;
         let mut json = Vec::new();

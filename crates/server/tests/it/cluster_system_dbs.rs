@@ -153,6 +153,18 @@ fn a_clustered_authentication_db() {
     let stored = nodes[2].get("/adb/org.couchdb.user:dan").json();
     assert!(stored.get("password").is_none(), "{stored}");
     assert_eq!(stored["password_scheme"], "pbkdf2");
+    // A `batch=ok` write goes through the same clustered write: hashed too.
+    let r = nodes[0].put(
+        "/adb/org.couchdb.user:fay?batch=ok",
+        r#"{"name": "fay", "password": "pw", "roles": [], "type": "user"}"#,
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    eventually("fay written", || {
+        nodes[1].get("/adb/org.couchdb.user:fay").status == 200
+    });
+    let stored = nodes[1].get("/adb/org.couchdb.user:fay").json();
+    assert!(stored.get("password").is_none(), "{stored}");
+    assert_eq!(stored["password_scheme"], "pbkdf2");
     // Every member logs dan in: the one holding the copy reads its own, the others ask it.
     let holder = shards_of(&nodes[0], "adb");
     let mut asked_another = false;
