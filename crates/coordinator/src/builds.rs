@@ -2,8 +2,7 @@
 //! range's index from one copy (see [`crate::copies::turned`]), then the range's other
 //! copies are asked, in the background, to bring their own index of the same design up
 //! to date. A copy that takes over a range (its preferred copy's member down) then has
-//! its index ready, and a design's `_info` counts no updates pending on copies nobody
-//! asked.
+//! its index ready.
 //!
 //! The client's answer never waits for them (a first query is as quick as with one copy
 //! building). Each index of a range is asked again only when the preferred copy's

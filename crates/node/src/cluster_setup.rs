@@ -443,7 +443,8 @@ async fn wait_connected(cluster: &Cluster) -> Result<()> {
     }
 }
 
-fn enc(segment: &str) -> String {
+/// A name as one path segment.
+pub(crate) fn enc(segment: &str) -> String {
     utf8_percent_encode(segment, NON_ALPHANUMERIC).to_string()
 }
 

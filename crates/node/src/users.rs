@@ -10,7 +10,6 @@
 use crate::config::NodeConfig;
 use crate::settings::{auth_db, auth_section, password_rules};
 use crate::{Error, Node, Result};
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 use settee_auth::cookie::{self, CookieOptions, CookieStatus};
 use settee_auth::lockout::{Lockout, LockoutConfig};
@@ -267,7 +266,7 @@ impl Node {
                 return user_doc_in(&db, id, config);
             }
         }
-        let enc = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+        let enc = crate::cluster_setup::enc;
         let target = format!("/{}/{}?conflicts=true", enc(&copy), enc(&id));
         for member in &copies.nodes {
             let asked = self.peer_json(member, "GET", &target, None, None);

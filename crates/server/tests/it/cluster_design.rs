@@ -32,9 +32,9 @@ fn design_documents_on_a_cluster() {
 }
 
 /// A view query reads each range's index from one copy; then every other copy builds
-/// its own, in the background (as CouchDB's `ken`): the design's `_info` comes to count
-/// no pending updates anywhere, and once the members that answered are gone, the copies
-/// left answer a query that must not build (`update=false`) with every row.
+/// its own, in the background (as CouchDB's `ken`): once the members that answered are
+/// gone, the copies left answer a query that must not build (`update=false`) with every
+/// row. The design's `_info` (the read copies') shows nothing pending after the query.
 #[test]
 fn every_copy_of_a_range_builds_its_index_after_a_query() {
     let (_etcd, _dirs, nodes) = three_members();
