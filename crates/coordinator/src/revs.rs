@@ -76,8 +76,8 @@ impl Coordinator {
         opts: BulkGetOpts,
         out: &mut dyn FnMut(BulkGetItem) -> bool,
     ) -> Result<()> {
+        // `atts_since` travels in the items (a query's is refused, as CouchDB's).
         let mut params = vec![("revs", "true".to_string())];
-        params.extend(crate::atts::since_param(&opts.atts));
         for (name, on) in [
             ("latest", opts.latest),
             ("attachments", opts.atts.inline),

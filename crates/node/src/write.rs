@@ -430,6 +430,8 @@ pub fn open_latest(db: &Database, id: &str, rev: &Rev) -> settee_db::Result<Open
 pub struct BulkGetOpts {
     /// `revs=true`: each revision's `_revisions`.
     pub revs: bool,
+    /// `attachments`, `att_encoding_info`; an item's own `atts_since` adds to them
+    /// (`since` here is each item's default, empty from HTTP, where CouchDB refuses it).
     pub atts: AttOpts,
     /// `latest=true`: a revision no longer a leaf reads as its newest descendant leaf.
     pub latest: bool,

@@ -85,17 +85,26 @@ pub fn bulk_answer_json(answer: settee_node::Result<BulkAnswer>) -> (StatusCode,
 pub async fn bulk_get(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<Response> {
     allow(&req.method, "POST")?;
     require_json(&req.headers)?;
-    let opts = BulkGetOpts {
-        revs: req.params.is_true("revs"),
-        latest: req.params.is_true("latest"),
-        atts: AttOpts::from_params(&req.params)?,
-    };
     let body = req.json().await?;
     let items = body
         .get("docs")
         .and_then(Value::as_array)
         .cloned()
         .ok_or_else(|| ApiError::bad_request("Missing JSON list of 'docs'."))?;
+    // What each item says for itself (its revision, its `atts_since`) or what only
+    // writes take is refused in the query string, as CouchDB's `bulk_get_parse_doc_query`.
+    if let Some((key, _)) = (req.params.pairs())
+        .find(|(k, _)| ["open_revs", "new_edits", "w", "rev", "atts_since"].contains(k))
+    {
+        return Err(ApiError::bad_request(format!(
+            "\"{key}\" query parameter is not acceptable"
+        )));
+    }
+    let opts = BulkGetOpts {
+        revs: req.params.is_true("revs"),
+        latest: req.params.is_true("latest"),
+        atts: AttOpts::from_params(&req.params)?,
+    };
     let (node, user) = (state.fabric.clone(), req.user.clone());
     let out = blocking(move || {
         let mut out = b"{\"results\":[".to_vec();

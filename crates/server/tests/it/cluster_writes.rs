@@ -158,8 +158,8 @@ fn attachments(nodes: &[Server], copies: &[String]) {
     ), "{text}");
     assert!(text.contains("Content-Encoding: gzip"), "{text}");
     let bulk = nodes[1].post(
-        "/wdb/_bulk_get?revs=true&attachments=true&atts_since=%5B%221-x%22%5D",
-        &json!({"docs": [{"id": "d1", "rev": REV2}]}).to_string(),
+        "/wdb/_bulk_get?revs=true&attachments=true",
+        &json!({"docs": [{"id": "d1", "rev": REV2, "atts_since": ["1-x"]}]}).to_string(),
     );
     let doc = &bulk.json()["results"][0]["docs"][0]["ok"];
     assert_eq!(
