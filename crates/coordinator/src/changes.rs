@@ -165,25 +165,38 @@ impl<'a> Feed<'a> {
         let lookups = (self.map.by_range.iter().zip(&self.starts).enumerate())
             .filter(|(_, (_, s))| s.first == From::Zero)
             .filter_map(|(i, (copies, s))| {
-                let (lost_node, lost_at) = s.lost.clone()?;
                 let on = s.order.first()?.clone();
                 let copy = self.map.copy_name(self.db, &copies.range);
-                let target = format!(
-                    "{}/_local/{}",
-                    copy_path(&self.map, self.db, &copies.range),
-                    settee_node::moves::checkpoint_id(&copy, &on, &lost_node)
-                );
+                // The checkpoint that vouches for a place: of this copy's pushes to the
+                // lost one, or of the split's copies into this half.
+                let (checkpoint, from) = match (&s.lost, &s.split) {
+                    (Some((lost_node, at)), _) => (
+                        settee_node::moves::checkpoint_id(&copy, &on, lost_node),
+                        Place::Lost(at.clone()),
+                    ),
+                    (None, Some(at)) => (
+                        settee_node::reshard::run::checkpoint_id(&copy),
+                        Place::Split(at.clone()),
+                    ),
+                    (None, None) => return None,
+                };
+                let path = copy_path(&self.map, self.db, &copies.range);
+                let target = format!("{path}/_local/{checkpoint}");
                 let coord = self.coord;
                 Some(async move {
                     let reply = coord.ask(&on, "GET", &target, None, None).await;
-                    (i, reply, lost_at)
+                    (i, reply, from)
                 })
             });
         let found: Vec<(usize, settee_core::seq::At)> = (join_all(lookups).await.into_iter())
-            .filter_map(|(i, reply, lost)| match reply {
+            .filter_map(|(i, reply, from)| match reply {
                 Reply::Answered { status: 200, body } => {
                     let history = body["history"].as_array()?;
-                    Some((i, feed::resume_on(history, &lost)?))
+                    let at = match from {
+                        Place::Lost(lost) => feed::resume_on(history, &lost),
+                        Place::Split(whole) => feed::resume_split(history, &whole),
+                    };
+                    Some((i, at?))
                 }
                 _ => None,
             })
@@ -281,6 +294,7 @@ impl<'a> Feed<'a> {
                     order,
                     first: From::At(pos.at.clone()),
                     lost: None,
+                    split: None,
                 }
             })
             .collect();
@@ -339,6 +353,14 @@ impl<'a> Feed<'a> {
     fn last_seq(&self) -> ShownSeq {
         ShownSeq::Packed(feed::pack(&self.vector))
     }
+}
+
+/// A place the vector gave for a range whose copy is not read any more.
+enum Place {
+    /// In a copy of the range that is lost.
+    Lost(settee_core::seq::At),
+    /// In the copy the range was split from.
+    Split(settee_core::seq::At),
 }
 
 fn copy_feed(node: &str, body: Value) -> CopyFeed {

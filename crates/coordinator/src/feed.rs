@@ -10,7 +10,9 @@
 //! (its member down, its range moved) resumes that range on another copy where that
 //! copy's internal replication checkpoints vouch for it ([`resume_on`], as CouchDB's
 //! `mem3_rep:find_source_seq`), else from 0: rows may be seen twice, never missed. A
-//! recreated copy (another uuid) rewinds to 0 itself.
+//! recreated copy (another uuid) rewinds to 0 itself. A `since` naming a copy that was
+//! split resumes each half on the same member where the split's copies into it vouch
+//! ([`resume_split`], as CouchDB's `mem3_rep:find_split_target_seq`), else from 0.
 
 use serde_json::Value;
 use settee_core::seq::{self, At, ShardSeq};
@@ -35,6 +37,10 @@ pub struct Start {
     /// any more (its member not running, or the range moved off it): where the first
     /// copy may resume instead of 0 ([`resume_on`]).
     pub lost: Option<(String, At)>,
+    /// The place the vector gave in the copy this range was split from, on the member
+    /// read first (which held that copy): where this half may resume instead of 0
+    /// ([`resume_split`]).
+    pub split: Option<At>,
 }
 
 /// What a copy is asked from.
@@ -81,6 +87,7 @@ pub fn starts(
                 .cloned()
                 .collect();
             let mut lost = None;
+            let mut split = None;
             let first = match since {
                 SeqArg::Now => From::Now,
                 SeqArg::Seq(_) => From::Zero,
@@ -95,6 +102,22 @@ pub fn starts(
                             order.insert(0, e.node.clone());
                             From::At(e.at.clone())
                         }
+                        None if of_range().next().is_none() => {
+                            // A range split since: its half on the member whose copy
+                            // the vector read.
+                            let whole = (entries.iter()).find(|e| {
+                                e.range.0 <= range.0
+                                    && range.1 <= e.range.1
+                                    && nodes.contains(&e.node)
+                                    && running(&e.node)
+                            });
+                            if let Some(e) = whole {
+                                order.retain(|n| *n != e.node);
+                                order.insert(0, e.node.clone());
+                                split = Some(e.at.clone());
+                            }
+                            From::Zero
+                        }
                         None => {
                             lost = (of_range().max_by_key(|e| seq_of(&e.at)))
                                 .map(|e| (e.node.clone(), e.at.clone()));
@@ -103,7 +126,12 @@ pub fn starts(
                     }
                 }
             };
-            Start { order, first, lost }
+            Start {
+                order,
+                first,
+                lost,
+                split,
+            }
         })
         .collect()
 }
@@ -139,6 +167,36 @@ pub fn resume_on(history: &[Value], lost: &At) -> Option<At> {
                 .then(|| copy_place(&entry["recorded_seq"], true))
         })
         .max_by_key(seq_of)
+        .filter(|at| seq_of(at) > 0)
+}
+
+/// Where a half may resume a feed that read the copy it was split from up to `whole`,
+/// from `history`: that of the split's copies into the half (its checkpoint's, each entry
+/// with `recorded_seq`, the copy's place, and `target_seq`, where the half stood once the
+/// copy up to there was in it, and nothing past it was: recorded only at checkpoints
+/// with no batch in flight, and not once the map named the halves, as the half took
+/// writes of its own by then). At the newest entry whose `recorded_seq`
+/// is not past `whole` (on the same instance), every document the half held came from
+/// the copy's changes the feed has seen, so the half resumes at its `target_seq`.
+/// `None`: no entry vouches (the half starts from 0).
+pub fn resume_split(history: &[Value], whole: &At) -> Option<At> {
+    let whole_uuid = match whole {
+        At::Stamped { uuid, .. } => Some(uuid),
+        _ => None,
+    };
+    (history.iter())
+        .filter_map(|entry| {
+            let half = copy_place(entry.get("target_seq")?, true);
+            let copied = copy_place(&entry["recorded_seq"], true);
+            let same = match (&copied, whole_uuid) {
+                (At::Stamped { uuid, .. }, Some(whole)) => uuid == whole,
+                _ => true,
+            };
+            (same && seq_of(&copied) <= seq_of(whole) && !matches!(half, At::Other(_)))
+                .then_some((seq_of(&copied), half))
+        })
+        .max_by_key(|(copied, _)| *copied)
+        .map(|(_, half)| half)
         .filter(|at| seq_of(at) > 0)
 }
 
@@ -384,6 +442,60 @@ mod tests {
         assert_eq!(resume_on(&plain, &stamped(25, "ua", "a")), None);
         // A bare place is taken at its number.
         assert_eq!(resume_on(&history, &At::Bare(13)), on_b(9));
+    }
+
+    #[test]
+    fn a_split_copys_place_resumes_its_halves_on_the_same_member() {
+        // The vector read `c`'s copy of LOW, since split into two quarters.
+        const Q1: (u32, u32) = (0, 0x3fff_ffff);
+        const Q2: (u32, u32) = (0x4000_0000, 0x7fff_ffff);
+        let nodes = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let ranges = vec![(Q1, nodes.clone()), (Q2, nodes.clone()), (HIGH, nodes)];
+        let since = SeqArg::Vector(vec![
+            ShardSeq {
+                node: "c".into(),
+                range: LOW,
+                at: stamped(30, "uc", "c"),
+            },
+            ShardSeq {
+                node: "a".into(),
+                range: HIGH,
+                at: stamped(7, "u2", "a"),
+            },
+        ]);
+        let starts = starts(&ranges, &since, "b", |_| true);
+        for half in &starts[..2] {
+            assert_eq!(half.order, ["c", "b", "a"]);
+            assert_eq!(half.first, From::Zero);
+            assert_eq!(half.split, Some(stamped(30, "uc", "c")));
+            assert_eq!(half.lost, None);
+        }
+        assert_eq!(starts[2].split, None);
+        // `c` down: its halves start over on this member.
+        let starts = super::starts(&ranges, &since, "b", |n| n != "c");
+        assert_eq!(
+            (starts[0].order[0].as_str(), &starts[0].split),
+            ("b", &None)
+        );
+
+        // The split's copies into a half: the copy's 10 was in it by the half's 4, 25 by
+        // 11, and the last top-off (after the map's edit) carries no half place.
+        let entry = |copied: u64, half: Option<u64>| {
+            let mut e = json!({"recorded_seq": copy_seq("c", "uc", copied)});
+            if let Some(h) = half {
+                e["target_seq"] = json!(copy_seq("c", "uh", h));
+            }
+            e
+        };
+        let history = [entry(40, None), entry(25, Some(11)), entry(10, Some(4))];
+        let half = |n| Some(stamped(n, "uh", "c"));
+        assert_eq!(resume_split(&history, &stamped(30, "uc", "c")), half(11));
+        assert_eq!(resume_split(&history, &stamped(25, "uc", "c")), half(11));
+        assert_eq!(resume_split(&history, &stamped(24, "uc", "c")), half(4));
+        assert_eq!(resume_split(&history, &stamped(45, "uc", "c")), half(11));
+        // Before any copy vouches, or another instance of the copy: from 0.
+        assert_eq!(resume_split(&history, &stamped(9, "uc", "c")), None);
+        assert_eq!(resume_split(&history, &stamped(30, "zz", "c")), None);
     }
 
     #[test]

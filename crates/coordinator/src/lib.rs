@@ -308,7 +308,13 @@ impl Coordinator {
         map: &ShardMap,
     ) -> Result<Reached> {
         block_on(cluster.delete_db(name))?;
-        Ok(self.every_copy(name, map, "DELETE", "", 200))
+        let reached = self.every_copy(name, map, "DELETE", "", 200);
+        if let Err(e) = block_on(settee_node::reshard::forget_completed(
+            cluster, name, &map.uuid,
+        )) {
+            tracing::warn!(db = name, error = %e, "a deleted database's completed reshard jobs");
+        }
+        Ok(reached)
     }
 
     /// Asks every copy's member for `method` on the copy's database (with `query`), and

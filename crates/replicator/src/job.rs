@@ -38,11 +38,23 @@ pub struct Options {
     /// When the replication was asked for (Unix seconds): every session's history entry
     /// shows it as its `start_time`, as CouchDB's do. `None`: when the session starts.
     pub requested_at: Option<u64>,
-    /// Record in each checkpoint's history entry where the target stood once the
-    /// session's writes were in it (`target_seq`, its `update_seq` then): internal
-    /// replication's, so that a feed that read the target up to some place can resume
-    /// on the source (CouchDB's `mem3_rep` checkpoints).
-    pub record_target_seq: bool,
+    /// Whether checkpoints' history entries record where the target stood
+    /// (`target_seq`, its `update_seq` then).
+    pub record_target_seq: TargetSeq,
+}
+
+/// Which checkpoints record `target_seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetSeq {
+    Never,
+    /// Every one: the target held at least what was copied up to `recorded_seq` (internal
+    /// replication's, so that a feed that read the target up to some place can resume on
+    /// the source, as from CouchDB's `mem3_rep` checkpoints).
+    Always,
+    /// Only those taken with no batch in flight: the target held exactly what was copied
+    /// up to `recorded_seq` and what it had before (a split's copies into a half, so that
+    /// a feed that read the source up to some place can resume on the half).
+    Settled,
 }
 
 impl Default for Options {
@@ -60,7 +72,7 @@ impl Default for Options {
             create_target: false,
             create_target_params: Map::new(),
             requested_at: None,
-            record_target_seq: false,
+            record_target_seq: TargetSeq::Never,
         }
     }
 }
@@ -307,7 +319,9 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             }
             let due = last_checkpoint.elapsed() >= this.options.checkpoint_interval;
             if this.options.use_checkpoints && due && current != recorded {
-                this.checkpoint(&mut logs, &begun, &current, &stats).await?;
+                let settled = inflight.is_empty();
+                this.checkpoint(&mut logs, &begun, &current, &stats, settled)
+                    .await?;
                 recorded = current.clone();
                 last_checkpoint = Instant::now();
             }
@@ -340,7 +354,8 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
             });
         }
         if current != recorded {
-            self.checkpoint(&mut logs, &begun, &current, &stats).await?;
+            self.checkpoint(&mut logs, &begun, &current, &stats, true)
+                .await?;
         }
         Ok(Outcome {
             no_changes: false,
@@ -507,16 +522,23 @@ impl<S: Endpoint, T: Endpoint> Job<S, T> {
         Ok(())
     }
 
-    /// Records `current` in both checkpoint documents, source first.
+    /// Records `current` in both checkpoint documents, source first; `settled`: no batch
+    /// past `current` is in flight.
     async fn checkpoint(
         &self,
         logs: &mut Logs,
         begun: &Begun,
         current: &Value,
         stats: &Stats,
+        settled: bool,
     ) -> Result<()> {
         let log_id = format!("_local/{}", self.base_id);
-        let target_seq = match self.options.record_target_seq {
+        let record = match self.options.record_target_seq {
+            TargetSeq::Never => false,
+            TargetSeq::Always => true,
+            TargetSeq::Settled => settled,
+        };
+        let target_seq = match record {
             true => Some(
                 self.target
                     .info()

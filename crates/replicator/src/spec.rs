@@ -205,7 +205,7 @@ impl Request {
             create_target,
             create_target_params,
             requested_at: None,
-            record_target_seq: false,
+            record_target_seq: crate::job::TargetSeq::Never,
         };
         let by_id = cancel && id.is_some();
         let (source, target) = if by_id {

@@ -234,7 +234,7 @@ async fn push(
         base_id: checkpoint_id(copy, &config.node, other),
         options: Options {
             connection_timeout: PEER_TIMEOUT,
-            record_target_seq: true,
+            record_target_seq: settee_replicator::job::TargetSeq::Always,
             ..Options::default()
         },
         progress: Default::default(),

@@ -61,6 +61,11 @@ pub(crate) mod settings {
         std::time::Duration::from_secs(config.get_u64("reshard", "retry_interval_sec", 10))
     }
 
+    /// `update_shardmap_timeout_sec`: how long the step editing the map may take.
+    pub fn update_shardmap_timeout(config: &NodeConfig) -> std::time::Duration {
+        std::time::Duration::from_secs(config.get_u64("reshard", "update_shardmap_timeout_sec", 60))
+    }
+
     /// `delete_source`: whether a split copy is deleted once its halves replace it (read
     /// from `[mem3_reshard]`, where CouchDB 3.5.2 reads it, though its `default.ini` lists
     /// it under `[reshard]`).
@@ -101,6 +106,18 @@ pub fn jobs(cluster: &Cluster) -> Vec<SplitJob> {
 pub fn job(cluster: &Cluster, id: &str) -> Option<(SplitJob, i64)> {
     let (v, m) = cluster.reshard_record(&job_key(id))?;
     Some((SplitJob::from_stored(&v)?, m))
+}
+
+/// The completed jobs of database `db` (of creation `uuid`) forgotten once it is deleted,
+/// as CouchDB's `mem3_reshard` forgets them; jobs that had not finished stay, to fail and
+/// be read.
+pub async fn forget_completed(cluster: &Cluster, db: &str, uuid: &str) -> Result<()> {
+    let done = (jobs(cluster).into_iter())
+        .filter(|j| j.db == db && j.uuid == uuid && j.job_state == JobState::Completed);
+    for j in done {
+        cluster.delete_reshard(&job_key(&j.id)).await?;
+    }
+    Ok(())
 }
 
 /// The cluster-wide switch.

@@ -33,6 +33,7 @@ use settee_cluster::Cluster;
 use settee_replicator::endpoint::{
     Changes, Content, Doc, Endpoint, Fetch, Filter, Follows, Missing, PeerInfo, Wait, WriteFailure,
 };
+use settee_replicator::job::TargetSeq;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -306,23 +307,11 @@ impl Run<'_> {
                 Ok(())
             }
             "source_delete" if self.here => {
+                // The halves keep their checkpoints (as CouchDB's keep internal
+                // replication's): feeds that read the copy resume from them.
                 let delete = settings::delete_source(&self.node.config);
                 if delete && self.node.couch.exists(&j.source()) {
                     self.node.delete_db(&j.source())?;
-                }
-                for half in j.targets() {
-                    let checkpoint = format!("_local/{}", checkpoint_id(&half));
-                    if let Ok(db) = self.node.couch.get(&half) {
-                        let gone = settee_db::LocalUpdate {
-                            id: checkpoint,
-                            rev: None,
-                            deleted: true,
-                            body: Vec::new(),
-                        };
-                        if let Ok(rx) = db.update_local(gone) {
-                            let _ = rx.await;
-                        }
-                    }
                 }
                 Ok(())
             }
@@ -410,7 +399,17 @@ impl Run<'_> {
                 source,
                 target,
                 base_id: checkpoint_id(&half),
-                options: settee_replicator::job::Options::default(),
+                // Where the half stood at each checkpoint with no batch in flight, for
+                // feeds that read the copy (`coordinator::feed::resume_split`): not once
+                // the map names the halves (`topoff3`), when they take writes of their
+                // own that the copy never had.
+                options: settee_replicator::job::Options {
+                    record_target_seq: match j.split_state.as_str() {
+                        "topoff3" => TargetSeq::Never,
+                        _ => TargetSeq::Settled,
+                    },
+                    ..Default::default()
+                },
                 progress: progress.clone(),
                 stop,
             };
@@ -541,7 +540,22 @@ impl Run<'_> {
     /// Waits until every copy of the range has its halves, then replaces the range by its
     /// halves in the map (once: the edit is conditional, and a map split already is
     /// fine).
+    /// Edits the map once every copy's job of the range is ready for it, within
+    /// `[reshard] update_shardmap_timeout_sec` (then the step fails, to be tried again as
+    /// any failing step, as CouchDB's `update_shardmap` does when its edit times out).
     async fn update_shardmap(&self, j: &SplitJob) -> std::result::Result<(), Halt> {
+        let limit = settings::update_shardmap_timeout(&self.node.config);
+        match tokio::time::timeout(limit, self.update_shardmap_now(j)).await {
+            Ok(done) => done,
+            Err(_) => Err(Halt::Failed(format!(
+                "the map was not updated within {} s: the range's other copies' jobs were not \
+                 ready for it",
+                limit.as_secs()
+            ))),
+        }
+    }
+
+    async fn update_shardmap_now(&self, j: &SplitJob) -> std::result::Result<(), Halt> {
         let ready = |s: &SplitJob| {
             s.job_state == JobState::Completed
                 || job::step_index(&s.split_state) >= job::step_index("update_shardmap")
@@ -572,8 +586,10 @@ impl Run<'_> {
     }
 }
 
-/// The checkpoint of the copy into `half`.
-fn checkpoint_id(half: &str) -> String {
+/// The checkpoint of the split's copies into `half` (its id under `_local/`), kept in the
+/// half: its history maps the split copy's places to the half's (`target_seq`), for
+/// feeds that read the copy.
+pub fn checkpoint_id(half: &str) -> String {
     use md5::Digest;
     format!(
         "{CHECKPOINT}{}",

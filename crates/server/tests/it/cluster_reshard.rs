@@ -600,6 +600,9 @@ fn a_split_builds_the_halves_indexes() {
     assert_eq!(n1.put("/idx/_design/v", &ddoc.to_string()).status, 201);
     let index = json!({"index": {"fields": ["v"]}, "ddoc": "by-v", "name": "v"});
     assert_eq!(n1.post("/idx/_index", &index.to_string()).status, 200);
+    let before = n1.get("/idx/_changes").json();
+    assert_eq!(before["results"].as_array().map(Vec::len), Some(52));
+    let before = before["last_seq"].as_str().unwrap().to_owned();
 
     let r = n1.post(
         "/_reshard/jobs",
@@ -634,6 +637,26 @@ fn a_split_builds_the_halves_indexes() {
         "{}",
         r.text
     );
+
+    // A feed read up to before the split resumes on the halves where the split's copies
+    // into them vouch (CouchDB's `find_split_target_seq`): only what came since, on any
+    // member.
+    assert_eq!(n1.put("/idx/after", "{}").status, 201);
+    for n in &nodes {
+        let r = n.get(&format!("/idx/_changes?since={before}"));
+        assert_eq!(r.status, 200, "{}", r.text);
+        let rows = r.json()["results"].clone();
+        let ids: Vec<&str> = (rows.as_array().unwrap().iter())
+            .map(|row| row["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["after"], "{}", r.text);
+    }
+
+    // The database deleted: its completed job is forgotten, as CouchDB's.
+    assert_eq!(n1.delete("/idx").status, 200);
+    eventually("the completed job forgotten", || {
+        (jobs(&nodes[1]).iter()).all(|j| j["source"].as_str().is_none_or(|s| !s.contains("/idx.")))
+    });
 }
 
 #[test]
@@ -787,4 +810,40 @@ fn reshard_settings_are_read_as_couchdb_reads_them() {
             .collect();
         of_gone.len() == 3 && of_gone.iter().all(|j| j["job_state"] == "failed")
     });
+
+    // `update_shardmap_timeout_sec`: a job whose range's other copy's job is stopped waits
+    // for it that long at each try, then the step fails (and, out of retries, the job).
+    for n in &nodes {
+        set(n, "max_jobs", "48");
+        set(n, "update_shardmap_timeout_sec", "1");
+    }
+    assert_eq!(n1.put("/wait?q=1&n=2", "").status, 201);
+    assert_eq!(
+        n1.put("/_reshard/state", r#"{"state": "stopped"}"#).status,
+        200
+    );
+    let r = post(&nodes[2], json!({"type": "split", "db": "wait"}));
+    assert_eq!(r.status, 201, "{}", r.text);
+    let made = r.json();
+    let ids: Vec<&str> = (made.as_array().unwrap().iter())
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{made}");
+    let r = n1.put(
+        &format!("/_reshard/jobs/{}/state", ids[0]),
+        r#"{"state": "stopped"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(
+        n1.put("/_reshard/state", r#"{"state": "running"}"#).status,
+        200
+    );
+    eventually("the job waiting for its stopped sibling failed", || {
+        let j = n1.get(&format!("/_reshard/jobs/{}", ids[1])).json();
+        j["job_state"] == "failed"
+            && (j["state_info"]["reason"].as_str())
+                .is_some_and(|r| r.contains("the map was not updated within 1 s"))
+    });
+    let j = n1.get(&format!("/_reshard/jobs/{}", ids[0])).json();
+    assert_eq!(j["job_state"], "stopped", "{j}");
 }
