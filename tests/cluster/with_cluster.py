@@ -76,6 +76,16 @@ def tail(path, n=4000):
         return ""
 
 
+def warnings(path, most=60):
+    """The log's last `most` warnings and errors (a failure's cause is seldom in the tail)."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join([l for l in lines if l.startswith(("[warning]", "[error]"))][-most:])
+
+
 def main():
     args = sys.argv[1:]
     if args[:1] == ["--"]:
@@ -154,6 +164,7 @@ def main():
                 p.kill()
                 p.wait()
             if status != 0 and name.startswith("member"):
+                sys.stderr.write("---- %s's warnings and errors ----\n%s\n" % (name, warnings(log)))
                 sys.stderr.write("---- %s's log (tail) ----\n%s\n" % (name, tail(log)))
         shutil.rmtree(tmp, ignore_errors=True)
     return status
