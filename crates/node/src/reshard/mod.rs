@@ -61,11 +61,6 @@ pub(crate) mod settings {
         std::time::Duration::from_secs(config.get_u64("reshard", "retry_interval_sec", 10))
     }
 
-    /// `update_shardmap_timeout_sec`: how long the step editing the map may take.
-    pub fn update_shardmap_timeout(config: &NodeConfig) -> std::time::Duration {
-        std::time::Duration::from_secs(config.get_u64("reshard", "update_shardmap_timeout_sec", 60))
-    }
-
     /// `delete_source`: whether a split copy is deleted once its halves replace it (read
     /// from `[mem3_reshard]`, where CouchDB 3.5.2 reads it, though its `default.ini` lists
     /// it under `[reshard]`).

@@ -540,22 +540,7 @@ impl Run<'_> {
     /// Waits until every copy of the range has its halves, then replaces the range by its
     /// halves in the map (once: the edit is conditional, and a map split already is
     /// fine).
-    /// Edits the map once every copy's job of the range is ready for it, within
-    /// `[reshard] update_shardmap_timeout_sec` (then the step fails, to be tried again as
-    /// any failing step, as CouchDB's `update_shardmap` does when its edit times out).
     async fn update_shardmap(&self, j: &SplitJob) -> std::result::Result<(), Halt> {
-        let limit = settings::update_shardmap_timeout(&self.node.config);
-        match tokio::time::timeout(limit, self.update_shardmap_now(j)).await {
-            Ok(done) => done,
-            Err(_) => Err(Halt::Failed(format!(
-                "the map was not updated within {} s: the range's other copies' jobs were not \
-                 ready for it",
-                limit.as_secs()
-            ))),
-        }
-    }
-
-    async fn update_shardmap_now(&self, j: &SplitJob) -> std::result::Result<(), Halt> {
         let ready = |s: &SplitJob| {
             s.job_state == JobState::Completed
                 || job::step_index(&s.split_state) >= job::step_index("update_shardmap")

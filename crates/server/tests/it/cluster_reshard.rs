@@ -810,40 +810,4 @@ fn reshard_settings_are_read_as_couchdb_reads_them() {
             .collect();
         of_gone.len() == 3 && of_gone.iter().all(|j| j["job_state"] == "failed")
     });
-
-    // `update_shardmap_timeout_sec`: a job whose range's other copy's job is stopped waits
-    // for it that long at each try, then the step fails (and, out of retries, the job).
-    for n in &nodes {
-        set(n, "max_jobs", "48");
-        set(n, "update_shardmap_timeout_sec", "1");
-    }
-    assert_eq!(n1.put("/wait?q=1&n=2", "").status, 201);
-    assert_eq!(
-        n1.put("/_reshard/state", r#"{"state": "stopped"}"#).status,
-        200
-    );
-    let r = post(&nodes[2], json!({"type": "split", "db": "wait"}));
-    assert_eq!(r.status, 201, "{}", r.text);
-    let made = r.json();
-    let ids: Vec<&str> = (made.as_array().unwrap().iter())
-        .map(|e| e["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids.len(), 2, "{made}");
-    let r = n1.put(
-        &format!("/_reshard/jobs/{}/state", ids[0]),
-        r#"{"state": "stopped"}"#,
-    );
-    assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(
-        n1.put("/_reshard/state", r#"{"state": "running"}"#).status,
-        200
-    );
-    eventually("the job waiting for its stopped sibling failed", || {
-        let j = n1.get(&format!("/_reshard/jobs/{}", ids[1])).json();
-        j["job_state"] == "failed"
-            && (j["state_info"]["reason"].as_str())
-                .is_some_and(|r| r.contains("the map was not updated within 1 s"))
-    });
-    let j = n1.get(&format!("/_reshard/jobs/{}", ids[0])).json();
-    assert_eq!(j["job_state"], "stopped", "{j}");
 }
