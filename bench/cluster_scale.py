@@ -14,7 +14,9 @@ CPU. Then, on the cluster (`scale?q=Q&n=N`, default q=3, n=1) and on the single 
 - builds a view (JavaScript map `emit(doc.group, doc.n)`, `_sum`): the first query's time,
   checked against the sum inserted.
 
-Prints docs/s and build seconds for each, and the cluster/single ratios. Needs root (cgroups)
+Each phase starts once the four processes are idle (`settle`: the previous phase's
+flushes and compactions done). Prints docs/s and build seconds for each, and the
+cluster/single ratios. Needs root (cgroups)
 and the `etcd` binary. Standard library only.
 
     python3 bench/cluster_scale.py            # DOCS=100000 QUOTA=0.5 Q=3 N=1
@@ -125,6 +127,20 @@ def cpu_seconds(procs):
     return out
 
 
+def settle(procs, idle=0.05, most=120):
+    """Waits until the processes together use less than `idle` CPU seconds in a second (at
+    most `most` seconds): each measured phase starts without the previous one's background
+    work (RocksDB flushes and compactions) on the machine's two cores."""
+    deadline = time.time() + most
+    last = sum(cpu_seconds(procs))
+    while time.time() < deadline:
+        time.sleep(1)
+        now = sum(cpu_seconds(procs))
+        if now - last < idle:
+            return
+        last = now
+
+
 def insert(ports, db, bodies):
     work = list(enumerate(bodies))
     lock = threading.Lock()
@@ -194,17 +210,22 @@ def main():
         bodies = batches()
 
         settees = procs[1:]
+        settle(settees)
         before = cpu_seconds(settees)
         single_ins = insert([SINGLE], "scale", bodies)
-        between = cpu_seconds(settees)
+        after = cpu_seconds(settees)
+        single_cpu = after[3] - before[3]
+        settle(settees)
+        before = cpu_seconds(settees)
         cluster_ins = insert(MEMBERS, "scale", bodies)
         after = cpu_seconds(settees)
-        single_cpu = between[3] - before[3]
-        member_cpu = [after[i] - between[i] for i in range(3)]
+        member_cpu = [after[i] - before[i] for i in range(3)]
         for port in (SINGLE, MEMBERS[0]):
             count = Conn(port).req("GET", "/scale")[1]["doc_count"]
             assert count == DOCS, (port, count)
+        settle(settees)
         single_build = build(SINGLE, "scale")
+        settle(settees)
         cluster_build = build(MEMBERS[0], "scale")
 
         print(f"{DOCS} docs, each Settee held to {QUOTA} CPU, cluster q={Q} n={N}, "
