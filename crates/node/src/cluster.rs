@@ -209,7 +209,6 @@ impl Node {
             target,
             now,
         );
-        let wait = self.fabric_timeout(FabricWait::of(method, target, headers));
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|_| Error::bad_request("Bad method"))?;
         let mut request = peer_client()
@@ -219,6 +218,7 @@ impl Node {
         for (header, value) in headers {
             request = request.header(*header, *value);
         }
+        let wait = self.fabric_timeout(FabricWait::of(target, headers));
         if let Some(wait) = wait {
             request = request.timeout(wait);
         }
@@ -267,7 +267,6 @@ impl Node {
         let (key, default) = match kind {
             FabricWait::Request => ("request_timeout", Some(60_000)),
             FabricWait::Attachments => ("attachments_timeout", Some(600_000)),
-            FabricWait::AllDocsKeys => ("all_docs_timeout", Some(10_000)),
             FabricWait::View => ("view_timeout", None),
             FabricWait::PartitionView => ("partition_view_timeout", None),
         };
@@ -299,21 +298,13 @@ pub enum FabricWait {
     View,
     /// The same of a partition (`partition_view_timeout`, no limit).
     PartitionView,
-    /// Given documents of `_all_docs`, `_design_docs` or `_local_docs` (`keys`, which
-    /// CouchDB's coordinator reads each as a document: `all_docs_timeout`, 10 s).
-    AllDocsKeys,
 }
 
 impl FabricWait {
-    /// The wait of a `method` request for `target` (path and query) with `headers`
-    /// (lowercase name, value).
-    pub fn of(method: &str, target: &str, headers: &[(&str, &str)]) -> FabricWait {
+    /// The wait of a request for `target` (path and query) with `headers` (lowercase
+    /// name, value).
+    pub fn of(target: &str, headers: &[(&str, &str)]) -> FabricWait {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
-        let listed = ["/_all_docs", "/_design_docs", "/_local_docs"];
-        // The coordinator posts to these only with `keys`.
-        if method == "POST" && listed.iter().any(|end| path.ends_with(end)) {
-            return FabricWait::AllDocsKeys;
-        }
         let streams = path.contains("/_view/")
             || [
                 "/_find",
@@ -370,7 +361,7 @@ mod tests {
             ("content-type", "application/json"),
         ];
         let copy = "/shards%2F00000000-ffffffff%2Fdb.1";
-        let of = |tail: &str, h: &[(&str, &str)]| W::of("GET", &format!("{copy}{tail}"), h);
+        let of = |tail: &str, h: &[(&str, &str)]| W::of(&format!("{copy}{tail}"), h);
         assert_eq!(of("/_design/d/_view/v?limit=0", &json), W::View);
         assert_eq!(of("/_find", &json), W::View);
         assert_eq!(of("/_all_docs?include_docs=true", &json), W::View);
@@ -380,11 +371,6 @@ mod tests {
             W::PartitionView
         );
         assert_eq!(of("/_partition/p/_all_docs", &json), W::PartitionView);
-        for keyed in ["/_all_docs", "/_design_docs", "/_partition/p/_all_docs"] {
-            let target = format!("{copy}{keyed}?include_docs=true");
-            assert_eq!(W::of("POST", &target, &json), W::AllDocsKeys);
-        }
-        assert_eq!(W::of("POST", &format!("{copy}/_find"), &json), W::View);
         assert_eq!(of("/_purge", &json), W::Request);
         assert_eq!(of("/_design/d/_info", &json), W::Request);
         assert_eq!(of("/doc?r=1", &json), W::Request);
