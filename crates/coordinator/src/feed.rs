@@ -152,22 +152,7 @@ fn seq_of(at: &At) -> u64 {
 /// same instance: the same uuid prefix when both carry one), the feed has seen all of
 /// them, and resumes there. `None`: no entry vouches (the feed starts from 0).
 pub fn resume_on(history: &[Value], lost: &At) -> Option<At> {
-    let lost_uuid = match lost {
-        At::Stamped { uuid, .. } => Some(uuid),
-        _ => None,
-    };
-    (history.iter())
-        .filter_map(|entry| {
-            let target = copy_place(entry.get("target_seq")?, true);
-            let same = match (&target, lost_uuid) {
-                (At::Stamped { uuid, .. }, Some(lost)) => uuid == lost,
-                _ => true,
-            };
-            (same && seq_of(&target) <= seq_of(lost) && !matches!(target, At::Other(_)))
-                .then(|| copy_place(&entry["recorded_seq"], true))
-        })
-        .max_by_key(seq_of)
-        .filter(|at| seq_of(at) > 0)
+    vouched(history, lost, "target_seq", "recorded_seq")
 }
 
 /// Where a half may resume a feed that read the copy it was split from up to `whole`,
@@ -180,24 +165,29 @@ pub fn resume_on(history: &[Value], lost: &At) -> Option<At> {
 /// the copy's changes the feed has seen, so the half resumes at its `target_seq`.
 /// `None`: no entry vouches (the half starts from 0).
 pub fn resume_split(history: &[Value], whole: &At) -> Option<At> {
-    let whole_uuid = match whole {
+    vouched(history, whole, "recorded_seq", "target_seq")
+}
+
+/// Of `history`'s entries whose place `known` (a field: `recorded_seq`, `target_seq`) is
+/// not past `at`, on the same instance (the same uuid prefix when both carry one), the
+/// furthest place `resume` (the other field); `None` when none is, or it is 0.
+fn vouched(history: &[Value], at: &At, known: &str, resume: &str) -> Option<At> {
+    let instance = match at {
         At::Stamped { uuid, .. } => Some(uuid),
         _ => None,
     };
     (history.iter())
         .filter_map(|entry| {
-            let half = copy_place(entry.get("target_seq")?, true);
-            let copied = copy_place(&entry["recorded_seq"], true);
-            let same = match (&copied, whole_uuid) {
-                (At::Stamped { uuid, .. }, Some(whole)) => uuid == whole,
+            let seen = copy_place(entry.get(known)?, true);
+            let same = match (&seen, instance) {
+                (At::Stamped { uuid, .. }, Some(at)) => uuid == at,
                 _ => true,
             };
-            (same && seq_of(&copied) <= seq_of(whole) && !matches!(half, At::Other(_)))
-                .then_some((seq_of(&copied), half))
+            let there = copy_place(entry.get(resume)?, true);
+            (same && seq_of(&seen) <= seq_of(at)).then_some(there)
         })
-        .max_by_key(|(copied, _)| *copied)
-        .map(|(_, half)| half)
-        .filter(|at| seq_of(at) > 0)
+        .max_by_key(seq_of)
+        .filter(|place| seq_of(place) > 0)
 }
 
 /// The `since` a copy on `node` is asked from. A copy is a database of one range whose
