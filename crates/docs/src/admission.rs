@@ -268,11 +268,6 @@ impl Admission {
         doc: &mut ParsedDoc,
         old: Option<&Map<String, Value>>,
     ) -> Result<()> {
-        let (body, stubs) = settee_core::split_stored(&doc.body);
-        let stubs = stubs.map(<[u8]>::to_vec);
-        let mut body: Map<String, Value> = serde_json::from_slice(body)
-            .map_err(|_| Error::BadRequest("invalid document body".into()))?;
-        body.insert("_id".into(), Value::String(id.to_string()));
         let w = UserWrite {
             id,
             deleted: doc.deleted,
@@ -282,24 +277,38 @@ impl Admission {
             rules: &self.settings.passwords,
         };
         let auth_rules = matches!(&self.validator, Some(l) if l.auth_rules);
-        let hashes = matches!(body.get("password"), Some(Value::String(_)))
-            && self.settings.passwords.scheme == "pbkdf2";
-        let refused = |e| match e {
-            UsersError::NotFound => Error::Db(settee_db::Error::NotFound("missing")),
-            UsersError::Denied(d) => d.into(),
-        };
-        users::before_update(&w, &mut body).map_err(refused)?;
-        if hashes {
-            settee_metrics::global().password_hashing_slow.inc();
-        }
-        if auth_rules {
-            users::validate(&w, &body).map_err(refused)?;
-        }
-        body.shift_remove("_id");
-        doc.body =
-            settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
-        Ok(())
+        prepare_user_doc(doc, &w, auth_rules)
     }
+}
+
+/// Users database document `doc` (of id `w.id`) as `couch_users_db:before_doc_update`
+/// leaves it — a new `password` replaced by its hash (counted as a slow hashing) — then
+/// checked by the rules of `_design/_auth` when `auth_rules`. A node's writes to its
+/// users databases take it, and so does a cluster's coordinator, which hashes once before
+/// the copies are written.
+pub fn prepare_user_doc(doc: &mut ParsedDoc, w: &UserWrite, auth_rules: bool) -> Result<()> {
+    let (body, stubs) = settee_core::split_stored(&doc.body);
+    let stubs = stubs.map(<[u8]>::to_vec);
+    let mut body: Map<String, Value> = serde_json::from_slice(body)
+        .map_err(|_| Error::BadRequest("invalid document body".into()))?;
+    body.insert("_id".into(), Value::String(w.id.to_string()));
+    let hashes =
+        matches!(body.get("password"), Some(Value::String(_))) && w.rules.scheme == "pbkdf2";
+    let refused = |e| match e {
+        UsersError::NotFound => Error::Db(settee_db::Error::NotFound("missing")),
+        UsersError::Denied(d) => d.into(),
+    };
+    users::before_update(w, &mut body).map_err(refused)?;
+    if hashes {
+        settee_metrics::global().password_hashing_slow.inc();
+    }
+    if auth_rules {
+        users::validate(w, &body).map_err(refused)?;
+    }
+    body.shift_remove("_id");
+    doc.body =
+        settee_core::join_stored(&serde_json::to_vec(&body).expect("json"), stubs.as_deref());
+    Ok(())
 }
 
 impl Admission {

@@ -15,7 +15,7 @@ mod design;
 mod designs;
 mod error;
 
-pub use admission::Admission;
+pub use admission::{prepare_user_doc, Admission};
 pub use atts::{Compression, Followed, StoredAtts, Written};
 pub use design::validate_design;
 pub use designs::{ClusterDesigns, DesignEntry, DesignSet, Validating};
