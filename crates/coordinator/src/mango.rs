@@ -150,7 +150,7 @@ impl Coordinator {
         }
         let ms = started.elapsed().as_micros() as f64 / 1000.0;
         let shown = opts.execution_stats.then_some((&stats, ms));
-        let tail = body_tail(bookmark, shown, &warnings);
+        let tail = body_tail(bookmark, shown, &warnings, None);
         out(tail.as_bytes());
         Ok(())
     }

@@ -206,8 +206,14 @@ pub fn bookmark_after(last: Option<&Bookmark>, given: Option<&String>) -> String
 }
 
 /// A `_find` body's end after its rows, in CouchDB's framing: the bookmark, the execution
-/// statistics when asked for (with the milliseconds taken), the warnings.
-pub fn body_tail(bookmark: String, stats: Option<(&Stats, f64)>, warnings: &[String]) -> String {
+/// statistics when asked for (with the milliseconds taken), the warnings, and for a
+/// coordinator where the copy's json index stands (`update_seq`, Settee's own).
+pub fn body_tail(
+    bookmark: String,
+    stats: Option<(&Stats, f64)>,
+    warnings: &[String],
+    update_seq: Option<u64>,
+) -> String {
     let mut tail = format!("\r\n],\r\n\"bookmark\": {}", Value::String(bookmark));
     if let Some((s, ms)) = stats {
         let stats = json!({
@@ -222,6 +228,9 @@ pub fn body_tail(bookmark: String, stats: Option<(&Stats, f64)>, warnings: &[Str
     if !warnings.is_empty() {
         let warning = Value::String(warnings.join("\n"));
         tail.push_str(&format!(",\r\n\"warning\": {warning}"));
+    }
+    if let Some(seq) = update_seq {
+        tail.push_str(&format!(",\r\n\"update_seq\": {seq}"));
     }
     tail.push_str("}\r\n");
     tail
@@ -402,15 +411,10 @@ fn run(
         m.mango_too_many_docs_scanned.inc();
         warnings.push(w.into());
     }
-    let mut tail = body_tail(bookmark, opts.execution_stats.then_some((s, ms)), &warnings);
-    if let (true, Some(seq)) = (r.keyed, r.index_seq) {
-        // For the coordinator (`Coordinator::build_others`): where this copy's index
-        // stands.
-        tail.insert_str(
-            tail.len() - "}\r\n".len(),
-            &format!(",\r\n\"update_seq\": {seq}"),
-        );
-    }
+    // For a coordinator (`Coordinator::build_others`): where this copy's index stands.
+    let index_seq = r.index_seq.filter(|_| r.keyed);
+    let stats = opts.execution_stats.then_some((s, ms));
+    let tail = body_tail(bookmark, stats, &warnings, index_seq);
     (r.out)(tail.as_bytes());
     Ok(())
 }
