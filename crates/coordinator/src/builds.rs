@@ -53,8 +53,8 @@ impl Coordinator {
         target: impl Fn(&str) -> String,
         body: impl FnOnce() -> Value,
     ) {
-        let mut body = Some(body);
-        let mut bytes: Option<Bytes> = None;
+        // Made once, for the first range whose other copies are asked.
+        let bytes = std::cell::LazyCell::new(|| Bytes::from(body().to_string()));
         for answer in answers {
             let Some(copies) = map.by_range.iter().find(|c| c.range == answer.range) else {
                 continue;
@@ -66,12 +66,6 @@ impl Coordinator {
             if !self.builds.news(format!("{index}\0{}", answer.range), at) {
                 continue;
             }
-            let bytes = bytes
-                .get_or_insert_with(|| {
-                    let body = body.take().expect("the body is made once");
-                    Bytes::from(body().to_string())
-                })
-                .clone();
             let target = target(&answer.range);
             for node in copies.nodes.iter().filter(|n| **n != answer.node) {
                 // Not awaited: the task finishes on its own.
@@ -80,7 +74,7 @@ impl Coordinator {
                     "POST",
                     target.clone(),
                     None,
-                    Some(bytes.clone()),
+                    Some((*bytes).clone()),
                     None,
                 ));
             }
