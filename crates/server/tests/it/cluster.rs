@@ -901,13 +901,7 @@ fn a_feed_resumes_on_another_copy_where_internal_replication_vouches() {
         membership(&nodes[1]).0.as_array().unwrap().len() == 2
     });
     assert_eq!(nodes[1].put("/fdb/late", "{}").status, 201);
-    let r = nodes[1].get(&format!("/fdb/_changes?since={since}"));
-    assert_eq!(r.status, 200, "{}", r.text);
-    let results = r.json()["results"].clone();
-    let ids: Vec<&str> = (results.as_array().unwrap().iter())
-        .map(|c| c["id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["late"], "{}", r.text);
+    assert_eq!(changes_ids_since(&nodes[1], "fdb", &since), ["late"]);
 }
 
 #[test]

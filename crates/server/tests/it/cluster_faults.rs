@@ -260,8 +260,7 @@ fn fabric_timeouts_bound_what_a_member_waits_for() {
 
     // One copy, on a member other than the coordinator.
     let copies = create_clustered(&nodes, 0, "tdb", "q=1&n=1");
-    let shards = nodes[0].get("/tdb/_shards").json();
-    let holder = shards["shards"][&copies[0].0][0]
+    let holder = shards(&nodes[0], "tdb")[&copies[0].0][0]
         .as_str()
         .unwrap()
         .to_string();

@@ -6,7 +6,8 @@
 use crate::common;
 use common::cli::{admin_url, ok, settee};
 use common::cluster::{
-    enc, eventually, keep_writing, member, membership, shards, three_members, NAMES,
+    changes_ids_since, enc, eventually, keep_writing, member, membership, shards, three_members,
+    NAMES,
 };
 use common::{Resp, Server};
 use serde_json::{json, Value};
@@ -643,13 +644,7 @@ fn a_split_builds_the_halves_indexes() {
     // member.
     assert_eq!(n1.put("/idx/after", "{}").status, 201);
     for n in &nodes {
-        let r = n.get(&format!("/idx/_changes?since={before}"));
-        assert_eq!(r.status, 200, "{}", r.text);
-        let rows = r.json()["results"].clone();
-        let ids: Vec<&str> = (rows.as_array().unwrap().iter())
-            .map(|row| row["id"].as_str().unwrap())
-            .collect();
-        assert_eq!(ids, ["after"], "{}", r.text);
+        assert_eq!(changes_ids_since(n, "idx", &before), ["after"]);
     }
 
     // The database deleted: its completed job is forgotten, as CouchDB's.

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::cluster::{eventually, eventually_within, three_members, NAMES};
+use common::cluster::{eventually, eventually_within, shards, three_members, NAMES};
 use common::{basic, Server, ADMIN};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -166,7 +166,10 @@ fn a_clustered_authentication_db() {
     assert!(stored.get("password").is_none(), "{stored}");
     assert_eq!(stored["password_scheme"], "pbkdf2");
     // Every member logs dan in: the one holding the copy reads its own, the others ask it.
-    let holder = shards_of(&nodes[0], "adb");
+    let holder = shards(&nodes[0], "adb")["00000000-ffffffff"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut asked_another = false;
     for (n, name) in nodes.iter().zip(NAMES) {
         asked_another |= name != holder;
@@ -199,11 +202,4 @@ fn a_clustered_authentication_db() {
         "{}",
         r.text
     );
-}
-
-/// The member holding `db`'s one copy.
-fn shards_of(s: &Server, db: &str) -> String {
-    let v = s.get(&format!("/{db}/_shards")).json();
-    let (_, nodes) = v["shards"].as_object().unwrap().iter().next().unwrap();
-    nodes[0].as_str().unwrap().to_owned()
 }

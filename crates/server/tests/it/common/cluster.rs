@@ -101,6 +101,15 @@ pub fn shards(s: &Server, db: &str) -> Value {
     r.json()["shards"].clone()
 }
 
+/// The ids of `db`'s `_changes` rows since `since`, asked of `s`.
+pub fn changes_ids_since(s: &Server, db: &str, since: &str) -> Vec<String> {
+    let r = s.get(&format!("/{db}/_changes?since={since}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    (r.json()["results"].as_array().unwrap().iter())
+        .map(|c| c["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// A shard copy's name (`shards/{range}/{db}.{created}`) as one path segment.
 pub fn enc(s: &str) -> String {
     s.replace('/', "%2F")
