@@ -165,10 +165,21 @@ impl ShardMap {
     /// The copies of the range holding document `id` (ranges by their names: a split
     /// leaves them of unequal widths).
     pub fn copies_of(&self, id: &str) -> &Copies {
-        let h = shards::hash(id, self.partitioned);
-        (self.by_range.iter())
-            .find(|c| shards::parse_range(&c.range).is_some_and(|(s, e)| (s..=e).contains(&h)))
-            .expect("the ranges cover the ring")
+        self.copies_finder()(id)
+    }
+
+    /// [`Self::copies_of`] for many documents: the ranges' names read once.
+    pub fn copies_finder<'a>(&'a self) -> impl Fn(&str) -> &'a Copies + 'a {
+        let bounds: Vec<(u32, u32)> = (self.by_range.iter())
+            .map(|c| shards::parse_range(&c.range).unwrap_or((1, 0)))
+            .collect();
+        move |id| {
+            let h = shards::hash(id, self.partitioned);
+            let i = (bounds.iter())
+                .position(|(s, e)| (s..=e).contains(&&h))
+                .expect("the ranges cover the ring");
+            &self.by_range[i]
+        }
     }
 
     /// This map with `range` replaced by its two halves ([`shards::split_range`]), each

@@ -110,7 +110,7 @@ pub(crate) struct Hook {
     pub(crate) node: Weak<Node>,
     pub(crate) security: Arc<crate::security::SecurityCache>,
     pub(crate) designs: Arc<Designs>,
-    pub(crate) render_bulk: crate::RenderBulk,
+    pub(crate) render_error: crate::RenderError,
     pub(crate) builds: Arc<crate::builds::Builds>,
 }
 
@@ -121,7 +121,7 @@ impl Hook {
             node: self.node.upgrade()?,
             security: self.security.clone(),
             designs: self.designs.clone(),
-            render_bulk: self.render_bulk,
+            render_error: self.render_error,
             builds: self.builds.clone(),
         })
     }

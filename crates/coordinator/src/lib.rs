@@ -62,7 +62,7 @@ mod writes;
 
 use bytes::Bytes;
 use futures_util::future::{join_all, BoxFuture};
-use merge::{ReadOutcome, Reply, WriteOutcome};
+use merge::{EntryReply, ReadOutcome, Reply, WriteOutcome};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use settee_auth::UserCtx;
@@ -97,15 +97,18 @@ pub struct Coordinator {
     security: Arc<security::SecurityCache>,
     /// Clustered databases' design documents, validating writes to this member's copies.
     designs: Arc<ddocs::Designs>,
-    render_bulk: RenderBulk,
+    render_error: RenderError,
     /// Where the other copies of each index were last asked to build to ([`builds`]).
     builds: Arc<builds::Builds>,
 }
 
-/// How the HTTP layer answers a `_bulk_docs` (status, JSON body): a range's copy on this
-/// member is written in-process, with no request and no second parse of its documents,
-/// and its answer is read as another member's would be.
-pub type RenderBulk = fn(Result<BulkAnswer>) -> (u16, Value);
+/// How the HTTP layer answers an error (status, JSON body): a range's copy on this
+/// member is written in-process by `_bulk_docs`, with no request and no second parse of
+/// its documents, and its refusals are read as another member's would be.
+pub type RenderError = fn(Error) -> (u16, Value);
+
+/// A copy's `_bulk_docs` answer: its entries, or the reply that failed the whole request.
+type BulkReply = std::result::Result<Vec<merge::BulkEntry>, Reply>;
 
 /// How long a decided write waits for its other copies before it answers (see
 /// `Coordinator::ask_until`).
@@ -119,19 +122,19 @@ const DEFAULT_N: u32 = 3;
 impl Coordinator {
     /// The coordinator of `node`, which from now on validates writes to its shard
     /// copies with their clustered databases' design documents ([`ddocs`]).
-    pub fn new(node: Arc<Node>, render_bulk: RenderBulk) -> Coordinator {
+    pub fn new(node: Arc<Node>, render_error: RenderError) -> Coordinator {
         let coordinator = Coordinator {
             node,
             security: Default::default(),
             designs: Default::default(),
-            render_bulk,
+            render_error,
             builds: Default::default(),
         };
         let hook = ddocs::Hook {
             node: Arc::downgrade(&coordinator.node),
             security: coordinator.security.clone(),
             designs: coordinator.designs.clone(),
-            render_bulk,
+            render_error,
             builds: coordinator.builds.clone(),
         };
         coordinator.node.set_cluster_designs(Arc::new(hook));
@@ -242,15 +245,74 @@ impl Coordinator {
     }
 
     /// `_bulk_docs` of `copy`, this member's copy of a range, in-process on a task of its
-    /// own: answered as the copy's member answers it over HTTP ([`RenderBulk`]). The
-    /// coordinator has authorized `user` on the clustered database, whose security object
-    /// every copy holds; the node validates each document as for a request.
-    fn bulk_here(&self, copy: String, user: &UserCtx, req: BulkDocs) -> JoinHandle<Reply> {
-        let (node, user, render) = (self.node.clone(), user.clone(), self.render_bulk);
+    /// own: its entries as another member's answer gives them, refusals in the HTTP
+    /// layer's words ([`RenderError`]). The coordinator has authorized `user` on the
+    /// clustered database, whose security object every copy holds; the node validates
+    /// each document as for a request.
+    fn bulk_here(&self, copy: String, user: &UserCtx, req: BulkDocs) -> JoinHandle<BulkReply> {
+        let (node, user, render) = (self.node.clone(), user.clone(), self.render_error);
         tokio::spawn(async move {
-            let answer = Fabric::bulk_docs(&node, &copy, &user, req).await;
-            let (status, body) = render(answer);
-            Reply::Answered { status, body }
+            let entries = match Fabric::bulk_docs(&node, &copy, &user, req).await {
+                Ok(BulkAnswer::Entries(entries)) => entries,
+                Ok(BulkAnswer::AllOrNothingRefused(_)) => {
+                    let why = "a copy refused all_or_nothing, which copies are not sent";
+                    return Err(Reply::Unreachable(why.into()));
+                }
+                Err(e) => {
+                    let (status, body) = render(e);
+                    return Err(Reply::Answered { status, body });
+                }
+            };
+            let entry = |ok, id, rev| merge::BulkEntry {
+                ok,
+                id: Some(id),
+                rev,
+                ..Default::default()
+            };
+            Ok((entries.into_iter())
+                .map(|e| match e {
+                    BulkEntry::Written { id, rev } | BulkEntry::Accepted { id, rev } => {
+                        entry(true, id, Some(rev))
+                    }
+                    BulkEntry::Failed { id, rev, error } => {
+                        let (_, mut body) = render(error);
+                        merge::BulkEntry {
+                            error: body["error"].as_str().map(str::to_owned),
+                            reason: Some(body["reason"].take()),
+                            ..entry(false, id, rev)
+                        }
+                    }
+                })
+                .collect())
+        })
+    }
+
+    /// `_bulk_docs` of `member`'s copy of a range at `path`, on a task of its own: the
+    /// documents as this member parsed them ([`parsed_docs`]), the answer's entries read
+    /// as typed fields.
+    fn bulk_there(
+        &self,
+        member: String,
+        path: String,
+        user: &UserCtx,
+        body: Bytes,
+    ) -> JoinHandle<BulkReply> {
+        let (node, user) = (self.node.clone(), user.clone());
+        tokio::spawn(async move {
+            let headers = [
+                ("content-type", parsed_docs::MEDIA_TYPE),
+                ("accept", "application/json"),
+            ];
+            let answer = node
+                .peer_raw(&member, "POST", &path, Some(&user), &headers, body)
+                .await;
+            match answer {
+                Ok(Some(a)) if (200..300).contains(&a.status) => serde_json::from_slice(&a.body)
+                    .map_err(|e| {
+                        Reply::Unreachable(format!("{member} answered _bulk_docs with {e}"))
+                    }),
+                answer => Err(reply_of(&member, answer)),
+            }
         })
     }
 
@@ -435,20 +497,14 @@ impl Coordinator {
         // Documents by range, in request order within each.
         let mut by_range: std::collections::BTreeMap<&str, (&Copies, Vec<usize>)> =
             Default::default();
+        let copies_of = map.copies_finder();
         for (i, id) in ids.iter().enumerate() {
-            let copies = map.copies_of(id);
+            let copies = copies_of(id);
             (by_range.entry(&copies.range))
                 .or_insert_with(|| (copies, Vec::new()))
                 .1
                 .push(i);
         }
-        let parsed_headers = Arc::new(vec![
-            (
-                "content-type".to_owned(),
-                parsed_docs::MEDIA_TYPE.to_owned(),
-            ),
-            ("accept".to_owned(), "application/json".to_owned()),
-        ]);
         // Every range's copies at once; each document's quorum and its copies' answers.
         // Each range's document ids, in the order its copies are sent them.
         let range_ids: Vec<Vec<&str>> = (by_range.values())
@@ -463,75 +519,69 @@ impl Coordinator {
                     Bytes::from(parsed_docs::write(docs, req.new_edits))
                 });
                 let path = format!("{}/_bulk_docs", copy_path(map, db, range));
-                let tasks = (copies.nodes.iter())
-                    .map(|member| match self.me() == Some(member.as_str()) {
+                let new_edits = req.new_edits;
+                let tasks = (copies.nodes.iter()).map(|member| {
+                    let task = match self.me() == Some(member.as_str()) {
                         true => {
                             let here = BulkDocs {
                                 docs: docs.iter().map(|i| req.docs[*i].clone()).collect(),
-                                new_edits: req.new_edits,
+                                new_edits,
                                 all_or_nothing: false,
                                 w: None,
                             };
                             self.bulk_here(map.copy_name(db, range), user, here)
                         }
                         false => {
-                            let (member, path, body) =
-                                (member.clone(), path.clone(), (*body).clone());
-                            let headers = Some(parsed_headers.clone());
-                            self.spawn_ask(member, "POST", path, Some(user), Some(body), headers)
+                            self.bulk_there(member.clone(), path.clone(), user, (*body).clone())
                         }
-                    })
-                    .collect();
+                    };
+                    // Each document's reply, once, as the copy answers.
+                    async move {
+                        let answer =
+                            (task.await).unwrap_or_else(|e| Err(Reply::Unreachable(e.to_string())));
+                        merge::bulk_replies(answer, range_ids, new_edits)
+                    }
+                });
                 let w = merge::quorum_or(req.w, copies.nodes.len());
-                let new_edits = req.new_edits;
                 // Decided once every document of the range is: written on `w` copies, or
                 // every copy answered.
-                let decided = move |replies: &[Option<Reply>]| {
-                    if replies.iter().all(Option::is_some) {
-                        return true;
-                    }
-                    let mut written = vec![0; range_ids.len()];
-                    for reply in replies.iter().flatten() {
-                        let each = merge::bulk_written(reply, range_ids, new_edits);
-                        for (n, ok) in written.iter_mut().zip(each) {
-                            *n += usize::from(ok);
-                        }
-                    }
-                    written.iter().all(|n| *n >= w)
+                let decided = move |replies: &[Option<Vec<EntryReply>>]| {
+                    replies.iter().all(Option::is_some)
+                        || (0..range_ids.len()).all(|k| {
+                            let written = replies.iter().flatten().filter(|r| r[k].written());
+                            written.count() >= w
+                        })
                 };
-                until_decided(tasks, decided)
+                until_decided_of(tasks.collect(), decided)
             },
         ))
         .await;
         // Each document's quorum and its copies' replies.
-        let mut per_doc: Vec<(usize, Vec<Reply>)> = vec![(0, Vec::new()); ids.len()];
-        for (((copies, docs), range_ids), replies) in by_range.values().zip(&range_ids).zip(ranges)
-        {
+        let mut per_doc: Vec<(usize, Vec<EntryReply>)> = vec![(0, Vec::new()); ids.len()];
+        for ((copies, docs), replies) in by_range.values().zip(ranges) {
             let w = merge::quorum_or(req.w, copies.nodes.len());
             for i in docs {
                 per_doc[*i].0 = w;
             }
-            for reply in replies.into_iter().flatten() {
-                let split = merge::bulk_entries(reply, range_ids, req.new_edits);
-                for (i, reply) in docs.iter().zip(split) {
+            for each in replies.into_iter().flatten() {
+                for (i, reply) in docs.iter().zip(each) {
                     per_doc[*i].1.push(reply);
                 }
             }
         }
         let mut entries = Vec::with_capacity(ids.len());
-        for (i, (w, replies)) in per_doc.iter().enumerate() {
-            let id = ids[i].clone();
-            let outcome = merge::write(replies, *w);
+        for (id, (w, replies)) in ids.into_iter().zip(&per_doc) {
+            let outcome = merge::bulk_write(replies, *w);
             entries.push(match outcome {
                 // A replicated revision written: no entry, as CouchDB.
-                _ if !req.new_edits && replies.iter().any(merge::replicated_ok) => continue,
+                _ if !req.new_edits && replies.contains(&EntryReply::Replicated) => continue,
                 WriteOutcome::Ok(rev) => BulkEntry::Written {
                     id,
-                    rev: rev.to_string(),
+                    rev: rev.to_owned(),
                 },
                 WriteOutcome::Accepted(rev) => BulkEntry::Accepted {
                     id,
-                    rev: rev.to_string(),
+                    rev: rev.to_owned(),
                 },
                 WriteOutcome::Refused { status, body } => BulkEntry::Failed {
                     id,
@@ -732,11 +782,25 @@ async fn until_decided(
     tasks: Vec<tokio::task::JoinHandle<Reply>>,
     decided: impl Fn(&[Option<Reply>]) -> bool,
 ) -> Vec<Option<Reply>> {
+    let tasks = (tasks.into_iter())
+        .map(|task| async {
+            task.await
+                .unwrap_or_else(|e| Reply::Unreachable(e.to_string()))
+        })
+        .collect();
+    until_decided_of(tasks, decided).await
+}
+
+/// [`until_decided`] of any kind of reply.
+async fn until_decided_of<T>(
+    tasks: Vec<impl std::future::Future<Output = T>>,
+    decided: impl Fn(&[Option<T>]) -> bool,
+) -> Vec<Option<T>> {
     let mut pending: futures_util::stream::FuturesUnordered<_> = (tasks.into_iter())
         .enumerate()
         .map(|(i, task)| async move { (i, task.await) })
         .collect();
-    let mut replies: Vec<Option<Reply>> = vec![None; pending.len()];
+    let mut replies: Vec<Option<T>> = (0..pending.len()).map(|_| None).collect();
     let mut grace: Option<tokio::time::Instant> = None;
     loop {
         let next = futures_util::StreamExt::next(&mut pending);
@@ -748,7 +812,7 @@ async fn until_decided(
             },
         };
         let Some((i, reply)) = got else { break };
-        replies[i] = Some(reply.unwrap_or_else(|e| Reply::Unreachable(e.to_string())));
+        replies[i] = Some(reply);
         if grace.is_none() && decided(&replies) {
             grace = Some(tokio::time::Instant::now() + QUORUM_GRACE);
         }

@@ -1,6 +1,7 @@
 //! How the copies' answers combine (CouchDB's `fabric_doc_update`, `fabric_doc_open`,
 //! `fabric_db_info`). Pure: the answers in, the client's answer out.
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use settee_core::Rev;
 use std::cmp::Ordering;
@@ -26,8 +27,8 @@ pub fn write_decided(replies: &[Option<Reply>], w: usize) -> bool {
 }
 
 /// The first copy's refusal when none did what was asked: the client's to hear.
-pub fn first_refusal(replies: &[Reply]) -> Option<(u16, &Value)> {
-    replies.iter().find_map(|r| match r {
+pub fn first_refusal<'a>(replies: impl IntoIterator<Item = &'a Reply>) -> Option<(u16, &'a Value)> {
+    replies.into_iter().find_map(|r| match r {
         Reply::Answered { status, body } => Some((*status, body)),
         Reply::Unreachable(_) | Reply::TimedOut(_) => None,
     })
@@ -42,13 +43,15 @@ pub enum Reply {
     TimedOut(String),
 }
 
-/// The combined answer to a single-document write.
+/// The combined answer to a document write: `R` is the revision written, parsed for a
+/// single write ([`write`]), as the copies render it for each document of a `_bulk_docs`
+/// ([`bulk_write`]).
 #[derive(Debug, PartialEq)]
-pub enum WriteOutcome {
+pub enum WriteOutcome<R = Rev> {
     /// At least `w` copies hold the revision.
-    Ok(Rev),
+    Ok(R),
     /// At least one copy, fewer than `w`, holds it (CouchDB's 202 `accepted`).
-    Accepted(Rev),
+    Accepted(R),
     /// No copy took it: the copies' common answer (or the first, when they differ).
     Refused { status: u16, body: Value },
     /// No copy answered.
@@ -58,7 +61,8 @@ pub enum WriteOutcome {
 /// Combines the copies' answers to a document write, in the order they came, for quorum
 /// `w`: `w` copies holding the revision are a success, fewer (but one) an acceptance, as
 /// CouchDB's `fabric_doc_update` decides. A copy that took the edit outweighs those that
-/// refused it (they become conflicts internal replication resolves).
+/// refused it (they catch up by internal replication); with none, the first refusal is
+/// the answer.
 pub fn write(replies: &[Reply], w: usize) -> WriteOutcome {
     // Copies write revisions as one node renders them: equal revisions are equal text,
     // so only the first is parsed.
@@ -69,13 +73,22 @@ pub fn write(replies: &[Reply], w: usize) -> WriteOutcome {
     let first = (written.by_ref()).find_map(|text| Some((text, Rev::parse(text).ok()?)));
     if let Some((text, first)) = first {
         let agreeing = 1 + written.filter(|t| *t == text).count();
-        return if agreeing >= w {
-            WriteOutcome::Ok(first)
-        } else {
-            WriteOutcome::Accepted(first)
-        };
+        return quorum_outcome(first, agreeing, w);
     }
-    match first_refusal(replies) {
+    not_written(replies.iter())
+}
+
+fn quorum_outcome<R>(rev: R, agreeing: usize, w: usize) -> WriteOutcome<R> {
+    if agreeing >= w {
+        WriteOutcome::Ok(rev)
+    } else {
+        WriteOutcome::Accepted(rev)
+    }
+}
+
+/// The outcome of a write no copy took: the first refusal, else why none answered.
+fn not_written<'a, R>(replies: impl Iterator<Item = &'a Reply> + Clone) -> WriteOutcome<R> {
+    match first_refusal(replies.clone()) {
         Some((status, body)) => WriteOutcome::Refused {
             status,
             body: body.clone(),
@@ -84,9 +97,8 @@ pub fn write(replies: &[Reply], w: usize) -> WriteOutcome {
     }
 }
 
-fn unreachable_reason(replies: &[Reply]) -> String {
-    let why: Vec<&str> = replies
-        .iter()
+fn unreachable_reason<'a>(replies: impl IntoIterator<Item = &'a Reply>) -> String {
+    let why: Vec<&str> = (replies.into_iter())
         .filter_map(|r| match r {
             Reply::Unreachable(why) | Reply::TimedOut(why) => Some(why.as_str()),
             Reply::Answered { .. } => None,
@@ -95,98 +107,128 @@ fn unreachable_reason(replies: &[Reply]) -> String {
     format!("no copy answered: {}", why.join("; "))
 }
 
-/// A copy's `_bulk_docs` answer to documents `ids` (in the order sent), as each one's
-/// single-write reply: its entry with the status a single write would have had. A
-/// replicated write (`new_edits=false`) that succeeded has no entry: a 201 without a body
-/// then. A failed request (or no answer) is every document's reply. The entries are moved
-/// out of the answer, not copied.
-pub fn bulk_entries(reply: Reply, ids: &[&str], new_edits: bool) -> Vec<Reply> {
-    let entries = match reply {
-        Reply::Answered { status, body } if (200..300).contains(&status) => match body {
-            Value::Array(entries) => entries,
-            _ => Vec::new(),
-        },
-        other => return vec![other; ids.len()],
+/// One entry of a copy's `_bulk_docs` answer, read from its JSON as typed fields (no
+/// JSON object per entry: a range's copies answer thousands of them), or made from the
+/// answer of this member's copy.
+#[derive(Debug, Default, Deserialize)]
+pub struct BulkEntry {
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub rev: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub reason: Option<Value>,
+}
+
+/// One document's reply from one copy to a range's `_bulk_docs`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EntryReply {
+    /// Written: the revision as the copy renders it.
+    Written(String),
+    /// A replicated revision (`new_edits=false`) written or held already: CouchDB's
+    /// answer has no entry for it.
+    Replicated,
+    /// Refused (its entry, with the status a single write would have had), or the whole
+    /// request failed or went unanswered.
+    Other(Reply),
+}
+
+impl EntryReply {
+    /// Whether the copy holds the document's edit.
+    pub fn written(&self) -> bool {
+        matches!(self, EntryReply::Written(_) | EntryReply::Replicated)
+    }
+}
+
+/// A copy's `_bulk_docs` answer to documents `ids` (in the order sent): its entries, or
+/// the reply that failed the whole request. Each document's reply, in the order of
+/// `ids`; a replicated write (`new_edits=false`) has entries for failures only, found by
+/// id (the first for an id).
+pub fn bulk_replies(
+    answer: Result<Vec<BulkEntry>, Reply>,
+    ids: &[&str],
+    new_edits: bool,
+) -> Vec<EntryReply> {
+    let entries = match answer {
+        Ok(entries) => entries,
+        Err(failed) => return vec![EntryReply::Other(failed); ids.len()],
     };
     if new_edits {
         let mut entries = entries.into_iter();
         return (ids.iter())
             .map(|_| match entries.next() {
                 Some(e) => entry_reply(e),
-                None => Reply::Unreachable("a copy's _bulk_docs answer is short".into()),
+                None => EntryReply::Other(Reply::Unreachable(
+                    "a copy's _bulk_docs answer is short".into(),
+                )),
             })
-            .collect();
-    }
-    // Replicated writes: entries for failures only, found by id (the first for an id).
-    let mut by_id = std::collections::HashMap::new();
-    for (k, e) in entries.iter().enumerate() {
-        if let Some(id) = e["id"].as_str() {
-            by_id.entry(id).or_insert(k);
-        }
-    }
-    (ids.iter())
-        .map(|id| match by_id.get(id) {
-            Some(k) => entry_reply(entries[*k].clone()),
-            None => Reply::Answered {
-                status: 201,
-                body: Value::Null,
-            },
-        })
-        .collect()
-}
-
-/// Which of `ids` a copy's `_bulk_docs` answer wrote, as [`bulk_entries`] would split
-/// it, without taking the answer apart (asked again as each copy answers).
-pub fn bulk_written(reply: &Reply, ids: &[&str], new_edits: bool) -> Vec<bool> {
-    let entries = match reply {
-        Reply::Answered { status, body } if (200..300).contains(status) => {
-            body.as_array().map(Vec::as_slice).unwrap_or_default()
-        }
-        _ => return vec![false; ids.len()],
-    };
-    if new_edits {
-        return (0..ids.len())
-            .map(|k| entries.get(k).is_some_and(|e| e["ok"] == true))
             .collect();
     }
     let mut by_id = std::collections::HashMap::new();
     for e in entries {
-        if let Some(id) = e["id"].as_str() {
-            by_id.entry(id).or_insert(e["ok"] == true);
+        if let Some(id) = e.id.clone() {
+            by_id.entry(id).or_insert(e);
         }
     }
-    ids.iter()
-        .map(|id| *by_id.get(id).unwrap_or(&true))
+    (ids.iter())
+        .map(|id| match by_id.remove(*id) {
+            Some(e) => entry_reply(e),
+            None => EntryReply::Replicated,
+        })
         .collect()
 }
 
-/// One entry of a `_bulk_docs` answer as a single write's reply.
-fn entry_reply(e: Value) -> Reply {
-    if e["ok"] == true {
-        return Reply::Answered {
-            status: 201,
-            body: e,
+/// One entry of a `_bulk_docs` answer as a single write's reply: a refusal is its entry
+/// with the status a single write would have had.
+fn entry_reply(e: BulkEntry) -> EntryReply {
+    if e.ok {
+        return match e.rev {
+            Some(rev) => EntryReply::Written(rev),
+            None => EntryReply::Other(Reply::Unreachable(
+                "a copy's _bulk_docs entry names no revision".into(),
+            )),
         };
     }
-    let status = match e["error"].as_str().unwrap_or_default() {
+    let error = e.error.unwrap_or_default();
+    let status = match error.as_str() {
         "conflict" => 409,
         "forbidden" => 403,
         "unauthorized" => 401,
         "not_found" => 404,
         _ => 400,
     };
-    Reply::Answered { status, body: e }
+    let mut body = Map::new();
+    body.insert("id".into(), e.id.map_or(Value::Null, Value::String));
+    if let Some(rev) = e.rev {
+        body.insert("rev".into(), Value::String(rev));
+    }
+    body.insert("error".into(), Value::String(error));
+    body.insert("reason".into(), e.reason.unwrap_or(Value::Null));
+    EntryReply::Other(Reply::Answered {
+        status,
+        body: Value::Object(body),
+    })
 }
 
-/// A replicated write's success in a [`bulk_entries`] reply.
-pub fn replicated_ok(reply: &Reply) -> bool {
-    matches!(
-        reply,
-        Reply::Answered {
-            status: 201,
-            body: Value::Null
-        }
-    )
+/// Combines the copies' replies for one document of a `_bulk_docs` as [`write`] combines
+/// a single write's; the revision stays as the copies render it.
+pub fn bulk_write(replies: &[EntryReply], w: usize) -> WriteOutcome<&str> {
+    let mut written = (replies.iter()).filter_map(|r| match r {
+        EntryReply::Written(rev) => Some(rev.as_str()),
+        _ => None,
+    });
+    if let Some(first) = written.next() {
+        let agreeing = 1 + written.filter(|t| *t == first).count();
+        return quorum_outcome(first, agreeing, w);
+    }
+    not_written(replies.iter().filter_map(|r| match r {
+        EntryReply::Other(reply) => Some(reply),
+        _ => None,
+    }))
 }
 
 /// A document read's combined answer: the newest revision any copy has (higher position,
@@ -853,42 +895,77 @@ mod tests {
 
     #[test]
     fn bulk_answers_split_into_single_writes() {
-        let answer = Reply::Answered {
-            status: 201,
-            body: json!([{"ok": true, "id": "a", "rev": "1-x"},
-                         {"id": "b", "error": "conflict", "reason": "Document update conflict."}]),
-        };
-        assert_eq!(bulk_written(&answer, &["a", "b"], true), [true, false]);
-        let split = bulk_entries(answer, &["a", "b"], true);
+        let entries =
+            |v: Value| -> Result<Vec<BulkEntry>, Reply> { Ok(serde_json::from_value(v).unwrap()) };
+        let answer = entries(json!([{"ok": true, "id": "a", "rev": "1-x"},
+            {"id": "b", "error": "conflict", "reason": "Document update conflict."}]));
+        let split = bulk_replies(answer, &["a", "b"], true);
+        assert_eq!(split[0], EntryReply::Written("1-x".into()));
         assert_eq!(
-            split[0],
-            Reply::Answered {
-                status: 201,
-                body: json!({"ok": true, "id": "a", "rev": "1-x"})
-            }
+            split[1],
+            EntryReply::Other(Reply::Answered {
+                status: 409,
+                body: json!({"id": "b", "error": "conflict",
+                             "reason": "Document update conflict."})
+            })
         );
-        assert!(matches!(split[1], Reply::Answered { status: 409, .. }));
-        // Replicated writes: only failures have entries.
-        let replicated = Reply::Answered {
-            status: 201,
-            body: json!([{"id": "b", "error": "forbidden", "reason": "no"}]),
-        };
-        assert_eq!(bulk_written(&replicated, &["a", "b"], false), [true, false]);
-        let split = bulk_entries(replicated, &["a", "b"], false);
-        assert!(replicated_ok(&split[0]));
-        assert!(matches!(split[1], Reply::Answered { status: 403, .. }));
+        assert_eq!(
+            split.iter().map(EntryReply::written).collect::<Vec<_>>(),
+            [true, false]
+        );
+        // Replicated writes: only failures have entries (a refusal names its revision).
+        let replicated =
+            entries(json!([{"id": "b", "rev": "2-y", "error": "forbidden", "reason": "no"}]));
+        let split = bulk_replies(replicated, &["a", "b"], false);
+        assert_eq!(split[0], EntryReply::Replicated);
+        assert_eq!(
+            split[1],
+            EntryReply::Other(Reply::Answered {
+                status: 403,
+                body: json!({"id": "b", "rev": "2-y", "error": "forbidden", "reason": "no"})
+            })
+        );
+        assert_eq!(
+            split.iter().map(EntryReply::written).collect::<Vec<_>>(),
+            [true, false]
+        );
         // A short answer, and none at all.
-        let short = Reply::Answered {
-            status: 201,
-            body: json!([{"ok": true, "id": "a", "rev": "1-x"}]),
-        };
-        assert_eq!(bulk_written(&short, &["a", "b"], true), [true, false]);
+        let short = entries(json!([{"ok": true, "id": "a", "rev": "1-x"}]));
         assert!(matches!(
-            bulk_entries(short, &["a", "b"], true)[1],
-            Reply::Unreachable(_)
+            bulk_replies(short, &["a", "b"], true)[1],
+            EntryReply::Other(Reply::Unreachable(_))
         ));
-        assert_eq!(bulk_written(&down(), &["a"], true), [false]);
-        assert_eq!(bulk_entries(down(), &["a", "b"], true), [down(), down()]);
+        assert_eq!(
+            bulk_replies(Err(down()), &["a", "b"], true),
+            [EntryReply::Other(down()), EntryReply::Other(down())]
+        );
+    }
+
+    #[test]
+    fn bulk_writes_combine_as_single_writes() {
+        let written = |rev: &str| EntryReply::Written(rev.into());
+        let refused = EntryReply::Other(Reply::Answered {
+            status: 409,
+            body: json!({"id": "a", "error": "conflict", "reason": "Document update conflict."}),
+        });
+        let down = EntryReply::Other(down());
+        assert_eq!(
+            bulk_write(&[written("1-x"), written("1-x"), down.clone()], 2),
+            WriteOutcome::Ok("1-x")
+        );
+        // Copies that wrote other revisions do not count towards the first one's quorum.
+        assert_eq!(
+            bulk_write(&[written("1-x"), written("1-y"), refused.clone()], 2),
+            WriteOutcome::Accepted("1-x")
+        );
+        assert!(matches!(
+            bulk_write(&[down.clone(), refused.clone()], 2),
+            WriteOutcome::Refused { status: 409, .. }
+        ));
+        assert!(matches!(
+            bulk_write(&[down.clone(), down], 2),
+            WriteOutcome::Unanswered(why) if why.starts_with("no copy answered")
+        ));
     }
 
     #[test]

@@ -18,7 +18,6 @@ mod response;
 mod router;
 
 pub use error::{ApiError, ApiResult};
-pub use handlers::bulk::bulk_answer_json;
 pub use settee_node::dbs::ensure_auth_ddoc;
 pub use settee_node::query_language::register_query_language;
 pub use settee_node::replication::ensure_replicator_db;

@@ -115,11 +115,11 @@ fn serve(
     // finds the cluster state once it is joined, below).
     let state = match settings.cluster {
         Some(_) => {
-            let render_bulk: settee_coordinator::RenderBulk = |answer| {
-                let (status, body) = settee_http::bulk_answer_json(answer);
+            let render_error: settee_coordinator::RenderError = |e| {
+                let (status, body) = settee_http::ApiError::from(e).status_and_body();
                 (status.as_u16(), body)
             };
-            let coordinator = settee_coordinator::Coordinator::new(node.clone(), render_bulk);
+            let coordinator = settee_coordinator::Coordinator::new(node.clone(), render_error);
             AppState::with_fabric(node.clone(), std::sync::Arc::new(coordinator), http_config)
         }
         None => AppState::new(node.clone(), http_config),

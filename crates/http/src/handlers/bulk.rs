@@ -42,11 +42,8 @@ pub async fn bulk_docs(state: &AppState, db: DbRef, mut req: Req) -> ApiResult<R
     Ok(json(status, &body))
 }
 
-/// A `_bulk_docs` answer (or its failure as a whole) as its status and JSON body: what
-/// the handler sends, and how a cluster member's coordinator reads the answer of its own
-/// copy of a range, written in-process (`settee_coordinator::RenderBulk`), as it reads
-/// another member's.
-pub fn bulk_answer_json(answer: settee_node::Result<BulkAnswer>) -> (StatusCode, Value) {
+/// A `_bulk_docs` answer (or its failure as a whole) as its status and JSON body.
+fn bulk_answer_json(answer: settee_node::Result<BulkAnswer>) -> (StatusCode, Value) {
     let entries = match answer {
         Err(e) => return ApiError::from(e).status_and_body(),
         Ok(BulkAnswer::AllOrNothingRefused(docs)) => {
