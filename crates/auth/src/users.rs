@@ -83,6 +83,24 @@ pub fn auth_ddoc_body() -> Value {
     serde_json::json!({"language": "javascript", "validate_doc_update": AUTH_VALIDATE_JS})
 }
 
+/// What an authentication database's [`AUTH_DDOC_ID`] must become, as CouchDB's auth
+/// cache ensures it when it starts watching the database: `existing` (its JSON, `None`
+/// when there is none) with its validate function restored, or a new one; `None` when
+/// it holds the function already.
+pub fn auth_ddoc_update(existing: Option<Map<String, Value>>) -> Option<Map<String, Value>> {
+    match existing {
+        None => match auth_ddoc_body() {
+            Value::Object(fresh) => Some(fresh),
+            _ => unreachable!("an object"),
+        },
+        Some(body) if body.get("validate_doc_update") == Some(&AUTH_VALIDATE_JS.into()) => None,
+        Some(mut body) => {
+            body.insert("validate_doc_update".into(), AUTH_VALIDATE_JS.into());
+            Some(body)
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UsersError {
     /// A user who is not an admin touched another user's document (CouchDB answers 404).
@@ -538,5 +556,22 @@ mod tests {
         );
         let seen = filter_read(id, body, &eve, &sec, &["name"]).unwrap();
         assert_eq!(Value::Object(seen), json!({"name": "bob"}));
+    }
+
+    #[test]
+    fn the_auth_design_document_gets_its_validate_function_back() {
+        let fresh = auth_ddoc_update(None).unwrap();
+        assert_eq!(Value::Object(fresh.clone()), auth_ddoc_body());
+        assert_eq!(auth_ddoc_update(Some(fresh)), None);
+        let edited = json!({"_id": AUTH_DDOC_ID, "validate_doc_update": "function() {}",
+                            "views": {}});
+        let Value::Object(edited) = edited else {
+            unreachable!()
+        };
+        let back = auth_ddoc_update(Some(edited)).unwrap();
+        assert_eq!(
+            Value::Object(back),
+            json!({"_id": AUTH_DDOC_ID, "validate_doc_update": AUTH_VALIDATE_JS, "views": {}})
+        );
     }
 }

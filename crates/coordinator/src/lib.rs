@@ -57,6 +57,7 @@ mod rereduce;
 mod revs;
 mod security;
 mod users;
+pub use users::keep_auth_ddoc;
 mod views;
 mod writes;
 
@@ -981,7 +982,16 @@ impl Fabric for Coordinator {
             return self.node.create_copy(name, opts).map(|()| Reached::All);
         }
         match self.node.cluster() {
-            Some(cluster) if !node_only(name) => self.create_clustered(cluster, name, opts),
+            Some(cluster) if !node_only(name) => {
+                let reached = self.create_clustered(cluster, name, opts)?;
+                if name == settee_node::settings::auth_db(&self.node.config) {
+                    // Born with `_design/_auth`, as on a node.
+                    if let Err(e) = self.ensure_auth_ddoc(name) {
+                        tracing::warn!(db = name, error = %e, "writing _design/_auth");
+                    }
+                }
+                Ok(reached)
+            }
             _ => Fabric::create_db(&self.node, name, opts),
         }
     }

@@ -266,31 +266,20 @@ pub fn ensure_auth_ddoc(couch: &Couch, node: &NodeConfig) -> Result<(), String> 
     let Ok(db) = couch.get(&crate::settings::auth_db(node)) else {
         return Ok(());
     };
-    let (revs, mut body, stubs) = match db.open_doc(users::AUTH_DDOC_ID, None) {
+    let (revs, body, stubs) = match db.open_doc(users::AUTH_DDOC_ID, None) {
         Ok(d) => {
             let (json, stubs) = settee_core::split_stored(&d.body);
             let body: Map<String, Value> =
                 serde_json::from_slice(json).map_err(|e| e.to_string())?;
-            let current = body.get("validate_doc_update").and_then(Value::as_str);
-            if current == Some(users::AUTH_VALIDATE_JS) {
-                return Ok(());
-            }
             let stubs = stubs.map(<[u8]>::to_vec);
-            (Some((d.rev.pos, vec![d.rev.id])), body, stubs)
+            (Some((d.rev.pos, vec![d.rev.id])), Some(body), stubs)
         }
-        Err(settee_db::Error::NotFound(_)) => (None, Map::new(), None),
+        Err(settee_db::Error::NotFound(_)) => (None, None, None),
         Err(e) => return Err(e.to_string()),
     };
-    if body.is_empty() {
-        if let Value::Object(fresh) = users::auth_ddoc_body() {
-            body = fresh;
-        }
-    } else {
-        body.insert(
-            "validate_doc_update".into(),
-            Value::String(users::AUTH_VALIDATE_JS.into()),
-        );
-    }
+    let Some(body) = users::auth_ddoc_update(body) else {
+        return Ok(());
+    };
     let json = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
     let doc = settee_core::ParsedDoc {
         id: Some(users::AUTH_DDOC_ID.to_string()),

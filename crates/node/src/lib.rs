@@ -86,6 +86,9 @@ pub struct Node {
     /// Where shard copies take the design documents validating their writes (a cluster
     /// member's coordinator).
     cluster_designs: OnceLock<Arc<dyn settee_docs::ClusterDesigns>>,
+    /// What serves this node's requests when it is not the node alone (a cluster
+    /// member's coordinator): background writes to clustered databases go through it.
+    fabric: OnceLock<std::sync::Weak<dyn Fabric>>,
 }
 
 /// Sets the log level from a `[log] level` value (`None`: the setting was removed).
@@ -112,6 +115,7 @@ impl Node {
             log: OnceLock::new(),
             cluster: OnceLock::new(),
             cluster_designs: OnceLock::new(),
+            fabric: OnceLock::new(),
         };
         node.apply_settings();
         node
@@ -128,6 +132,17 @@ impl Node {
     /// (once, when a cluster member's coordinator starts).
     pub fn set_cluster_designs(&self, designs: Arc<dyn settee_docs::ClusterDesigns>) {
         let _ = self.cluster_designs.set(designs);
+    }
+
+    /// Hands background writes to clustered databases to `fabric` from now on (a cluster
+    /// member's coordinator, which holds this node: hence not owned here).
+    pub fn set_fabric(&self, fabric: std::sync::Weak<dyn Fabric>) {
+        let _ = self.fabric.set(fabric);
+    }
+
+    /// What [`Self::set_fabric`] set, while it lives.
+    pub fn fabric(&self) -> Option<Arc<dyn Fabric>> {
+        self.fabric.get().and_then(std::sync::Weak::upgrade)
     }
 
     /// Design documents of clustered database `db` changed (another member wrote one):

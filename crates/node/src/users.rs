@@ -17,6 +17,7 @@ use settee_auth::password::{PasswordHash, Scheme};
 use settee_auth::password_cache::{CacheConfig, PasswordCache};
 use settee_auth::password_rules::PasswordRules;
 use settee_auth::{users, UserCtx, ADMIN_ROLE};
+use settee_core::ParsedDoc;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -128,9 +129,39 @@ impl Node {
         if !rules.needs_upgrade(&doc.body) {
             return;
         }
-        let Ok(db) = couch.get(&auth_db(node)) else {
-            return;
-        };
+        // Where the document is written: through the cluster when the database is
+        // clustered (as `user_doc` reads it), else this node's database.
+        let auth = auth_db(node);
+        let write: Box<dyn FnOnce(ParsedDoc) -> std::result::Result<(), String> + Send> =
+            match self.cluster().and_then(|c| c.db(&auth)) {
+                Some(_) => {
+                    let (Some(fabric), Ok(runtime)) =
+                        (self.fabric(), tokio::runtime::Handle::try_current())
+                    else {
+                        return;
+                    };
+                    Box::new(move |doc| {
+                        let admin = UserCtx::named("", vec![ADMIN_ROLE.into()]);
+                        let opts = crate::write::WriteOpts {
+                            new_edits: true,
+                            batch: false,
+                            w: None,
+                            keep_revpos: false,
+                        };
+                        let written = fabric.update_doc(&auth, &admin, doc, opts);
+                        runtime
+                            .block_on(written)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    })
+                }
+                None => {
+                    let Ok(db) = couch.get(&auth) else {
+                        return;
+                    };
+                    Box::new(move |doc| write_local(&db, doc))
+                }
+            };
         if !self
             .users
             .upgrading
@@ -143,7 +174,7 @@ impl Node {
         let (name, password) = (name.to_string(), password.to_string());
         let upgrading = self.users.upgrading.clone();
         std::thread::spawn(move || {
-            match rehash(&db, doc, &password, &rules) {
+            match rehashed(doc, &password, &rules).and_then(write) {
                 Ok(()) => tracing::info!(user = %name, "upgraded the stored password hash"),
                 Err(e) => tracing::warn!(user = %name, error = %e, "upgrading a password hash"),
             }
@@ -347,14 +378,13 @@ fn user_doc_in(db: &settee_db::Database, id: String, node: &NodeConfig) -> Resul
     }))
 }
 
-/// Writes the user document with the password hashed under `rules` (same salt) in place
-/// of its hash fields, as an admin would, on the revision it was read at.
-fn rehash(
-    db: &Arc<settee_db::Database>,
+/// The user document with the password hashed under `rules` (same salt) in place of its
+/// hash fields, as an admin would write it, on the revision it was read at.
+fn rehashed(
     doc: UserDoc,
     password: &str,
     rules: &PasswordRules,
-) -> Result<(), String> {
+) -> std::result::Result<ParsedDoc, String> {
     let salt = doc.body.get("salt").and_then(Value::as_str);
     let hash = rules
         .hash_with_salt(password, salt)
@@ -363,17 +393,19 @@ fn rehash(
     users::set_hash(&mut body, &hash);
     let json = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
     let stubs = settee_core::split_stored(&doc.stored).1;
-    let parsed = settee_core::ParsedDoc {
+    Ok(ParsedDoc {
         id: Some(doc.id),
         revs: Some((doc.rev.pos, vec![doc.rev.id])),
         deleted: false,
         body: settee_core::join_stored(&json, stubs),
         atts: None,
         body_term: None,
-    };
-    let rx = db
-        .update_docs(vec![parsed], true)
-        .map_err(|e| e.to_string())?;
+    })
+}
+
+/// Writes `doc` to this node's database `db`.
+fn write_local(db: &Arc<settee_db::Database>, doc: ParsedDoc) -> std::result::Result<(), String> {
+    let rx = db.update_docs(vec![doc], true).map_err(|e| e.to_string())?;
     match rx.blocking_recv() {
         Ok(Ok(results)) => match results.into_iter().next() {
             Some(settee_db::UpdateResult::Err { error, .. }) => Err(error.to_string()),

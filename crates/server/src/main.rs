@@ -113,14 +113,23 @@ fn serve(
     ));
     // A cluster member serves clustered databases from their copies (the coordinator
     // finds the cluster state once it is joined, below).
+    // A member's coordinator, which keeps the clustered authentication database's
+    // `_design/_auth` once the member is in the cluster.
+    let mut keep_auth_ddoc = None;
     let state = match settings.cluster {
         Some(_) => {
             let render_error: settee_coordinator::RenderError = |e| {
                 let (status, body) = settee_http::ApiError::from(e).status_and_body();
                 (status.as_u16(), body)
             };
-            let coordinator = settee_coordinator::Coordinator::new(node.clone(), render_error);
-            AppState::with_fabric(node.clone(), std::sync::Arc::new(coordinator), http_config)
+            let coordinator = std::sync::Arc::new(settee_coordinator::Coordinator::new(
+                node.clone(),
+                render_error,
+            ));
+            let fabric: std::sync::Arc<dyn settee_node::Fabric> = coordinator.clone();
+            node.set_fabric(std::sync::Arc::downgrade(&fabric));
+            keep_auth_ddoc = Some(coordinator.clone());
+            AppState::with_fabric(node.clone(), fabric, http_config)
         }
         None => AppState::new(node.clone(), http_config),
     };
@@ -162,6 +171,9 @@ fn serve(
             settee_sync::start(node.clone(), state.replicator());
             // Resharding: this member runs the split jobs it claims.
             settee_node::reshard::run::start(node.clone(), state.replicator());
+            if let Some(coordinator) = &keep_auth_ddoc {
+                settee_coordinator::keep_auth_ddoc(std::sync::Arc::downgrade(coordinator));
+            }
         }
         state.start_scheduler();
         eprintln!(

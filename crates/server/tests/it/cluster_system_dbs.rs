@@ -203,3 +203,83 @@ fn a_clustered_authentication_db() {
         r.text
     );
 }
+
+/// A clustered authentication database holds `_design/_auth` as a node's does (given it
+/// when it is created, its function given back when a member starts), its rules apply to
+/// the clustered writes, and a login upgrades a user's hash through the cluster.
+#[test]
+fn a_clustered_authentication_db_keeps_its_design_and_upgrades_hashes() {
+    let (etcd, dirs, mut nodes) = three_members();
+    let config = |nodes: &[Server], key: &str, value: &str| {
+        for n in nodes {
+            let r = n.put(&format!("/_node/_local/_config/chttpd_auth/{key}"), value);
+            assert_eq!(r.status, 200, "{}", r.text);
+        }
+    };
+    config(&nodes, "authentication_db", r#""adb""#);
+    config(&nodes, "iterations", r#""10""#);
+    assert_eq!(nodes[0].put("/adb?q=2&n=2", "").status, 201);
+    let validate = |n: &Server| {
+        let r = n.get("/adb/_design/_auth");
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()["validate_doc_update"].as_str().unwrap().to_owned()
+    };
+    let original = validate(&nodes[0]);
+    assert!(original.contains("doc.type must be user"), "{original}");
+    for n in &nodes[1..] {
+        assert_eq!(validate(n), original);
+    }
+    // Its rules hold for every writer, admins too.
+    let r = nodes[1].put(
+        "/adb/org.couchdb.user:bot",
+        r#"{"name": "bot", "password": "pw", "roles": [], "type": "robot"}"#,
+    );
+    assert_eq!(
+        (r.status, &r.json()["reason"]),
+        (403, &json!("doc.type must be user")),
+        "{}",
+        r.text
+    );
+
+    // Written under 10 iterations; a login once the setting says 20 rewrites the hash
+    // (same salt) through the cluster, and the password still logs in everywhere.
+    let r = nodes[1].put(
+        "/adb/org.couchdb.user:gil",
+        r#"{"name": "gil", "password": "pw", "roles": [], "type": "user"}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let stored = nodes[2].get("/adb/org.couchdb.user:gil").json();
+    assert_eq!(stored["iterations"], 10, "{stored}");
+    config(&nodes, "iterations", r#""20""#);
+    let login = |n: &Server| {
+        let auth = basic("gil", "pw");
+        n.anon("GET", "/_session", None, &[("Authorization", &auth)])
+    };
+    assert_eq!(login(&nodes[0]).json()["userCtx"]["name"], "gil");
+    eventually("gil's hash upgraded", || {
+        nodes[2].get("/adb/org.couchdb.user:gil").json()["iterations"] == 20
+    });
+    let upgraded = nodes[1].get("/adb/org.couchdb.user:gil").json();
+    assert_eq!(upgraded["salt"], stored["salt"]);
+    assert_ne!(upgraded["derived_key"], stored["derived_key"]);
+    assert!(
+        upgraded["_rev"].as_str().unwrap().starts_with("2-"),
+        "{upgraded}"
+    );
+    for n in &nodes {
+        assert_eq!(login(n).status, 200);
+    }
+
+    // Edited, it keeps the edit until a member starts.
+    let ddoc = nodes[0].get("/adb/_design/_auth").json();
+    let edited = json!({"_rev": ddoc["_rev"], "language": "javascript",
+                        "validate_doc_update": "function (newDoc) {}"});
+    let r = nodes[0].put("/adb/_design/_auth", &edited.to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(validate(&nodes[2]), "function (newDoc) {}");
+    nodes[1].kill9();
+    nodes[1] = common::cluster::member(&etcd, NAMES[1], dirs[1].path());
+    eventually("_design/_auth given its function back", || {
+        validate(&nodes[2]) == original
+    });
+}
