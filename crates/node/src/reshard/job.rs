@@ -465,9 +465,8 @@ pub fn check_required(ask: &Ask, node: bool, range: bool) -> Result<(), String> 
     Ok(())
 }
 
-/// The ranges of `map` (database `db`) an ask selects. Settee splits a range on all its
-/// copies at once (its map holds no overlapping ranges), so `node` selects the ranges
-/// that node holds and every copy of them is split.
+/// The ranges of `map` (database `db`) an ask selects: with `node`, the ranges that node
+/// holds (a job is made for its copy of each only).
 pub fn pick_ranges(ask: &Ask, db: &str, map: &settee_cluster::ShardMap) -> Vec<String> {
     (map.by_range.iter())
         .filter(|c| {

@@ -374,8 +374,9 @@ impl Node {
         }))
     }
 
-    /// `POST /_reshard/jobs`: a job for every copy of each range selected. The status
-    /// (201 all made, 202 some, 500 none) and one entry per copy, as CouchDB answers.
+    /// `POST /_reshard/jobs`: a job for every copy of each range selected (only `node`'s
+    /// copy, given `node`). The status (201 all made, 202 some, 500 none) and one entry
+    /// per copy, as CouchDB answers.
     pub async fn create_reshard_jobs(&self, body: &Value) -> Result<(u16, Value)> {
         let c = self.reshard_cluster()?;
         let Some(body) = body.as_object() else {
@@ -413,7 +414,8 @@ impl Node {
                 .find(|r| r.range == range)
                 .expect("picked")
                 .nodes;
-            for node in nodes {
+            let asked = |n: &&String| ask.node.as_ref().is_none_or(|a| a == *n);
+            for node in nodes.iter().filter(asked) {
                 let mut j = SplitJob::new(&db, &map, &range, node, now, running);
                 let shard = j.source();
                 let refused = |e: String| json!({"error": e, "node": node, "shard": shard});

@@ -537,9 +537,10 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Waits until every copy of the range has its halves, then replaces the range by its
-    /// halves in the map (once: the edit is conditional, and a map split already is
-    /// fine).
+    /// Waits until every copy of the range has its halves (each member holding the range
+    /// has a job for it that got this far: jobs made one member at a time, `node` by
+    /// `node`, wait here for the others'), then replaces the range by its halves in the
+    /// map (once: the edit is conditional, and a map split already is fine).
     async fn update_shardmap(&self, j: &SplitJob) -> std::result::Result<(), Halt> {
         let ready = |s: &SplitJob| {
             s.job_state == JobState::Completed
@@ -549,7 +550,18 @@ impl Run<'_> {
             let siblings: Vec<SplitJob> = (super::jobs(self.cluster).into_iter())
                 .filter(|s| s.db == j.db && s.uuid == j.uuid && s.range == j.range)
                 .collect();
-            if siblings.iter().all(ready) {
+            // The members holding the range now (none: the map names the halves already,
+            // or the database is gone, which the edit below tells apart).
+            let holders: Vec<String> = (self.cluster.db(&j.db))
+                .filter(|map| map.uuid == j.uuid)
+                .and_then(|map| {
+                    let copies = map.by_range.iter().find(|c| c.range == j.range)?;
+                    Some(copies.nodes.clone())
+                })
+                .unwrap_or_default();
+            let every_copy =
+                (holders.iter()).all(|n| siblings.iter().any(|s| &s.node == n && ready(s)));
+            if every_copy && siblings.iter().all(ready) {
                 break;
             }
             self.may_go_on().ok_or(Halt::Stopped)?;

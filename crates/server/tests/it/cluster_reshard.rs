@@ -709,19 +709,22 @@ fn reshard_settings_are_read_as_couchdb_reads_them() {
         "`node` prameter is required",
     );
 
-    // `max_jobs` is the setting of the member holding the copy, read at each request.
+    // `max_jobs` is the setting of the member holding the copy, read at each request;
+    // `node` asks for that member's copy only.
     set(&nodes[1], "max_jobs", "1");
-    let first = json!({"type": "split", "db": "lim", "node": NAMES[0], "range": ranges[0]});
-    let r = post(n1, first);
+    let asked =
+        |range: &str| json!({"type": "split", "db": "lim", "node": NAMES[1], "range": range});
+    let r = post(n1, asked(&ranges[0]));
     assert_eq!(r.status, 201, "{}", r.text);
-    let second = json!({"type": "split", "db": "lim", "node": NAMES[0], "range": ranges[1]});
-    let r = post(n1, second.clone());
-    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(r.json().as_array().unwrap().len(), 1, "{}", r.text);
+    assert_eq!(entry_of(&r.json(), NAMES[1])["ok"], true, "{}", r.text);
+    let r = post(n1, asked(&ranges[1]));
+    assert_eq!(r.status, 500, "{}", r.text);
     let answer = r.json();
     let shard = format!(
         "shards/{}/lim.{}",
         ranges[1],
-        entry_of(&answer, NAMES[0])["shard"]
+        entry_of(&answer, NAMES[1])["shard"]
             .as_str()
             .unwrap()
             .rsplit('.')
@@ -729,19 +732,28 @@ fn reshard_settings_are_read_as_couchdb_reads_them() {
             .unwrap()
     );
     assert_eq!(
-        entry_of(&answer, NAMES[1]),
-        json!({"error": "max_jobs_exceeded", "node": NAMES[1], "shard": shard})
+        answer,
+        json!([{"error": "max_jobs_exceeded", "node": NAMES[1], "shard": shard}])
     );
-    for n in [NAMES[0], NAMES[2]] {
-        assert_eq!(entry_of(&answer, n)["ok"], true, "{answer}");
-    }
-    // Raised, it lets the job be made; the others exist already.
+    // Raised, it lets the job be made.
     set(&nodes[1], "max_jobs", "2");
-    let r = post(n1, second.clone());
+    let r = post(n1, asked(&ranges[1]));
+    assert_eq!(r.status, 201, "{}", r.text);
+    // Without `node`, every copy: those that have their job are said to (202).
+    let r = post(&nodes[2], json!({"type": "split", "db": "lim"}));
     assert_eq!(r.status, 202, "{}", r.text);
     let answer = r.json();
-    assert_eq!(entry_of(&answer, NAMES[1])["ok"], true, "{answer}");
-    assert_eq!(entry_of(&answer, NAMES[2])["error"], "job_already_exists");
+    let errors: Vec<&Value> = (answer.as_array().unwrap().iter())
+        .filter(|e| e.get("error").is_some())
+        .collect();
+    assert_eq!(answer.as_array().unwrap().len(), 6, "{answer}");
+    assert_eq!(errors.len(), 2, "{answer}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e["error"] == "job_already_exists" && e["node"] == NAMES[1]),
+        "{answer}"
+    );
     // None made: 500; a copy that has its job is said to, even on a member at its limit.
     // The coordinating member's own `require_node_param` (unset) applies.
     let r = post(&nodes[2], json!({"type": "split", "db": "lim"}));
@@ -805,4 +817,53 @@ fn reshard_settings_are_read_as_couchdb_reads_them() {
             .collect();
         of_gone.len() == 3 && of_gone.iter().all(|j| j["job_state"] == "failed")
     });
+}
+
+/// Splitting one member's copies at a time, as CouchDB's `node` parameter asks: each
+/// member's jobs wait for the range's other copies' at `update_shardmap`, and the range is
+/// split once, when every copy has its halves; nothing written is lost.
+#[test]
+fn a_split_asked_node_by_node_splits_each_range_once() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let n1 = &nodes[0];
+    assert_eq!(n1.put("/pn?q=1&n=3", "").status, 201);
+    let docs: Vec<Value> = (0..40).map(|i| json!({"_id": format!("d{i}")})).collect();
+    let r = n1.post("/pn/_bulk_docs", &json!({"docs": docs}).to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let post = |s: &Server, node: &str| {
+        let body = json!({"type": "split", "db": "pn", "node": node});
+        s.post("/_reshard/jobs", &body.to_string())
+    };
+    let r = post(n1, NAMES[0]);
+    assert_eq!(r.status, 201, "{}", r.text);
+    let answer = r.json();
+    assert_eq!(answer.as_array().unwrap().len(), 1, "{answer}");
+    assert_eq!(answer[0]["node"], NAMES[0]);
+    // The first member's job gets as far as the map's edit and waits there.
+    let state = |s: &Server| {
+        let j = (jobs(s).into_iter())
+            .find(|j| j["node"] == NAMES[0])
+            .expect("the first member's job");
+        (j["job_state"].clone(), j["split_state"].clone())
+    };
+    eventually("the first copy's job waiting for the others", || {
+        state(&nodes[1]) == (json!("running"), json!("update_shardmap"))
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(
+        state(&nodes[2]),
+        (json!("running"), json!("update_shardmap"))
+    );
+    assert_eq!(shards(n1, "pn").as_object().unwrap().len(), 1);
+    for (s, node) in [(&nodes[1], NAMES[1]), (&nodes[2], NAMES[2])] {
+        let r = post(s, node);
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    eventually("the three jobs completed", || all_completed(n1, "pn", 3));
+    let map = shards(&nodes[1], "pn");
+    let ranges: Vec<&String> = map.as_object().unwrap().keys().collect();
+    assert_eq!(ranges, ["00000000-7fffffff", "80000000-ffffffff"], "{map}");
+    for n in &nodes {
+        assert_eq!(all_ids(n, "pn").len(), 40);
+    }
 }
