@@ -51,6 +51,12 @@ impl UserCtx {
         }
     }
 
+    /// The server's own admin (CouchDB's `?ADMIN_CTX`): background work the server does
+    /// itself, with no client behind it.
+    pub fn server_admin() -> UserCtx {
+        UserCtx::named("", vec![ADMIN_ROLE.into()])
+    }
+
     pub fn is_server_admin(&self) -> bool {
         self.roles.iter().any(|r| r == ADMIN_ROLE)
     }

@@ -349,7 +349,7 @@ impl Coordinator {
     ) -> Result<Value> {
         // The copies are given the design document (a range's copies need not hold it),
         // read as CouchDB's `fabric_group_info` opens it, as an admin.
-        let admin = UserCtx::named("", vec![settee_auth::ADMIN_ROLE.into()]);
+        let admin = UserCtx::server_admin();
         let design = self.design(db, map, &admin, ddoc)?;
         let what = format!("_design/{}/_info", enc(ddoc));
         let body = json!({ GIVEN_DESIGN: design });

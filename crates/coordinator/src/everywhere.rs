@@ -46,7 +46,7 @@ impl Coordinator {
         let ids: Vec<String> = ids.map(str::to_owned).collect();
         let (node, name) = (self.node.clone(), db.to_owned());
         let docs = settee_node::blocking::<_, settee_node::Error>(move || {
-            let admin = UserCtx::named("", vec![settee_auth::ADMIN_ROLE.into()]);
+            let admin = UserCtx::server_admin();
             let mut opts = ReadOpts::default();
             opts.doc.revs = true;
             opts.atts.inline = true;

@@ -17,7 +17,7 @@ use crate::Coordinator;
 use serde_json::{Map, Value};
 use settee_auth::security::SecurityObject;
 use settee_auth::users::{self, UserWrite};
-use settee_auth::{UserCtx, ADMIN_ROLE};
+use settee_auth::UserCtx;
 use settee_cluster::ShardMap;
 use settee_core::ParsedDoc;
 use settee_node::read::{Read, ReadOpts, Rendered};
@@ -74,7 +74,7 @@ impl Coordinator {
     /// concurrent write of it wins (its conflict is not an error), as CouchDB's
     /// `update_doc_ignoring_conflict`. Blocks: called from a blocking thread.
     pub(crate) fn ensure_auth_ddoc(&self, db: &str) -> Result<()> {
-        let admin = UserCtx::named("", vec![ADMIN_ROLE.into()]);
+        let admin = UserCtx::server_admin();
         let read = Fabric::open_doc(self, db, &admin, users::AUTH_DDOC_ID, &ReadOpts::default());
         let existing = match read {
             Ok(Read {
@@ -97,12 +97,7 @@ impl Coordinator {
         };
         body.insert("_id".into(), users::AUTH_DDOC_ID.into());
         let doc = settee_core::parse_doc(Value::Object(body))?;
-        let opts = WriteOpts {
-            new_edits: true,
-            batch: false,
-            w: None,
-            keep_revpos: false,
-        };
+        let opts = WriteOpts::default();
         let written = crate::block_on(Fabric::update_doc(self, db, &admin, doc, opts));
         match written {
             Ok(_) | Err(Error::Db(settee_db::Error::Conflict)) => Ok(()),

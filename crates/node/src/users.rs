@@ -141,13 +141,7 @@ impl Node {
                         return;
                     };
                     Box::new(move |doc| {
-                        let admin = UserCtx::named("", vec![ADMIN_ROLE.into()]);
-                        let opts = crate::write::WriteOpts {
-                            new_edits: true,
-                            batch: false,
-                            w: None,
-                            keep_revpos: false,
-                        };
+                        let (admin, opts) = (UserCtx::server_admin(), Default::default());
                         let written = fabric.update_doc(&auth, &admin, doc, opts);
                         runtime
                             .block_on(written)

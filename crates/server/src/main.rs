@@ -112,9 +112,8 @@ fn serve(
         std::sync::Arc::new(settings.node),
     ));
     // A cluster member serves clustered databases from their copies (the coordinator
-    // finds the cluster state once it is joined, below).
-    // A member's coordinator, which keeps the clustered authentication database's
-    // `_design/_auth` once the member is in the cluster.
+    // finds the cluster state once it is joined, below, and keeps the clustered
+    // authentication database's `_design/_auth` from then on).
     let mut keep_auth_ddoc = None;
     let state = match settings.cluster {
         Some(_) => {
