@@ -24,7 +24,7 @@ pub mod testing;
 
 pub use map::{Candidate, Copies, PlanError, ShardMap};
 pub use nodes::{ListStats, NodeDoc};
-pub use state::{Cluster, Finished, Member};
+pub use state::{Cluster, Created, Finished, Member};
 
 use std::time::Duration;
 

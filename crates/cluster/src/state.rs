@@ -34,6 +34,19 @@ const FINISHED: &str = "finished";
 /// `{prefix}/reshard/{name}`: resharding's jobs and switch (`settee_node::reshard`), JSON
 /// values this crate stores without reading.
 const RESHARD: &str = "reshard";
+/// `{prefix}/reshard-guard/{group}`: moved by every resharding record made counted in
+/// `group` ([`Cluster::create_reshard_within`]); its value means nothing.
+const RESHARD_GUARD: &str = "reshard-guard";
+
+/// What [`Cluster::create_reshard_within`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Created {
+    Made,
+    /// The record was there already.
+    Exists,
+    /// The group holds its limit of records already.
+    Full,
+}
 
 /// What this node knows of the state, as of etcd revision `revision`.
 #[derive(Default)]
@@ -465,6 +478,73 @@ impl Cluster {
             .txn(&key, when, TxnOp::put(key.as_str(), value, None))
             .await?;
         Ok(done.applied_or_holds(value))
+    }
+
+    /// Makes resharding record `name` (absent till now) unless the records named under
+    /// `under` that `counts` says belong to `group`, read from etcd itself, number `limit`
+    /// already. The count and the creation are one step: the creation is conditional on
+    /// `group`'s guard key not having moved since the count was read, and every creation
+    /// in the group moves it, so two creations cannot both pass the same count (a lost
+    /// race counts again). CouchDB's `max_jobs`, which one process per node counts there.
+    pub async fn create_reshard_within(
+        &self,
+        name: &str,
+        value: &[u8],
+        under: &str,
+        (group, limit): (&str, u64),
+        counts: impl Fn(&[u8]) -> bool,
+    ) -> Result<Created> {
+        let key = self.key(RESHARD, name);
+        let guard = self.key(RESHARD_GUARD, group);
+        let prefix = self.key(RESHARD, under);
+        loop {
+            let (listed, _) = self
+                .call(|mut c| {
+                    let prefix = prefix.clone();
+                    async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
+                })
+                .await?;
+            if listed.kvs().iter().any(|kv| kv.key() == key.as_bytes()) {
+                return Ok(Created::Exists);
+            }
+            let held = listed.kvs().iter().filter(|kv| counts(kv.value())).count();
+            if held as u64 >= limit {
+                return Ok(Created::Full);
+            }
+            let read_at = listed.header().map_or(0, |h| h.revision());
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+                    Compare::mod_revision(guard.as_str(), CompareOp::Less, read_at + 1),
+                ])
+                .and_then([
+                    TxnOp::put(key.as_str(), value, None),
+                    TxnOp::put(guard.as_str(), "", None),
+                ])
+                .or_else([TxnOp::get(key.as_str(), None)]);
+            let (resp, _) = self
+                .call(|mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await?;
+            let revision = resp.header().map_or(0, |h| h.revision());
+            self.seen_revision(revision, self.config.timeout).await;
+            if resp.succeeded() {
+                return Ok(Created::Made);
+            }
+            let current = resp.op_responses().into_iter().find_map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                _ => None,
+            });
+            match current {
+                // An earlier attempt of the same request made it.
+                Some(v) if v == value => return Ok(Created::Made),
+                Some(_) => return Ok(Created::Exists),
+                // The guard moved: another creation in the group; count again.
+                None => continue,
+            }
+        }
     }
 
     /// Deletes a record of resharding: whether it was there.

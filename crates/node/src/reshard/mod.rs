@@ -17,7 +17,7 @@ pub mod run;
 use crate::{Error, Node, Result};
 use job::{JobState, SplitJob, Switch};
 use serde_json::{json, Value};
-use settee_cluster::Cluster;
+use settee_cluster::{Cluster, Created};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -257,39 +257,6 @@ fn parse_state(body: &Value) -> Result<(bool, Option<String>)> {
     }
 }
 
-/// The jobs of each member's copies, as a `POST /_reshard/jobs` makes more, against each
-/// member's `[reshard] max_jobs` (CouchDB's `start_job`: a member refuses a job when it
-/// has `max_jobs` already, in any state, by its own setting).
-#[derive(Default)]
-struct JobsHeld {
-    /// Job ids by member: those etcd had when first asked, then those made since.
-    ids: BTreeMap<String, std::collections::BTreeSet<String>>,
-    limits: BTreeMap<String, u64>,
-}
-
-impl JobsHeld {
-    /// Whether member `node` may have one job more.
-    async fn room(&mut self, here: &Node, cluster: &Cluster, node: &str) -> bool {
-        if !self.limits.contains_key(node) {
-            let limit = here.max_jobs_of(cluster, node).await;
-            self.limits.insert(node.to_owned(), limit);
-            let ids = (jobs(cluster).into_iter())
-                .filter(|j| j.node == node)
-                .map(|j| j.id)
-                .collect();
-            self.ids.insert(node.to_owned(), ids);
-        }
-        (self.ids[node].len() as u64) < self.limits[node]
-    }
-
-    fn made(&mut self, node: &str, id: &str) {
-        self.ids
-            .entry(node.to_owned())
-            .or_default()
-            .insert(id.to_owned());
-    }
-}
-
 impl Node {
     /// `[reshard] max_jobs` of member `node`, asked of it (CouchDB reads it where the copy
     /// is); this member's own when `node` is this one, is not running or does not answer.
@@ -407,7 +374,9 @@ impl Node {
         }
         let running = switch(c).running;
         let mut answers = Vec::new();
-        let mut held = JobsHeld::default();
+        // Each member's `[reshard] max_jobs` (CouchDB's `start_job`: a member refuses a
+        // job when it has `max_jobs` already, in any state, by its own setting).
+        let mut limits: BTreeMap<String, u64> = BTreeMap::new();
         let now = now_secs();
         for range in ranges {
             let nodes = &(map.by_range.iter())
@@ -433,20 +402,33 @@ impl Node {
                     answers.push((false, refused("job_already_exists".into())));
                     continue;
                 }
-                if !held.room(self, c, node).await {
-                    answers.push((false, refused("max_jobs_exceeded".into())));
-                    continue;
-                }
+                let limit = match limits.get(node) {
+                    Some(limit) => *limit,
+                    None => {
+                        *(limits.entry(node.clone())).or_insert(self.max_jobs_of(c, node).await)
+                    }
+                };
                 j.trim_history(settings::max_history(&self.config));
-                if !c.put_reshard(&job_key(&j.id), &j.stored(), 0).await? {
-                    answers.push((false, refused("job_already_exists".into())));
-                    continue;
-                }
-                held.made(node, &j.id);
-                answers.push((
-                    true,
-                    json!({"ok": true, "id": j.id, "node": node, "shard": shard}),
-                ));
+                // Counted and made in one step: concurrent requests cannot both take the
+                // member's last place.
+                let of_node = |v: &[u8]| SplitJob::from_stored(v).is_some_and(|s| s.node == *node);
+                let made = c
+                    .create_reshard_within(
+                        &job_key(&j.id),
+                        &j.stored(),
+                        "job/",
+                        (node, limit),
+                        of_node,
+                    )
+                    .await?;
+                answers.push(match made {
+                    Created::Made => (
+                        true,
+                        json!({"ok": true, "id": j.id, "node": node, "shard": shard}),
+                    ),
+                    Created::Exists => (false, refused("job_already_exists".into())),
+                    Created::Full => (false, refused("max_jobs_exceeded".into())),
+                });
             }
         }
         let made = answers.iter().filter(|(ok, _)| *ok).count();

@@ -867,3 +867,41 @@ fn a_split_asked_node_by_node_splits_each_range_once() {
         assert_eq!(all_ids(n, "pn").len(), 40);
     }
 }
+
+/// `max_jobs` holds under requests made at once: asked on two members at the same time
+/// for two copies of a member with room for one job more, one job is made.
+#[test]
+fn max_jobs_holds_for_requests_made_at_once() {
+    let (_etcd, _dirs, nodes) = three_members();
+    let stopped = nodes[0].put("/_reshard/state", r#"{"state": "stopped"}"#);
+    assert_eq!(stopped.status, 200, "{}", stopped.text);
+    assert_eq!(nodes[0].put("/race?q=8&n=3", "").status, 201);
+    let ranges: Vec<String> = (shards(&nodes[0], "race").as_object().unwrap().keys())
+        .cloned()
+        .collect();
+    for (k, pair) in ranges.chunks(2).enumerate() {
+        set(&nodes[1], "max_jobs", &(k + 1).to_string());
+        let answers: Vec<Resp> = std::thread::scope(|scope| {
+            let asks: Vec<_> = [(&nodes[0], &pair[0]), (&nodes[2], &pair[1])]
+                .into_iter()
+                .map(|(s, range)| {
+                    let body = json!({"type": "split", "db": "race", "node": NAMES[1],
+                                      "range": range});
+                    scope.spawn(move || s.post("/_reshard/jobs", &body.to_string()))
+                })
+                .collect();
+            asks.into_iter().map(|a| a.join().unwrap()).collect()
+        });
+        let mut statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [201, 500],
+            "{:?}",
+            answers.iter().map(|r| &r.text).collect::<Vec<_>>()
+        );
+        let refused = answers.iter().find(|r| r.status == 500).unwrap().json();
+        assert_eq!(refused[0]["error"], "max_jobs_exceeded", "{refused}");
+    }
+    assert_eq!(jobs(&nodes[2]).len(), 4);
+}
