@@ -512,34 +512,17 @@ impl Cluster {
                 return Ok(Created::Full);
             }
             let read_at = listed.header().map_or(0, |h| h.revision());
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
-                    Compare::mod_revision(guard.as_str(), CompareOp::Less, read_at + 1),
-                ])
-                .and_then([
-                    TxnOp::put(key.as_str(), value, None),
-                    TxnOp::put(guard.as_str(), "", None),
-                ])
-                .or_else([TxnOp::get(key.as_str(), None)]);
-            let (resp, _) = self
-                .call(|mut c| {
-                    let txn = txn.clone();
-                    async move { c.txn(txn).await }
-                })
-                .await?;
-            let revision = resp.header().map_or(0, |h| h.revision());
-            self.seen_revision(revision, self.config.timeout).await;
-            if resp.succeeded() {
-                return Ok(Created::Made);
-            }
-            let current = resp.op_responses().into_iter().find_map(|r| match r {
-                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
-                _ => None,
-            });
-            match current {
-                // An earlier attempt of the same request made it.
-                Some(v) if v == value => return Ok(Created::Made),
+            let when = vec![
+                Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+                Compare::mod_revision(guard.as_str(), CompareOp::Less, read_at + 1),
+            ];
+            let ops = vec![
+                TxnOp::put(key.as_str(), value, None),
+                TxnOp::put(guard.as_str(), "", None),
+            ];
+            let done = self.txn_all(&key, when, ops).await?;
+            match done.current {
+                _ if done.applied_or_holds(value) => return Ok(Created::Made),
                 Some(_) => return Ok(Created::Exists),
                 // The guard moved: another creation in the group; count again.
                 None => continue,
@@ -677,9 +660,15 @@ impl Cluster {
     /// Runs `op` on `key` if `when` holds, else reads `key`; returns once the cache shows
     /// the outcome (later reads of this node come from the cache: read your writes).
     async fn txn(&self, key: &str, when: Compare, op: TxnOp) -> Result<Outcome> {
+        self.txn_all(key, vec![when], vec![op]).await
+    }
+
+    /// [`Self::txn`] with several conditions and writes: all the writes when every
+    /// condition holds, else none.
+    async fn txn_all(&self, key: &str, when: Vec<Compare>, ops: Vec<TxnOp>) -> Result<Outcome> {
         let txn = Txn::new()
-            .when([when])
-            .and_then([op])
+            .when(when)
+            .and_then(ops)
             .or_else([TxnOp::get(key, None)]);
         let (resp, retried) = self
             .call(|mut c| {
