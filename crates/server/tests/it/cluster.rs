@@ -935,14 +935,21 @@ fn a_copy_that_missed_writes_catches_up_by_internal_replication() {
         let info = copy_info(&nodes[2], &copy);
         info["doc_count"] == 29 && info["doc_del_count"] == 1
     });
-    // Each of the other members pushed to it and left a checkpoint there.
-    let locals = nodes[2]
-        .get(&format!("/{}/_local_docs", copy.replace('/', "%2F")))
-        .json();
-    let syncs: Vec<&Value> = (locals["rows"].as_array().unwrap().iter())
-        .filter(|r| r["id"].as_str().unwrap().starts_with("_local/shard-sync-"))
-        .collect();
-    assert!(!syncs.is_empty(), "{locals}");
+    // The members that pushed to it leave a checkpoint there (written after the batch it
+    // checkpoints, so it may come a moment after the documents).
+    let checkpoints = |s: &Server| -> Vec<Value> {
+        let locals = s
+            .get(&format!("/{}/_local_docs", copy.replace('/', "%2F")))
+            .json();
+        (locals["rows"].as_array().unwrap().iter())
+            .filter(|r| r["id"].as_str().unwrap().starts_with("_local/shard-sync-"))
+            .cloned()
+            .collect()
+    };
+    eventually("a checkpoint on settee3's copy", || {
+        !checkpoints(&nodes[2]).is_empty()
+    });
+    let syncs = checkpoints(&nodes[2]);
 
     // Down again and back: the pushes resume from their checkpoints, not from zero.
     nodes[2].kill9();
