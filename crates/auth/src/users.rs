@@ -78,26 +78,23 @@ pub const AUTH_VALIDATE_JS: &str = r#"function (newDoc, oldDoc, userCtx, secObj)
   if (name.indexOf(':') !== -1) { forbid('Character `:` is not allowed in usernames.'); }
 }"#;
 
-/// The body of [`AUTH_DDOC_ID`].
-pub fn auth_ddoc_body() -> Value {
-    serde_json::json!({"language": "javascript", "validate_doc_update": AUTH_VALIDATE_JS})
-}
-
 /// What an authentication database's [`AUTH_DDOC_ID`] must become, as CouchDB's auth
 /// cache ensures it when it starts watching the database: `existing` (its JSON, `None`
-/// when there is none) with its validate function restored, or a new one; `None` when
-/// it holds the function already.
+/// when there is none) with its validate function restored, or a new one (a JavaScript
+/// design document holding only the function); `None` when it holds the function
+/// already.
 pub fn auth_ddoc_update(existing: Option<Map<String, Value>>) -> Option<Map<String, Value>> {
+    let validate = Value::from(AUTH_VALIDATE_JS);
     match existing {
-        None => match auth_ddoc_body() {
-            Value::Object(fresh) => Some(fresh),
-            _ => unreachable!("an object"),
-        },
-        Some(body) if body.get("validate_doc_update") == Some(&AUTH_VALIDATE_JS.into()) => None,
+        Some(body) if body.get("validate_doc_update") == Some(&validate) => None,
         Some(mut body) => {
-            body.insert("validate_doc_update".into(), AUTH_VALIDATE_JS.into());
+            body.insert("validate_doc_update".into(), validate);
             Some(body)
         }
+        None => Some(Map::from_iter([
+            ("language".into(), "javascript".into()),
+            ("validate_doc_update".into(), validate),
+        ])),
     }
 }
 
@@ -561,7 +558,10 @@ mod tests {
     #[test]
     fn the_auth_design_document_gets_its_validate_function_back() {
         let fresh = auth_ddoc_update(None).unwrap();
-        assert_eq!(Value::Object(fresh.clone()), auth_ddoc_body());
+        assert_eq!(
+            Value::Object(fresh.clone()),
+            json!({"language": "javascript", "validate_doc_update": AUTH_VALIDATE_JS})
+        );
         assert_eq!(auth_ddoc_update(Some(fresh)), None);
         let edited = json!({"_id": AUTH_DDOC_ID, "validate_doc_update": "function() {}",
                             "views": {}});

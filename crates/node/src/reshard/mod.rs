@@ -402,12 +402,11 @@ impl Node {
                     answers.push((false, refused("job_already_exists".into())));
                     continue;
                 }
-                let limit = match limits.get(node) {
-                    Some(limit) => *limit,
-                    None => {
-                        *(limits.entry(node.clone())).or_insert(self.max_jobs_of(c, node).await)
-                    }
-                };
+                if !limits.contains_key(node) {
+                    let limit = self.max_jobs_of(c, node).await;
+                    limits.insert(node.clone(), limit);
+                }
+                let limit = limits[node];
                 j.trim_history(settings::max_history(&self.config));
                 // Counted and made in one step: concurrent requests cannot both take the
                 // member's last place.
