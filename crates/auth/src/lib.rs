@@ -7,6 +7,8 @@
 //! - [`proxy`]: proxy authentication headers and their HMAC token.
 //! - [`password_cache`]: passwords already verified against a stored hash, so that the
 //!   slow hash runs once per password (and a wrong one is refused after a fast hash).
+//! - [`user_cache`]: users read from another cluster member, kept until their document
+//!   changes (CouchDB's `chttpd_auth_cache`).
 //! - [`lockout`]: temporary lockout after repeated failed logins of a user from a peer.
 //! - [`security`]: database security objects (`admins`/`members`) and who they admit.
 //! - [`users`]: the rules of the `_users` database (validation, password hashing on write,
@@ -24,6 +26,7 @@ pub mod password_cache;
 pub mod password_rules;
 pub mod proxy;
 pub mod security;
+pub mod user_cache;
 pub mod users;
 
 use serde_json::{json, Value};

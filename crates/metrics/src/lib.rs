@@ -93,6 +93,10 @@ pub struct Metrics {
     pub mango_query_time: Histogram,
     /// Writes refused by a `validate_doc_update` function (forbidden or unauthorized).
     pub vdu_rejects: IntCounter,
+    /// Users found among those read from other members (a clustered authentication
+    /// database), and users read from them.
+    pub auth_cache_hits: IntCounter,
+    pub auth_cache_misses: IntCounter,
     /// Passwords hashed the fast way (the verified-password cache).
     pub password_hashing_fast: IntCounter,
     /// Passwords hashed the slow way (a stored hash's own scheme and rounds).
@@ -193,6 +197,8 @@ impl Metrics {
             mango_query_time: Histogram::new(1000.0),
             indexer_changes: counter(),
             vdu_rejects: counter(),
+            auth_cache_hits: counter(),
+            auth_cache_misses: counter(),
             password_hashing_fast: counter(),
             password_hashing_slow: counter(),
             vdu_process_time: Histogram::new(1000.0),
@@ -366,6 +372,16 @@ impl Metrics {
             &["couch_replicator", "jobs", "crashes"],
             "number of job crashed noticed by replicator scheduler",
             &self.replicator_jobs_crashes,
+        );
+        c(
+            &["couchdb", "auth_cache_hits"],
+            "number of authentication cache hits",
+            &self.auth_cache_hits,
+        );
+        c(
+            &["couchdb", "auth_cache_misses"],
+            "number of authentication cache misses",
+            &self.auth_cache_misses,
         );
         c(
             &["couchdb", "password_hashing_fast"],

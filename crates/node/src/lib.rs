@@ -17,6 +17,7 @@ pub mod all_docs;
 pub mod att_read;
 pub mod att_write;
 pub mod atts;
+pub mod auth_cache;
 pub mod changes;
 pub mod cluster;
 pub mod cluster_setup;

@@ -16,6 +16,7 @@ use settee_auth::lockout::{Lockout, LockoutConfig};
 use settee_auth::password::{PasswordHash, Scheme};
 use settee_auth::password_cache::{CacheConfig, PasswordCache};
 use settee_auth::password_rules::PasswordRules;
+use settee_auth::user_cache::{UserCache, UserCacheConfig};
 use settee_auth::{users, UserCtx, ADMIN_ROLE};
 use settee_core::ParsedDoc;
 use std::collections::HashSet;
@@ -51,6 +52,7 @@ pub struct Known {
 }
 
 /// A user document as read for authentication.
+#[derive(Clone)]
 pub struct UserDoc {
     id: String,
     rev: settee_core::Rev,
@@ -68,6 +70,9 @@ pub struct Users {
     lockout: Lockout,
     /// Users whose password hash is being upgraded (or was, less than 5 s ago).
     upgrading: Arc<Mutex<HashSet<String>>>,
+    /// Users of a clustered authentication database read from another member's copy,
+    /// kept while [`crate::auth_cache`] follows the database's changes.
+    pub(crate) remote: UserCache<UserDoc>,
 }
 
 impl Users {
@@ -273,7 +278,8 @@ fn cookie_header(opts: &CookieOptions, name: &str, secret: &str, salt: &[u8], no
 impl Node {
     /// The user's document in the authentication database, if it exists and is not
     /// deleted. A clustered authentication database is read from a copy of the range
-    /// holding the document: this member's when it holds one, else another member's.
+    /// holding the document: this member's when it holds one, else another member's, kept
+    /// between requests while its changes are followed ([`crate::auth_cache`]).
     fn user_doc(&self, name: &str) -> Result<Option<UserDoc>> {
         let config = &*self.config;
         let auth = auth_db(config);
@@ -291,6 +297,14 @@ impl Node {
                 return user_doc_in(&db, id, config);
             }
         }
+        let (cache, metrics) = (&self.users.remote, settee_metrics::global());
+        let cfg = UserCacheConfig::from_section(&config.section("chttpd_auth_cache"));
+        if let Some(doc) = cache.lookup(&auth, name, &cfg, now_ms()) {
+            metrics.auth_cache_hits.inc();
+            return Ok(Some(doc));
+        }
+        metrics.auth_cache_misses.inc();
+        let ticket = cache.ticket(&auth);
         let enc = crate::cluster_setup::enc;
         let target = format!("/{}/{}?conflicts=true", enc(&copy), enc(&id));
         for member in &copies.nodes {
@@ -298,7 +312,14 @@ impl Node {
             let answer =
                 tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(asked));
             match answer {
-                Ok(Some(a)) if a.status == 200 => return remote_user_doc(&a.body, id, config),
+                Ok(Some(a)) if a.status == 200 => {
+                    let doc = remote_user_doc(&a.body, id, config)?;
+                    if let (Some(ticket), Some(doc)) = (ticket, &doc) {
+                        let size = doc.stored.len();
+                        cache.insert(ticket, name, doc.clone(), size, &cfg, now_ms());
+                    }
+                    return Ok(doc);
+                }
                 Ok(Some(a)) if a.status == 404 => return Ok(None),
                 other => tracing::warn!(%member, answer = ?other.map(|a| a.map(|a| a.status)),
                     "reading a user from the authentication database's copy"),

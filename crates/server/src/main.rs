@@ -173,6 +173,9 @@ fn serve(
             if let Some(coordinator) = &keep_auth_ddoc {
                 settee_coordinator::keep_auth_ddoc(std::sync::Arc::downgrade(coordinator));
             }
+            // Users read from other members are kept while their database's changes are
+            // followed.
+            settee_node::auth_cache::follow(std::sync::Arc::downgrade(&node));
         }
         state.start_scheduler();
         eprintln!(

@@ -283,3 +283,71 @@ fn a_clustered_authentication_db_keeps_its_design_and_upgrades_hashes() {
         validate(&nodes[2]) == original
     });
 }
+
+/// A member that holds no copy of a clustered authentication database keeps the users it
+/// reads from another member's copy, as CouchDB's `chttpd_auth_cache` keeps them: later
+/// requests find them without asking (`auth_cache_hits`), until the database's changes
+/// show the user's document changed: a new password then logs in, the old one no longer
+/// does, and a deleted user is gone.
+#[test]
+fn users_read_from_another_member_are_kept_until_their_document_changes() {
+    let (_etcd, _dirs, nodes) = three_members();
+    for n in &nodes {
+        let r = n.put(
+            "/_node/_local/_config/chttpd_auth/authentication_db",
+            r#""udb""#,
+        );
+        assert_eq!(r.status, 200, "{}", r.text);
+        // The polling below tries stale passwords on purpose.
+        let r = n.put("/_node/_local/_config/chttpd_auth_lockout/mode", r#""off""#);
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    assert_eq!(nodes[0].put("/udb?q=1&n=1", "").status, 201);
+    let holder = shards(&nodes[0], "udb")["00000000-ffffffff"][0].clone();
+    let far: Vec<&Server> = (nodes.iter().zip(NAMES))
+        .filter(|(_, name)| holder != *name)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(far.len(), 2, "{holder}");
+    let (b, writer) = (far[0], far[1]);
+
+    let r = writer.put(
+        "/udb/org.couchdb.user:dan",
+        r#"{"name": "dan", "password": "one", "roles": [], "type": "user"}"#,
+    );
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev = r.json()["rev"].as_str().unwrap().to_owned();
+    let login = |password: &str| {
+        let auth = basic("dan", password);
+        b.anon("GET", "/_session", None, &[("Authorization", &auth)])
+            .status
+    };
+    let stat = |which: &str| {
+        let r = b.get(&format!("/_node/_local/_stats/couchdb/{which}"));
+        assert_eq!(r.status, 200, "{}", r.text);
+        r.json()["value"].as_u64().unwrap()
+    };
+    let hits = stat("auth_cache_hits");
+    eventually("dan found in b's cache", || {
+        assert_eq!(login("one"), 200);
+        stat("auth_cache_hits") > hits
+    });
+    assert!(stat("auth_cache_misses") > 0);
+
+    // A new password, written through another member: b drops its dan once its feed
+    // shows the change (entries otherwise live 10 minutes).
+    let edit = json!({"_rev": rev, "name": "dan", "password": "two", "roles": [],
+                      "type": "user"});
+    let r = writer.put("/udb/org.couchdb.user:dan", &edit.to_string());
+    assert_eq!(r.status, 201, "{}", r.text);
+    let rev = r.json()["rev"].as_str().unwrap().to_owned();
+    eventually("the new password taken on b", || login("two") == 200);
+    assert_eq!(login("one"), 401);
+    let hits = stat("auth_cache_hits");
+    assert_eq!(login("two"), 200);
+    assert!(stat("auth_cache_hits") > hits);
+
+    let r = writer.delete(&format!("/udb/org.couchdb.user:dan?rev={rev}"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    eventually("a deleted user gone from b", || login("two") == 401);
+}
