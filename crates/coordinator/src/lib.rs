@@ -414,16 +414,22 @@ impl Coordinator {
         let mut infos = Vec::new();
         for copies in &map.by_range {
             let path = copy_path(map, name, &copies.range);
-            let mut answered = None;
+            let (mut answered, mut timed_out) = (None, Vec::new());
             for node in &copies.nodes {
-                if let Reply::Answered { status: 200, body } =
-                    block_on(self.ask(node, "GET", &path, None, None))
-                {
-                    answered = Some((node.as_str(), body));
-                    break;
+                match block_on(self.ask(node, "GET", &path, None, None)) {
+                    Reply::Answered { status: 200, body } => {
+                        answered = Some((node.as_str(), body));
+                        break;
+                    }
+                    Reply::TimedOut(why) => timed_out.push(why),
+                    _ => {}
                 }
             }
             let Some((node, info)) = answered else {
+                // Every copy asked timed out: CouchDB's `timeout`.
+                if timed_out.len() == copies.nodes.len() {
+                    return Err(Error::PeerTimeout(timed_out.join("; ")));
+                }
                 return Err(unavailable(format!(
                     "no copy of range {} of {name} answered",
                     copies.range
@@ -850,7 +856,7 @@ fn form_query(pairs: &[(&str, String)]) -> String {
 }
 
 fn unavailable(why: String) -> Error {
-    Error::Cluster(settee_cluster::Error::Unavailable(why))
+    Error::MembersUnavailable(why)
 }
 
 /// A copy's refusal as the node's error of the same name and status; one without a node

@@ -103,6 +103,6 @@ mod tests {
         assert_eq!(local_rev(&json!("1-ab")), None);
         assert_eq!(local_rev(&json!(3)), None);
         let e = refusal(&[Reply::Unreachable("down".into())]);
-        assert!(matches!(e, Error::Cluster(_)), "{e:?}");
+        assert!(matches!(e, Error::MembersUnavailable(_)), "{e:?}");
     }
 }

@@ -158,6 +158,11 @@ impl From<settee_node::Error> for ApiError {
                 "service unavailable".into(),
                 n.to_string(),
             ),
+            N::MembersUnavailable(why) => ApiError::Named(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable".into(),
+                why,
+            ),
             // A fabric worker's `timeout` (the member's own words go to the log).
             N::PeerTimeout(why) => {
                 tracing::warn!(%why, "a member timed out");

@@ -222,11 +222,8 @@ impl Node {
         if let Some(wait) = wait {
             request = request.timeout(wait);
         }
-        let unreachable_because = |e: String| {
-            Error::Cluster(settee_cluster::Error::Unavailable(format!(
-                "node {name} did not answer: {e}"
-            )))
-        };
+        let unreachable_because =
+            |e: String| Error::MembersUnavailable(format!("node {name} did not answer: {e}"));
         let unreachable = |e: reqwest::Error| match (e.is_timeout(), wait) {
             (true, Some(wait)) => Error::PeerTimeout(format!(
                 "node {name} did not answer within {} ms",
@@ -269,6 +266,9 @@ impl Node {
             FabricWait::Attachments => ("attachments_timeout", Some(600_000)),
             FabricWait::View => ("view_timeout", None),
             FabricWait::PartitionView => ("partition_view_timeout", None),
+            FabricWait::Changes(asked) => {
+                return (self.fabric_timeout(FabricWait::Request)).map(|start| start + asked)
+            }
         };
         let ms = match self.config.get("fabric", key) {
             Some(v) if v.trim() == "infinity" => None,
@@ -293,11 +293,15 @@ pub enum FabricWait {
     /// Attachment content and multipart documents, sent or read (`attachments_timeout`,
     /// 10 minutes).
     Attachments,
-    /// A copy's view, Mango, `_all_docs` or `_changes` stream, which may build an index
-    /// or wait for changes first (`view_timeout`, no limit).
+    /// A copy's view, Mango or `_all_docs` stream, which may build an index first
+    /// (`view_timeout`, no limit).
     View,
     /// The same of a partition (`partition_view_timeout`, no limit).
     PartitionView,
+    /// A copy's `_changes`: `request_timeout` beyond the longpoll's own wait (this), as
+    /// CouchDB bounds a feed's start by `request_timeout` and its waits by the feed's
+    /// `timeout` alone.
+    Changes(Duration),
 }
 
 impl FabricWait {
@@ -306,17 +310,13 @@ impl FabricWait {
     pub fn of(target: &str, headers: &[(&str, &str)]) -> FabricWait {
         let path = target.split_once('?').map_or(target, |(p, _)| p);
         let streams = path.contains("/_view/")
-            || [
-                "/_find",
-                "/_all_docs",
-                "/_design_docs",
-                "/_local_docs",
-                "/_changes",
-            ]
-            .iter()
-            .any(|end| path.ends_with(end));
+            || ["/_find", "/_all_docs", "/_design_docs", "/_local_docs"]
+                .iter()
+                .any(|end| path.ends_with(end));
         let json = |v: &str| v.starts_with("application/json");
-        if streams && path.contains("/_partition/") {
+        if path.ends_with("/_changes") {
+            FabricWait::Changes(longpoll_wait(target))
+        } else if streams && path.contains("/_partition/") {
             FabricWait::PartitionView
         } else if streams {
             FabricWait::View
@@ -327,6 +327,24 @@ impl FabricWait {
         } else {
             FabricWait::Request
         }
+    }
+}
+
+/// How long a `_changes` request for `target` asks the copy to wait for a change: its
+/// `timeout` when it is a longpoll, else nothing.
+fn longpoll_wait(target: &str) -> Duration {
+    let query = target.split_once('?').map_or("", |(_, q)| q);
+    let param = |name: &str| {
+        (query.split('&'))
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    };
+    match param("feed") {
+        Some("longpoll") => {
+            Duration::from_millis(param("timeout").and_then(|t| t.parse().ok()).unwrap_or(0))
+        }
+        _ => Duration::ZERO,
     }
 }
 
@@ -365,7 +383,14 @@ mod tests {
         assert_eq!(of("/_design/d/_view/v?limit=0", &json), W::View);
         assert_eq!(of("/_find", &json), W::View);
         assert_eq!(of("/_all_docs?include_docs=true", &json), W::View);
-        assert_eq!(of("/_changes?feed=longpoll&timeout=45000", &json), W::View);
+        assert_eq!(
+            of("/_changes?since=0&feed=longpoll&timeout=45000", &json),
+            W::Changes(std::time::Duration::from_secs(45))
+        );
+        assert_eq!(
+            of("/_changes?since=0&timeout=45000", &json),
+            W::Changes(std::time::Duration::ZERO)
+        );
         assert_eq!(
             of("/_partition/p/_design/d/_view/v", &json),
             W::PartitionView

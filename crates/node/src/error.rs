@@ -86,6 +86,10 @@ pub enum Error {
     /// another revision, …).
     #[error(transparent)]
     Cluster(#[from] settee_cluster::Error),
+    /// Other members did not answer (not running, or refusing connections): what needed
+    /// them cannot be done now (503 `service unavailable`).
+    #[error("{0}")]
+    MembersUnavailable(String),
     /// Another member did not answer within its `[fabric]` timeout (CouchDB's 500
     /// `timeout`).
     #[error("{0}")]

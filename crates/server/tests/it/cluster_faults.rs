@@ -236,7 +236,8 @@ fn a_member_that_hangs_holds_writes_up_no_longer_than_its_lease() {
 /// `request_timeout` below the members' leases, a purge whose only copy's member hangs
 /// is that id's `timeout` (not `internal_server_error`, which a member down gives); with a
 /// tiny `view_timeout`, a view query whose copies take longer is the request's 500
-/// `timeout`; by default a view query waits for its index however long it takes.
+/// `timeout` (and `_changes`, bounded by `request_timeout` alone, still answers); by
+/// default a view query waits for its index however long it takes.
 #[test]
 fn fabric_timeouts_bound_what_a_member_waits_for() {
     let etcd = Etcd::start(1);
@@ -287,6 +288,16 @@ fn fabric_timeouts_bound_what_a_member_waits_for() {
             json!({"error": "timeout", "reason": "The request could not be processed in a reasonable amount of time."})
         )
     );
+    // `_changes` is not a view: only `request_timeout` bounds its start, and a longpoll
+    // waits its own `timeout` beyond it.
+    let r = via.get("/tdb/_changes?limit=5");
+    assert_eq!(
+        (r.status, r.json()["results"].as_array().map(Vec::len)),
+        (200, Some(5))
+    );
+    let r = via.get("/tdb/_changes?feed=longpoll&since=now&timeout=1500");
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["results"], json!([]), "{}", r.text);
     set(via, "view_timeout", "infinity");
     let r = via.get("/tdb/_design/d/_view/v?limit=0");
     assert_eq!(r.json()["total_rows"], 1001, "{}", r.text);
@@ -294,7 +305,14 @@ fn fabric_timeouts_bound_what_a_member_waits_for() {
     set(via, "request_timeout", "300");
     pause(&nodes[h], true);
     let r = via.post("/tdb/_purge", &json!({ "x": [rev] }).to_string());
+    let changes = via.get("/tdb/_changes?limit=5");
     pause(&nodes[h], false);
+    assert_eq!(
+        (changes.status, &changes.json()["error"]),
+        (500, &json!("timeout")),
+        "{}",
+        changes.text
+    );
     assert_eq!(
         (r.status, r.json()),
         (
