@@ -127,16 +127,20 @@ def cpu_seconds(procs):
     return out
 
 
-def settle(procs, idle=0.05, most=120):
-    """Waits until the processes together use less than `idle` CPU seconds in a second (at
-    most `most` seconds): each measured phase starts without the previous one's background
-    work (RocksDB flushes and compactions) on the machine's two cores."""
+def settle(procs, idle=0.05, quiet=3, most=120):
+    """Waits until the processes together use less than `idle` CPU seconds in each of
+    `quiet` seconds in a row (at most `most` seconds): each measured phase starts without
+    the previous one's background work (RocksDB flushes and compactions) on the machine's
+    two cores. `quiet` outlasts the 2 s after its last write at which a Settee flushes its
+    memtables (`spawn_idle_flusher`), and the compactions that flush starts."""
     deadline = time.time() + most
     last = sum(cpu_seconds(procs))
+    calm = 0
     while time.time() < deadline:
         time.sleep(1)
         now = sum(cpu_seconds(procs))
-        if now - last < idle:
+        calm = calm + 1 if now - last < idle else 0
+        if calm >= quiet:
             return
         last = now
 
