@@ -24,8 +24,9 @@ use std::time::Duration;
 const RETRY: Duration = Duration::from_secs(5);
 
 /// How often an idle feed beats (and so sees whether its database is still the one
-/// configured).
-const HEARTBEAT: Duration = Duration::from_secs(1);
+/// configured). A change is seen at once whatever it is: the feed's waits on the copies
+/// end with their first change.
+const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// Follows the clustered authentication database for the users cache while `node` lives
 /// (see the module's documentation).
