@@ -213,6 +213,18 @@ impl SplitJob {
         self.error = Some(error.to_owned());
     }
 
+    /// The job waits at `update_shardmap` for the jobs of the range's copies on `members`
+    /// (none: it waits no more): said in `state_info.reason` meanwhile.
+    pub fn waiting_for(&mut self, members: &[String]) {
+        self.reason = (!members.is_empty()).then(|| {
+            format!(
+                "waiting for the split jobs of this range's copies on {} (a range is split \
+                 on every member holding it at once)",
+                members.join(", ")
+            )
+        });
+    }
+
     /// The job stops (`switch`: because resharding stopped cluster-wide).
     pub fn stop(&mut self, now: u64, reason: &str, switch: bool) {
         self.job_state = JobState::Stopped;
@@ -524,6 +536,16 @@ mod tests {
                 j.retrying("disk full");
                 assert_eq!(j.to_json()["state_info"], json!({"error": "disk full"}));
                 assert_eq!(SplitJob::from_stored(&j.stored()), Some(j.clone()));
+            }
+            if step == "update_shardmap" {
+                // Waiting for the range's other copies' jobs says so, until it moves on.
+                j.waiting_for(&["b@h".into(), "c@h".into()]);
+                let reason = j.to_json()["state_info"]["reason"].clone();
+                assert!(reason.as_str().unwrap().contains("on b@h, c@h"), "{reason}");
+                assert_eq!(SplitJob::from_stored(&j.stored()), Some(j.clone()));
+                j.waiting_for(&[]);
+                assert_eq!(j.to_json()["state_info"], json!({}));
+                j.waiting_for(&["c@h".into()]);
             }
         }
         assert_eq!(j.to_json()["state_info"], json!({}));

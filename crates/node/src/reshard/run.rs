@@ -559,12 +559,26 @@ impl Run<'_> {
                     Some(copies.nodes.clone())
                 })
                 .unwrap_or_default();
-            let every_copy =
-                (holders.iter()).all(|n| siblings.iter().any(|s| &s.node == n && ready(s)));
-            if every_copy && siblings.iter().all(ready) {
+            let mut waiting_for: Vec<String> = (holders.into_iter())
+                .filter(|n| !siblings.iter().any(|s| &s.node == n && ready(s)))
+                .collect();
+            waiting_for.sort();
+            if waiting_for.is_empty() && siblings.iter().all(ready) {
                 break;
             }
-            self.may_go_on().ok_or(Halt::Stopped)?;
+            let shown = self.may_go_on().ok_or(Halt::Stopped)?;
+            let mut told = shown.clone();
+            told.waiting_for(&waiting_for);
+            if told.reason != shown.reason {
+                update_job(self.cluster, self.id, self.max_history(), |j| {
+                    let current = j.split_state == "update_shardmap";
+                    if current {
+                        j.waiting_for(&waiting_for);
+                    }
+                    current
+                })
+                .await?;
+            }
             tokio::time::sleep(TICK).await;
         }
         // A lost race with another edit of the map (another range's split) is tried again

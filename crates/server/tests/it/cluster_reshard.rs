@@ -855,11 +855,23 @@ fn a_split_asked_node_by_node_splits_each_range_once() {
         (json!("running"), json!("update_shardmap"))
     );
     assert_eq!(shards(n1, "pn").as_object().unwrap().len(), 1);
+    // It says what it waits for.
+    let others = format!("on {}, {} (", NAMES[1], NAMES[2]);
+    eventually("the waiting job naming the members it waits for", || {
+        let waiting = (jobs(&nodes[2]).into_iter())
+            .find(|j| j["node"] == NAMES[0])
+            .unwrap();
+        let reason = waiting["state_info"]["reason"].as_str().unwrap_or_default();
+        reason.contains(&others)
+    });
     for (s, node) in [(&nodes[1], NAMES[1]), (&nodes[2], NAMES[2])] {
         let r = post(s, node);
         assert_eq!(r.status, 201, "{}", r.text);
     }
     eventually("the three jobs completed", || all_completed(n1, "pn", 3));
+    for j in jobs(n1) {
+        assert_eq!(j["state_info"], json!({}), "{j}");
+    }
     let map = shards(&nodes[1], "pn");
     let ranges: Vec<&String> = map.as_object().unwrap().keys().collect();
     assert_eq!(ranges, ["00000000-7fffffff", "80000000-ffffffff"], "{map}");
