@@ -62,6 +62,7 @@ mod views;
 mod writes;
 
 use bytes::Bytes;
+use copies::Ask;
 use futures_util::future::{join_all, BoxFuture};
 use merge::{EntryReply, ReadOutcome, Reply, WriteOutcome};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
@@ -414,27 +415,15 @@ impl Coordinator {
         let mut infos = Vec::new();
         for copies in &map.by_range {
             let path = copy_path(map, name, &copies.range);
-            let (mut answered, mut timed_out) = (None, Vec::new());
-            for node in &copies.nodes {
-                match block_on(self.ask(node, "GET", &path, None, None)) {
-                    Reply::Answered { status: 200, body } => {
-                        answered = Some((node.as_str(), body));
-                        break;
-                    }
-                    Reply::TimedOut(why) => timed_out.push(why),
-                    _ => {}
-                }
-            }
-            let Some((node, info)) = answered else {
-                // Every copy asked timed out: CouchDB's `timeout`.
-                if timed_out.len() == copies.nodes.len() {
-                    return Err(Error::PeerTimeout(timed_out.join("; ")));
-                }
-                return Err(unavailable(format!(
-                    "no copy of range {} of {name} answered",
-                    copies.range
-                )));
-            };
+            let asks = (copies.nodes.iter())
+                .map(|node| Ask {
+                    node: node.clone(),
+                    method: "GET",
+                    target: path.clone(),
+                    body: None,
+                })
+                .collect();
+            let (node, info) = block_on(self.first_answer(&copies.range, asks, None))?;
             infos.push((copies.range.as_str(), node, info));
         }
         let ranges: Vec<merge::RangeInfo<'_>> = infos
