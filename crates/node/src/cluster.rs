@@ -333,17 +333,13 @@ impl FabricWait {
 /// How long a `_changes` request for `target` asks the copy to wait for a change: its
 /// `timeout` when it is a longpoll, else nothing.
 fn longpoll_wait(target: &str) -> Duration {
-    let query = target.split_once('?').map_or("", |(_, q)| q);
-    let param = |name: &str| {
-        (query.split('&'))
-            .filter_map(|p| p.split_once('='))
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
-    };
-    match param("feed") {
-        Some("longpoll") => {
-            Duration::from_millis(param("timeout").and_then(|t| t.parse().ok()).unwrap_or(0))
-        }
+    let params = settee_wire::Params::parse(target.split_once('?').map(|(_, q)| q));
+    match params.get("feed") {
+        Some("longpoll") => Duration::from_millis(
+            (params.get("timeout"))
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0),
+        ),
         _ => Duration::ZERO,
     }
 }
