@@ -216,13 +216,7 @@ impl SplitJob {
     /// The job waits at `update_shardmap` for the jobs of the range's copies on `members`
     /// (none: it waits no more): said in `state_info.reason` meanwhile.
     pub fn waiting_for(&mut self, members: &[String]) {
-        self.reason = (!members.is_empty()).then(|| {
-            format!(
-                "waiting for the split jobs of this range's copies on {} (a range is split \
-                 on every member holding it at once)",
-                members.join(", ")
-            )
-        });
+        self.reason = waiting_reason(members);
     }
 
     /// The job stops (`switch`: because resharding stopped cluster-wide).
@@ -475,6 +469,17 @@ pub fn check_required(ask: &Ask, node: bool, range: bool) -> Result<(), String> 
         return Err("`range` prameter is required".into());
     }
     Ok(())
+}
+
+/// What [`SplitJob::waiting_for`] makes `state_info.reason`.
+pub fn waiting_reason(members: &[String]) -> Option<String> {
+    (!members.is_empty()).then(|| {
+        format!(
+            "waiting for the split jobs of this range's copies on {} (a range is split on \
+             every member holding it at once)",
+            members.join(", ")
+        )
+    })
 }
 
 /// The ranges of `map` (database `db`) an ask selects: with `node`, the ranges that node

@@ -567,9 +567,7 @@ impl Run<'_> {
                 break;
             }
             let shown = self.may_go_on().ok_or(Halt::Stopped)?;
-            let mut told = shown.clone();
-            told.waiting_for(&waiting_for);
-            if told.reason != shown.reason {
+            if shown.reason != job::waiting_reason(&waiting_for) {
                 update_job(self.cluster, self.id, self.max_history(), |j| {
                     let current = j.split_state == "update_shardmap";
                     if current {
