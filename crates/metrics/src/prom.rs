@@ -120,7 +120,8 @@ fn summary(h: &crate::Summary) -> Metric {
     m
 }
 
-fn stat(f: &mut Families, s: &Stat) {
+/// One statistic's samples (`all`: every statistic, for those CouchDB sums).
+fn stat(f: &mut Families, s: &Stat, all: &[&Stat]) {
     let path: Vec<&str> = s.path.iter().map(String::as_str).collect();
     let value = |s: &Stat| match s.val {
         Val::Counter(v) => v as f64,
@@ -140,6 +141,19 @@ fn stat(f: &mut Families, s: &Stat) {
             MetricType::COUNTER,
             counter(&[("level", level)], value(s)),
         ),
+        // CouchDB's `couch_prometheus_util` shows the cache's lookups, hits and misses
+        // together, not its hits.
+        ["couchdb", "auth_cache_hits"] => {
+            let misses = (all.iter())
+                .find(|o| o.path == ["couchdb", "auth_cache_misses"])
+                .map_or(0.0, |o| value(o));
+            f.add(
+                "couchdb_auth_cache_requests_total",
+                "number of authentication cache requests",
+                MetricType::COUNTER,
+                counter(&[], value(s) + misses),
+            )
+        }
         ["couchdb", "httpd_status_codes", code] => f.add(
             "couchdb_httpd_status_codes",
             "number of HTTP responses by status code",
@@ -177,8 +191,8 @@ pub(crate) fn render(stats: &[Stat], own: &[Sample]) -> String {
     let mut f = Families::default();
     let mut stats: Vec<&Stat> = stats.iter().collect();
     stats.sort_by(|a, b| a.path.cmp(&b.path));
-    for s in stats {
-        stat(&mut f, s);
+    for s in &stats {
+        stat(&mut f, s, &stats);
     }
     for s in own {
         let labels: Vec<(&str, &str)> = s
@@ -210,6 +224,8 @@ mod tests {
         let m = Metrics::new();
         m.request("GET", 200, 3.0);
         m.document_writes.inc();
+        m.auth_cache_hits.inc_by(2);
+        m.auth_cache_misses.inc();
         let text = m.prometheus(
             Live {
                 open_databases: 2,
@@ -231,6 +247,10 @@ mod tests {
             "couchdb_mango_query_time_seconds_count 0",
             "couchdb_couch_log_requests_total{level=\"notice\"} 0",
             "couchdb_couch_replicator_jobs_adds_total 0",
+            "# HELP couchdb_auth_cache_requests_total number of authentication cache requests",
+            "couchdb_auth_cache_requests_total 3",
+            "# HELP couchdb_auth_cache_misses_total number of authentication cache misses",
+            "couchdb_auth_cache_misses_total 1",
             "# TYPE couchdb_couch_replicator_jobs_running gauge",
             "settee_x 1.5",
         ] {
